@@ -1,0 +1,50 @@
+//! The client side of the native socket, for the CLI: `GET /v1/status`.
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use std::path::Path;
+
+/// Why the daemon could not be asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing listens on the socket.
+    #[error("pi-ide-broker is not running (nothing answers on {0})")]
+    NotRunning(String),
+    /// It answered, but not as expected.
+    #[error("the daemon gave a bad answer: {0}")]
+    Protocol(String),
+}
+
+/// Fetches `path` (e.g. `/v1/status`) from the daemon at `socket` and parses it as JSON.
+pub async fn get_json(socket: &Path, path: &str) -> Result<serde_json::Value, ClientError> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    tokio::spawn(conn);
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, "pi-ide-broker")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(ClientError::Protocol(format!(
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&body)
+        )));
+    }
+    serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))
+}

@@ -1,0 +1,362 @@
+//! The typed configuration: `config.example.toml` ⇄ [`Config`], with a default for every key
+//! and the environment overrides (`PI_IDE_LOCK_DIR`, `CLAUDE_CONFIG_DIR`, `PI_IDE_BROKER_SOCKET`).
+
+use crate::family::Family;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Everything the daemon can be told. A missing file means `Config::default()`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The broker's Unix socket; `None` means `$XDG_RUNTIME_DIR/pi-ide-broker/sock` or a fallback.
+    pub socket: Option<PathBuf>,
+    /// Where the state file (sticky targets) lives; `None` means `$XDG_STATE_HOME/pi-ide-broker`.
+    pub state_dir: Option<PathBuf>,
+    /// The tracing filter, as in `RUST_LOG` (which wins when set).
+    pub log: String,
+    /// `text` or `json`.
+    pub log_format: LogFormat,
+    /// The largest WebSocket message accepted from any peer, in bytes.
+    pub max_frame_bytes: usize,
+    /// The lock dirs to watch; `None` means the two default families.
+    pub lock_dirs: Option<Vec<LockDirConfig>>,
+    /// Link health checking.
+    pub health: HealthConfig,
+    /// Redial pacing.
+    pub backoff: BackoffConfig,
+    /// Per-call timeouts.
+    pub timeouts: TimeoutConfig,
+    /// How long a vanished editor is remembered so a restart is recognised as its successor.
+    pub successor_window_ms: u64,
+    /// How long sessions stay attached to a vanished editor waiting for its restart.
+    pub editor_grace_ms: u64,
+    /// A full re-listing of every lock dir on this interval, a safety net for lost events.
+    pub rescan_interval_ms: u64,
+    /// A graceful stop (pending diffs rejected, sessions told, state flushed) takes at most this long.
+    pub shutdown_timeout_ms: u64,
+}
+
+/// One watched lock dir and the family whose editors write there.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LockDirConfig {
+    /// The directory; `~` at the start is the home dir.
+    pub path: PathBuf,
+    /// Which dialect (and auth header) its editors use.
+    pub family: Family,
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Health-check settings for editor links.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthConfig {
+    /// How often a WebSocket ping goes to each editor.
+    pub interval_ms: u64,
+    /// A link with no pong this long after a ping is `unhealthy`.
+    pub timeout_ms: u64,
+    /// An unhealthy link is dropped and redialled after this long (pending diffs then get
+    /// `DIFF_REJECTED`); until then it may recover and nothing is lost.
+    pub drop_after_ms: u64,
+}
+
+/// Capped exponential backoff with jitter for redials.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackoffConfig {
+    /// The first delay.
+    pub initial_ms: u64,
+    /// The cap.
+    pub max_ms: u64,
+}
+
+/// Timeouts for calls the broker makes or forwards.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutConfig {
+    /// Any tool call but `openDiff` (which never times out) gets an error after this long.
+    pub short_tool_ms: u64,
+    /// TCP connect + WebSocket upgrade + `initialize` + `tools/list` must finish in this long.
+    pub handshake_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: None,
+            state_dir: None,
+            log: "info".into(),
+            log_format: LogFormat::Text,
+            max_frame_bytes: 64 * 1024 * 1024,
+            lock_dirs: None,
+            health: HealthConfig::default(),
+            backoff: BackoffConfig::default(),
+            timeouts: TimeoutConfig::default(),
+            successor_window_ms: 300_000,
+            editor_grace_ms: 10_000,
+            rescan_interval_ms: 30_000,
+            shutdown_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            interval_ms: 10_000,
+            timeout_ms: 5_000,
+            drop_after_ms: 60_000,
+        }
+    }
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        BackoffConfig {
+            initial_ms: 200,
+            max_ms: 30_000,
+        }
+    }
+}
+
+impl Default for TimeoutConfig {
+    fn default() -> Self {
+        TimeoutConfig {
+            short_tool_ms: 5_000,
+            handshake_ms: 15_000,
+        }
+    }
+}
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema; the message names line and key.
+    #[error("config {path} is invalid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// toml's message, with line, column and key.
+        message: String,
+    },
+    /// A value parses but makes no sense.
+    #[error("config {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Loads `path`; a file that does not exist gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.into(),
+                    source,
+                })
+            }
+        };
+        let config: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        config.check().map_err(|message| ConfigError::Invalid {
+            path: path.into(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.health.interval_ms == 0 || self.health.timeout_ms == 0 {
+            return Err("health.interval_ms and health.timeout_ms must be > 0".into());
+        }
+        if self.backoff.initial_ms == 0 || self.backoff.max_ms < self.backoff.initial_ms {
+            return Err("backoff.initial_ms must be > 0 and <= backoff.max_ms".into());
+        }
+        if self.max_frame_bytes < 1024 {
+            return Err("max_frame_bytes must be at least 1024".into());
+        }
+        Ok(())
+    }
+
+    /// The default config file: `$XDG_CONFIG_HOME/pi-ide-broker/config.toml` (or the OS equivalent).
+    pub fn default_path() -> Option<PathBuf> {
+        directories::ProjectDirs::from("", "", "pi-ide-broker")
+            .map(|d| d.config_dir().join("config.toml"))
+    }
+
+    /// The lock dirs to watch, with `~` expanded and the env overrides applied to the defaults.
+    pub fn lock_dirs(&self) -> Vec<LockDirConfig> {
+        if let Some(dirs) = &self.lock_dirs {
+            return dirs
+                .iter()
+                .map(|d| LockDirConfig {
+                    path: expand_home(&d.path),
+                    family: d.family,
+                })
+                .collect();
+        }
+        let home = home_dir();
+        let pi = env_path("PI_IDE_LOCK_DIR").unwrap_or_else(|| home.join(".pi").join("ide"));
+        let claude = env_path("CLAUDE_CONFIG_DIR")
+            .map(|d| d.join("ide"))
+            .unwrap_or_else(|| home.join(".claude").join("ide"));
+        vec![
+            LockDirConfig {
+                path: pi,
+                family: Family::Pi,
+            },
+            LockDirConfig {
+                path: claude,
+                family: Family::Claude,
+            },
+        ]
+    }
+
+    /// The broker socket path: `PI_IDE_BROKER_SOCKET`, then the `socket` key, then
+    /// `$XDG_RUNTIME_DIR/pi-ide-broker/sock`, else `$TMPDIR/pi-ide-broker-<uid>/sock`.
+    pub fn socket_path(&self) -> PathBuf {
+        if let Some(p) = env_path("PI_IDE_BROKER_SOCKET") {
+            return p;
+        }
+        if let Some(p) = &self.socket {
+            return expand_home(p);
+        }
+        if let Some(dir) = env_path("XDG_RUNTIME_DIR") {
+            return dir.join("pi-ide-broker").join("sock");
+        }
+        let uid = rustix::process::getuid().as_raw();
+        std::env::temp_dir()
+            .join(format!("pi-ide-broker-{uid}"))
+            .join("sock")
+    }
+
+    /// The state dir: the `state_dir` key, else `$XDG_STATE_HOME/pi-ide-broker`
+    /// (`~/.local/state/pi-ide-broker`), else the OS data-local dir.
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(p) = &self.state_dir {
+            return expand_home(p);
+        }
+        if let Some(p) = env_path("XDG_STATE_HOME") {
+            return p.join("pi-ide-broker");
+        }
+        if cfg!(target_os = "macos") {
+            if let Some(d) = directories::ProjectDirs::from("", "", "pi-ide-broker") {
+                return d.data_local_dir().to_path_buf();
+            }
+        }
+        home_dir()
+            .join(".local")
+            .join("state")
+            .join("pi-ide-broker")
+    }
+
+    /// `health.interval_ms` as a duration.
+    pub fn health_interval(&self) -> Duration {
+        Duration::from_millis(self.health.interval_ms)
+    }
+}
+
+/// The user's home dir (`$HOME`, else the OS's idea of it, else `/`).
+pub fn home_dir() -> PathBuf {
+    env_path("HOME")
+        .or_else(|| directories::BaseDirs::new().map(|b| b.home_dir().to_path_buf()))
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// A non-empty environment variable as a path (empty means unset, like pi-ide does).
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(|v| expand_home(Path::new(&v)))
+}
+
+/// `~` and `~/x` become paths under the home dir; anything else is returned as is.
+pub fn expand_home(p: &Path) -> PathBuf {
+    match p.strip_prefix("~") {
+        Ok(rest) => home_dir().join(rest),
+        Err(_) => p.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_equals_defaults() {
+        let text = include_str!("../config.example.toml");
+        let parsed: Config = toml::from_str(text).unwrap();
+        let d = Config::default();
+        assert_eq!(parsed.log, d.log);
+        assert_eq!(parsed.max_frame_bytes, d.max_frame_bytes);
+        assert_eq!(parsed.health.interval_ms, d.health.interval_ms);
+        assert_eq!(parsed.health.timeout_ms, d.health.timeout_ms);
+        assert_eq!(parsed.health.drop_after_ms, d.health.drop_after_ms);
+        assert_eq!(parsed.backoff.initial_ms, d.backoff.initial_ms);
+        assert_eq!(parsed.backoff.max_ms, d.backoff.max_ms);
+        assert_eq!(parsed.timeouts.short_tool_ms, d.timeouts.short_tool_ms);
+        assert_eq!(parsed.timeouts.handshake_ms, d.timeouts.handshake_ms);
+        assert_eq!(parsed.successor_window_ms, d.successor_window_ms);
+        assert_eq!(parsed.editor_grace_ms, d.editor_grace_ms);
+        assert_eq!(parsed.rescan_interval_ms, d.rescan_interval_ms);
+        assert_eq!(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
+    }
+
+    #[test]
+    fn missing_file_means_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::load(&dir.path().join("nope.toml")).unwrap();
+        assert_eq!(c.health.interval_ms, 10_000);
+    }
+
+    #[test]
+    fn parse_error_names_line_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "log = \"info\"\n[health]\ninterval_ms = \"soon\"\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.contains("line 3"), "{e}");
+        assert!(e.contains("interval_ms"), "{e}");
+        std::fs::write(&p, "colour = 1\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn lock_dirs_from_file_expand_home() {
+        let c: Config =
+            toml::from_str("[[lock_dirs]]\npath = \"~/x\"\nfamily = \"claude\"\n").unwrap();
+        let dirs = c.lock_dirs();
+        assert_eq!(dirs.len(), 1);
+        assert_eq!(dirs[0].path, home_dir().join("x"));
+        assert_eq!(dirs[0].family, Family::Claude);
+    }
+}

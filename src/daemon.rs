@@ -1,0 +1,184 @@
+//! Wiring: [`serve`] binds the socket, loads state, scans the lock dirs, runs every task,
+//! and stops gracefully (no diff left unanswered) when the shutdown token fires.
+
+use crate::config::Config;
+use crate::frontdoor;
+use crate::jsonrpc;
+use crate::lockdir::{self, LockDirCommand};
+use crate::registry::Registry;
+use crate::session::Control;
+use crate::state::StateStore;
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket could not be set up (already running, unsafe dir, …).
+    #[error(transparent)]
+    Socket(#[from] frontdoor::socket::SocketError),
+    /// The file watcher could not start.
+    #[error("cannot start the lock dir watcher: {0}")]
+    Watch(#[from] notify::Error),
+}
+
+/// What a running daemon tells its starter once it is ready.
+#[derive(Clone, Debug)]
+pub struct Ready {
+    /// The native socket.
+    pub socket: PathBuf,
+    /// The state file.
+    pub state_file: PathBuf,
+}
+
+/// A handle to reconfigure a running daemon (SIGHUP).
+#[derive(Clone)]
+pub struct Handle {
+    reg: Arc<Registry>,
+    lockdir: mpsc::UnboundedSender<LockDirCommand>,
+}
+
+impl Handle {
+    /// Applies a new config: lock dirs, health and timeout settings (sessions stay connected).
+    pub async fn reload(&self, config: Config) {
+        let dirs = config.lock_dirs();
+        self.reg.set_config(Arc::new(config));
+        let (tx, rx) = oneshot::channel();
+        if self.lockdir.send(LockDirCommand::SetDirs(dirs, tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// The registry, for status and tests.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.reg
+    }
+}
+
+/// Runs the broker until `shutdown` is cancelled. `on_ready` is called once the socket is
+/// bound, the state loaded and every lock dir listed once.
+pub async fn serve(
+    config: Config,
+    shutdown: CancellationToken,
+    on_ready: impl FnOnce(Ready, Handle),
+) -> Result<(), ServeError> {
+    let config = Arc::new(config);
+    let socket = config.socket_path();
+    let listener = match frontdoor::socket::inherited() {
+        Some(l) => {
+            tracing::info!(socket = %socket.display(), "using the socket passed by the service manager");
+            l
+        }
+        None => frontdoor::socket::bind(&socket).await?,
+    };
+    let state = StateStore::load(&config.state_dir());
+    let state_file = state.path().to_path_buf();
+    let cancel = CancellationToken::new();
+    let reg = Registry::new(config.clone(), state, socket.clone(), cancel.clone());
+
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+    let (scanned_tx, scanned_rx) = oneshot::channel();
+    let watcher = lockdir::spawn(
+        config.lock_dirs(),
+        ev_tx,
+        cmd_rx,
+        Duration::from_millis(config.rescan_interval_ms.max(100)),
+        scanned_tx,
+        cancel.clone(),
+    )?;
+    let reg_sup = reg.clone();
+    let supervisor = tokio::spawn(async move {
+        while let Some(ev) = ev_rx.recv().await {
+            reg_sup.apply(ev);
+        }
+    });
+    let _ = scanned_rx.await;
+
+    let reg_save = reg.clone();
+    let saver = tokio::spawn(async move { reg_save.state.saver().await });
+    let accept_stop = CancellationToken::new();
+    let reg_native = reg.clone();
+    let stop = accept_stop.clone();
+    let native = tokio::spawn(async move {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = frontdoor::native::serve(listener, reg_native) => {}
+        }
+    });
+
+    tracing::info!(socket = %socket.display(), state = %state_file.display(), "pi-ide-broker ready");
+    on_ready(
+        Ready {
+            socket: socket.clone(),
+            state_file,
+        },
+        Handle {
+            reg: reg.clone(),
+            lockdir: cmd_tx,
+        },
+    );
+
+    shutdown.cancelled().await;
+    tracing::info!("stopping");
+    accept_stop.cancel();
+    let _ = native.await;
+    reject_pending_diffs(&reg, "broker is shutting down");
+    for s in reg.sessions.iter() {
+        let _ = s
+            .control
+            .send(Control::Detached("broker is shutting down".into()));
+    }
+    cancel.cancel();
+    reg.tracker.close();
+    let limit = Duration::from_millis(config.shutdown_timeout_ms);
+    if tokio::time::timeout(limit, reg.tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout_ms = config.shutdown_timeout_ms,
+            "some tasks did not stop in time"
+        );
+    }
+    saver.abort();
+    if let Err(e) = reg.state.save() {
+        tracing::warn!(error = %e, "cannot write state file on shutdown");
+    }
+    let _ = std::fs::remove_file(&socket);
+    let _ = watcher.await;
+    supervisor.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Answers every pending `openDiff` with `DIFF_REJECTED` and closes it in its editor.
+/// Used on shutdown: an agent that sees a closed socket mid-diff would write the edit unreviewed.
+pub fn reject_pending_diffs(reg: &Registry, why: &str) {
+    for e in reg.editors.iter() {
+        let diffs: Vec<u64> = e
+            .pending
+            .iter()
+            .filter(|p| p.is_diff())
+            .map(|p| *p.key())
+            .collect();
+        for uid in diffs {
+            let Some((_, p)) = e.pending.remove(&uid) else {
+                continue;
+            };
+            if let crate::editor::Owner::Session { outbox, id, .. } = &p.owner {
+                let tab = p.tab_name.clone().unwrap_or_default();
+                tracing::info!(editor = %e.id, reason = why, "rejecting a pending diff");
+                outbox.deliver(jsonrpc::result(id, jsonrpc::diff_rejected(&tab)));
+                let _ = e.send_discard(
+                    "tools/call",
+                    json!({"name": "close_tab", "arguments": {"tab_name": tab}}),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,778 @@
+//! One editor: its shared handle ([`Editor`]) and the task that keeps its single upstream
+//! WebSocket link alive (dial, MCP handshake, health pings, redial with backoff).
+//! The handle owns the outbound id space and the pending-request table of the link.
+
+use crate::config::Config;
+use crate::family::Family;
+use crate::jsonrpc::{self, Incoming};
+use crate::lockfile::{self, Lockfile, LockfileError};
+use crate::session::Outbox;
+use dashmap::DashMap;
+use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
+
+/// The protocol version the broker speaks to editors.
+pub const PROTOCOL_VERSION: &str = "2024-11-05";
+/// How many frames may queue for one editor's socket before callers get "busy".
+const OUTBOUND_QUEUE: usize = 4096;
+
+/// The link state shown in `status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkState {
+    /// Dialling, upgrading or in the MCP handshake.
+    Connecting,
+    /// Up and answering pings.
+    Ready,
+    /// Up, but a ping went unanswered for longer than `health.timeout_ms`.
+    Unhealthy,
+    /// Down; waiting before the next dial.
+    Backoff,
+}
+
+/// What the link task knows about the link, for status and routing.
+#[derive(Clone, Debug)]
+pub struct LinkInfo {
+    /// Current state.
+    pub state: LinkState,
+    /// Round trip of the last answered ping.
+    pub rtt: Option<Duration>,
+    /// When the current link came up.
+    pub connected_since: Option<SystemTime>,
+    /// The editor's `initialize` result, replayed to sessions.
+    pub initialize: Option<Value>,
+    /// The editor's `tools/list` result, replayed to sessions.
+    pub tools: Option<Value>,
+}
+
+/// Who waits for the answer to a request sent upstream.
+pub enum Owner {
+    /// An agent session: the answer goes to its outbox with its own id restored.
+    Session {
+        /// The session id.
+        session: u64,
+        /// Where its frames go.
+        outbox: Outbox,
+        /// The id the session used, exactly.
+        id: Value,
+    },
+    /// The broker itself.
+    Internal(oneshot::Sender<Map<String, Value>>),
+    /// Nobody (fire and forget, e.g. a `close_tab` for an orphaned diff).
+    Discard,
+}
+
+/// One request in flight on the link.
+pub struct Pending {
+    /// Who gets the answer.
+    pub owner: Owner,
+    /// The JSON-RPC method.
+    pub method: String,
+    /// `params.name` for `tools/call`.
+    pub tool: Option<String>,
+    /// `tab_name` for `openDiff`: the diff this request owns.
+    pub tab_name: Option<String>,
+    /// When it was sent.
+    pub started: Instant,
+    /// The short-tool timeout timer, cancelled when the answer arrives.
+    pub timer: Option<tokio::task::AbortHandle>,
+}
+
+impl Pending {
+    /// True for an `openDiff` tool call (which never times out and is answered
+    /// `DIFF_REJECTED` when it cannot be answered for real).
+    pub fn is_diff(&self) -> bool {
+        self.tab_name.is_some()
+    }
+}
+
+/// An editor-initiated request handed to a session: which session, under which id.
+#[derive(Clone, Debug)]
+pub struct Delegation {
+    /// The session that must answer.
+    pub session: u64,
+    /// The id the session sees.
+    pub session_id: String,
+}
+
+/// Shared handle to one editor. Lives in the registry; the link task and sessions use it.
+pub struct Editor {
+    /// Stable id, derived from family + ideName + folders (so a restart keeps it).
+    pub id: String,
+    /// Dialect and auth header.
+    pub family: Family,
+    /// The lockfile as last read (token included, redacted in Debug).
+    pub lock: Mutex<Lockfile>,
+    /// Workspace folders, normalised for routing.
+    pub folders: Vec<PathBuf>,
+    /// How many times this editor restarted (successor chain length).
+    pub restarts: u32,
+    /// The port of the editor this one replaced, if any.
+    pub previous_port: Option<u16>,
+    /// Link state for status and routing.
+    pub link: Mutex<LinkInfo>,
+    /// The writer queue of the live link; `None` while down.
+    out: Mutex<Option<mpsc::Sender<Message>>>,
+    /// Requests in flight, by the id the broker minted.
+    pub pending: DashMap<u64, Pending>,
+    /// The next id to mint (numbers below 2^53, safe for Lua doubles).
+    next_id: AtomicU64,
+    /// The latest `selection_changed` frame: coalesces for slow sessions and replays on attach.
+    pub selection: watch::Sender<Option<Arc<str>>>,
+    /// When the user last touched this editor, ms since broker start (0 = never).
+    pub last_selection_ms: AtomicU64,
+    /// Editor-initiated requests handed to a session, by the editor's id (as JSON text).
+    pub delegated: DashMap<String, Delegation>,
+    /// Cancelled when the editor is gone; stops the link task.
+    pub cancel: CancellationToken,
+}
+
+/// Why a request could not be sent upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The link is down.
+    #[error("editor {0} is not connected ({1}); it is being redialled, retry shortly")]
+    Down(String, &'static str),
+    /// The editor is not reading its socket fast enough.
+    #[error("editor {0} is not keeping up (outbound queue full)")]
+    Busy(String),
+}
+
+impl Editor {
+    /// A new handle for a validated lockfile; the link task is started separately.
+    pub fn new(
+        id: String,
+        lock: Lockfile,
+        folders: Vec<PathBuf>,
+        restarts: u32,
+        previous_port: Option<u16>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Editor {
+            id,
+            family: lock.family,
+            lock: Mutex::new(lock),
+            folders,
+            restarts,
+            previous_port,
+            link: Mutex::new(LinkInfo {
+                state: LinkState::Connecting,
+                rtt: None,
+                connected_since: None,
+                initialize: None,
+                tools: None,
+            }),
+            out: Mutex::new(None),
+            pending: DashMap::new(),
+            next_id: AtomicU64::new(1),
+            selection: watch::Sender::new(None),
+            last_selection_ms: AtomicU64::new(0),
+            delegated: DashMap::new(),
+            cancel,
+        }
+    }
+
+    /// A copy of the lockfile as last read.
+    pub fn lockfile(&self) -> Lockfile {
+        lock(&self.lock).clone()
+    }
+
+    /// A copy of the link info.
+    pub fn link_info(&self) -> LinkInfo {
+        lock(&self.link).clone()
+    }
+
+    /// The current state.
+    pub fn state(&self) -> LinkState {
+        lock(&self.link).state
+    }
+
+    /// True when requests can be sent (ready, or unhealthy but still connected).
+    pub fn usable(&self) -> bool {
+        matches!(self.state(), LinkState::Ready | LinkState::Unhealthy)
+    }
+
+    fn set_state(&self, state: LinkState) {
+        lock(&self.link).state = state;
+    }
+
+    /// Sends a request upstream under a freshly minted id; the answer goes to `pending.owner`.
+    /// `msg` is the whole JSON-RPC object; its `id` is replaced. Returns the minted id.
+    pub fn send_request(
+        &self,
+        mut msg: Map<String, Value>,
+        pending: Pending,
+    ) -> Result<u64, SendError> {
+        let tx = self.writer()?;
+        let uid = self.next_id.fetch_add(1, Ordering::Relaxed);
+        msg.insert("id".into(), uid.into());
+        if pending.method == "tools/call" {
+            if let Some(Value::Object(params)) = msg.get_mut("params") {
+                params.entry("arguments").or_insert_with(|| json!({}));
+            }
+        }
+        let text = Value::Object(msg).to_string();
+        self.pending.insert(uid, pending);
+        if let Err(e) = tx.try_send(Message::text(text)) {
+            self.pending.remove(&uid);
+            return Err(match e {
+                mpsc::error::TrySendError::Full(_) => SendError::Busy(self.id.clone()),
+                mpsc::error::TrySendError::Closed(_) => SendError::Down(self.id.clone(), "closing"),
+            });
+        }
+        Ok(uid)
+    }
+
+    /// A broker-originated request whose answer nobody awaits.
+    pub fn send_discard(&self, method: &str, params: Value) -> Result<u64, SendError> {
+        let mut msg = Map::new();
+        msg.insert("jsonrpc".into(), "2.0".into());
+        msg.insert("method".into(), method.into());
+        msg.insert("params".into(), params);
+        let tool = msg
+            .get("params")
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .map(String::from);
+        self.send_request(
+            msg,
+            Pending {
+                owner: Owner::Discard,
+                method: method.into(),
+                tool,
+                tab_name: None,
+                started: Instant::now(),
+                timer: None,
+            },
+        )
+    }
+
+    /// Sends a frame that needs no answer (notification, or a response to the editor).
+    pub fn send_raw(&self, text: String) -> Result<(), SendError> {
+        self.writer()?
+            .try_send(Message::text(text))
+            .map_err(|_| SendError::Busy(self.id.clone()))
+    }
+
+    fn writer(&self) -> Result<mpsc::Sender<Message>, SendError> {
+        let state = self.state();
+        lock(&self.out).clone().ok_or_else(|| {
+            SendError::Down(
+                self.id.clone(),
+                match state {
+                    LinkState::Connecting => "connecting",
+                    LinkState::Backoff => "backoff",
+                    LinkState::Ready => "ready",
+                    LinkState::Unhealthy => "unhealthy",
+                },
+            )
+        })
+    }
+
+    /// Answers every request in flight after the link is lost: diffs get `DIFF_REJECTED`
+    /// with their own tab name (never an error, never `FILE_SAVED`), the rest an error.
+    pub fn fail_pending(&self, why: &str) {
+        let ids: Vec<u64> = self.pending.iter().map(|e| *e.key()).collect();
+        for uid in ids {
+            let Some((_, p)) = self.pending.remove(&uid) else {
+                continue;
+            };
+            if let Some(t) = &p.timer {
+                t.abort();
+            }
+            if let Owner::Session { outbox, id, .. } = p.owner {
+                let text = match &p.tab_name {
+                    Some(tab) => jsonrpc::result(&id, jsonrpc::diff_rejected(tab)),
+                    None => jsonrpc::error(
+                        &id,
+                        jsonrpc::NO_EDITOR,
+                        &format!("editor {} link lost: {why}", self.id),
+                    ),
+                };
+                outbox.deliver(text);
+            }
+        }
+        // Editor-initiated requests die with the link; the editor fails them itself.
+        self.delegated.clear();
+    }
+}
+
+/// Locks a std mutex, recovering from poisoning (no invariant spans a panic here).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the link task needs from the rest of the broker.
+pub trait LinkHost: Send + Sync + 'static {
+    /// The current config (it may be reloaded).
+    fn config(&self) -> Arc<Config>;
+    /// Milliseconds since broker start (for `last_selection_ms`).
+    fn now_ms(&self) -> u64;
+    /// The link became ready (sessions waiting for this editor can attach).
+    fn editor_ready(&self, editor: &Arc<Editor>);
+    /// The editor is gone for good (pid dead or lockfile gone).
+    fn editor_gone(&self, editor: &Arc<Editor>, reason: String);
+    /// A notification other than `selection_changed` for every session on this editor.
+    fn broadcast(&self, editor: &Arc<Editor>, text: &str);
+    /// An editor-initiated request: hand it to the right session, or `None` if there is none.
+    fn delegate(
+        &self,
+        editor: &Arc<Editor>,
+        id: &Value,
+        msg: Map<String, Value>,
+    ) -> Option<Delegation>;
+    /// `request_cancelled` for a delegated request: forward to its session.
+    fn cancel_delegated(&self, editor: &Arc<Editor>, d: &Delegation);
+}
+
+/// Why a link ended.
+enum LinkEnd {
+    Cancelled,
+    Closed(String),
+}
+
+/// Why a dial failed.
+#[derive(Debug, thiserror::Error)]
+enum DialError {
+    #[error("the editor refused our token (HTTP 400); will re-read its lockfile")]
+    Refused,
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Runs the link of one editor until it is cancelled or the editor is gone for good.
+pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
+    let span = tracing::info_span!("editor", id = %editor.id, port = editor.lockfile().port);
+    let _enter = span.enter();
+    drop(_enter);
+    let mut backoff = Backoff::new(&host.config());
+    loop {
+        // Before every dial: the lockfile must still be there and its pid alive.
+        let path = editor.lockfile().path;
+        match lockfile::read(&path, editor.family) {
+            Ok(fresh) => {
+                let mut current = lock(&editor.lock);
+                if fresh.port != current.port || fresh.pid != current.pid {
+                    // A different editor now: the registry will replace us on its Upsert.
+                    drop(current);
+                    host.editor_gone(&editor, "lockfile now names another editor".into());
+                    return;
+                }
+                *current = fresh;
+            }
+            Err(LockfileError::Incomplete) => {}
+            Err(e) => {
+                let _g = span.enter();
+                tracing::info!(reason = %e, "editor gone");
+                host.editor_gone(&editor, e.to_string());
+                return;
+            }
+        }
+        let config = host.config();
+        editor.set_state(LinkState::Connecting);
+        let handshake = Duration::from_millis(config.timeouts.handshake_ms);
+        let dialled = tokio::select! {
+            _ = editor.cancel.cancelled() => return,
+            r = tokio::time::timeout(handshake, dial(&editor, &config, &*host)) => r,
+        };
+        match dialled {
+            Ok(Ok(ws)) => {
+                backoff.reset();
+                let was = editor.restarts;
+                {
+                    let _g = span.enter();
+                    tracing::info!(restarts = was, "editor ready");
+                }
+                host.editor_ready(&editor);
+                let end = run_link(&editor, &*host, ws, &config, &span).await;
+                *lock(&editor.out) = None;
+                {
+                    let mut l = lock(&editor.link);
+                    l.connected_since = None;
+                    l.state = LinkState::Backoff;
+                }
+                let why = match &end {
+                    LinkEnd::Cancelled => "editor gone".to_string(),
+                    LinkEnd::Closed(r) => r.clone(),
+                };
+                editor.fail_pending(&why);
+                if let LinkEnd::Cancelled = end {
+                    return;
+                }
+                let _g = span.enter();
+                tracing::warn!(reason = %why, "editor link lost; redialling");
+            }
+            Ok(Err(e)) => {
+                let _g = span.enter();
+                match e {
+                    DialError::Refused => tracing::warn!("{e}"),
+                    DialError::Other(_) => tracing::debug!(error = %e, "dial failed"),
+                }
+            }
+            Err(_) => {
+                let _g = span.enter();
+                tracing::warn!(
+                    timeout_ms = config.timeouts.handshake_ms,
+                    "editor handshake timed out"
+                );
+            }
+        }
+        editor.set_state(LinkState::Backoff);
+        let delay = backoff.next();
+        tokio::select! {
+            _ = editor.cancel.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// The WebSocket config used on every socket: one capped message, no compression.
+pub fn ws_config(config: &Config) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(config.max_frame_bytes))
+        .max_frame_size(Some(config.max_frame_bytes))
+}
+
+type Ws = WebSocketStream<TcpStream>;
+
+/// Dial, upgrade with the family's auth header, `initialize`, `notifications/initialized`,
+/// `tools/list`. On success the link info holds the cached results.
+async fn dial(editor: &Arc<Editor>, config: &Config, host: &dyn LinkHost) -> Result<Ws, DialError> {
+    let lf = editor.lockfile();
+    let stream = TcpStream::connect(("127.0.0.1", lf.port))
+        .await
+        .map_err(|e| DialError::Other(format!("connect 127.0.0.1:{}: {e}", lf.port)))?;
+    let _ = stream.set_nodelay(true);
+    let mut request = format!("ws://127.0.0.1:{}/", lf.port)
+        .into_client_request()
+        .map_err(|e| DialError::Other(e.to_string()))?;
+    let token = HeaderValue::from_str(lf.auth_token.expose())
+        .map_err(|_| DialError::Other("token is not a valid header value".into()))?;
+    request.headers_mut().insert(lf.family.auth_header(), token);
+    let (mut ws, _resp) =
+        tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config(config)))
+            .await
+            .map_err(|e| match e {
+                tungstenite::Error::Http(r) if r.status().as_u16() == 400 => DialError::Refused,
+                e => DialError::Other(format!("upgrade: {e}")),
+            })?;
+    let init = call(
+        editor,
+        host,
+        &mut ws,
+        "initialize",
+        json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
+        }),
+    )
+    .await?;
+    ws.send(Message::text(jsonrpc::notification(
+        "notifications/initialized",
+        json!({}),
+    )))
+    .await
+    .map_err(|e| DialError::Other(e.to_string()))?;
+    // An editor without tools/list still works; its tool list is just unknown.
+    let tools = call(editor, host, &mut ws, "tools/list", json!({}))
+        .await
+        .ok();
+    let mut l = lock(&editor.link);
+    l.initialize = Some(init);
+    l.tools = tools.or(Some(json!({"tools": []})));
+    l.connected_since = Some(SystemTime::now());
+    l.state = LinkState::Ready;
+    Ok(ws)
+}
+
+/// One request during the handshake, reading (and handling) whatever else comes meanwhile.
+async fn call(
+    editor: &Arc<Editor>,
+    host: &dyn LinkHost,
+    ws: &mut Ws,
+    method: &str,
+    params: Value,
+) -> Result<Value, DialError> {
+    let uid = editor.next_id.fetch_add(1, Ordering::Relaxed);
+    ws.send(Message::text(jsonrpc::request(&uid.into(), method, params)))
+        .await
+        .map_err(|e| DialError::Other(e.to_string()))?;
+    loop {
+        let frame = ws
+            .next()
+            .await
+            .ok_or_else(|| DialError::Other("closed during handshake".into()))?
+            .map_err(|e| DialError::Other(e.to_string()))?;
+        let Some(text) = frame_text(frame) else {
+            continue;
+        };
+        if let Ok(Incoming::Response { id, msg }) = jsonrpc::classify(&text) {
+            if id.as_u64() == Some(uid) {
+                return match msg.get("result") {
+                    Some(r) => Ok(r.clone()),
+                    None => Err(DialError::Other(format!(
+                        "{method} failed: {}",
+                        msg.get("error").cloned().unwrap_or(Value::Null)
+                    ))),
+                };
+            }
+            continue;
+        }
+        handle_editor_frame(editor, host, &text);
+    }
+}
+
+/// The text of a data frame (binary frames are treated as text, as the editors do).
+fn frame_text(frame: Message) -> Option<String> {
+    match frame {
+        Message::Text(t) => Some(t.as_str().to_owned()),
+        Message::Binary(b) => String::from_utf8(b.to_vec()).ok(),
+        _ => None,
+    }
+}
+
+/// The live link: a writer task drains the queue; this loop reads every frame, pings on the
+/// health interval and marks the link unhealthy (then drops it) when pongs stop.
+async fn run_link(
+    editor: &Arc<Editor>,
+    host: &dyn LinkHost,
+    ws: Ws,
+    config: &Config,
+    span: &tracing::Span,
+) -> LinkEnd {
+    let (mut sink, mut stream) = ws.split();
+    let (tx, mut rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
+    *lock(&editor.out) = Some(tx.clone());
+    let writer = tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if sink.feed(m).await.is_err() {
+                return;
+            }
+            while let Ok(m) = rx.try_recv() {
+                if sink.feed(m).await.is_err() {
+                    return;
+                }
+            }
+            if sink.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let interval = Duration::from_millis(config.health.interval_ms);
+    let timeout = Duration::from_millis(config.health.timeout_ms);
+    let drop_after = Duration::from_millis(config.health.drop_after_ms);
+    let mut next_ping = tokio::time::Instant::now() + interval;
+    let mut seq: u64 = 0;
+    let mut outstanding: std::collections::VecDeque<(u64, Instant)> = Default::default();
+    let mut unhealthy_since: Option<Instant> = None;
+    let end = loop {
+        let deadline = match (outstanding.front(), unhealthy_since) {
+            (Some((_, sent)), None) => {
+                next_ping.min(tokio::time::Instant::from_std(*sent + timeout))
+            }
+            _ => next_ping,
+        };
+        tokio::select! {
+            _ = editor.cancel.cancelled() => break LinkEnd::Cancelled,
+            _ = tokio::time::sleep_until(deadline) => {
+                let now = Instant::now();
+                if let (Some((_, sent)), None) = (outstanding.front(), unhealthy_since) {
+                    if now >= *sent + timeout {
+                        unhealthy_since = Some(*sent);
+                        editor.set_state(LinkState::Unhealthy);
+                        let _g = span.enter();
+                        tracing::warn!(timeout_ms = config.health.timeout_ms, "editor unhealthy: no pong");
+                    }
+                }
+                if let Some(since) = unhealthy_since {
+                    if now >= since + drop_after {
+                        break LinkEnd::Closed(format!("no pong for {} ms", drop_after.as_millis()));
+                    }
+                }
+                if tokio::time::Instant::now() >= next_ping {
+                    seq += 1;
+                    if outstanding.len() >= 16 {
+                        outstanding.pop_back();
+                    }
+                    outstanding.push_back((seq, now));
+                    next_ping = tokio::time::Instant::now() + interval;
+                    if tx.try_send(Message::Ping(seq.to_be_bytes().to_vec().into())).is_err() {
+                        tracing::debug!("ping not queued: writer busy");
+                    }
+                }
+            }
+            frame = stream.next() => {
+                let frame = match frame {
+                    None => break LinkEnd::Closed("connection closed".into()),
+                    Some(Err(e)) => break LinkEnd::Closed(e.to_string()),
+                    Some(Ok(f)) => f,
+                };
+                match frame {
+                    Message::Pong(p) => {
+                        let Some(n) = <[u8; 8]>::try_from(p.as_ref()).ok().map(u64::from_be_bytes) else { continue };
+                        if let Some(&(_, sent)) = outstanding.iter().find(|(s, _)| *s == n) {
+                            lock(&editor.link).rtt = Some(sent.elapsed());
+                            outstanding.retain(|(s, _)| *s > n);
+                            if unhealthy_since.take().is_some() {
+                                editor.set_state(LinkState::Ready);
+                                let _g = span.enter();
+                                tracing::info!("editor healthy again");
+                            }
+                        }
+                    }
+                    // tungstenite queued the pong; the next read (right away) flushes it.
+                    Message::Ping(_) => {}
+                    Message::Close(c) => {
+                        break LinkEnd::Closed(format!("closed by editor ({})", c.map(|c| c.code.to_string()).unwrap_or_else(|| "no code".into())));
+                    }
+                    other => {
+                        if let Some(text) = frame_text(other) {
+                            handle_editor_frame(editor, host, &text);
+                        }
+                    }
+                }
+            }
+        }
+    };
+    drop(tx);
+    writer.abort();
+    end
+}
+
+/// Routes one frame from the editor: answers to their owners, notifications to sessions,
+/// editor-initiated requests to one session.
+pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str) {
+    let incoming = match jsonrpc::classify(text) {
+        Ok(i) => i,
+        Err(r) => {
+            tracing::warn!(editor = %editor.id, error = %r.message, "editor sent an invalid message; ignored");
+            return;
+        }
+    };
+    match incoming {
+        Incoming::Response { id, mut msg } => {
+            let Some(p) = id
+                .as_u64()
+                .and_then(|uid| editor.pending.remove(&uid))
+                .map(|(_, p)| p)
+            else {
+                tracing::debug!(editor = %editor.id, %id, "answer to no pending request (late or cancelled)");
+                return;
+            };
+            if let Some(t) = &p.timer {
+                t.abort();
+            }
+            match p.owner {
+                Owner::Session { outbox, id, .. } => {
+                    msg.insert("id".into(), id);
+                    outbox.deliver(Value::Object(msg).to_string());
+                }
+                Owner::Internal(tx) => {
+                    let _ = tx.send(msg);
+                }
+                Owner::Discard => {}
+            }
+        }
+        Incoming::Notification { method, msg } => match method.as_str() {
+            "selection_changed" => {
+                editor
+                    .last_selection_ms
+                    .store(host.now_ms().max(1), Ordering::Relaxed);
+                editor.selection.send_replace(Some(Arc::from(text)));
+            }
+            "request_cancelled" => {
+                let key = msg
+                    .get("params")
+                    .and_then(|p| p.get("id"))
+                    .map(Value::to_string);
+                if let Some((_, d)) = key.and_then(|k| editor.delegated.remove(&k)) {
+                    host.cancel_delegated(editor, &d);
+                }
+            }
+            _ => host.broadcast(editor, text),
+        },
+        Incoming::Request { id, method, msg } => match host.delegate(editor, &id, msg) {
+            Some(d) => {
+                editor.delegated.insert(id.to_string(), d);
+            }
+            None => {
+                tracing::info!(editor = %editor.id, %method, "editor request with no session attached; answered with an error");
+                let _ = editor.send_raw(jsonrpc::error(
+                    &id,
+                    jsonrpc::SERVER_ERROR,
+                    "No agent session is attached to this editor",
+                ));
+            }
+        },
+    }
+}
+
+/// Capped exponential backoff with ±20 % jitter.
+struct Backoff {
+    initial: Duration,
+    max: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    fn new(config: &Config) -> Self {
+        let initial = Duration::from_millis(config.backoff.initial_ms);
+        Backoff {
+            initial,
+            max: Duration::from_millis(config.backoff.max_ms),
+            current: initial,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.current = self.initial;
+    }
+
+    fn next(&mut self) -> Duration {
+        let base = self.current;
+        self.current = (self.current * 2).min(self.max);
+        let mut b = [0u8; 2];
+        let r = getrandom::fill(&mut b)
+            .map(|_| u16::from_le_bytes(b))
+            .unwrap_or(32768);
+        // factor in [0.8, 1.2]
+        let factor = 0.8 + 0.4 * (f64::from(r) / f64::from(u16::MAX));
+        base.mul_f64(factor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_the_cap_with_jitter() {
+        let mut c = Config::default();
+        c.backoff.initial_ms = 100;
+        c.backoff.max_ms = 1000;
+        let mut b = Backoff::new(&c);
+        let delays: Vec<Duration> = (0..8).map(|_| b.next()).collect();
+        assert!(delays[0] >= Duration::from_millis(80) && delays[0] <= Duration::from_millis(120));
+        assert!(delays[3] >= Duration::from_millis(640));
+        for d in &delays {
+            assert!(*d <= Duration::from_millis(1200));
+        }
+        b.reset();
+        assert!(b.next() <= Duration::from_millis(120));
+    }
+}

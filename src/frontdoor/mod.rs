@@ -1,0 +1,4 @@
+//! The ways in. Every door ends in [`crate::session::run`].
+
+pub mod native;
+pub mod socket;

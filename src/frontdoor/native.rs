@@ -1,0 +1,266 @@
+//! The native door: HTTP/1.1 (hyper) on the broker's Unix socket.
+//! `GET /v1/status` answers the status JSON; `GET /v1/session?cwd=…` upgrades to a
+//! WebSocket that speaks MCP JSON-RPC as an editor would, with the broker in between.
+
+use crate::family::Family;
+use crate::registry::Registry;
+use crate::session::{self, Door, Intro};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::UnixListener;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+
+/// Accepts connections until the broker stops. Peers of another uid are refused.
+pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
+    loop {
+        let accepted = tokio::select! {
+            _ = reg.cancel.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                if let Err(why) = super::socket::peer_is_us(&stream) {
+                    tracing::warn!(reason = %why, "refused a connection on the broker socket");
+                    continue;
+                }
+                let reg2 = reg.clone();
+                reg.tracker.spawn(connection(stream, reg2));
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed on the broker socket; retrying in 100 ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn connection(stream: tokio::net::UnixStream, reg: Arc<Registry>) {
+    let cancel = reg.cancel.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        let reg = reg.clone();
+        async move { Ok::<_, Infallible>(route(req, reg)) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades();
+    tokio::select! {
+        r = conn => if let Err(e) = r { tracing::debug!(error = %e, "native connection ended with an error") },
+        _ = cancel.cancelled() => {}
+    }
+}
+
+fn text(status: StatusCode, body: String, content_type: &'static str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    text(
+        status,
+        serde_json::json!({"error": message}).to_string(),
+        "application/json",
+    )
+}
+
+fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>> {
+    if req.headers().contains_key(header::ORIGIN) {
+        tracing::warn!("refused a request carrying an Origin header on the broker socket");
+        return error(
+            StatusCode::FORBIDDEN,
+            "requests with an Origin header are refused",
+        );
+    }
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/v1/status") => {
+            let body =
+                serde_json::to_string_pretty(&crate::control::status(&reg)).unwrap_or_default();
+            text(StatusCode::OK, body, "application/json")
+        }
+        (&Method::GET, "/v1/session") => {
+            let intro = match parse_intro(req.uri().query().unwrap_or("")) {
+                Ok(i) => i,
+                Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+            };
+            let key = match websocket_key(&req) {
+                Ok(k) => k,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let wants_mcp = req
+                .headers()
+                .get(header::SEC_WEBSOCKET_PROTOCOL)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.split(',').any(|p| p.trim() == "mcp"));
+            let on_upgrade = hyper::upgrade::on(&mut req);
+            let config = crate::editor::ws_config(&reg.config());
+            let reg2 = reg.clone();
+            reg.tracker.spawn(async move {
+                match on_upgrade.await {
+                    Ok(up) => {
+                        let ws = WebSocketStream::from_raw_socket(
+                            TokioIo::new(up),
+                            Role::Server,
+                            Some(config),
+                        )
+                        .await;
+                        session::run(reg2, ws, intro).await;
+                    }
+                    Err(e) => tracing::info!(error = %e, "session upgrade failed"),
+                }
+            });
+            let mut r = Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            let h = r.headers_mut();
+            h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+            h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+            if let Ok(v) = HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
+                h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+            }
+            if wants_mcp {
+                h.insert(
+                    header::SEC_WEBSOCKET_PROTOCOL,
+                    HeaderValue::from_static("mcp"),
+                );
+            }
+            r
+        }
+        _ => error(
+            StatusCode::NOT_FOUND,
+            "unknown endpoint; try GET /v1/status or GET /v1/session?cwd=<dir>",
+        ),
+    }
+}
+
+fn websocket_key(req: &Request<Incoming>) -> Result<String, &'static str> {
+    let h = req.headers();
+    let has = |name: header::HeaderName, want: &str| {
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|p| p.trim().eq_ignore_ascii_case(want)))
+    };
+    if !has(header::UPGRADE, "websocket") || !has(header::CONNECTION, "upgrade") {
+        return Err("/v1/session needs a WebSocket upgrade (Upgrade: websocket)");
+    }
+    if h.get(header::SEC_WEBSOCKET_VERSION)
+        .and_then(|v| v.to_str().ok())
+        != Some("13")
+    {
+        return Err("Sec-WebSocket-Version must be 13");
+    }
+    h.get(header::SEC_WEBSOCKET_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from)
+        .ok_or("missing Sec-WebSocket-Key")
+}
+
+/// Parses `cwd` (required, absolute), `session`, `editor` and `dialect` from a query string.
+pub fn parse_intro(query: &str) -> Result<Intro, String> {
+    let mut intro = Intro {
+        door: Door::Native,
+        cwd: String::new(),
+        key: None,
+        editor: None,
+        dialect: Family::Pi,
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = percent_decode(v)
+            .ok_or_else(|| format!("query parameter {k} is not valid percent-encoded UTF-8"))?;
+        match k {
+            "cwd" => intro.cwd = v,
+            "session" if !v.is_empty() => intro.key = Some(v),
+            "editor" if !v.is_empty() => intro.editor = Some(v),
+            "dialect" => {
+                intro.dialect = match v.as_str() {
+                    "pi" => Family::Pi,
+                    "claude" => Family::Claude,
+                    other => return Err(format!("dialect must be pi or claude, not {other:?}")),
+                }
+            }
+            "door" if v == "stdio" => intro.door = Door::Stdio,
+            _ => {}
+        }
+    }
+    if intro.cwd.is_empty() {
+        return Err(
+            "missing query parameter cwd (the session's absolute working directory)".into(),
+        );
+    }
+    if !intro.cwd.starts_with('/') {
+        return Err(format!("cwd must be an absolute path, got {:?}", intro.cwd));
+    }
+    Ok(intro)
+}
+
+/// Decodes `%XX` escapes and `+` (as a space).
+pub fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Encodes a query value (everything but unreserved characters and `/`).
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intro_from_query() {
+        let i = parse_intro("cwd=%2Fhome%2Fu%2Fmy%20proj&session=42&dialect=claude").unwrap();
+        assert_eq!(i.cwd, "/home/u/my proj");
+        assert_eq!(i.key.as_deref(), Some("42"));
+        assert_eq!(i.dialect, Family::Claude);
+        assert!(parse_intro("session=1").unwrap_err().contains("cwd"));
+        assert!(parse_intro("cwd=rel/x").unwrap_err().contains("absolute"));
+        assert!(parse_intro("cwd=/x&dialect=vim").is_err());
+        assert!(parse_intro("cwd=%ZZ").is_err());
+    }
+
+    #[test]
+    fn percent_round_trip() {
+        for s in ["/a b/ç/%/+&=", "", "/plain"] {
+            assert_eq!(percent_decode(&percent_encode(s)).as_deref(), Some(s));
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The broker's Unix socket: a private dir (0700, ours), the socket made 0600 before
+//! `listen`, a leftover socket probed before it is replaced, peer uid checked on accept.
+
+use rustix::fs::{Mode, OFlags};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why the socket could not be set up; every message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// Another daemon answers on the socket.
+    #[error("already running (pid {pid}) on {path}; stop it first, or use `pi-ide-broker status`")]
+    AlreadyRunning {
+        /// Its pid (0 if unknown).
+        pid: u32,
+        /// The socket.
+        path: PathBuf,
+    },
+    /// The dir is not safe.
+    #[error("{0}")]
+    Unsafe(String),
+    /// An OS error, with what we were doing.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What we were doing.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SocketError + 'a {
+    move |source| SocketError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Creates (0700) or checks the socket's parent dir: it must be ours and not writable by others.
+pub fn secure_dir(dir: &Path) -> Result<(), SocketError> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io("cannot create socket dir", dir))?;
+            // `recursive` applies the mode to the last component only through umask; force it.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(io("cannot chmod socket dir", dir))?;
+            Ok(())
+        }
+        Err(e) => Err(io("cannot stat socket dir", dir)(e)),
+        Ok(meta) => {
+            let me = rustix::process::getuid().as_raw();
+            if !meta.is_dir() {
+                return Err(SocketError::Unsafe(format!(
+                    "socket dir {} is not a directory; remove it or set another socket path",
+                    dir.display()
+                )));
+            }
+            if meta.uid() != me {
+                return Err(SocketError::Unsafe(format!(
+                    "socket dir {} belongs to uid {}, not to you (uid {me}); remove it or set another socket path",
+                    dir.display(),
+                    meta.uid()
+                )));
+            }
+            let mode = meta.mode() & 0o777;
+            if mode & 0o022 != 0 {
+                return Err(SocketError::Unsafe(format!(
+                    "socket dir {} is writable by others (mode {mode:04o}); run chmod 700 {}",
+                    dir.display(),
+                    dir.display()
+                )));
+            }
+            if mode != 0o700 {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(io("cannot chmod socket dir", dir))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Binds the socket: the dir secured, a leftover probed (a live daemon means "already
+/// running"), mode 0600 set between `bind` and `listen`.
+pub async fn bind(path: &Path) -> Result<tokio::net::UnixListener, SocketError> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    secure_dir(dir)?;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(SocketError::Unsafe(format!(
+                "{} exists and is not a socket; remove it or set another socket path",
+                path.display()
+            )));
+        }
+        match tokio::net::UnixStream::connect(path).await {
+            Ok(s) => {
+                let pid = s
+                    .peer_cred()
+                    .ok()
+                    .and_then(|c| c.pid())
+                    .and_then(|p| u32::try_from(p).ok())
+                    .unwrap_or(0);
+                return Err(SocketError::AlreadyRunning {
+                    pid,
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(_) => {
+                tracing::info!(socket = %path.display(), "replacing a stale socket left by a previous run");
+                std::fs::remove_file(path).map_err(io("cannot remove stale socket", path))?;
+            }
+        }
+    }
+    let fd = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+        None,
+    )
+    .map_err(|e| io("cannot create socket", path)(e.into()))?;
+    let addr = rustix::net::SocketAddrUnix::new(path)
+        .map_err(|e| io("socket path too long", path)(e.into()))?;
+    rustix::net::bind(&fd, &addr).map_err(|e| io("cannot bind", path)(e.into()))?;
+    rustix::fs::chmod(path, Mode::from_raw_mode(0o600))
+        .map_err(|e| io("cannot chmod socket", path)(e.into()))?;
+    rustix::net::listen(&fd, 1024).map_err(|e| io("cannot listen on", path)(e.into()))?;
+    let std_listener = std::os::unix::net::UnixListener::from(fd);
+    tokio::net::UnixListener::from_std(std_listener).map_err(io("cannot register socket", path))
+}
+
+/// Takes a listener passed by systemd socket activation (`LISTEN_FDS`/`LISTEN_PID`), if any.
+/// Only the first call can take it.
+pub fn inherited() -> Option<tokio::net::UnixListener> {
+    static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
+    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
+    if pid != std::process::id() || fds < 1 || TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        return None;
+    }
+    let fd = take_fd3();
+    let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
+    let fl = rustix::fs::fcntl_getfl(&fd).ok()?;
+    rustix::fs::fcntl_setfl(&fd, fl | OFlags::NONBLOCK).ok()?;
+    let std_listener = std::os::unix::net::UnixListener::from(fd);
+    tokio::net::UnixListener::from_std(std_listener).ok()
+}
+
+#[allow(unsafe_code)]
+fn take_fd3() -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: with LISTEN_PID == our pid and LISTEN_FDS >= 1, the service manager passed us
+    // a listening socket at fd 3 (SD_LISTEN_FDS_START); nothing else in this process owns it,
+    // and the TAKEN flag in `inherited` makes sure it is taken once.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(3) }
+}
+
+/// True if the connecting peer runs as our uid.
+pub fn peer_is_us(stream: &tokio::net::UnixStream) -> Result<(), String> {
+    let me = rustix::process::getuid().as_raw();
+    match stream.peer_cred() {
+        Ok(c) if c.uid() == me => Ok(()),
+        Ok(c) => Err(format!("peer uid {} is not ours ({me})", c.uid())),
+        Err(e) => Err(format!("cannot read peer credentials: {e}")),
+    }
+}

@@ -1,0 +1,274 @@
+//! The JSON-RPC 2.0 layer: classifying what a peer sent and building what we send back.
+//! Ids are kept as `serde_json::Value` so they go back with their exact JSON type and value.
+
+use serde_json::{json, Map, Value};
+
+/// Invalid JSON was received.
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON is not a valid request object.
+pub const INVALID_REQUEST: i64 = -32600;
+/// The method does not exist.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid method parameters.
+pub const INVALID_PARAMS: i64 = -32602;
+/// Generic server-side failure (the editors use it for tool failures).
+pub const SERVER_ERROR: i64 = -32000;
+/// No editor is attached to the session, or the attached one is unreachable.
+pub const NO_EDITOR: i64 = -32001;
+/// A short tool did not answer in time.
+pub const TIMEOUT: i64 = -32002;
+/// The broker is overloaded for this peer (queue full).
+pub const BUSY: i64 = -32003;
+
+/// One well-formed message, classified.
+#[derive(Debug)]
+pub enum Incoming {
+    /// `{id, method}`: wants an answer.
+    Request {
+        /// The peer's id, exactly as sent.
+        id: Value,
+        /// The method name.
+        method: String,
+        /// The whole message.
+        msg: Map<String, Value>,
+    },
+    /// `{method}` without an id.
+    Notification {
+        /// The method name.
+        method: String,
+        /// The whole message.
+        msg: Map<String, Value>,
+    },
+    /// `{id, result}` or `{id, error}`: an answer to a request the peer was sent.
+    Response {
+        /// The id it answers.
+        id: Value,
+        /// The whole message.
+        msg: Map<String, Value>,
+    },
+}
+
+/// A message that cannot be handled, with the error owed to the peer.
+#[derive(Debug, PartialEq)]
+pub struct Rejection {
+    /// The id to answer with (`null` when unknown).
+    pub id: Value,
+    /// The JSON-RPC error code.
+    pub code: i64,
+    /// What was wrong.
+    pub message: String,
+}
+
+/// Parses and classifies one frame's text.
+pub fn classify(text: &str) -> Result<Incoming, Rejection> {
+    let value: Value = serde_json::from_str(text).map_err(|e| Rejection {
+        id: Value::Null,
+        code: PARSE_ERROR,
+        message: format!("Parse error: {e}"),
+    })?;
+    classify_value(value)
+}
+
+/// Classifies an already parsed message.
+pub fn classify_value(value: Value) -> Result<Incoming, Rejection> {
+    let mut msg = match value {
+        Value::Object(m) => m,
+        Value::Array(_) => {
+            return Err(invalid(
+                Value::Null,
+                "Invalid Request: batches are not supported",
+            ))
+        }
+        _ => {
+            return Err(invalid(
+                Value::Null,
+                "Invalid Request: not a JSON-RPC object",
+            ))
+        }
+    };
+    let id = msg.get("id").cloned();
+    if let Some(id) = &id {
+        if !matches!(id, Value::String(_) | Value::Number(_) | Value::Null) {
+            return Err(invalid(
+                Value::Null,
+                "Invalid Request: id must be a string, number or null",
+            ));
+        }
+    }
+    if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid(
+            id.unwrap_or(Value::Null),
+            "Invalid Request: jsonrpc must be \"2.0\"",
+        ));
+    }
+    match (msg.get("method"), id) {
+        (Some(Value::String(m)), Some(id)) => {
+            let method = m.clone();
+            check_params(&msg, &id)?;
+            Ok(Incoming::Request { id, method, msg })
+        }
+        (Some(Value::String(m)), None) => {
+            let method = m.clone();
+            check_params(&msg, &Value::Null)?;
+            Ok(Incoming::Notification { method, msg })
+        }
+        (Some(_), id) => Err(invalid(
+            id.unwrap_or(Value::Null),
+            "Invalid Request: method must be a string",
+        )),
+        (None, Some(id)) if msg.contains_key("result") || msg.contains_key("error") => {
+            msg.remove("jsonrpc");
+            msg.insert("jsonrpc".into(), "2.0".into());
+            Ok(Incoming::Response { id, msg })
+        }
+        (None, id) => Err(invalid(
+            id.unwrap_or(Value::Null),
+            "Invalid Request: no method, result or error",
+        )),
+    }
+}
+
+fn check_params(msg: &Map<String, Value>, id: &Value) -> Result<(), Rejection> {
+    match msg.get("params") {
+        None | Some(Value::Object(_)) | Some(Value::Array(_)) => Ok(()),
+        Some(_) => Err(invalid(
+            id.clone(),
+            "Invalid Request: params must be an object or array",
+        )),
+    }
+}
+
+fn invalid(id: Value, message: &str) -> Rejection {
+    Rejection {
+        id,
+        code: INVALID_REQUEST,
+        message: message.into(),
+    }
+}
+
+/// `{"jsonrpc":"2.0","id":id,"result":result}` as text.
+pub fn result(id: &Value, result: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+}
+
+/// `{"jsonrpc":"2.0","id":id,"error":{code,message}}` as text.
+pub fn error(id: &Value, code: i64, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+/// The error answer for a [`Rejection`].
+pub fn rejection(r: &Rejection) -> String {
+    error(&r.id, r.code, &r.message)
+}
+
+/// A notification as text.
+pub fn notification(method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string()
+}
+
+/// A request as text.
+pub fn request(id: &Value, method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// The `openDiff` result an agent reads as "the user rejected it": `[DIFF_REJECTED, tab_name]`.
+/// The broker answers this (never an error, never `FILE_SAVED`) when it cannot deliver the
+/// editor's real answer, since pi applies an edit unreviewed when `openDiff` errors.
+pub fn diff_rejected(tab_name: &str) -> Value {
+    json!({"content": [
+        {"type": "text", "text": "DIFF_REJECTED"},
+        {"type": "text", "text": tab_name},
+    ]})
+}
+
+/// `params.name` of a `tools/call`, if any.
+pub fn tool_name(msg: &Map<String, Value>) -> Option<&str> {
+    msg.get("params")?.get("name")?.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn classifies() {
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":1,"method":"x"}"#),
+            Ok(Incoming::Request { .. })
+        ));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","method":"x"}"#),
+            Ok(Incoming::Notification { .. })
+        ));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
+            Ok(Incoming::Response { .. })
+        ));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#),
+            Ok(Incoming::Request {
+                id: Value::Null,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn rejects_garbage_with_the_right_code() {
+        let cases = [
+            ("{", PARSE_ERROR, Value::Null),
+            ("[]", INVALID_REQUEST, Value::Null),
+            (
+                "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"}]",
+                INVALID_REQUEST,
+                Value::Null,
+            ),
+            ("42", INVALID_REQUEST, Value::Null),
+            (r#"{"id":1,"method":"x"}"#, INVALID_REQUEST, json!(1)),
+            (
+                r#"{"jsonrpc":"2.0","id":{"a":1},"method":"x"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":[1],"method":"x"}"#,
+                INVALID_REQUEST,
+                Value::Null,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":7}"#,
+                INVALID_REQUEST,
+                json!(3),
+            ),
+            (r#"{"jsonrpc":"2.0","id":3}"#, INVALID_REQUEST, json!(3)),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":"x","params":5}"#,
+                INVALID_REQUEST,
+                json!(3),
+            ),
+        ];
+        for (text, code, id) in cases {
+            let r = classify(text).unwrap_err();
+            assert_eq!((r.code, &r.id), (code, &id), "{text}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_text(s in ".{0,200}") {
+            let _ = classify(&s);
+        }
+
+        #[test]
+        fn request_ids_survive_exactly(n in any::<i64>(), s in "[ -~]{0,40}", f in -1e12f64..1e12) {
+            for id in [json!(n), json!(s.clone()), json!(f), Value::Null] {
+                let text = request(&id, "m", json!({}));
+                match classify(&text) {
+                    Ok(Incoming::Request { id: got, .. }) => prop_assert_eq!(got, id),
+                    other => prop_assert!(false, "{:?}", other),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! pi-ide-broker: one user-level daemon between AI coding-agent sessions and the editors
+//! that speak the pi-ide / Claude Code editor protocol. See `ARCHITECTURE.md`.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod editor;
+pub mod family;
+pub mod frontdoor;
+pub mod jsonrpc;
+pub mod lockdir;
+pub mod lockfile;
+pub mod logging;
+pub mod registry;
+pub mod router;
+pub mod secret;
+pub mod session;
+pub mod state;
+
+pub use config::Config;
+pub use daemon::{serve, Ready};

@@ -1,0 +1,289 @@
+//! Watches every configured lock dir with `notify` and turns file-system events into
+//! `Upsert` / `Vanished` events for the registry. A dir that does not exist yet is watched
+//! through its nearest existing ancestor and picked up when it appears. Never deletes a file.
+
+use crate::config::LockDirConfig;
+use crate::lockfile::{self, Lockfile, LockfileError};
+use notify::event::{AccessKind, AccessMode, EventKind};
+use notify::{RecursiveMode, Watcher as _};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// What the registry hears about lockfiles.
+#[derive(Debug)]
+pub enum LockEvent {
+    /// A valid lockfile appeared, or an existing one changed content.
+    Upsert(Lockfile),
+    /// A lockfile that was valid is gone (deleted, or no longer valid).
+    Vanished(PathBuf),
+}
+
+/// Commands to a running watcher.
+#[derive(Debug)]
+pub enum LockDirCommand {
+    /// Replace the set of watched dirs (config reload); answers once the new dirs are scanned.
+    SetDirs(Vec<LockDirConfig>, oneshot::Sender<()>),
+}
+
+/// Spawns the watcher task. `ready` fires once every dir has been listed for the first time.
+pub fn spawn(
+    dirs: Vec<LockDirConfig>,
+    events: mpsc::UnboundedSender<LockEvent>,
+    commands: mpsc::UnboundedReceiver<LockDirCommand>,
+    rescan_interval: Duration,
+    ready: oneshot::Sender<()>,
+    cancel: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, notify::Error> {
+    let (fs_tx, fs_rx) = mpsc::unbounded_channel();
+    let watcher = notify::recommended_watcher(move |res| {
+        let _ = fs_tx.send(res);
+    })?;
+    let mut w = LockDirWatcher {
+        dirs,
+        watcher,
+        watched: HashSet::new(),
+        known: HashMap::new(),
+        rejected: HashMap::new(),
+        events,
+    };
+    Ok(tokio::spawn(async move {
+        w.run(fs_rx, commands, rescan_interval, ready, cancel).await
+    }))
+}
+
+struct LockDirWatcher {
+    /// The dirs we are asked to watch.
+    dirs: Vec<LockDirConfig>,
+    /// The OS watcher (inotify / FSEvents).
+    watcher: notify::RecommendedWatcher,
+    /// Paths currently registered with the OS watcher: each dir, or its nearest existing ancestor.
+    watched: HashSet<PathBuf>,
+    /// Lockfiles reported as valid, so a repeat event reports nothing and a removal is noticed.
+    known: HashMap<PathBuf, Lockfile>,
+    /// The last rejection reason per file, so a bad file is logged once, not on every event.
+    rejected: HashMap<PathBuf, String>,
+    /// Where events go.
+    events: mpsc::UnboundedSender<LockEvent>,
+}
+
+impl LockDirWatcher {
+    async fn run(
+        &mut self,
+        mut fs_rx: mpsc::UnboundedReceiver<notify::Result<notify::Event>>,
+        mut commands: mpsc::UnboundedReceiver<LockDirCommand>,
+        rescan_interval: Duration,
+        ready: oneshot::Sender<()>,
+        cancel: CancellationToken,
+    ) {
+        self.refresh_watches();
+        self.rescan_all();
+        let _ = ready.send(());
+        let mut rescan = tokio::time::interval(rescan_interval);
+        rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        rescan.tick().await;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = rescan.tick() => {
+                    self.refresh_watches();
+                    self.rescan_all();
+                }
+                Some(cmd) = commands.recv() => match cmd {
+                    LockDirCommand::SetDirs(dirs, done) => {
+                        self.set_dirs(dirs);
+                        let _ = done.send(());
+                    }
+                },
+                Some(res) = fs_rx.recv() => {
+                    self.on_fs_event(res);
+                    // Drain what is queued already so a burst is handled in one pass.
+                    while let Ok(res) = fs_rx.try_recv() {
+                        self.on_fs_event(res);
+                    }
+                }
+            }
+        }
+    }
+
+    fn set_dirs(&mut self, dirs: Vec<LockDirConfig>) {
+        for old in self.dirs.clone() {
+            if !dirs.contains(&old) {
+                tracing::info!(dir = %old.path.display(), "no longer watching lock dir");
+                self.forget_dir(&old.path);
+            }
+        }
+        self.dirs = dirs;
+        self.refresh_watches();
+        self.rescan_all();
+    }
+
+    fn on_fs_event(&mut self, res: notify::Result<notify::Event>) {
+        let event = match res {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "lock dir watch error; listing every dir again");
+                self.refresh_watches();
+                self.rescan_all();
+                return;
+            }
+        };
+        if matches!(
+            event.kind,
+            EventKind::Access(AccessKind::Open(_))
+                | EventKind::Access(AccessKind::Close(AccessMode::Read))
+        ) {
+            return;
+        }
+        if event.need_rescan() {
+            self.refresh_watches();
+            self.rescan_all();
+            return;
+        }
+        let mut dirs_to_rescan = Vec::new();
+        for path in &event.paths {
+            if let Some(cfg) = self.dir_of_file(path) {
+                self.check_file(path, &cfg);
+            } else if self
+                .dirs
+                .iter()
+                .any(|d| d.path.starts_with(path) || path == &d.path)
+            {
+                // The dir itself, or an ancestor of a dir not created yet, changed.
+                dirs_to_rescan.push(path.clone());
+            }
+        }
+        if !dirs_to_rescan.is_empty() {
+            self.refresh_watches();
+            self.rescan_all();
+        }
+    }
+
+    fn dir_of_file(&self, path: &Path) -> Option<LockDirConfig> {
+        let parent = path.parent()?;
+        self.dirs.iter().find(|d| d.path == parent).cloned()
+    }
+
+    /// Registers with the OS each dir that exists, or else its nearest existing ancestor.
+    fn refresh_watches(&mut self) {
+        let wanted: HashSet<PathBuf> = self
+            .dirs
+            .iter()
+            .filter_map(|d| nearest_existing(&d.path))
+            .collect();
+        for stale in self
+            .watched
+            .difference(&wanted)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            let _ = self.watcher.unwatch(&stale);
+            self.watched.remove(&stale);
+        }
+        for path in wanted {
+            if self.watched.contains(&path) {
+                continue;
+            }
+            match self.watcher.watch(&path, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    if self.dirs.iter().any(|d| d.path == path) {
+                        tracing::info!(dir = %path.display(), "watching lock dir");
+                    } else {
+                        tracing::debug!(ancestor = %path.display(), "lock dir missing; watching its ancestor");
+                    }
+                    self.watched.insert(path);
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %path.display(), error = %e, "cannot watch; relying on periodic rescans")
+                }
+            }
+        }
+    }
+
+    fn rescan_all(&mut self) {
+        for cfg in self.dirs.clone() {
+            self.rescan(&cfg);
+        }
+    }
+
+    /// Lists one dir again: every lockfile in it is checked, and known files not there vanish.
+    fn rescan(&mut self, cfg: &LockDirConfig) {
+        let mut present = HashSet::new();
+        match std::fs::read_dir(&cfg.path) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    present.insert(path.clone());
+                    self.check_file(&path, cfg);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(dir = %cfg.path.display(), error = %e, "cannot list lock dir"),
+        }
+        let gone: Vec<PathBuf> = self
+            .known
+            .keys()
+            .filter(|p| p.parent() == Some(cfg.path.as_path()) && !present.contains(*p))
+            .cloned()
+            .collect();
+        for p in gone {
+            self.vanish(&p);
+        }
+        self.rejected
+            .retain(|p, _| p.parent() != Some(cfg.path.as_path()) || present.contains(p));
+    }
+
+    fn forget_dir(&mut self, dir: &Path) {
+        let gone: Vec<PathBuf> = self
+            .known
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .cloned()
+            .collect();
+        for p in gone {
+            self.vanish(&p);
+        }
+        self.rejected.retain(|p, _| p.parent() != Some(dir));
+    }
+
+    fn check_file(&mut self, path: &Path, cfg: &LockDirConfig) {
+        match lockfile::read(path, cfg.family) {
+            Ok(lock) => {
+                self.rejected.remove(path);
+                if self.known.get(path) != Some(&lock) {
+                    self.known.insert(path.to_path_buf(), lock.clone());
+                    let _ = self.events.send(LockEvent::Upsert(lock));
+                }
+            }
+            Err(LockfileError::NotALockfile) => {}
+            Err(LockfileError::Gone) => {
+                self.rejected.remove(path);
+                self.vanish(path);
+            }
+            Err(e) if e.is_transient() => {
+                tracing::debug!(file = %path.display(), reason = %e, "lockfile not ready yet");
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                if self.rejected.get(path) != Some(&reason) {
+                    tracing::warn!(file = %path.display(), reason = %reason, "ignoring lockfile");
+                    self.rejected.insert(path.to_path_buf(), reason);
+                }
+                self.vanish(path);
+            }
+        }
+    }
+
+    fn vanish(&mut self, path: &Path) {
+        if self.known.remove(path).is_some() {
+            let _ = self.events.send(LockEvent::Vanished(path.to_path_buf()));
+        }
+    }
+}
+
+/// `path` if it is a directory, else its nearest ancestor that is.
+fn nearest_existing(path: &Path) -> Option<PathBuf> {
+    path.ancestors().find(|p| p.is_dir()).map(Path::to_path_buf)
+}

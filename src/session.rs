@@ -1,0 +1,419 @@
+//! One connected agent session, whatever door it came through: id rewriting both ways,
+//! the diffs and editor requests it owns, selection replay, notification fan-in.
+
+use crate::editor::{lock, Editor, Owner, Pending};
+use crate::family::Family;
+use crate::jsonrpc::{self, Incoming};
+use crate::registry::Registry;
+use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
+
+/// How many frames may wait for a session that is not reading before it is dropped.
+pub const OUTBOX_FRAMES: usize = 1024;
+
+/// Which front door a session came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Door {
+    /// The broker's Unix socket (`/v1/session`).
+    Native,
+    /// A virtual lockfile's loopback listener (unmodified pi-ide).
+    Compat,
+    /// `pi-ide-broker mcp` (which itself dials the native socket).
+    Stdio,
+}
+
+/// How a session introduces itself.
+#[derive(Clone, Debug)]
+pub struct Intro {
+    /// The door.
+    pub door: Door,
+    /// Its working directory, as given.
+    pub cwd: String,
+    /// Stable key across pi's `/new`, `/resume`, `/reload` (and broker restarts).
+    pub key: Option<String>,
+    /// An explicit editor choice.
+    pub editor: Option<String>,
+    /// The dialect the client speaks.
+    pub dialect: Family,
+}
+
+/// Frames for one session. Senders never block: a session whose queue is full is dropped,
+/// so a client that stops reading cannot slow an editor or other sessions.
+#[derive(Clone)]
+pub struct Outbox {
+    /// The session id, for log lines.
+    id: u64,
+    /// The queue the session task drains.
+    tx: mpsc::Sender<String>,
+    /// Cancelled to drop the session.
+    kill: CancellationToken,
+}
+
+impl Outbox {
+    /// Queues a frame; returns false if the session is gone or was just dropped as hopeless.
+    pub fn deliver(&self, text: String) -> bool {
+        match self.tx.try_send(text) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                if !self.kill.is_cancelled() {
+                    tracing::warn!(
+                        session = self.id,
+                        queued = OUTBOX_FRAMES,
+                        "session is not reading its socket; dropping it"
+                    );
+                    self.kill.cancel();
+                }
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+/// Attachment changes, told to the session task (which resubscribes and tells its client).
+#[derive(Debug)]
+pub enum Control {
+    /// Now attached to this editor.
+    Attached(String),
+    /// No longer attached, and why.
+    Detached(String),
+    /// The editor with the same id was replaced by its successor: resubscribe quietly.
+    Rebind,
+}
+
+/// A live session as the registry sees it.
+pub struct Session {
+    /// Broker-assigned id.
+    pub id: u64,
+    /// How it came in.
+    pub door: Door,
+    /// The cwd as given.
+    pub cwd_raw: String,
+    /// The cwd normalised for routing.
+    pub cwd: PathBuf,
+    /// Sticky key, if any.
+    pub key: Option<String>,
+    /// The dialect it speaks.
+    pub dialect: Family,
+    /// When it connected.
+    pub since: SystemTime,
+    /// The attached editor id.
+    pub editor: Mutex<Option<String>>,
+    /// True after `broker/detach`: do not auto-attach again.
+    pub detached_by_client: AtomicBool,
+    /// Last time it sent its editor a request or attached, ms since broker start.
+    pub last_active_ms: AtomicU64,
+    /// Its frame queue.
+    pub outbox: Outbox,
+    /// Attachment changes for its task.
+    pub control: mpsc::UnboundedSender<Control>,
+    /// Editor-initiated requests it must answer: our id for it → (editor id, editor's id).
+    pub delegated: Mutex<HashMap<String, (String, Value)>>,
+    /// Mints ids for delegated requests.
+    next_delegated: AtomicU64,
+}
+
+impl Session {
+    /// The attached editor id.
+    pub fn editor_id(&self) -> Option<String> {
+        lock(&self.editor).clone()
+    }
+
+    /// Records activity for "most recently active session on this editor".
+    pub fn touch(&self, now_ms: u64) {
+        self.last_active_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// A fresh id for an editor-initiated request delivered to this session.
+    pub fn mint_delegated_id(&self) -> String {
+        format!(
+            "broker-{}",
+            self.next_delegated.fetch_add(1, Ordering::Relaxed) + 1
+        )
+    }
+}
+
+/// Runs a session on an upgraded WebSocket until either side closes or the broker stops.
+pub async fn run<S>(reg: Arc<Registry>, ws: WebSocketStream<S>, intro: Intro)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let id = reg.next_session_id();
+    let kill = reg.cancel.child_token();
+    let (tx, mut out_rx) = mpsc::channel(OUTBOX_FRAMES);
+    let (control, mut ctl_rx) = mpsc::unbounded_channel();
+    let session = Arc::new(Session {
+        id,
+        door: intro.door,
+        cwd: crate::router::normalize(std::path::Path::new(&intro.cwd)),
+        cwd_raw: intro.cwd.clone(),
+        key: intro.key.clone(),
+        dialect: intro.dialect,
+        since: SystemTime::now(),
+        editor: Mutex::new(None),
+        detached_by_client: AtomicBool::new(false),
+        last_active_ms: AtomicU64::new(reg.now_ms()),
+        outbox: Outbox {
+            id,
+            tx,
+            kill: kill.clone(),
+        },
+        control,
+        delegated: Mutex::new(HashMap::new()),
+        next_delegated: AtomicU64::new(0),
+    });
+    let span = tracing::info_span!("session", id, door = ?intro.door);
+    {
+        let _g = span.enter();
+        tracing::info!(cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
+    }
+    reg.sessions.insert(id, session.clone());
+    reg.place_new_session(&session, intro.editor.as_deref());
+
+    let (mut sink, mut stream) = ws.split();
+    let mut selection: Option<watch::Receiver<Option<Arc<str>>>> = None;
+    let reason = loop {
+        tokio::select! {
+            biased;
+            _ = kill.cancelled() => break "dropped",
+            Some(c) = ctl_rx.recv() => {
+                let note = match c {
+                    Control::Attached(e) => {
+                        selection = subscribe(&reg, &e);
+                        Some(jsonrpc::notification("broker/attached", json!({"editor": e})))
+                    }
+                    Control::Detached(r) => {
+                        selection = None;
+                        Some(jsonrpc::notification("broker/detached", json!({"reason": r})))
+                    }
+                    Control::Rebind => {
+                        selection = session.editor_id().and_then(|e| subscribe(&reg, &e));
+                        None
+                    }
+                };
+                if let Some(n) = note {
+                    if sink.send(Message::text(n)).await.is_err() { break "write failed" }
+                }
+            }
+            Some(text) = out_rx.recv() => {
+                if sink.feed(Message::text(text)).await.is_err() { break "write failed" }
+                let mut ok = true;
+                while let Ok(more) = out_rx.try_recv() {
+                    if sink.feed(Message::text(more)).await.is_err() { ok = false; break }
+                }
+                if !ok || sink.flush().await.is_err() { break "write failed" }
+            }
+            changed = selection_changed(&mut selection) => {
+                match changed {
+                    Some(text) => {
+                        if sink.send(Message::text(text.to_string())).await.is_err() { break "write failed" }
+                    }
+                    None => selection = session.editor_id().and_then(|e| subscribe(&reg, &e)),
+                }
+            }
+            frame = stream.next() => {
+                match frame {
+                    None => break "closed by client",
+                    Some(Err(e)) => {
+                        let _g = span.enter();
+                        tracing::info!(error = %e, "session connection error");
+                        break "connection error";
+                    }
+                    Some(Ok(Message::Text(t))) => on_client_text(&reg, &session, t.as_str()),
+                    Some(Ok(Message::Binary(b))) => match std::str::from_utf8(&b) {
+                        Ok(t) => on_client_text(&reg, &session, t),
+                        Err(_) => { session.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8")); }
+                    },
+                    Some(Ok(Message::Close(_))) => break "closed by client",
+                    Some(Ok(_)) => {}
+                }
+            }
+        }
+    };
+    let _ = sink.close().await;
+    reg.end_session(&session);
+    let _g = span.enter();
+    tracing::info!(reason, "session closed");
+}
+
+/// A receiver of the editor's selection, marked changed so the current one is replayed.
+fn subscribe(reg: &Registry, editor: &str) -> Option<watch::Receiver<Option<Arc<str>>>> {
+    let e = reg.editors.get(editor)?;
+    let mut rx = e.selection.subscribe();
+    if rx.borrow().is_some() {
+        rx.mark_changed();
+    }
+    Some(rx)
+}
+
+/// The next selection frame, or `None` when the editor's handle is gone (resubscribe).
+async fn selection_changed(rx: &mut Option<watch::Receiver<Option<Arc<str>>>>) -> Option<Arc<str>> {
+    match rx {
+        None => std::future::pending().await,
+        Some(r) => loop {
+            if r.changed().await.is_err() {
+                return None;
+            }
+            if let Some(t) = r.borrow_and_update().clone() {
+                return Some(t);
+            }
+        },
+    }
+}
+
+fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) {
+    match jsonrpc::classify(text) {
+        Err(r) => {
+            tracing::info!(session = s.id, error = %r.message, "invalid message from session");
+            s.outbox.deliver(jsonrpc::rejection(&r));
+        }
+        Ok(Incoming::Request { id, method, msg }) => on_request(reg, s, id, method, msg),
+        Ok(Incoming::Notification { method, msg }) => {
+            if method == "notifications/initialized" {
+                return;
+            }
+            if let Some(e) = current_editor(reg, s) {
+                let _ = e.send_raw(Value::Object(msg).to_string());
+            }
+        }
+        Ok(Incoming::Response { id, msg }) => reg.answer_delegated(s, id, msg),
+    }
+}
+
+fn current_editor(reg: &Registry, s: &Session) -> Option<Arc<Editor>> {
+    let id = s.editor_id()?;
+    reg.editors.get(&id).map(|e| e.clone())
+}
+
+fn on_request(
+    reg: &Arc<Registry>,
+    s: &Arc<Session>,
+    id: Value,
+    method: String,
+    msg: Map<String, Value>,
+) {
+    let reply = |text: String| {
+        s.outbox.deliver(text);
+    };
+    let params = msg.get("params").cloned().unwrap_or(Value::Null);
+    match method.as_str() {
+        "initialize" => {
+            let cached = current_editor(reg, s).and_then(|e| e.link_info().initialize);
+            let result = cached.unwrap_or_else(|| {
+                json!({
+                    "protocolVersion": params.get("protocolVersion").cloned().unwrap_or(json!(crate::editor::PROTOCOL_VERSION)),
+                    "capabilities": {"tools": {"listChanged": true}},
+                    "serverInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
+                })
+            });
+            reply(jsonrpc::result(&id, result));
+        }
+        "tools/list" => {
+            let tools = current_editor(reg, s).and_then(|e| e.link_info().tools);
+            reply(jsonrpc::result(
+                &id,
+                tools.unwrap_or_else(|| json!({"tools": []})),
+            ));
+        }
+        "ping" => reply(jsonrpc::result(&id, json!({}))),
+        "broker/editors" => reply(jsonrpc::result(&id, reg.editors_for(s))),
+        "broker/attach" => {
+            let Some(want) = params.get("editor").and_then(Value::as_str) else {
+                return reply(jsonrpc::error(
+                    &id,
+                    jsonrpc::INVALID_PARAMS,
+                    "broker/attach needs params {\"editor\": \"<id>\"}; see broker/editors",
+                ));
+            };
+            match reg.attach_explicit(s, want) {
+                Ok(()) => reply(jsonrpc::result(&id, json!({"editor": want}))),
+                Err(e) => reply(jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &e)),
+            }
+        }
+        "broker/detach" => {
+            reg.detach(s, "detached by client", true);
+            reply(jsonrpc::result(&id, json!({})));
+        }
+        _ => forward(reg, s, id, method, msg),
+    }
+}
+
+fn forward(
+    reg: &Arc<Registry>,
+    s: &Arc<Session>,
+    id: Value,
+    method: String,
+    msg: Map<String, Value>,
+) {
+    let Some(editor) = current_editor(reg, s) else {
+        let why = reg.unattached_reason(s);
+        s.outbox
+            .deliver(jsonrpc::error(&id, jsonrpc::NO_EDITOR, &why));
+        return;
+    };
+    s.touch(reg.now_ms());
+    let tool = jsonrpc::tool_name(&msg).map(String::from);
+    let is_diff = tool.as_deref() == Some("openDiff");
+    let tab_name = is_diff.then(|| {
+        msg.get("params")
+            .and_then(|p| p.get("arguments"))
+            .and_then(|a| a.get("tab_name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    });
+    let label = tool.clone().unwrap_or_else(|| method.clone());
+    let pending = Pending {
+        owner: Owner::Session {
+            session: s.id,
+            outbox: s.outbox.clone(),
+            id: id.clone(),
+        },
+        method,
+        tool,
+        tab_name,
+        started: Instant::now(),
+        timer: None,
+    };
+    match editor.send_request(msg, pending) {
+        Ok(uid) if !is_diff => {
+            let ms = reg.config().timeouts.short_tool_ms;
+            let e = editor.clone();
+            let timer = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                if let Some((_, p)) = e.pending.remove(&uid) {
+                    tracing::warn!(editor = %e.id, call = %label, timeout_ms = ms, "editor did not answer in time");
+                    if let Owner::Session { outbox, id, .. } = p.owner {
+                        outbox.deliver(jsonrpc::error(
+                            &id,
+                            jsonrpc::TIMEOUT,
+                            &format!("editor {} did not answer {label} within {ms} ms", e.id),
+                        ));
+                    }
+                }
+            });
+            if let Some(mut p) = editor.pending.get_mut(&uid) {
+                p.timer = Some(timer.abort_handle());
+            } else {
+                timer.abort();
+            }
+        }
+        Ok(_) => {}
+        Err(e) => {
+            s.outbox
+                .deliver(jsonrpc::error(&id, jsonrpc::NO_EDITOR, &e.to_string()));
+        }
+    }
+}

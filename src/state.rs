@@ -1,0 +1,212 @@
+//! What must survive a broker restart: sticky targets. One JSON file, written atomically
+//! (temp file + fsync + rename + fsync of the dir) by a saver task that coalesces changes.
+
+use crate::editor::lock;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::Notify;
+
+/// A session key's remembered editor.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Sticky {
+    /// The editor id.
+    pub editor: String,
+    /// Unix seconds when it was set.
+    pub since: u64,
+}
+
+/// The file's content.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct State {
+    /// Format version.
+    #[serde(default)]
+    pub version: u32,
+    /// Sticky targets by session key.
+    #[serde(default)]
+    pub sticky: BTreeMap<String, Sticky>,
+}
+
+/// The state file and its in-memory copy.
+pub struct StateStore {
+    /// `<state_dir>/state.json`.
+    path: PathBuf,
+    /// The current state.
+    state: Mutex<State>,
+    /// Wakes the saver after a change.
+    dirty: Notify,
+}
+
+impl StateStore {
+    /// Loads the file; a missing file is empty state, a corrupt one is moved aside (logged)
+    /// so nothing is silently overwritten.
+    pub fn load(dir: &Path) -> StateStore {
+        let path = dir.join("state.json");
+        let state = match std::fs::read_to_string(&path) {
+            Ok(text) => match serde_json::from_str::<State>(&text) {
+                Ok(s) => s,
+                Err(e) => {
+                    let aside = path.with_extension("json.corrupt");
+                    tracing::warn!(file = %path.display(), error = %e, moved_to = %aside.display(), "state file is corrupt; starting with no sticky targets");
+                    let _ = std::fs::rename(&path, &aside);
+                    State::default()
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "cannot read state file; starting with no sticky targets");
+                State::default()
+            }
+        };
+        StateStore {
+            path,
+            state: Mutex::new(state),
+            dirty: Notify::new(),
+        }
+    }
+
+    /// The file path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The sticky editor for a key.
+    pub fn sticky(&self, key: &str) -> Option<String> {
+        lock(&self.state).sticky.get(key).map(|s| s.editor.clone())
+    }
+
+    /// All sticky targets.
+    pub fn all_sticky(&self) -> BTreeMap<String, Sticky> {
+        lock(&self.state).sticky.clone()
+    }
+
+    /// Remembers `editor` for `key`.
+    pub fn set_sticky(&self, key: &str, editor: &str) {
+        let mut s = lock(&self.state);
+        if s.sticky.get(key).map(|t| t.editor.as_str()) == Some(editor) {
+            return;
+        }
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        s.sticky.insert(
+            key.into(),
+            Sticky {
+                editor: editor.into(),
+                since,
+            },
+        );
+        drop(s);
+        self.dirty.notify_one();
+    }
+
+    /// Forgets the target of `key`.
+    pub fn remove_sticky(&self, key: &str) {
+        if lock(&self.state).sticky.remove(key).is_some() {
+            self.dirty.notify_one();
+        }
+    }
+
+    /// Forgets every target pointing at `editor`.
+    pub fn remove_editor(&self, editor: &str) {
+        let mut s = lock(&self.state);
+        let before = s.sticky.len();
+        s.sticky.retain(|_, t| t.editor != editor);
+        if s.sticky.len() != before {
+            drop(s);
+            self.dirty.notify_one();
+        }
+    }
+
+    /// Writes the current state now.
+    pub fn save(&self) -> std::io::Result<()> {
+        let mut snapshot = lock(&self.state).clone();
+        snapshot.version = 1;
+        let text = serde_json::to_vec_pretty(&snapshot).map_err(std::io::Error::other)?;
+        write_atomic(&self.path, &text)
+    }
+
+    /// Saves after every change until the future is dropped.
+    pub async fn saver(&self) {
+        loop {
+            self.dirty.notified().await;
+            if let Err(e) = self.save() {
+                tracing::warn!(file = %self.path.display(), error = %e, "cannot write state file");
+            }
+        }
+    }
+}
+
+/// Writes `bytes` to `path` atomically with mode 0600, creating the dir (0700) if missing.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_survives_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StateStore::load(dir.path());
+        s.set_sticky("k1", "neovim-abc");
+        s.set_sticky("k2", "code-def");
+        s.save().unwrap();
+        let again = StateStore::load(dir.path());
+        assert_eq!(again.sticky("k1").as_deref(), Some("neovim-abc"));
+        again.remove_editor("code-def");
+        assert_eq!(again.sticky("k2"), None);
+        std::fs::write(dir.path().join("state.json"), "{nope").unwrap();
+        let fresh = StateStore::load(dir.path());
+        assert!(fresh.all_sticky().is_empty());
+        assert!(dir.path().join("state.json.corrupt").exists());
+    }
+
+    #[test]
+    fn atomic_write_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub").join("f.json");
+        write_atomic(&p, b"{}").unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::metadata(p.parent().unwrap())
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
+    }
+}
