@@ -321,6 +321,8 @@ pub trait LinkHost: Send + Sync + 'static {
     fn config(&self) -> Arc<Config>;
     /// Milliseconds since broker start (for `last_selection_ms`).
     fn now_ms(&self) -> u64;
+    /// The link state changed (status watchers wake up).
+    fn state_changed(&self);
     /// The link became ready (sessions waiting for this editor can attach).
     fn editor_ready(&self, editor: &Arc<Editor>);
     /// The editor is gone for good (pid dead or lockfile gone).
@@ -383,6 +385,7 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
         }
         let config = host.config();
         editor.set_state(LinkState::Connecting);
+        host.state_changed();
         let handshake = Duration::from_millis(config.timeouts.handshake_ms);
         let dialled = tokio::select! {
             _ = editor.cancel.cancelled() => return,
@@ -396,6 +399,7 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
                     let _g = span.enter();
                     tracing::info!(restarts = was, "editor ready");
                 }
+                host.state_changed();
                 host.editor_ready(&editor);
                 let end = run_link(&editor, &*host, ws, &config, &span).await;
                 *lock(&editor.out) = None;
@@ -409,6 +413,7 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
                     LinkEnd::Closed(r) => r.clone(),
                 };
                 editor.fail_pending(&why);
+                host.state_changed();
                 if let LinkEnd::Cancelled = end {
                     return;
                 }
@@ -431,6 +436,7 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
             }
         }
         editor.set_state(LinkState::Backoff);
+        host.state_changed();
         let delay = backoff.next();
         tokio::select! {
             _ = editor.cancel.cancelled() => return,
@@ -595,6 +601,7 @@ async fn run_link(
                     if now >= *sent + timeout {
                         unhealthy_since = Some(*sent);
                         editor.set_state(LinkState::Unhealthy);
+                        host.state_changed();
                         let _g = span.enter();
                         tracing::warn!(timeout_ms = config.health.timeout_ms, "editor unhealthy: no pong");
                     }
@@ -626,10 +633,14 @@ async fn run_link(
                     Message::Pong(p) => {
                         let Some(n) = <[u8; 8]>::try_from(p.as_ref()).ok().map(u64::from_be_bytes) else { continue };
                         if let Some(&(_, sent)) = outstanding.iter().find(|(s, _)| *s == n) {
-                            lock(&editor.link).rtt = Some(sent.elapsed());
+                            let first = lock(&editor.link).rtt.replace(sent.elapsed()).is_none();
+                            if first {
+                                host.state_changed();
+                            }
                             outstanding.retain(|(s, _)| *s > n);
                             if unhealthy_since.take().is_some() {
                                 editor.set_state(LinkState::Ready);
+                                host.state_changed();
                                 let _g = span.enter();
                                 tracing::info!("editor healthy again");
                             }
@@ -649,8 +660,14 @@ async fn run_link(
             }
         }
     };
+    *lock(&editor.out) = None;
     drop(tx);
-    writer.abort();
+    if let LinkEnd::Cancelled = end {
+        // Let queued frames (e.g. close_tab on shutdown) reach the editor first.
+        let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    } else {
+        writer.abort();
+    }
     end
 }
 

@@ -19,6 +19,7 @@ pub mod router;
 pub mod secret;
 pub mod session;
 pub mod state;
+pub mod testkit;
 
 pub use config::Config;
 pub use daemon::{serve, Ready};

@@ -107,6 +107,9 @@ pub struct Registry {
     pub cancel: CancellationToken,
     /// Every task the broker spawns, waited for on shutdown.
     pub tracker: TaskTracker,
+    /// Bumped on every change status would show (editor added/removed/state, attachments):
+    /// tests and the service's STATUS line await it instead of polling.
+    changes: tokio::sync::watch::Sender<u64>,
     /// Ourselves, for handing `Arc<dyn LinkHost>` to link tasks.
     me: Weak<Registry>,
 }
@@ -134,6 +137,7 @@ impl Registry {
             home: router::normalize(&crate::config::home_dir()),
             cancel,
             tracker: TaskTracker::new(),
+            changes: tokio::sync::watch::Sender::new(0),
             me: me.clone(),
         })
     }
@@ -154,6 +158,16 @@ impl Registry {
     /// Milliseconds since the broker started.
     pub fn now_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Records that something status shows has changed.
+    pub fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that wakes on every [`Registry::changed`].
+    pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// A fresh session id.
@@ -254,6 +268,7 @@ impl Registry {
             let host: Arc<dyn LinkHost> = me;
             self.tracker.spawn(editor::run(editor, host));
         }
+        self.changed();
         // Sessions still attached to this id (a restart) follow it without reconnecting.
         for s in self.sessions.iter() {
             if s.editor_id().as_deref() == Some(id.as_str()) {
@@ -270,6 +285,7 @@ impl Registry {
         };
         self.by_path.retain(|_, v| v != id);
         e.cancel.cancel();
+        self.changed();
         let l = e.lockfile();
         lock(&self.graveyard).push(Departed {
             id: id.to_string(),
@@ -373,6 +389,7 @@ impl Registry {
             self.state.set_sticky(k, id);
         }
         tracing::info!(session = s.id, editor = %id, "session attached");
+        self.changed();
         let _ = s.control.send(Control::Attached(id.to_string()));
     }
 
@@ -398,6 +415,7 @@ impl Registry {
         }
         if was.is_some() {
             tracing::info!(session = s.id, reason, "session detached");
+            self.changed();
             let _ = s.control.send(Control::Detached(reason.to_string()));
         }
     }
@@ -451,6 +469,7 @@ impl Registry {
     /// its other requests forgotten, the editor requests it owed answered with an error.
     pub fn end_session(&self, s: &Session) {
         self.sessions.remove(&s.id);
+        self.changed();
         let editors: Vec<Arc<Editor>> = self.editors.iter().map(|e| e.clone()).collect();
         for e in editors {
             let mine: Vec<u64> = e
@@ -518,6 +537,10 @@ impl LinkHost for Registry {
 
     fn now_ms(&self) -> u64 {
         Registry::now_ms(self)
+    }
+
+    fn state_changed(&self) {
+        self.changed();
     }
 
     fn editor_ready(&self, editor: &Arc<Editor>) {

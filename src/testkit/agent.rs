@@ -1,0 +1,109 @@
+//! A fake agent client for the native door: dials the Unix socket, upgrades at
+//! `/v1/session`, and speaks JSON-RPC with full control of ids.
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use std::path::Path;
+use tokio::net::UnixStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+/// One agent session on the native socket.
+pub struct Agent {
+    ws: WebSocketStream<UnixStream>,
+}
+
+impl Agent {
+    /// Connects with a query string such as `cwd=/p&session=k`.
+    pub async fn connect(socket: &Path, query: &str) -> Result<Agent, String> {
+        let stream = UnixStream::connect(socket)
+            .await
+            .map_err(|e| e.to_string())?;
+        let url = format!("ws://localhost/v1/session?{query}");
+        let (ws, _) = tokio_tungstenite::client_async(url, stream)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Agent { ws })
+    }
+
+    /// Connects with `cwd` and optional `session` key.
+    pub async fn open(socket: &Path, cwd: &str, key: Option<&str>) -> Agent {
+        let mut q = format!("cwd={}", crate::frontdoor::native::percent_encode(cwd));
+        if let Some(k) = key {
+            q.push_str(&format!(
+                "&session={}",
+                crate::frontdoor::native::percent_encode(k)
+            ));
+        }
+        super::within("agent connect", Agent::connect(socket, &q))
+            .await
+            .unwrap_or_else(|e| panic!("agent connect: {e}"))
+    }
+
+    /// Sends raw text.
+    pub async fn send_text(&mut self, text: &str) {
+        super::within("agent send", self.ws.send(Message::text(text.to_string())))
+            .await
+            .unwrap_or_else(|e| panic!("send: {e}"));
+    }
+
+    /// Sends a request with this exact id.
+    pub async fn send_request(&mut self, id: Value, method: &str, params: Value) {
+        self.send_text(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        )
+        .await;
+    }
+
+    /// Sends a `tools/call`.
+    pub async fn call_tool(&mut self, id: Value, tool: &str, args: Value) {
+        self.send_request(id, "tools/call", json!({"name": tool, "arguments": args}))
+            .await;
+    }
+
+    /// The next JSON message (bounded wait); `None` when the connection closed.
+    pub async fn next(&mut self) -> Option<Value> {
+        super::within("agent receive", async {
+            loop {
+                match self.ws.next().await {
+                    None | Some(Err(_)) => return None,
+                    Some(Ok(Message::Text(t))) => return serde_json::from_str(t.as_str()).ok(),
+                    Some(Ok(Message::Close(_))) => return None,
+                    Some(Ok(_)) => {}
+                }
+            }
+        })
+        .await
+    }
+
+    /// Messages until one matches `pred` (others are dropped); panics if the socket closes.
+    pub async fn until(&mut self, what: &str, mut pred: impl FnMut(&Value) -> bool) -> Value {
+        loop {
+            match self.next().await {
+                Some(v) if pred(&v) => return v,
+                Some(_) => {}
+                None => panic!("connection closed while waiting for {what}"),
+            }
+        }
+    }
+
+    /// The answer to request `id` (matched by exact JSON value).
+    pub async fn answer(&mut self, id: &Value) -> Value {
+        let id = id.clone();
+        self.until("an answer", move |v| {
+            v.get("id") == Some(&id) && v.get("method").is_none()
+        })
+        .await
+    }
+
+    /// A request and its answer.
+    pub async fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.send_request(id.clone(), method, params).await;
+        self.answer(&id).await
+    }
+
+    /// Closes the connection.
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+}

@@ -1,0 +1,546 @@
+//! A fake editor server following PROTOCOL.md: loopback WS, token checked before the upgrade
+//! (HTTP 400 otherwise), `initialize`/`tools/list`/`tools/call`, blocking `openDiff`,
+//! `close_tab`, `selection_changed` broadcasts, editor-initiated `getSuggestions`, server pings,
+//! and a switch that freezes it (stops reading, so pings go unanswered).
+
+use crate::family::Family;
+use crate::jsonrpc::{self, Incoming};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::StatusCode;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+/// What the fake editor saw, for tests to await.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A client completed the upgrade.
+    Connected {
+        /// Connection number.
+        conn: u64,
+    },
+    /// A handshake was refused with 400.
+    Refused,
+    /// A request arrived.
+    Call {
+        /// Connection number.
+        conn: u64,
+        /// The JSON-RPC method.
+        method: String,
+        /// `params.name` for tools/call.
+        tool: Option<String>,
+        /// The id as received.
+        id: Value,
+        /// `params.arguments` (or params).
+        args: Value,
+    },
+    /// A notification arrived.
+    Notified {
+        /// The method.
+        method: String,
+    },
+    /// A client answered an editor-initiated request.
+    Answered {
+        /// The whole answer.
+        msg: Value,
+    },
+    /// A client disconnected.
+    Disconnected {
+        /// Connection number.
+        conn: u64,
+    },
+}
+
+/// How to build a fake editor.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Dialect (decides the accepted header and tool shapes).
+    pub family: Family,
+    /// Written as `ideName`.
+    pub ide_name: String,
+    /// Written as `workspaceFolders`.
+    pub folders: Vec<String>,
+    /// The token (random when `None`).
+    pub token: Option<String>,
+    /// Server → client ping interval (the real editors use 30 s).
+    pub ping_interval: Option<Duration>,
+    /// Pin to a port (0 = any).
+    pub port: u16,
+}
+
+impl Options {
+    /// pi-ide.nvim-like defaults for `folders`.
+    pub fn pi(folders: &[&str]) -> Self {
+        Options {
+            family: Family::Pi,
+            ide_name: "Neovim".into(),
+            folders: folders.iter().map(|s| s.to_string()).collect(),
+            token: None,
+            ping_interval: None,
+            port: 0,
+        }
+    }
+}
+
+struct Shared {
+    opts: Options,
+    token: String,
+    clients: Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>,
+    /// tab_name → (conn, request id)
+    diffs: Mutex<HashMap<String, (u64, Value)>>,
+    events: broadcast::Sender<Event>,
+    frozen: watch::Sender<bool>,
+    next_conn: AtomicU64,
+    next_out: AtomicU64,
+    last_selection: Mutex<Option<String>>,
+}
+
+/// A running fake editor. Dropping it stops it (like a crash: the lockfile stays).
+pub struct FakeEditor {
+    shared: Arc<Shared>,
+    /// The port it listens on.
+    pub port: u16,
+    stop: CancellationToken,
+    lockfile: Mutex<Option<PathBuf>>,
+}
+
+impl Drop for FakeEditor {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl FakeEditor {
+    /// Starts listening on 127.0.0.1 (no lockfile yet).
+    pub async fn start(opts: Options) -> std::io::Result<FakeEditor> {
+        let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
+        let port = listener.local_addr()?.port();
+        let token = match &opts.token {
+            Some(t) => t.clone(),
+            None => crate::secret::Token::generate()?.expose().to_string(),
+        };
+        let (events, _) = broadcast::channel(65536);
+        let shared = Arc::new(Shared {
+            opts,
+            token,
+            clients: Mutex::new(HashMap::new()),
+            diffs: Mutex::new(HashMap::new()),
+            events,
+            frozen: watch::Sender::new(false),
+            next_conn: AtomicU64::new(1),
+            next_out: AtomicU64::new(1),
+            last_selection: Mutex::new(None),
+        });
+        let stop = CancellationToken::new();
+        let s2 = shared.clone();
+        let stop2 = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop2.cancelled() => return,
+                    r = listener.accept() => {
+                        let Ok((stream, _)) = r else { continue };
+                        tokio::spawn(serve_conn(s2.clone(), stream, stop2.clone()));
+                    }
+                }
+            }
+        });
+        Ok(FakeEditor {
+            shared,
+            port,
+            stop,
+            lockfile: Mutex::new(None),
+        })
+    }
+
+    /// Starts and writes its lockfile into `dir` (atomically, 0600).
+    pub async fn start_in(dir: &Path, opts: Options) -> std::io::Result<FakeEditor> {
+        let e = FakeEditor::start(opts).await?;
+        e.write_lockfile(dir)?;
+        Ok(e)
+    }
+
+    /// The token clients must present.
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// The lockfile JSON this editor announces itself with.
+    pub fn lockfile_json(&self) -> String {
+        json!({
+            "pid": std::process::id(),
+            "workspaceFolders": self.shared.opts.folders,
+            "ideName": self.shared.opts.ide_name,
+            "transport": "ws",
+            "authToken": self.shared.token,
+        })
+        .to_string()
+    }
+
+    /// Writes `<dir>/<port>.lock` atomically (temp + rename), mode 0600.
+    pub fn write_lockfile(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!("{}.lock", self.port));
+        crate::state::write_atomic(&path, self.lockfile_json().as_bytes())?;
+        *self.lockfile.lock().unwrap_or_else(|p| p.into_inner()) = Some(path.clone());
+        Ok(path)
+    }
+
+    /// Removes the lockfile (a clean editor exit does this first).
+    pub fn remove_lockfile(&self) {
+        if let Some(p) = self
+            .lockfile
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Subscribes to what it sees from now on.
+    pub fn events(&self) -> broadcast::Receiver<Event> {
+        self.shared.events.subscribe()
+    }
+
+    /// Number of connected clients.
+    pub fn clients(&self) -> usize {
+        self.shared
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// Stops reading every connection (pongs stop) while `true`.
+    pub fn freeze(&self, frozen: bool) {
+        self.shared.frozen.send_replace(frozen);
+    }
+
+    /// Broadcasts a `selection_changed` for `file` with `text` selected on `line` (0-based).
+    pub fn select(&self, file: &str, text: &str, line: u64) {
+        let mut params = json!({
+            "text": text,
+            "filePath": file,
+            "selection": {"start": {"line": line, "character": 0}, "end": {"line": line, "character": text.len()}, "isEmpty": text.is_empty()},
+        });
+        if self.shared.opts.family == Family::Claude {
+            params["fileUrl"] = json!(format!("file://{file}"));
+        }
+        let n = jsonrpc::notification("selection_changed", params);
+        *self
+            .shared
+            .last_selection
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(n.clone());
+        self.broadcast(&n);
+    }
+
+    /// Sends a notification to every client.
+    pub fn broadcast(&self, text: &str) {
+        for tx in self
+            .shared
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
+            let _ = tx.send(Message::text(text.to_string()));
+        }
+    }
+
+    /// Sends `getSuggestions` (id `out_<n>`) to one connected client; returns the id.
+    pub fn request_suggestions(&self) -> Option<String> {
+        let n = self.shared.next_out.fetch_add(1, Ordering::Relaxed);
+        let id = format!("out_{n}");
+        let msg = jsonrpc::request(
+            &json!(id),
+            "getSuggestions",
+            json!({"filePath": "/x.rs", "suggestionCount": 3}),
+        );
+        let clients = self
+            .shared
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let tx = clients.values().next()?;
+        tx.send(Message::text(msg)).ok()?;
+        Some(id)
+    }
+
+    /// Sends `request_cancelled {id}` to every client.
+    pub fn cancel_request(&self, id: &str) {
+        self.broadcast(&jsonrpc::notification(
+            "request_cancelled",
+            json!({"id": id}),
+        ));
+    }
+
+    /// Accepts a pending diff as the user would (`FILE_SAVED` + contents).
+    pub fn accept_diff(&self, tab: &str, contents: &str) -> bool {
+        self.resolve_diff(tab, json!({"content": [{"type": "text", "text": "FILE_SAVED"}, {"type": "text", "text": contents}]}))
+    }
+
+    /// Rejects a pending diff (`DIFF_REJECTED` + tab name).
+    pub fn reject_diff(&self, tab: &str) -> bool {
+        self.resolve_diff(tab, jsonrpc::diff_rejected(tab))
+    }
+
+    /// Tab names of the diffs pending now.
+    pub fn pending_diffs(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .shared
+            .diffs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn resolve_diff(&self, tab: &str, result: Value) -> bool {
+        let Some((conn, id)) = self
+            .shared
+            .diffs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tab)
+        else {
+            return false;
+        };
+        let clients = self
+            .shared
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match clients.get(&conn) {
+            Some(tx) => tx.send(Message::text(jsonrpc::result(&id, result))).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Closes every connection and the listener at once (a crash, as seen by peers).
+    pub fn crash(&self) {
+        self.stop.cancel();
+    }
+}
+
+fn refuse(reason: &str) -> ErrorResponse {
+    let mut r = ErrorResponse::new(Some(format!("Bad WebSocket upgrade request: {reason}")));
+    *r.status_mut() = StatusCode::BAD_REQUEST;
+    r
+}
+
+async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: CancellationToken) {
+    let s = shared.clone();
+    let callback = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+        let h = req.headers();
+        let presented = match s.opts.family {
+            Family::Pi => h
+                .get("x-pi-ide-authorization")
+                .or_else(|| h.get("x-claude-code-ide-authorization")),
+            Family::Claude => h.get("x-claude-code-ide-authorization"),
+        };
+        match presented.and_then(|v| v.to_str().ok()) {
+            None => Err(refuse("Missing authentication header")),
+            Some(t) if t == s.token => Ok(resp),
+            Some(_) => Err(refuse("Invalid authentication token")),
+        }
+    };
+    let ws = match tokio_tungstenite::accept_hdr_async(stream, callback).await {
+        Ok(ws) => ws,
+        Err(_) => {
+            let _ = shared.events.send(Event::Refused);
+            return;
+        }
+    };
+    let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
+    shared
+        .clients
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(conn, tx.clone());
+    let _ = shared.events.send(Event::Connected { conn });
+    let (mut sink, mut stream) = ws.split();
+    let mut frozen = shared.frozen.subscribe();
+    let mut ping = shared.opts.ping_interval.map(tokio::time::interval);
+    loop {
+        let ping_tick = async {
+            match ping.as_mut() {
+                Some(p) => {
+                    p.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            Some(m) = rx.recv() => { if sink.send(m).await.is_err() { break } }
+            _ = ping_tick => { if sink.send(Message::Ping(b"ping".to_vec().into())).await.is_err() { break } }
+            _ = async { frozen.wait_for(|f| *f).await.map(|_| ()) } => {
+                // Frozen: read nothing (so no pongs) until thawed.
+                let mut thaw = shared.frozen.subscribe();
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = async { thaw.wait_for(|f| !*f).await.map(|_| ()) } => {}
+                }
+            }
+            frame = stream.next() => {
+                let Some(Ok(frame)) = frame else { break };
+                let text = match frame {
+                    Message::Text(t) => t.as_str().to_owned(),
+                    Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+                    Message::Close(_) => break,
+                    _ => continue,
+                };
+                if let Some(reply) = handle(&shared, conn, &text) {
+                    if sink.send(Message::text(reply)).await.is_err() { break }
+                }
+            }
+        }
+    }
+    shared
+        .clients
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&conn);
+    let _ = shared.events.send(Event::Disconnected { conn });
+}
+
+fn tools(family: Family) -> Value {
+    let mut names = vec!["openDiff", "close_tab", "getDiagnostics", "echo", "slow"];
+    names.push(match family {
+        Family::Pi => "getOpenEditorTabs",
+        Family::Claude => "getOpenEditors",
+    });
+    json!({"tools": names.iter().map(|n| json!({"name": n, "description": n, "inputSchema": {"type": "object"}})).collect::<Vec<_>>()})
+}
+
+fn text_result(text: impl Into<String>) -> Value {
+    json!({"content": [{"type": "text", "text": text.into()}]})
+}
+
+fn handle(shared: &Shared, conn: u64, text: &str) -> Option<String> {
+    let (id, method, msg) = match jsonrpc::classify(text) {
+        Ok(Incoming::Request { id, method, msg }) => (id, method, msg),
+        Ok(Incoming::Notification { method, .. }) => {
+            let _ = shared.events.send(Event::Notified { method });
+            return None;
+        }
+        Ok(Incoming::Response { msg, .. }) => {
+            let _ = shared.events.send(Event::Answered {
+                msg: Value::Object(msg),
+            });
+            return None;
+        }
+        Err(r) => return Some(jsonrpc::rejection(&r)),
+    };
+    let params = msg.get("params").cloned().unwrap_or(Value::Null);
+    let tool = params.get("name").and_then(Value::as_str).map(String::from);
+    let args = params.get("arguments").cloned().unwrap_or(Value::Null);
+    let _ = shared.events.send(Event::Call {
+        conn,
+        method: method.clone(),
+        tool: tool.clone(),
+        id: id.clone(),
+        args: if method == "tools/call" {
+            args.clone()
+        } else {
+            params.clone()
+        },
+    });
+    let server = match shared.opts.family {
+        Family::Pi => "pi-ide-neovim",
+        Family::Claude => "claudecode-neovim",
+    };
+    let result = match method.as_str() {
+        "initialize" => json!({
+            "protocolVersion": "2024-11-05",
+            "capabilities": {"logging": {}, "tools": {"listChanged": true}},
+            "serverInfo": {"name": server, "version": "0.1.0"},
+        }),
+        "tools/list" => tools(shared.opts.family),
+        "tools/call" => return call_tool(shared, conn, &id, tool.as_deref().unwrap_or(""), &args),
+        other => {
+            return Some(jsonrpc::error(
+                &id,
+                jsonrpc::METHOD_NOT_FOUND,
+                &format!("Method not found: {other}"),
+            ))
+        }
+    };
+    Some(jsonrpc::result(&id, result))
+}
+
+fn call_tool(shared: &Shared, conn: u64, id: &Value, tool: &str, args: &Value) -> Option<String> {
+    let arg = |k: &str| {
+        args.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let result = match tool {
+        "openDiff" => {
+            let tab = arg("tab_name");
+            let prev = shared.diffs.lock().unwrap_or_else(|p| p.into_inner()).insert(tab.clone(), (conn, id.clone()));
+            if let Some((c, old)) = prev {
+                if let Some(tx) = shared.clients.lock().unwrap_or_else(|p| p.into_inner()).get(&c) {
+                    let _ = tx.send(Message::text(jsonrpc::result(&old, jsonrpc::diff_rejected(&tab))));
+                }
+            }
+            return None;
+        }
+        "close_tab" => {
+            let tab = arg("tab_name");
+            if let Some((c, old)) = shared.diffs.lock().unwrap_or_else(|p| p.into_inner()).remove(&tab) {
+                if let Some(tx) = shared.clients.lock().unwrap_or_else(|p| p.into_inner()).get(&c) {
+                    let _ = tx.send(Message::text(jsonrpc::result(&old, jsonrpc::diff_rejected(&tab))));
+                }
+            }
+            text_result("TAB_CLOSED")
+        }
+        "getDiagnostics" => match shared.opts.family {
+            Family::Pi => text_result(json!({"file:///x.rs": [{"severity": "Error", "message": "boom", "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 1}}}]}).to_string()),
+            Family::Claude => text_result(json!([{"uri": "file:///x.rs", "diagnostics": [{"severity": "Error", "message": "boom"}]}]).to_string()),
+        },
+        "echo" => text_result(args.to_string()),
+        "slow" => return None,
+        "getOpenEditorTabs" | "getOpenEditors" => text_result("[]"),
+        other => return Some(jsonrpc::error(id, jsonrpc::METHOD_NOT_FOUND, &format!("Tool not found: {other}"))),
+    };
+    Some(jsonrpc::result(id, result))
+}
+
+/// Waits for the first event matching `pred`.
+pub async fn wait_for(
+    rx: &mut broadcast::Receiver<Event>,
+    what: &str,
+    mut pred: impl FnMut(&Event) -> bool,
+) -> Event {
+    super::within(what, async {
+        loop {
+            match rx.recv().await {
+                Ok(e) if pred(&e) => return e,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+            }
+        }
+    })
+    .await
+}
+
+/// The `params` of a message as a map (for tests).
+pub fn params(msg: &Map<String, Value>) -> Value {
+    msg.get("params").cloned().unwrap_or(Value::Null)
+}

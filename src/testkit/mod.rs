@@ -1,0 +1,32 @@
+//! Test support shared by the integration tests, the benches and the `fake-editor` example:
+//! a fake editor that follows PROTOCOL.md and a fake agent client. Real sockets, real frames.
+
+pub mod agent;
+pub mod fake_editor;
+
+use std::time::Duration;
+
+/// The bound on every await in tests: a hang fails fast instead of stalling the suite.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Awaits `fut` for at most [`WAIT`], panicking with `what` on timeout.
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
+    }
+}
+
+/// Polls `check` (every 10 ms, at most [`WAIT`]) until it returns `Some`: for state that
+/// has no event to await, such as a file appearing in a dir watched by another process.
+pub async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    within(what, async {
+        loop {
+            if let Some(v) = check() {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
