@@ -262,11 +262,15 @@ impl LockDirWatcher {
                 self.rejected.remove(path);
                 self.vanish(path);
             }
-            Err(e) if e.is_transient() => {
+            Err(e) if e.is_transient() && !stale_partial(path) => {
                 tracing::debug!(file = %path.display(), reason = %e, "lockfile not ready yet");
             }
             Err(e) => {
-                let reason = e.to_string();
+                let reason = if e.is_transient() {
+                    "is empty or truncated and has not changed for 2 s".to_string()
+                } else {
+                    e.to_string()
+                };
                 if self.rejected.get(path) != Some(&reason) {
                     tracing::warn!(file = %path.display(), reason = %reason, "ignoring lockfile");
                     self.rejected.insert(path.to_path_buf(), reason);
@@ -281,6 +285,15 @@ impl LockDirWatcher {
             let _ = self.events.send(LockEvent::Vanished(path.to_path_buf()));
         }
     }
+}
+
+/// An incomplete file untouched for a while is broken, not being written (checked on rescans).
+fn stale_partial(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > Duration::from_secs(2))
 }
 
 /// `path` if it is a directory, else its nearest ancestor that is.

@@ -335,12 +335,14 @@ impl FakeEditor {
     }
 }
 
+#[allow(clippy::result_large_err)]
 fn refuse(reason: &str) -> ErrorResponse {
     let mut r = ErrorResponse::new(Some(format!("Bad WebSocket upgrade request: {reason}")));
     *r.status_mut() = StatusCode::BAD_REQUEST;
     r
 }
 
+#[allow(clippy::result_large_err)] // the callback signature is tungstenite's
 async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: CancellationToken) {
     let s = shared.clone();
     let callback = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {

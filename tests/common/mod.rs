@@ -9,6 +9,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
+#[allow(unused_imports)]
 pub use pi_ide_broker::testkit::{
     agent::Agent, fake_editor, fake_editor::FakeEditor, fake_editor::Options, WAIT,
 };
@@ -26,20 +27,18 @@ pub struct TestBroker {
 }
 
 /// A config for a test broker rooted at `root`.
+pub mod process;
+
 pub fn test_config(root: &std::path::Path) -> Config {
-    let mut c = Config::default();
-    c.lock_dirs = Some(vec![
-        LockDirConfig {
-            path: root.join("pi-ide"),
-            family: Family::Pi,
-        },
-        LockDirConfig {
-            path: root.join("claude-ide"),
-            family: Family::Claude,
-        },
-    ]);
-    c.socket = Some(root.join("run").join("sock"));
-    c.state_dir = Some(root.join("state"));
+    let mut c = Config {
+        lock_dirs: Some(vec![
+            LockDirConfig { path: root.join("pi-ide"), family: Family::Pi },
+            LockDirConfig { path: root.join("claude-ide"), family: Family::Claude },
+        ]),
+        socket: Some(root.join("run").join("sock")),
+        state_dir: Some(root.join("state")),
+        ..Config::default()
+    };
     c.backoff.initial_ms = 50;
     c.backoff.max_ms = 1000;
     c

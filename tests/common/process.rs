@@ -1,0 +1,123 @@
+//! The daemon and fake editors as real processes, with their output captured line by line.
+
+use pi_ide_broker::testkit::within;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// The broker binary under test.
+pub fn broker_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_pi-ide-broker"))
+}
+
+/// An example binary built by `cargo test` (e.g. `fake_editor`).
+pub fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
+    profile_dir.join("examples").join(name)
+}
+
+/// A child whose stdout/stderr lines are all kept and can be awaited.
+pub struct Proc {
+    pub child: Child,
+    lines: mpsc::UnboundedReceiver<String>,
+    /// Every line seen so far (stdout and stderr).
+    pub seen: Vec<String>,
+}
+
+impl Proc {
+    pub fn spawn(cmd: &mut Command) -> Proc {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn");
+        let (tx, lines) = mpsc::unbounded_channel();
+        if let Some(out) = child.stdout.take() {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut r = BufReader::new(out).lines();
+                while let Ok(Some(l)) = r.next_line().await {
+                    let _ = tx.send(l);
+                }
+            });
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(async move {
+                let mut r = BufReader::new(err).lines();
+                while let Ok(Some(l)) = r.next_line().await {
+                    let _ = tx.send(l);
+                }
+            });
+        }
+        Proc { child, lines, seen: Vec::new() }
+    }
+
+    /// Waits for a line containing every one of `needles`; returns it.
+    pub async fn wait_line(&mut self, needles: &[&str]) -> String {
+        if let Some(l) = self.seen.iter().find(|l| needles.iter().all(|n| l.contains(n))) {
+            return l.clone();
+        }
+        let what = format!("a line with {needles:?}");
+        let lines = &mut self.lines;
+        let seen = &mut self.seen;
+        within(&what, async {
+            loop {
+                match lines.recv().await {
+                    Some(l) => {
+                        seen.push(l.clone());
+                        if needles.iter().all(|n| l.contains(n)) {
+                            return l;
+                        }
+                    }
+                    None => panic!("process output ended before {what}; saw:\n{}", seen.join("\n")),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        let pid = self.child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)).expect("pid");
+        rustix::process::kill_process(pid, sig).expect("kill");
+    }
+
+    /// Waits for exit, then drains the remaining output into `seen`.
+    pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let status = within("process exit", self.child.wait()).await.expect("wait");
+        while let Ok(Some(l)) = tokio::time::timeout(std::time::Duration::from_secs(2), self.lines.recv()).await {
+            self.seen.push(l);
+        }
+        status
+    }
+}
+
+/// Writes a config file pointing every path into `root`.
+pub fn write_config(root: &Path, extra: &str) -> PathBuf {
+    let cfg = root.join("config.toml");
+    let text = format!(
+        "socket = \"{r}/run/sock\"\nstate_dir = \"{r}/state\"\n{extra}\n[[lock_dirs]]\npath = \"{r}/pi-ide\"\nfamily = \"pi\"\n\n[[lock_dirs]]\npath = \"{r}/claude-ide\"\nfamily = \"claude\"\n",
+        r = root.display()
+    );
+    std::fs::write(&cfg, text).expect("write config");
+    cfg
+}
+
+/// Starts the daemon process on `config` and waits for its ready line.
+pub async fn start_daemon(config: &Path) -> Proc {
+    let mut cmd = Command::new(broker_bin());
+    cmd.arg("--config").arg(config).arg("daemon").env("RUST_LOG", "trace").env_remove("PI_IDE_BROKER_SOCKET").env_remove("NOTIFY_SOCKET");
+    let mut p = Proc::spawn(&mut cmd);
+    p.wait_line(&["pi-ide-broker ready"]).await;
+    p
+}
+
+/// Starts a fake editor process writing its lockfile into `dir`; returns it and its port.
+pub async fn start_editor(dir: &Path, args: &[&str]) -> (Proc, u16) {
+    let mut cmd = Command::new(example_bin("fake_editor"));
+    cmd.arg("--dir").arg(dir).args(args);
+    let mut p = Proc::spawn(&mut cmd);
+    let line = p.wait_line(&["ready "]).await;
+    let port = line.trim_start_matches("ready ").trim().parse().expect("port");
+    (p, port)
+}
