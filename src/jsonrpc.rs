@@ -270,5 +270,14 @@ mod tests {
                 }
             }
         }
+
+        #[test]
+        fn huge_and_odd_numeric_ids_keep_their_exact_text(digits in "[1-9][0-9]{20,40}", frac in "[0-9]{1,20}") {
+            for lit in [digits.clone(), format!("{digits}.{frac}"), format!("-{digits}e-7")] {
+                let text = format!(r#"{{"jsonrpc":"2.0","id":{lit},"method":"m"}}"#);
+                let Ok(Incoming::Request { id, .. }) = classify(&text) else { panic!("{text}") };
+                prop_assert_eq!(id.to_string(), lit);
+            }
+        }
     }
 }

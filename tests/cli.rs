@@ -73,7 +73,7 @@ async fn daemon_end_to_end_with_real_editor_processes() {
 
     // A second daemon is refused with the first one's pid.
     let second = run_cli(&cfg, &["daemon"]).await;
-    assert_eq!(second.status.code(), Some(1));
+    assert_eq!(second.status.code(), Some(1), "{}", String::from_utf8_lossy(&second.stderr));
     let second_err = String::from_utf8_lossy(&second.stderr).to_string();
     let first_pid = daemon.child.id().unwrap();
     assert!(second_err.contains(&format!("already running (pid {first_pid})")), "{second_err}");
