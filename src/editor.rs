@@ -132,7 +132,7 @@ pub struct Editor {
     next_id: AtomicU64,
     /// The latest `selection_changed` frame: coalesces for slow sessions and replays on attach.
     pub selection: watch::Sender<Option<Arc<str>>>,
-    /// When the user last touched this editor, ms since broker start (0 = never).
+    /// Stamp of the last `selection_changed` (0 = never): the editor the user touched last.
     pub last_selection_ms: AtomicU64,
     /// Editor-initiated requests handed to a session, by the editor's id (as JSON text).
     pub delegated: DashMap<String, Delegation>,
@@ -319,8 +319,8 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub trait LinkHost: Send + Sync + 'static {
     /// The current config (it may be reloaded).
     fn config(&self) -> Arc<Config>;
-    /// Milliseconds since broker start (for `last_selection_ms`).
-    fn now_ms(&self) -> u64;
+    /// A strictly increasing, non-zero stamp ordering "who was touched last".
+    fn stamp(&self) -> u64;
     /// The link state changed (status watchers wake up).
     fn state_changed(&self);
     /// The link became ready (sessions waiting for this editor can attach).
@@ -709,7 +709,7 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
             "selection_changed" => {
                 editor
                     .last_selection_ms
-                    .store(host.now_ms().max(1), Ordering::Relaxed);
+                    .store(host.stamp(), Ordering::Relaxed);
                 editor.selection.send_replace(Some(Arc::from(text)));
             }
             "request_cancelled" => {

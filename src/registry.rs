@@ -95,8 +95,8 @@ pub struct Registry {
     pub state: StateStore,
     /// Session id counter.
     next_session: AtomicU64,
-    /// Monotonic start, for `now_ms`.
-    started: Instant,
+    /// The last activity stamp handed out.
+    activity: AtomicU64,
     /// Wall-clock start, for status.
     pub started_at: SystemTime,
     /// The native socket path, for status.
@@ -131,7 +131,7 @@ impl Registry {
             mutate: Mutex::new(()),
             state,
             next_session: AtomicU64::new(1),
-            started: Instant::now(),
+            activity: AtomicU64::new(0),
             started_at: SystemTime::now(),
             socket,
             home: router::normalize(&crate::config::home_dir()),
@@ -155,11 +155,6 @@ impl Registry {
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = c;
     }
 
-    /// Milliseconds since the broker started.
-    pub fn now_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Records that something status shows has changed.
     pub fn changed(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
@@ -168,6 +163,12 @@ impl Registry {
     /// A receiver that wakes on every [`Registry::changed`].
     pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// A strictly increasing, non-zero stamp ordering activity and focus (two events in the
+    /// same millisecond still have an order).
+    pub fn stamp(&self) -> u64 {
+        self.activity.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// A fresh session id.
@@ -384,7 +385,7 @@ impl Registry {
     fn attach(&self, s: &Session, id: &str) {
         *lock(&s.editor) = Some(id.to_string());
         s.detached_by_client.store(false, Ordering::Relaxed);
-        s.touch(self.now_ms());
+        s.touch(self.stamp());
         if let Some(k) = &s.key {
             self.state.set_sticky(k, id);
         }
@@ -535,8 +536,8 @@ impl LinkHost for Registry {
         Registry::config(self)
     }
 
-    fn now_ms(&self) -> u64 {
-        Registry::now_ms(self)
+    fn stamp(&self) -> u64 {
+        Registry::stamp(self)
     }
 
     fn state_changed(&self) {

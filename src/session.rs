@@ -113,7 +113,7 @@ pub struct Session {
     pub editor: Mutex<Option<String>>,
     /// True after `broker/detach`: do not auto-attach again.
     pub detached_by_client: AtomicBool,
-    /// Last time it sent its editor a request or attached, ms since broker start.
+    /// Stamp of its last request to its editor or attach: the most recently active session.
     pub last_active_ms: AtomicU64,
     /// Its frame queue.
     pub outbox: Outbox,
@@ -132,8 +132,8 @@ impl Session {
     }
 
     /// Records activity for "most recently active session on this editor".
-    pub fn touch(&self, now_ms: u64) {
-        self.last_active_ms.store(now_ms, Ordering::Relaxed);
+    pub fn touch(&self, stamp: u64) {
+        self.last_active_ms.store(stamp, Ordering::Relaxed);
     }
 
     /// A fresh id for an editor-initiated request delivered to this session.
@@ -164,7 +164,7 @@ where
         since: SystemTime::now(),
         editor: Mutex::new(None),
         detached_by_client: AtomicBool::new(false),
-        last_active_ms: AtomicU64::new(reg.now_ms()),
+        last_active_ms: AtomicU64::new(reg.stamp()),
         outbox: Outbox {
             id,
             tx,
@@ -185,9 +185,11 @@ where
     let (mut sink, mut stream) = ws.split();
     let mut selection: Option<watch::Receiver<Option<Arc<str>>>> = None;
     let reason = loop {
-        tokio::select! {
+        // Every write also races the kill switch: a client that stops reading blocks the
+        // write, and must not keep its task (and memory) alive once it is dropped.
+        let written = tokio::select! {
             biased;
-            _ = kill.cancelled() => break "dropped",
+            _ = kill.cancelled() => break "dropped or shutting down",
             Some(c) = ctl_rx.recv() => {
                 let note = match c {
                     Control::Attached(e) => {
@@ -203,26 +205,19 @@ where
                         None
                     }
                 };
-                if let Some(n) = note {
-                    if sink.send(Message::text(n)).await.is_err() { break "write failed" }
+                match note {
+                    Some(n) => guarded(&kill, sink.send(Message::text(n))).await,
+                    None => true,
                 }
             }
-            Some(text) = out_rx.recv() => {
-                if sink.feed(Message::text(text)).await.is_err() { break "write failed" }
-                let mut ok = true;
-                while let Ok(more) = out_rx.try_recv() {
-                    if sink.feed(Message::text(more)).await.is_err() { ok = false; break }
+            Some(text) = out_rx.recv() => guarded(&kill, write_batch(&mut sink, text, &mut out_rx)).await,
+            changed = selection_changed(&mut selection) => match changed {
+                Some(text) => guarded(&kill, sink.send(Message::text(text.to_string()))).await,
+                None => {
+                    selection = session.editor_id().and_then(|e| subscribe(&reg, &e));
+                    true
                 }
-                if !ok || sink.flush().await.is_err() { break "write failed" }
-            }
-            changed = selection_changed(&mut selection) => {
-                match changed {
-                    Some(text) => {
-                        if sink.send(Message::text(text.to_string())).await.is_err() { break "write failed" }
-                    }
-                    None => selection = session.editor_id().and_then(|e| subscribe(&reg, &e)),
-                }
-            }
+            },
             frame = stream.next() => {
                 match frame {
                     None => break "closed by client",
@@ -234,18 +229,76 @@ where
                     Some(Ok(Message::Text(t))) => on_client_text(&reg, &session, t.as_str()),
                     Some(Ok(Message::Binary(b))) => match std::str::from_utf8(&b) {
                         Ok(t) => on_client_text(&reg, &session, t),
-                        Err(_) => { session.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8")); }
+                        Err(_) => {
+                            session.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8"));
+                        }
                     },
                     Some(Ok(Message::Close(_))) => break "closed by client",
                     Some(Ok(_)) => {}
                 }
+                true
             }
+        };
+        if !written {
+            break "write failed";
         }
     };
-    let _ = sink.close().await;
+    tracing::debug!(session = id, reason, "session loop ended; flushing");
+    // Whatever is still queued (a DIFF_REJECTED on shutdown, a detach notice) gets a bounded
+    // last chance to reach the client.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Ok(c) = ctl_rx.try_recv() {
+            if let Control::Detached(r) = c {
+                let _ = sink
+                    .feed(Message::text(jsonrpc::notification(
+                        "broker/detached",
+                        json!({"reason": r}),
+                    )))
+                    .await;
+            }
+        }
+        while let Ok(t) = out_rx.try_recv() {
+            if sink.feed(Message::text(t)).await.is_err() {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    })
+    .await;
+    tracing::debug!(session = id, "flushed");
     reg.end_session(&session);
     let _g = span.enter();
     tracing::info!(reason, "session closed");
+}
+
+/// Runs a write unless the session is killed first; true if it completed.
+async fn guarded<E>(
+    kill: &CancellationToken,
+    write: impl std::future::Future<Output = Result<(), E>>,
+) -> bool {
+    tokio::select! {
+        r = write => r.is_ok(),
+        _ = kill.cancelled() => false,
+    }
+}
+
+/// Writes one frame and whatever else is queued already, then flushes once.
+async fn write_batch<S>(
+    sink: &mut futures_util::stream::SplitSink<WebSocketStream<S>, Message>,
+    first: String,
+    rest: &mut mpsc::Receiver<String>,
+) -> Result<(), tokio_tungstenite::tungstenite::Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    sink.feed(Message::text(first)).await?;
+    for _ in 0..64 {
+        match rest.try_recv() {
+            Ok(more) => sink.feed(Message::text(more)).await?,
+            Err(_) => break,
+        }
+    }
+    sink.flush().await
 }
 
 /// A receiver of the editor's selection, marked changed so the current one is replayed.
@@ -363,7 +416,7 @@ fn forward(
             .deliver(jsonrpc::error(&id, jsonrpc::NO_EDITOR, &why));
         return;
     };
-    s.touch(reg.now_ms());
+    s.touch(reg.stamp());
     let tool = jsonrpc::tool_name(&msg).map(String::from);
     let is_diff = tool.as_deref() == Some("openDiff");
     let tab_name = is_diff.then(|| {

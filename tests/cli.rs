@@ -9,7 +9,10 @@ use serde_json::Value;
 
 async fn run_cli(config: &std::path::Path, args: &[&str]) -> std::process::Output {
     let mut cmd = tokio::process::Command::new(broker_bin());
-    cmd.arg("--config").arg(config).args(args).env_remove("PI_IDE_BROKER_SOCKET");
+    cmd.arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("PI_IDE_BROKER_SOCKET");
     within("cli", cmd.output()).await.expect("run cli")
 }
 
@@ -20,7 +23,10 @@ async fn status_without_a_daemon_explains_and_exits_3() {
     let out = run_cli(&cfg, &["status"]).await;
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not running") && err.contains("pi-ide-broker daemon"), "{err}");
+    assert!(
+        err.contains("not running") && err.contains("pi-ide-broker daemon"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -31,7 +37,10 @@ async fn a_bad_config_names_the_problem() {
     let out = run_cli(&cfg, &["status"]).await;
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("interval_ms") && err.contains(cfg.to_str().unwrap()), "{err}");
+    assert!(
+        err.contains("interval_ms") && err.contains(cfg.to_str().unwrap()),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -43,12 +52,20 @@ async fn daemon_end_to_end_with_real_editor_processes() {
     let mut daemon = start_daemon(&cfg).await;
 
     // A malformed lockfile beside a good editor: one clear log line, the editor works.
-    std::fs::write(root.join("pi-ide/45454.lock"), "{\"pid\": \"nope\", \"authToken\": 1}").unwrap();
+    std::fs::write(
+        root.join("pi-ide/45454.lock"),
+        "{\"pid\": \"nope\", \"authToken\": 1}",
+    )
+    .unwrap();
     daemon.wait_line(&["ignoring lockfile", "45454.lock"]).await;
     let (mut editor, port) = start_editor(&root.join("pi-ide"), &["--folder", "/srv/proj"]).await;
-    daemon.wait_line(&["editor ready", &format!("port={port}")]).await;
-    let token = serde_json::from_str::<Value>(&std::fs::read_to_string(root.join(format!("pi-ide/{port}.lock"))).unwrap())
-        .unwrap()["authToken"]
+    daemon
+        .wait_line(&["editor ready", &format!("port={port}")])
+        .await;
+    let token = serde_json::from_str::<Value>(
+        &std::fs::read_to_string(root.join(format!("pi-ide/{port}.lock"))).unwrap(),
+    )
+    .unwrap()["authToken"]
         .as_str()
         .unwrap()
         .to_string();
@@ -61,7 +78,20 @@ async fn daemon_end_to_end_with_real_editor_processes() {
         assert!(st["broker"].get(k).is_some(), "broker.{k} missing");
     }
     let e = &st["editors"][0];
-    for k in ["id", "ide_name", "family", "lockfile", "port", "pid", "workspace_folders", "state", "rtt_ms", "connected_since", "restarts", "tools"] {
+    for k in [
+        "id",
+        "ide_name",
+        "family",
+        "lockfile",
+        "port",
+        "pid",
+        "workspace_folders",
+        "state",
+        "rtt_ms",
+        "connected_since",
+        "restarts",
+        "tools",
+    ] {
         assert!(e.get(k).is_some(), "editors[].{k} missing: {e}");
     }
     assert_eq!(e["port"], port);
@@ -69,28 +99,52 @@ async fn daemon_end_to_end_with_real_editor_processes() {
     assert!(st["sessions"].is_array());
     let table = run_cli(&cfg, &["status"]).await;
     let table_text = String::from_utf8_lossy(&table.stdout).to_string();
-    assert!(table_text.contains("EDITOR") && table_text.contains(e["id"].as_str().unwrap()), "{table_text}");
+    assert!(
+        table_text.contains("EDITOR") && table_text.contains(e["id"].as_str().unwrap()),
+        "{table_text}"
+    );
 
     // A second daemon is refused with the first one's pid.
     let second = run_cli(&cfg, &["daemon"]).await;
-    assert_eq!(second.status.code(), Some(1), "{}", String::from_utf8_lossy(&second.stderr));
+    assert_eq!(
+        second.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
     let second_err = String::from_utf8_lossy(&second.stderr).to_string();
     let first_pid = daemon.child.id().unwrap();
-    assert!(second_err.contains(&format!("already running (pid {first_pid})")), "{second_err}");
+    assert!(
+        second_err.contains(&format!("already running (pid {first_pid})")),
+        "{second_err}"
+    );
 
     // The editor crashes (SIGKILL): its lockfile stays, and the broker lets it go anyway.
     editor.signal(Signal::KILL);
     editor.wait_exit().await;
-    assert!(root.join(format!("pi-ide/{port}.lock")).exists(), "the broker never deletes editors' lockfiles");
+    assert!(
+        root.join(format!("pi-ide/{port}.lock")).exists(),
+        "the broker never deletes editors' lockfiles"
+    );
     daemon.wait_line(&["editor gone"]).await;
 
     daemon.signal(Signal::TERM);
     let status = daemon.wait_exit().await;
     assert!(status.success(), "{status:?}");
     assert!(!root.join("run/sock").exists(), "socket removed on stop");
-    assert!(root.join(format!("pi-ide/{port}.lock")).exists(), "still never deleted");
+    assert!(
+        root.join(format!("pi-ide/{port}.lock")).exists(),
+        "still never deleted"
+    );
 
     // Not one captured byte carries the token, at trace level.
-    let all = format!("{}\n{}\n{}\n{}\n{}", daemon.seen.join("\n"), String::from_utf8_lossy(&out.stdout), table_text, second_err, String::from_utf8_lossy(&second.stdout));
+    let all = format!(
+        "{}\n{}\n{}\n{}\n{}",
+        daemon.seen.join("\n"),
+        String::from_utf8_lossy(&out.stdout),
+        table_text,
+        second_err,
+        String::from_utf8_lossy(&second.stdout)
+    );
     assert!(!all.contains(&token), "the auth token leaked into output");
 }

@@ -32,8 +32,14 @@ pub mod process;
 pub fn test_config(root: &std::path::Path) -> Config {
     let mut c = Config {
         lock_dirs: Some(vec![
-            LockDirConfig { path: root.join("pi-ide"), family: Family::Pi },
-            LockDirConfig { path: root.join("claude-ide"), family: Family::Claude },
+            LockDirConfig {
+                path: root.join("pi-ide"),
+                family: Family::Pi,
+            },
+            LockDirConfig {
+                path: root.join("claude-ide"),
+                family: Family::Claude,
+            },
         ]),
         socket: Some(root.join("run").join("sock")),
         state_dir: Some(root.join("state")),
@@ -141,13 +147,20 @@ impl TestBroker {
     }
 
     /// Stops the broker gracefully and waits for it.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
+        drop(self.stop_keep_dir().await);
+    }
+
+    /// Stops the broker gracefully, keeping its dir (to start another broker on it).
+    pub async fn stop_keep_dir(mut self) -> tempfile::TempDir {
         self.shutdown.cancel();
         if let Some(j) = self.join.take() {
             within("broker stop", j)
                 .await
                 .expect("broker task panicked");
         }
+        let empty = tempfile::tempdir().expect("tempdir");
+        std::mem::replace(&mut self.dir, empty)
     }
 }
 

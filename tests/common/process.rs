@@ -29,7 +29,10 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(cmd: &mut Command) -> Proc {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).kill_on_drop(true);
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn");
         let (tx, lines) = mpsc::unbounded_channel();
         if let Some(out) = child.stdout.take() {
@@ -49,12 +52,20 @@ impl Proc {
                 }
             });
         }
-        Proc { child, lines, seen: Vec::new() }
+        Proc {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
     }
 
     /// Waits for a line containing every one of `needles`; returns it.
     pub async fn wait_line(&mut self, needles: &[&str]) -> String {
-        if let Some(l) = self.seen.iter().find(|l| needles.iter().all(|n| l.contains(n))) {
+        if let Some(l) = self
+            .seen
+            .iter()
+            .find(|l| needles.iter().all(|n| l.contains(n)))
+        {
             return l.clone();
         }
         let what = format!("a line with {needles:?}");
@@ -69,7 +80,10 @@ impl Proc {
                             return l;
                         }
                     }
-                    None => panic!("process output ended before {what}; saw:\n{}", seen.join("\n")),
+                    None => panic!(
+                        "process output ended before {what}; saw:\n{}",
+                        seen.join("\n")
+                    ),
                 }
             }
         })
@@ -78,14 +92,22 @@ impl Proc {
 
     /// Sends a signal.
     pub fn signal(&self, sig: rustix::process::Signal) {
-        let pid = self.child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)).expect("pid");
+        let pid = self
+            .child
+            .id()
+            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+            .expect("pid");
         rustix::process::kill_process(pid, sig).expect("kill");
     }
 
     /// Waits for exit, then drains the remaining output into `seen`.
     pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let status = within("process exit", self.child.wait()).await.expect("wait");
-        while let Ok(Some(l)) = tokio::time::timeout(std::time::Duration::from_secs(2), self.lines.recv()).await {
+        let status = within("process exit", self.child.wait())
+            .await
+            .expect("wait");
+        while let Ok(Some(l)) =
+            tokio::time::timeout(std::time::Duration::from_secs(2), self.lines.recv()).await
+        {
             self.seen.push(l);
         }
         status
@@ -106,7 +128,12 @@ pub fn write_config(root: &Path, extra: &str) -> PathBuf {
 /// Starts the daemon process on `config` and waits for its ready line.
 pub async fn start_daemon(config: &Path) -> Proc {
     let mut cmd = Command::new(broker_bin());
-    cmd.arg("--config").arg(config).arg("daemon").env("RUST_LOG", "trace").env_remove("PI_IDE_BROKER_SOCKET").env_remove("NOTIFY_SOCKET");
+    cmd.arg("--config")
+        .arg(config)
+        .arg("daemon")
+        .env("RUST_LOG", "trace")
+        .env_remove("PI_IDE_BROKER_SOCKET")
+        .env_remove("NOTIFY_SOCKET");
     let mut p = Proc::spawn(&mut cmd);
     p.wait_line(&["pi-ide-broker ready"]).await;
     p
@@ -118,6 +145,10 @@ pub async fn start_editor(dir: &Path, args: &[&str]) -> (Proc, u16) {
     cmd.arg("--dir").arg(dir).args(args);
     let mut p = Proc::spawn(&mut cmd);
     let line = p.wait_line(&["ready "]).await;
-    let port = line.trim_start_matches("ready ").trim().parse().expect("port");
+    let port = line
+        .trim_start_matches("ready ")
+        .trim()
+        .parse()
+        .expect("port");
     (p, port)
 }

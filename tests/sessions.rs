@@ -1,0 +1,598 @@
+//! Issue: many agent sessions, one link per editor — routing, sticky targets, multiplexing.
+
+mod common;
+
+use common::*;
+use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+use pi_ide_broker::testkit::within;
+use serde_json::{json, Value};
+
+fn text0(v: &Value) -> &str {
+    v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+fn text1(v: &Value) -> &str {
+    v["result"]["content"][1]["text"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn initialize_and_tools_list_come_from_the_editor_cache() {
+    let b = TestBroker::start().await;
+    let (fe, id) = b.editor(&["/p"]).await;
+    let mut ev = fe.events();
+    let mut a = Agent::open(&b.socket, "/p/src", Some("k1")).await;
+    let att = a
+        .until("broker/attached", |v| v["method"] == "broker/attached")
+        .await;
+    assert_eq!(att["params"]["editor"], id);
+    let init = a
+        .request(
+            json!(0),
+            "initialize",
+            json!({"protocolVersion": "2024-11-05", "capabilities": {}}),
+        )
+        .await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "pi-ide-neovim");
+    let tools = a.request(json!(1), "tools/list", json!({})).await;
+    assert!(tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "openDiff"));
+    // Neither reached the editor again: the next call it sees is the echo.
+    a.call_tool(json!(2), "echo", json!({"x": 1})).await;
+    let first = wait_for(&mut ev, "a call", |e| matches!(e, Event::Call { .. })).await;
+    assert!(
+        matches!(first, Event::Call { ref tool, .. } if tool.as_deref() == Some("echo")),
+        "{first:?}"
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn colliding_ids_from_90_sessions_on_3_editors_each_reach_their_caller() {
+    let b = TestBroker::start().await;
+    let mut editors = Vec::new();
+    for p in ["/a", "/b", "/c"] {
+        editors.push(b.editor(&[p]).await);
+    }
+    let mut tasks = Vec::new();
+    for s in 0..90usize {
+        let socket = b.socket.clone();
+        let proj = ["/a", "/b", "/c"][s % 3];
+        let want_editor = editors[s % 3].1.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut a = Agent::open(&socket, &format!("{proj}/s{s}"), None).await;
+            let att = a
+                .until("attached", |v| v["method"] == "broker/attached")
+                .await;
+            assert_eq!(att["params"]["editor"], want_editor.as_str());
+            let ids = [
+                json!(1),
+                json!("1"),
+                json!(format!("uuid-{s}-9f1c")),
+                json!(1.5),
+                Value::Null,
+            ];
+            // Interleave: send all, then read all (answers may come in any order).
+            for (i, id) in ids.iter().enumerate() {
+                a.call_tool(id.clone(), "echo", json!({"session": s, "call": i}))
+                    .await;
+            }
+            let mut got = 0;
+            while got < ids.len() {
+                let v = a.next().await.expect("answer");
+                if v.get("method").is_some() {
+                    continue;
+                }
+                let echoed: Value = serde_json::from_str(text0(&v)).expect("echo payload");
+                assert_eq!(echoed["session"], s, "an answer meant for another session");
+                let i = echoed["call"].as_u64().unwrap() as usize;
+                assert_eq!(
+                    v["id"], ids[i],
+                    "id must come back with its exact type and value"
+                );
+                assert_eq!(v["id"].to_string(), ids[i].to_string());
+                got += 1;
+            }
+            a.close().await;
+        }));
+    }
+    for t in tasks {
+        within("session task", t)
+            .await
+            .expect("session task failed");
+    }
+    for (fe, _) in &editors {
+        assert_eq!(fe.clients(), 1, "one upstream link per editor");
+    }
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn a_departed_session_gets_only_its_own_diff_closed() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/p"]).await;
+    let mut ev = fe.events();
+    let mut keep = Agent::open(&b.socket, "/p", None).await;
+    let mut gone = Agent::open(&b.socket, "/p", None).await;
+    for (a, tab) in [(&mut keep, "pi-write:keep"), (&mut gone, "pi-write:gone")] {
+        a.call_tool(json!(1), "openDiff", json!({"old_file_path": "/p/f", "new_file_path": "/p/f", "new_file_contents": "x", "tab_name": tab})).await;
+    }
+    pi_ide_broker::testkit::eventually("both diffs pending", || {
+        (fe.pending_diffs().len() == 2).then_some(())
+    })
+    .await;
+    let st = b.status().await;
+    let flights: Vec<&Value> = st["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["in_flight"].as_array().unwrap())
+        .collect();
+    assert_eq!(flights.len(), 2);
+    assert!(flights.iter().all(|f| f["tool"] == "openDiff"));
+    drop(gone);
+    let closed = wait_for(
+        &mut ev,
+        "close_tab",
+        |e| matches!(e, Event::Call { tool: Some(t), .. } if t == "close_tab"),
+    )
+    .await;
+    let Event::Call { args, .. } = closed else {
+        unreachable!()
+    };
+    assert_eq!(args["tab_name"], "pi-write:gone");
+    assert_eq!(fe.pending_diffs(), vec!["pi-write:keep".to_string()]);
+    // The survivor's diff still completes normally.
+    assert!(fe.accept_diff("pi-write:keep", "final text\n"));
+    let ans = keep.answer(&json!(1)).await;
+    assert_eq!(text0(&ans), "FILE_SAVED");
+    assert_eq!(text1(&ans), "final text\n");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn an_editor_lost_mid_diff_answers_diff_rejected_with_the_sessions_tab() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/p"]).await;
+    let mut agents = Vec::new();
+    for i in 0..3 {
+        let mut a = Agent::open(&b.socket, "/p", None).await;
+        a.call_tool(json!(format!("d{i}")), "openDiff", json!({"old_file_path": "/p/f", "new_file_path": "/p/f", "new_file_contents": "x", "tab_name": format!("pi-edit:{i}")})).await;
+        agents.push(a);
+    }
+    pi_ide_broker::testkit::eventually("3 diffs pending", || {
+        (fe.pending_diffs().len() == 3).then_some(())
+    })
+    .await;
+    fe.crash();
+    for (i, a) in agents.iter_mut().enumerate() {
+        let ans = a.answer(&json!(format!("d{i}"))).await;
+        assert!(
+            ans.get("error").is_none(),
+            "never an error (pi would apply the edit unreviewed): {ans}"
+        );
+        assert_eq!(text0(&ans), "DIFF_REJECTED");
+        assert_eq!(text1(&ans), format!("pi-edit:{i}"));
+    }
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn suggestions_go_to_the_most_recently_active_session_and_cancels_follow() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/p"]).await;
+    let mut ev = fe.events();
+    let mut old = Agent::open(&b.socket, "/p", None).await;
+    old.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let mut recent = Agent::open(&b.socket, "/p", None).await;
+    recent
+        .until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    // `old` becomes the most recently active by sending a request.
+    let _ = old
+        .request(
+            json!(5),
+            "tools/call",
+            json!({"name": "echo", "arguments": {}}),
+        )
+        .await;
+    let out_id = fe.request_suggestions().expect("a client");
+    let req = old
+        .until("getSuggestions", |v| v["method"] == "getSuggestions")
+        .await;
+    let sid = req["id"].clone();
+    assert!(sid.is_string());
+    // The editor cancels it: the same session hears it, with the id it saw.
+    fe.cancel_request(&out_id);
+    let c = old
+        .until("request_cancelled", |v| v["method"] == "request_cancelled")
+        .await;
+    assert_eq!(c["params"]["id"], sid);
+    // A second request is answered; the answer reaches the editor with the editor's own id.
+    let out2 = fe.request_suggestions().expect("a client");
+    let req2 = old
+        .until("getSuggestions", |v| v["method"] == "getSuggestions")
+        .await;
+    old.send_text(
+        &json!({"jsonrpc": "2.0", "id": req2["id"], "result": {"suggestions": ["a"]}}).to_string(),
+    )
+    .await;
+    let Event::Answered { msg } = wait_for(&mut ev, "the answer", |e| {
+        matches!(e, Event::Answered { .. })
+    })
+    .await
+    else {
+        unreachable!()
+    };
+    assert_eq!(msg["id"], out2.as_str());
+    assert_eq!(msg["result"]["suggestions"][0], "a");
+    // The other session never saw any of it.
+    recent.send_request(json!("probe"), "ping", json!({})).await;
+    let seen = recent
+        .until("probe", |v| {
+            v["id"] == "probe" || v["method"] == "getSuggestions"
+        })
+        .await;
+    assert_eq!(seen["id"], "probe", "suggestions leaked to another session");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn an_editor_request_with_no_session_gets_an_error() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/p"]).await;
+    let mut ev = fe.events();
+    fe.request_suggestions().expect("the broker link");
+    let Event::Answered { msg } = wait_for(&mut ev, "error answer", |e| {
+        matches!(e, Event::Answered { .. })
+    })
+    .await
+    else {
+        unreachable!()
+    };
+    assert_eq!(msg["id"], "out_1");
+    assert!(msg["error"]["code"].is_i64());
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_stops_reading_does_not_slow_the_others() {
+    let b = TestBroker::start().await;
+    let (fe, id) = b.editor(&["/p"]).await;
+    let mut stuck = Agent::open(&b.socket, "/p", None).await; // reads nothing after attaching
+    stuck
+        .until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let mut readers = Vec::new();
+    for _ in 0..10 {
+        let mut a = Agent::open(&b.socket, "/p", None).await;
+        a.until("attached", |v| v["method"] == "broker/attached")
+            .await;
+        readers.push(tokio::spawn(async move {
+            let mut mentions = 0;
+            a.until("the last selection", |v| {
+                mentions += usize::from(v["method"] == "at_mentioned");
+                v["method"] == "selection_changed" && v["params"]["text"] == "sel 2999"
+            })
+            .await;
+            (mentions, a)
+        }));
+    }
+    // Selection floods coalesce; at_mentioned floods (~6 MB in all) are bounded per session.
+    let pad = "f".repeat(4096);
+    for i in 0..3000u64 {
+        fe.select("/p/f.rs", &format!("sel {i}"), i);
+        if i % 2 == 0 {
+            fe.broadcast(&pi_ide_broker::jsonrpc::notification(
+                "at_mentioned",
+                json!({"filePath": pad, "lineStart": i}),
+            ));
+            tokio::task::yield_now().await;
+        }
+    }
+    let mut alive = Vec::new();
+    for r in readers {
+        let (mentions, a) = within("reader", r).await.expect("reader");
+        assert_eq!(mentions, 1500, "a reading session loses nothing");
+        alive.push(a);
+    }
+    // The stuck one was dropped once its bounded queue filled: memory stays bounded.
+    b.wait_status("the stuck session dropped", |st| {
+        editor_by_id(st, &id).is_some_and(|e| e["sessions"] == 10)
+    })
+    .await;
+    drop((stuck, alive));
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn selection_is_replayed_on_attach() {
+    let b = TestBroker::start().await;
+    let (fe, id) = b.editor(&["/p"]).await;
+    fe.select("/p/lib.rs", "let x", 7);
+    let reg = b.handle.registry().clone();
+    pi_ide_broker::testkit::eventually("cached", || {
+        reg.editors
+            .get(&id)
+            .and_then(|e| e.selection.borrow().clone())
+    })
+    .await;
+    let mut a = Agent::open(&b.socket, "/p", None).await;
+    let sel = a
+        .until("replayed selection", |v| v["method"] == "selection_changed")
+        .await;
+    assert_eq!(sel["params"]["filePath"], "/p/lib.rs");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn short_tools_time_out_but_diffs_never_do() {
+    let b = TestBroker::start_with(|c| c.timeouts.short_tool_ms = 200).await;
+    let (fe, _) = b.editor(&["/p"]).await;
+    let mut a = Agent::open(&b.socket, "/p", None).await;
+    a.call_tool(json!("diff"), "openDiff", json!({"old_file_path": "/p/f", "new_file_path": "/p/f", "new_file_contents": "x", "tab_name": "t1"})).await;
+    a.call_tool(json!("slow"), "slow", json!({})).await;
+    let ans = a.answer(&json!("slow")).await;
+    assert_eq!(ans["error"]["code"], pi_ide_broker::jsonrpc::TIMEOUT);
+    assert!(ans["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("did not answer"));
+    // The diff is still pending, well past the short timeout.
+    a.send_request(json!("p1"), "ping", json!({})).await;
+    a.answer(&json!("p1")).await;
+    assert_eq!(fe.pending_diffs(), vec!["t1".to_string()]);
+    assert!(fe.reject_diff("t1"));
+    let d = a.answer(&json!("diff")).await;
+    assert_eq!(text0(&d), "DIFF_REJECTED");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn garbage_gets_json_rpc_errors_and_the_session_lives_on() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/p"]).await;
+    let mut a = Agent::open(&b.socket, "/p", None).await;
+    a.send_text("{oops").await;
+    assert_eq!(
+        a.until("parse error", |v| v.get("error").is_some()).await["error"]["code"],
+        -32700
+    );
+    a.send_text("[1,2]").await;
+    assert_eq!(
+        a.until("invalid", |v| v.get("error").is_some()).await["error"]["code"],
+        -32600
+    );
+    a.send_text(r#"{"jsonrpc":"2.0","id":{"x":1},"method":"m"}"#)
+        .await;
+    assert_eq!(
+        a.until("invalid id", |v| v.get("error").is_some()).await["error"]["code"],
+        -32600
+    );
+    let ok = a
+        .request(
+            json!(9),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"still": "alive"}}),
+        )
+        .await;
+    assert!(text0(&ok).contains("alive"));
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn no_editor_gives_a_clear_error_then_auto_attaches_when_one_appears() {
+    let b = TestBroker::start().await;
+    let mut a = Agent::open(&b.socket, "/late/project", None).await;
+    let e = a
+        .request(
+            json!(1),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(e["error"]["code"], pi_ide_broker::jsonrpc::NO_EDITOR);
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/late/project"));
+    let (_fe, id) = b.editor(&["/late"]).await;
+    let att = a
+        .until("auto attach", |v| v["method"] == "broker/attached")
+        .await;
+    assert_eq!(att["params"]["editor"], id);
+    let ok = a
+        .request(
+            json!(2),
+            "tools/call",
+            json!({"name": "echo", "arguments": {}}),
+        )
+        .await;
+    assert!(ok.get("result").is_some());
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn routing_nested_symlinked_and_ambiguous() {
+    let b = TestBroker::start().await;
+    let root = b.dir.path().join("w");
+    std::fs::create_dir_all(root.join("repo/sub/deep")).unwrap();
+    std::os::unix::fs::symlink(root.join("repo"), root.join("link")).unwrap();
+    let repo = root.join("repo").display().to_string();
+    let sub = root.join("repo/sub").display().to_string();
+    let (_outer, outer_id) = b.editor(&[&repo]).await;
+    let (_inner, inner_id) = b.editor(&[&sub]).await;
+    // Deepest folder wins, through a symlink and a trailing slash.
+    let cwd = format!("{}/link/sub/deep/", root.display());
+    let mut a = Agent::open(&b.socket, &cwd, None).await;
+    assert_eq!(
+        a.until("attached", |v| v["method"] == "broker/attached")
+            .await["params"]["editor"],
+        inner_id
+    );
+    let list = a.request(json!(1), "broker/editors", json!({})).await;
+    let ids: Vec<&str> = list["result"]["editors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![inner_id.as_str(), outer_id.as_str()],
+        "best first"
+    );
+    // Two editors on the same folder, neither touched: ambiguity, no guess.
+    let same = root.join("twin").display().to_string();
+    std::fs::create_dir_all(&same).unwrap();
+    let mut o1 = Options::pi(&[&same]);
+    o1.ide_name = "Neovim".into();
+    let t1 = FakeEditor::start_in(&b.pi_dir, o1.clone()).await.unwrap();
+    let t2 = FakeEditor::start_in(&b.pi_dir, o1).await.unwrap();
+    let id1 = b.wait_editor(t1.port, "ready").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    b.wait_editor(t2.port, "ready").await;
+    let mut amb = Agent::open(&b.socket, &same, None).await;
+    let e = amb
+        .request(
+            json!(1),
+            "tools/call",
+            json!({"name": "echo", "arguments": {}}),
+        )
+        .await;
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("several editors"),
+        "{e}"
+    );
+    let r = amb
+        .request(json!(2), "broker/attach", json!({"editor": id1}))
+        .await;
+    assert_eq!(r["result"]["editor"], id1.as_str());
+    let ok = amb
+        .request(
+            json!(3),
+            "tools/call",
+            json!({"name": "echo", "arguments": {}}),
+        )
+        .await;
+    assert!(ok.get("result").is_some());
+    let bad = amb
+        .request(json!(4), "broker/attach", json!({"editor": "nope"}))
+        .await;
+    assert_eq!(bad["error"]["code"], -32602);
+    // The most recently focused one wins a tie.
+    t2.select(&format!("{same}/f"), "", 0);
+    let id2 = b
+        .wait_status("t2 focused", |st| editor_by_port(st, t2.port).is_some())
+        .await;
+    let id2 = editor_by_port(&id2, t2.port).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reg = b.handle.registry().clone();
+    let id2c = id2.clone();
+    pi_ide_broker::testkit::eventually("focus recorded", || {
+        reg.editors
+            .get(&id2c)
+            .filter(|e| {
+                e.last_selection_ms
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    > 0
+            })
+            .map(|_| ())
+    })
+    .await;
+    let mut tie = Agent::open(&b.socket, &same, None).await;
+    assert_eq!(
+        tie.until("attached", |v| v["method"] == "broker/attached")
+            .await["params"]["editor"],
+        id2
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn sticky_targets_survive_editor_and_broker_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    let proj_s = proj.display().to_string();
+    let b = TestBroker::start_in(dir, |_| {}).await;
+    let e1 = FakeEditor::start_in(&b.pi_dir, Options::pi(&[&proj_s]))
+        .await
+        .unwrap();
+    let mut o2 = Options::pi(&[&proj_s]);
+    o2.ide_name = "Other".into();
+    let e2 = FakeEditor::start_in(&b.pi_dir, o2.clone()).await.unwrap();
+    b.wait_editor(e1.port, "ready").await;
+    let id2 = b.wait_editor(e2.port, "ready").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Choose e2 explicitly: it becomes sticky for key "pi-123".
+    let mut a = Agent::open(&b.socket, &proj_s, Some("pi-123")).await;
+    a.request(json!(1), "broker/attach", json!({"editor": id2}))
+        .await;
+    a.close().await;
+    // pi's /new: same key, new connection → back on e2 without a question.
+    let mut a = Agent::open(&b.socket, &proj_s, Some("pi-123")).await;
+    assert_eq!(
+        a.until("attached", |v| v["method"] == "broker/attached")
+            .await["params"]["editor"],
+        id2
+    );
+    // e2 restarts on a new port: the attached session follows it without reconnecting.
+    e2.remove_lockfile();
+    e2.crash();
+    b.wait_editor_gone(e2.port).await;
+    let e2b = FakeEditor::start_in(&b.pi_dir, o2.clone()).await.unwrap();
+    b.wait_editor(e2b.port, "ready").await;
+    let ok = a
+        .request(
+            json!(2),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"after": "restart"}}),
+        )
+        .await;
+    assert!(text0(&ok).contains("restart"), "{ok}");
+    assert_eq!(e2b.clients(), 1);
+    a.close().await;
+    // Broker restart: the state file brings the sticky target back.
+    let state_file = b.state_dir.join("state.json");
+    let tempdir = b.stop_keep_dir().await;
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert_eq!(saved["sticky"]["pi-123"]["editor"], id2.as_str());
+    let root = tempdir.path().to_path_buf();
+    let b2 = TestBroker::start_in(tempdir, |_| {}).await;
+    assert_eq!(b2.dir.path(), root);
+    b2.wait_editor(e1.port, "ready").await;
+    b2.wait_editor(e2b.port, "ready").await;
+    let mut a = Agent::open(&b2.socket, &proj_s, Some("pi-123")).await;
+    assert_eq!(
+        a.until("attached", |v| v["method"] == "broker/attached")
+            .await["params"]["editor"],
+        id2
+    );
+    b2.stop().await;
+}
+
+#[allow(dead_code)]
+fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("pi_ide_broker=debug")
+        .with_test_writer()
+        .try_init();
+}
