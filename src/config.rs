@@ -28,6 +28,8 @@ pub struct Config {
     pub backoff: BackoffConfig,
     /// Per-call timeouts.
     pub timeouts: TimeoutConfig,
+    /// The compat door for the unmodified pi-ide extension.
+    pub compat: CompatConfig,
     /// How long a vanished editor is remembered so a restart is recognised as its successor.
     pub successor_window_ms: u64,
     /// How long sessions stay attached to a vanished editor waiting for its restart.
@@ -46,6 +48,25 @@ pub struct LockDirConfig {
     pub path: PathBuf,
     /// Which dialect (and auth header) its editors use.
     pub family: Family,
+}
+
+/// The compat door: virtual lockfiles + loopback listeners the unmodified pi-ide extension dials.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompatConfig {
+    /// Publish virtual lockfiles at all.
+    pub enabled: bool,
+    /// Where they go; point `PI_IDE_LOCK_DIR` here. `None` means `~/.pi/ide-broker`.
+    pub lock_dir: Option<PathBuf>,
+}
+
+impl Default for CompatConfig {
+    fn default() -> Self {
+        CompatConfig {
+            enabled: true,
+            lock_dir: None,
+        }
+    }
 }
 
 /// Log line format.
@@ -104,6 +125,7 @@ impl Default for Config {
             health: HealthConfig::default(),
             backoff: BackoffConfig::default(),
             timeouts: TimeoutConfig::default(),
+            compat: CompatConfig::default(),
             successor_window_ms: 300_000,
             editor_grace_ms: 10_000,
             rescan_interval_ms: 30_000,
@@ -278,6 +300,14 @@ impl Config {
             .join("pi-ide-broker")
     }
 
+    /// The compat lock dir (`compat.lock_dir`, default `~/.pi/ide-broker`).
+    pub fn compat_dir(&self) -> PathBuf {
+        match &self.compat.lock_dir {
+            Some(p) => expand_home(p),
+            None => home_dir().join(".pi").join("ide-broker"),
+        }
+    }
+
     /// `health.interval_ms` as a duration.
     pub fn health_interval(&self) -> Duration {
         Duration::from_millis(self.health.interval_ms)
@@ -328,6 +358,8 @@ mod tests {
         assert_eq!(parsed.editor_grace_ms, d.editor_grace_ms);
         assert_eq!(parsed.rescan_interval_ms, d.rescan_interval_ms);
         assert_eq!(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
+        assert_eq!(parsed.compat.enabled, d.compat.enabled);
+        assert_eq!(parsed.compat.lock_dir, d.compat.lock_dir);
     }
 
     #[test]

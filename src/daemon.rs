@@ -99,6 +99,12 @@ pub async fn serve(
     });
     let _ = scanned_rx.await;
 
+    if config.compat.enabled {
+        let (tx, rx) = mpsc::unbounded_channel();
+        reg.set_compat(tx);
+        reg.tracker
+            .spawn(frontdoor::compat::run(reg.clone(), config.compat_dir(), rx));
+    }
     let reg_save = reg.clone();
     let saver = tokio::spawn(async move { reg_save.state.saver().await });
     let accept_stop = CancellationToken::new();

@@ -110,6 +110,10 @@ pub struct Registry {
     /// Bumped on every change status would show (editor added/removed/state, attachments):
     /// tests and the service's STATUS line await it instead of polling.
     changes: tokio::sync::watch::Sender<u64>,
+    /// The compat door's event queue, when the door is enabled.
+    compat: std::sync::OnceLock<
+        tokio::sync::mpsc::UnboundedSender<crate::frontdoor::compat::CompatEvent>,
+    >,
     /// Ourselves, for handing `Arc<dyn LinkHost>` to link tasks.
     me: Weak<Registry>,
 }
@@ -138,6 +142,7 @@ impl Registry {
             cancel,
             tracker: TaskTracker::new(),
             changes: tokio::sync::watch::Sender::new(0),
+            compat: std::sync::OnceLock::new(),
             me: me.clone(),
         })
     }
@@ -153,6 +158,20 @@ impl Registry {
     /// Replaces the config (reload).
     pub fn set_config(&self, c: Arc<Config>) {
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = c;
+    }
+
+    /// Connects the compat door (called once at start when it is enabled).
+    pub fn set_compat(
+        &self,
+        tx: tokio::sync::mpsc::UnboundedSender<crate::frontdoor::compat::CompatEvent>,
+    ) {
+        let _ = self.compat.set(tx);
+    }
+
+    fn tell_compat(&self, ev: crate::frontdoor::compat::CompatEvent) {
+        if let Some(tx) = self.compat.get() {
+            let _ = tx.send(ev);
+        }
     }
 
     /// Records that something status shows has changed.
@@ -319,6 +338,7 @@ impl Registry {
         }
         tracing::info!(editor = %id, "editor gone for good");
         self.state.remove_editor(id);
+        self.tell_compat(crate::frontdoor::compat::CompatEvent::Gone(id.to_string()));
         let orphans: Vec<Arc<Session>> = self
             .sessions
             .iter()
@@ -326,6 +346,11 @@ impl Registry {
             .map(|s| s.clone())
             .collect();
         for s in orphans {
+            if s.door == crate::session::Door::Compat {
+                // Its virtual lockfile is withdrawn: close it, as the editor itself would.
+                s.close();
+                continue;
+            }
             self.detach(&s, &format!("editor {id} is gone"), false);
             self.place(&s);
         }
@@ -363,6 +388,14 @@ impl Registry {
 
     /// First placement of a new session: an explicit editor, else routing.
     pub fn place_new_session(&self, s: &Arc<Session>, explicit: Option<&str>) {
+        if let (crate::session::Door::Compat, Some(id)) = (s.door, explicit) {
+            // A compat entry stands for one editor: pinned, even while it restarts.
+            *lock(&s.editor) = Some(id.to_string());
+            s.touch(self.stamp());
+            self.changed();
+            let _ = s.control.send(Control::Attached(id.to_string()));
+            return;
+        }
         if let Some(want) = explicit {
             if let Err(e) = self.attach_explicit(s, want) {
                 let _ = s.control.send(Control::Detached(e));
@@ -545,6 +578,9 @@ impl LinkHost for Registry {
     }
 
     fn editor_ready(&self, editor: &Arc<Editor>) {
+        self.tell_compat(crate::frontdoor::compat::CompatEvent::Ready(
+            editor.id.clone(),
+        ));
         let waiting: Vec<Arc<Session>> = self
             .sessions
             .iter()

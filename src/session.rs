@@ -136,6 +136,11 @@ impl Session {
         self.last_active_ms.store(stamp, Ordering::Relaxed);
     }
 
+    /// Ends the session (its task closes the connection and cleans up).
+    pub fn close(&self) {
+        self.outbox.kill.cancel();
+    }
+
     /// A fresh id for an editor-initiated request delivered to this session.
     pub fn mint_delegated_id(&self) -> String {
         format!(
@@ -410,13 +415,6 @@ fn forward(
     method: String,
     msg: Map<String, Value>,
 ) {
-    let Some(editor) = current_editor(reg, s) else {
-        let why = reg.unattached_reason(s);
-        s.outbox
-            .deliver(jsonrpc::error(&id, jsonrpc::NO_EDITOR, &why));
-        return;
-    };
-    s.touch(reg.stamp());
     let tool = jsonrpc::tool_name(&msg).map(String::from);
     let is_diff = tool.as_deref() == Some("openDiff");
     let tab_name = is_diff.then(|| {
@@ -427,6 +425,23 @@ fn forward(
             .unwrap_or_default()
             .to_string()
     });
+    // A diff that cannot reach an editor is a rejection, never an error: on an error pi
+    // applies the edit unreviewed.
+    let refuse = |why: String| {
+        let text = match &tab_name {
+            Some(tab) => {
+                tracing::info!(session = s.id, reason = %why, "openDiff answered DIFF_REJECTED");
+                jsonrpc::result(&id, jsonrpc::diff_rejected(tab))
+            }
+            None => jsonrpc::error(&id, jsonrpc::NO_EDITOR, &why),
+        };
+        s.outbox.deliver(text);
+    };
+    let Some(editor) = current_editor(reg, s) else {
+        refuse(reg.unattached_reason(s));
+        return;
+    };
+    s.touch(reg.stamp());
     let label = tool.clone().unwrap_or_else(|| method.clone());
     let pending = Pending {
         owner: Owner::Session {
@@ -436,7 +451,7 @@ fn forward(
         },
         method,
         tool,
-        tab_name,
+        tab_name: tab_name.clone(),
         started: Instant::now(),
         timer: None,
     };
@@ -464,9 +479,6 @@ fn forward(
             }
         }
         Ok(_) => {}
-        Err(e) => {
-            s.outbox
-                .deliver(jsonrpc::error(&id, jsonrpc::NO_EDITOR, &e.to_string()));
-        }
+        Err(e) => refuse(e.to_string()),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod fake_editor;
+pub mod pi_client;
 
 use std::time::Duration;
 

@@ -45,6 +45,7 @@ pub fn test_config(root: &std::path::Path) -> Config {
         state_dir: Some(root.join("state")),
         ..Config::default()
     };
+    c.compat.lock_dir = Some(root.join("compat"));
     c.backoff.initial_ms = 50;
     c.backoff.max_ms = 1000;
     c

@@ -1,0 +1,309 @@
+//! The compat door: for every live editor, a virtual lockfile `<port>.lock` in the broker's
+//! own lock dir and a loopback WebSocket listener on that port, so the unmodified pi-ide
+//! extension (with `PI_IDE_LOCK_DIR` pointed here) connects through the broker.
+//!
+//! An entry keeps its port and token across the editor's restarts (its id is stable), is
+//! withdrawn when the editor is gone for good, and every entry is removed on shutdown.
+//! Leftovers of a crashed broker carry our marker and a dead pid: they are cleaned at start.
+//! Files without the marker are never touched.
+
+use crate::family::Family;
+use crate::registry::Registry;
+use crate::secret::Token;
+use crate::session::{self, Door, Intro};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
+use tokio_util::sync::CancellationToken;
+
+/// The field that marks a virtual lockfile as written by a pi-ide-broker.
+pub const MARKER: &str = "piIdeBroker";
+
+/// What the registry tells the compat door.
+#[derive(Debug)]
+pub enum CompatEvent {
+    /// This editor is ready: publish (or refresh) its entry.
+    Ready(String),
+    /// This editor is gone for good: withdraw its entry.
+    Gone(String),
+}
+
+struct Entry {
+    port: u16,
+    path: PathBuf,
+    stop: CancellationToken,
+}
+
+/// Runs the compat door until the broker stops, then removes every entry.
+pub async fn run(
+    reg: Arc<Registry>,
+    dir: PathBuf,
+    mut events: mpsc::UnboundedReceiver<CompatEvent>,
+) {
+    if let Err(e) = super::socket::secure_dir(&dir) {
+        tracing::error!(error = %e, "compat door disabled");
+        return;
+    }
+    clean_leftovers(&dir);
+    let mut entries: HashMap<String, Entry> = HashMap::new();
+    loop {
+        let ev = tokio::select! {
+            _ = reg.cancel.cancelled() => break,
+            ev = events.recv() => match ev { Some(e) => e, None => break },
+        };
+        match ev {
+            CompatEvent::Ready(id) => {
+                if let Some(e) = entries.get(&id) {
+                    // A successor: same port and token, refresh folders and name.
+                    if let Err(err) = write_entry(&reg, &id, &e.path, None) {
+                        tracing::warn!(editor = %id, error = %err, "cannot refresh virtual lockfile");
+                    }
+                    continue;
+                }
+                match publish(&reg, &id, &dir).await {
+                    Ok(entry) => {
+                        tracing::info!(editor = %id, port = entry.port, file = %entry.path.display(), "compat entry published");
+                        entries.insert(id, entry);
+                    }
+                    Err(e) => {
+                        tracing::warn!(editor = %id, error = %e, "cannot publish compat entry")
+                    }
+                }
+            }
+            CompatEvent::Gone(id) => {
+                if let Some(e) = entries.remove(&id) {
+                    tracing::info!(editor = %id, port = e.port, "compat entry withdrawn");
+                    withdraw(&e);
+                }
+            }
+        }
+    }
+    for e in entries.values() {
+        withdraw(e);
+    }
+}
+
+fn withdraw(e: &Entry) {
+    e.stop.cancel();
+    let _ = std::fs::remove_file(&e.path);
+}
+
+/// Removes virtual lockfiles left by a broker that died: ours by marker, with a dead pid.
+fn clean_leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("lock") {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() || meta.len() > crate::lockfile::MAX_LOCKFILE_BYTES {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        if v.get(MARKER).is_none() {
+            continue; // not ours: never touched
+        }
+        let pid = v
+            .get("pid")
+            .and_then(Value::as_u64)
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(0);
+        if pid != std::process::id() && !crate::lockfile::pid_alive(pid) {
+            tracing::info!(file = %path.display(), "removing a virtual lockfile left by a broker that died");
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// Binds a listener, mints a token, writes the virtual lockfile and starts accepting.
+async fn publish(reg: &Arc<Registry>, id: &str, dir: &Path) -> std::io::Result<Entry> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let port = listener.local_addr()?.port();
+    let token = Token::generate()?;
+    let path = dir.join(format!("{port}.lock"));
+    write_entry(reg, id, &path, Some(&token))?;
+    let stop = reg.cancel.child_token();
+    let entry = Entry {
+        port,
+        path,
+        stop: stop.clone(),
+    };
+    let reg2 = reg.clone();
+    let id = id.to_string();
+    reg.tracker
+        .spawn(accept_loop(reg2, id, listener, token, stop));
+    Ok(entry)
+}
+
+/// Writes (atomically, 0600) the virtual lockfile for editor `id`. `token` is `None` when
+/// refreshing: the token already in the file is kept.
+fn write_entry(
+    reg: &Registry,
+    id: &str,
+    path: &Path,
+    token: Option<&Token>,
+) -> std::io::Result<()> {
+    let Some(editor) = reg.editors.get(id).map(|e| e.clone()) else {
+        return Ok(());
+    };
+    let lock = editor.lockfile();
+    let token = match token {
+        Some(t) => t.expose().to_string(),
+        None => {
+            let old: Value = serde_json::from_str(&std::fs::read_to_string(path)?)
+                .map_err(std::io::Error::other)?;
+            old.get("authToken")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    // pi-ide compares plain string prefixes: publish both the written and the resolved forms.
+    let mut folders: Vec<String> = lock.workspace_folders.clone();
+    for f in &editor.folders {
+        let s = f.display().to_string();
+        if !folders.contains(&s) {
+            folders.push(s);
+        }
+    }
+    let body = json!({
+        "pid": std::process::id(),
+        "workspaceFolders": folders,
+        "ideName": lock.ide_name,
+        "transport": "ws",
+        "authToken": token,
+        MARKER: {"editor": id, "family": editor.family},
+    });
+    crate::state::write_atomic(path, body.to_string().as_bytes())
+}
+
+async fn accept_loop(
+    reg: Arc<Registry>,
+    id: String,
+    listener: TcpListener,
+    token: Token,
+    stop: CancellationToken,
+) {
+    let token = Arc::new(token);
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "compat accept failed; retrying in 100 ms");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let reg = reg.clone();
+        let id = id.clone();
+        let token = token.clone();
+        reg.clone().tracker.spawn(async move {
+            let mut dialect = Family::Pi;
+            let config = crate::editor::ws_config(&reg.config());
+            let check =
+                |req: &Request, resp: Response| check_upgrade(req, resp, &token, &mut dialect);
+            let ws =
+                match tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config))
+                    .await
+                {
+                    Ok(ws) => ws,
+                    Err(e) => {
+                        // pi-ide probes the port with a bare connect-and-close: not worth a warning.
+                        tracing::debug!(editor = %id, error = %e, "compat handshake not completed");
+                        return;
+                    }
+                };
+            let cwd = reg
+                .editors
+                .get(&id)
+                .and_then(|e| e.folders.first().map(|f| f.display().to_string()))
+                .unwrap_or_else(|| "/".into());
+            let intro = Intro {
+                door: Door::Compat,
+                cwd,
+                key: None,
+                editor: Some(id),
+                dialect,
+            };
+            session::run(reg, ws, intro).await;
+        });
+    }
+}
+
+fn refuse(status: StatusCode, reason: &str) -> ErrorResponse {
+    let mut r = ErrorResponse::new(Some(format!("Bad WebSocket upgrade request: {reason}")));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert("connection", HeaderValue::from_static("close"));
+    r
+}
+
+/// Refuses browsers (any `Origin`), then checks the token (constant time) from either header
+/// before the upgrade, like the editors do; echoes subprotocol `mcp` when asked.
+#[allow(clippy::result_large_err)] // the callback signature is tungstenite's
+fn check_upgrade(
+    req: &Request,
+    mut resp: Response,
+    token: &Token,
+    dialect: &mut Family,
+) -> Result<Response, ErrorResponse> {
+    let h = req.headers();
+    if h.contains_key("origin") {
+        tracing::warn!("refused a compat connection carrying an Origin header (browser?)");
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "requests with an Origin header are refused",
+        ));
+    }
+    let (presented, family) = match (
+        h.get(Family::Pi.auth_header()),
+        h.get(Family::Claude.auth_header()),
+    ) {
+        (Some(v), _) => (v, Family::Pi),
+        (None, Some(v)) => (v, Family::Claude),
+        (None, None) => {
+            tracing::info!("refused a compat connection without an auth header");
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                "Missing authentication header",
+            ));
+        }
+    };
+    if !token.matches(presented.as_bytes()) {
+        tracing::info!("refused a compat connection with a wrong token");
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "Invalid authentication token",
+        ));
+    }
+    *dialect = family;
+    let wants_mcp = h
+        .get("sec-websocket-protocol")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|p| p.trim() == "mcp"));
+    if wants_mcp {
+        resp.headers_mut()
+            .insert("sec-websocket-protocol", HeaderValue::from_static("mcp"));
+    }
+    Ok(resp)
+}

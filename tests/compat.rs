@@ -1,0 +1,271 @@
+//! Issue: the compat door — the unmodified pi-ide extension through virtual lockfiles.
+
+mod common;
+
+use common::*;
+use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
+use pi_ide_broker::testkit::{eventually, within};
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+
+fn compat_dir(b: &TestBroker) -> std::path::PathBuf {
+    b.dir.path().join("compat")
+}
+
+/// Waits until the pi-ide-like scan finds exactly one candidate for `cwd`.
+async fn one_candidate(b: &TestBroker, cwd: &str) -> pi_ide_broker::testkit::pi_client::Candidate {
+    let dir = compat_dir(b);
+    within("one compat candidate", async {
+        loop {
+            let c = find_candidates(&dir, cwd).await;
+            if c.len() == 1 {
+                return c[0].clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pi_ide_client_accepts_and_rejects_diffs_through_the_broker() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/home/u/proj"]).await;
+    let cand = one_candidate(&b, "/home/u/proj/src").await;
+    assert_eq!(cand.pid, std::process::id(), "the broker's own pid");
+    assert_eq!(cand.ide_name, "Neovim");
+    let mut c = PiClient::connect(&cand).await.unwrap();
+    let diags = c.diagnostics().await.unwrap();
+    assert!(diags.contains_key("file:///x.rs"));
+    let st = b.status().await;
+    assert_eq!(st["sessions"][0]["door"], "compat");
+
+    // Accept.
+    let writer = tokio::spawn(async move {
+        let r = c
+            .write_file("/home/u/proj/a.rs", "fn a() {}\n", "call1")
+            .await;
+        (r, c)
+    });
+    eventually("diff pending", || {
+        fe.pending_diffs()
+            .contains(&"pi-write:call1".to_string())
+            .then_some(())
+    })
+    .await;
+    assert!(fe.accept_diff("pi-write:call1", "fn a() {} // edited\n"));
+    let (r, mut c) = within("writer", writer).await.unwrap();
+    assert_eq!(r.unwrap().as_deref(), Some("fn a() {} // edited\n"));
+
+    // Reject: the echoed tab name is the client's own.
+    let writer = tokio::spawn(async move {
+        let r = c.open_diff_raw("/home/u/proj/b.rs", "pi-write:call2").await;
+        (r, c)
+    });
+    eventually("diff pending", || {
+        fe.pending_diffs()
+            .contains(&"pi-write:call2".to_string())
+            .then_some(())
+    })
+    .await;
+    assert!(fe.reject_diff("pi-write:call2"));
+    let (r, c) = within("writer", writer).await.unwrap();
+    let v = r.unwrap();
+    assert_eq!(v["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(v["result"]["content"][1]["text"], "pi-write:call2");
+    c.close().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_survives_an_editor_restart_on_a_new_port() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/w"]).await;
+    let cand = one_candidate(&b, "/w").await;
+    let mut c = PiClient::connect(&cand).await.unwrap();
+    c.diagnostics().await.unwrap();
+    fe.remove_lockfile();
+    fe.crash();
+    b.wait_editor_gone(fe.port).await;
+    let fe2 = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/w"]))
+        .await
+        .unwrap();
+    b.wait_editor(fe2.port, "ready").await;
+    // Same virtual entry (port and token), same connection.
+    assert_eq!(one_candidate(&b, "/w").await.port, cand.port);
+    let writer = tokio::spawn(async move {
+        let r = c.write_file("/w/f", "x", "after").await;
+        (r, c)
+    });
+    eventually("diff on the new editor", || {
+        fe2.pending_diffs().first().cloned()
+    })
+    .await;
+    assert!(fe2.accept_diff("pi-write:after", "x\n"));
+    let (r, _c) = within("writer", writer).await.unwrap();
+    assert_eq!(r.unwrap().as_deref(), Some("x\n"));
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_killed_mid_diff_gives_diff_rejected_not_a_closed_socket() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/w"]).await;
+    let cand = one_candidate(&b, "/w").await;
+    let mut c = PiClient::connect(&cand).await.unwrap();
+    let writer = tokio::spawn(async move {
+        let r = c.write_file("/w/f", "x", "k").await;
+        (r, c)
+    });
+    eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
+    fe.crash();
+    let (r, mut c) = within("writer", writer).await.unwrap();
+    assert_eq!(
+        r,
+        Ok(None),
+        "a rejection (blocks the write), never an error (writes unreviewed)"
+    );
+    // The socket is still open: a diff while the editor is down is rejected too.
+    assert_eq!(c.write_file("/w/f", "x", "k2").await, Ok(None));
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn bad_tokens_origins_and_probes_are_refused_and_harmless() {
+    let b = TestBroker::start().await;
+    let (_a, _) = b.editor(&["/a"]).await;
+    let (_b2, _) = b.editor(&["/b"]).await;
+    let ca = one_candidate(&b, "/a").await;
+    let cb = one_candidate(&b, "/b").await;
+    // pi-ide probes the port with a bare connect-and-close.
+    drop(
+        tokio::net::TcpStream::connect(("127.0.0.1", ca.port))
+            .await
+            .unwrap(),
+    );
+    let wrong =
+        PiClient::connect_with(ca.port, "x-pi-ide-authorization", "not-the-token-123", None).await;
+    assert_eq!(
+        wrong.err().as_deref(),
+        Some("Unexpected server response: 400")
+    );
+    let other_entry =
+        PiClient::connect_with(ca.port, "x-pi-ide-authorization", &cb.token, None).await;
+    assert_eq!(
+        other_entry.err().as_deref(),
+        Some("Unexpected server response: 400")
+    );
+    let missing = PiClient::connect_with(ca.port, "x-something", &ca.token, None).await;
+    assert_eq!(
+        missing.err().as_deref(),
+        Some("Unexpected server response: 400")
+    );
+    let browser = PiClient::connect_with(
+        ca.port,
+        "x-pi-ide-authorization",
+        &ca.token,
+        Some("https://evil.example"),
+    )
+    .await;
+    assert_eq!(
+        browser.err().as_deref(),
+        Some("Unexpected server response: 403")
+    );
+    // The Claude header works too (Claude Code's dialect).
+    let mut claude =
+        PiClient::connect_with(ca.port, "x-claude-code-ide-authorization", &ca.token, None)
+            .await
+            .unwrap();
+    assert!(claude
+        .tool("echo", json!({"ok": 1}))
+        .await
+        .unwrap()
+        .get("result")
+        .is_some());
+    let st = b.status().await;
+    assert_eq!(
+        st["sessions"].as_array().unwrap().len(),
+        1,
+        "only the good connection became a session"
+    );
+    assert_eq!(st["sessions"][0]["dialect"], "claude");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn virtual_lockfiles_follow_editors_and_are_private_and_cleaned() {
+    let dir = tempfile::tempdir().unwrap();
+    let compat = dir.path().join("compat");
+    std::fs::create_dir_all(&compat).unwrap();
+    std::fs::set_permissions(&compat, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A leftover of a broker that was killed (our marker, a dead pid) and a foreign file.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    std::fs::write(
+        compat.join("1111.lock"),
+        json!({"pid": dead, "authToken": "0123456789ab", "piIdeBroker": {"editor": "x"}})
+            .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        compat.join("2222.lock"),
+        json!({"pid": dead, "authToken": "0123456789ab"}).to_string(),
+    )
+    .unwrap();
+    let b = TestBroker::start_in(dir, |c| c.editor_grace_ms = 100).await;
+    eventually("leftover cleaned", || {
+        (!compat.join("1111.lock").exists()).then_some(())
+    })
+    .await;
+    assert!(
+        compat.join("2222.lock").exists(),
+        "a foreign file is never touched"
+    );
+
+    let (fe, _) = b.editor(&["/v"]).await;
+    let cand = one_candidate(&b, "/v").await;
+    let path = compat.join(format!("{}.lock", cand.port));
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        std::fs::metadata(&compat).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(v["transport"], "ws");
+    assert_ne!(
+        v["authToken"],
+        fe.token(),
+        "the broker's own token, not the editor's"
+    );
+    // Gone for good (after the grace) → withdrawn.
+    fe.remove_lockfile();
+    fe.crash();
+    eventually("entry withdrawn", || (!path.exists()).then_some(())).await;
+    // Shutdown removes every entry.
+    let (_fe2, _) = b.editor(&["/v2"]).await;
+    let c2 = one_candidate(&b, "/v2").await;
+    let p2 = compat.join(format!("{}.lock", c2.port));
+    assert!(p2.exists());
+    let _keep = b.stop_keep_dir().await;
+    assert!(!p2.exists(), "entries are removed on shutdown");
+    assert!(compat.join("2222.lock").exists());
+}
+
+#[tokio::test]
+async fn symlinked_workspaces_are_published_in_both_forms() {
+    let b = TestBroker::start().await;
+    let real = b.dir.path().join("real");
+    std::fs::create_dir_all(&real).unwrap();
+    let link = b.dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let (_fe, _) = b.editor(&[link.to_str().unwrap()]).await;
+    let real_s = std::fs::canonicalize(&real).unwrap().display().to_string();
+    // pi-ide compares plain prefixes: a cwd under either form finds the editor.
+    one_candidate(&b, &format!("{}/x", link.display())).await;
+    one_candidate(&b, &format!("{real_s}/x")).await;
+    b.stop().await;
+}
