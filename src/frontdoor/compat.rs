@@ -192,6 +192,7 @@ fn write_entry(
     crate::state::write_atomic(path, body.to_string().as_bytes())
 }
 
+#[allow(clippy::result_large_err)] // tungstenite's callback signature
 async fn accept_loop(
     reg: Arc<Registry>,
     id: String,
