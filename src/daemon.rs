@@ -68,12 +68,19 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let config = Arc::new(config);
     let socket = config.socket_path();
+    // Held until we return: no second daemon can claim this socket meanwhile.
+    let mut claim_guard = None;
     let listener = match frontdoor::socket::inherited() {
         Some(l) => {
             tracing::info!(socket = %socket.display(), "using the socket passed by the service manager");
             l
         }
-        None => frontdoor::socket::bind(&socket).await?,
+        None => {
+            let claim = frontdoor::socket::claim(&socket)?;
+            let l = frontdoor::socket::bind(&socket).await?;
+            claim_guard = Some(claim);
+            l
+        }
     };
     let state = StateStore::load(&config.state_dir());
     let state_file = state.path().to_path_buf();
@@ -158,6 +165,7 @@ pub async fn serve(
     let _ = std::fs::remove_file(&socket);
     let _ = watcher.await;
     supervisor.abort();
+    drop(claim_guard);
     tracing::info!("stopped");
     Ok(())
 }

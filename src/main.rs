@@ -29,6 +29,25 @@ enum Command {
     /// and serves agent sessions on the Unix socket. SIGTERM/SIGINT stop it gracefully;
     /// SIGHUP reloads the config.
     Daemon,
+    /// Serve MCP over stdin/stdout for any MCP client (pi, Claude Code, Codex, OpenCode).
+    ///
+    /// Offers the tools of the editor that has the working directory open, plus
+    /// `list_editors` and `editor_context`. Starts the daemon when none is running.
+    Mcp {
+        /// The session's working directory [default: the current directory].
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        /// Sticky key: sessions with the same key return to the same editor
+        /// [default: the parent process id].
+        #[arg(long, value_name = "KEY")]
+        session: Option<String>,
+        /// The protocol dialect the client speaks.
+        #[arg(long, default_value = "pi", value_parser = ["pi", "claude"])]
+        dialect: String,
+        /// Never start the daemon (fail if it is not running).
+        #[arg(long, env = "PI_IDE_BROKER_NO_SPAWN", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0, default_missing_value = "true", default_value = "false")]
+        no_spawn: bool,
+    },
     /// Show every editor, session and route of the running daemon.
     ///
     /// Exit status 3 when no daemon is running.
@@ -75,6 +94,38 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let (config, config_path) = load_config(&cli.config)?;
     match cli.command {
         Command::Daemon => run_daemon(config, config_path).await,
+        Command::Mcp {
+            cwd,
+            session,
+            dialect,
+            no_spawn,
+        } => {
+            // stdout is the protocol: logs go to stderr, quiet by default.
+            let mut quiet = config.clone();
+            if std::env::var_os("RUST_LOG").is_none() {
+                quiet.log = "warn".into();
+            }
+            logging::init(&quiet);
+            let cwd = match cwd {
+                Some(c) => {
+                    std::path::absolute(&c).with_context(|| format!("--cwd {}", c.display()))?
+                }
+                None => std::env::current_dir()
+                    .context("cannot read the current directory; pass --cwd")?,
+            };
+            let opts = pi_ide_broker::frontdoor::stdio::Options {
+                socket: config.socket_path(),
+                cwd: cwd.display().to_string(),
+                key: Some(session.unwrap_or_else(pi_ide_broker::frontdoor::stdio::default_key)),
+                dialect,
+                spawn: !no_spawn,
+                config: config_path.filter(|p| p.exists()),
+                log_dir: config.state_dir(),
+            };
+            let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+            pi_ide_broker::frontdoor::stdio::run(opts, stdin, tokio::io::stdout()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Status { json } => {
             let socket = config.socket_path();
             match client::get_json(&socket, "/v1/status").await {

@@ -3,3 +3,4 @@
 pub mod compat;
 pub mod native;
 pub mod socket;
+pub mod stdio;

@@ -86,11 +86,47 @@ pub fn secure_dir(dir: &Path) -> Result<(), SocketError> {
     }
 }
 
-/// Binds the socket: the dir secured, a leftover probed (a live daemon means "already
-/// running"), mode 0600 set between `bind` and `listen`.
-pub async fn bind(path: &Path) -> Result<tokio::net::UnixListener, SocketError> {
+/// The daemon's exclusive claim on a socket path: an `flock` on `<dir>/daemon.lock`, held for
+/// the daemon's life. Two daemons started at once cannot both pass it, whatever the timing.
+pub struct Claim {
+    /// The locked file (the lock goes with the fd).
+    _fd: std::os::fd::OwnedFd,
+}
+
+/// Takes the claim on the socket at `path`, or says who holds it.
+pub fn claim(path: &Path) -> Result<Claim, SocketError> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     secure_dir(dir)?;
+    let lock_path = dir.join("daemon.lock");
+    let fd = rustix::fs::open(
+        &lock_path,
+        OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| io("cannot open", &lock_path)(e.into()))?;
+    if rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        let pid = std::fs::read_to_string(&lock_path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        return Err(SocketError::AlreadyRunning {
+            pid,
+            path: path.to_path_buf(),
+        });
+    }
+    let mut f = std::fs::File::from(fd);
+    {
+        use std::io::{Seek, Write};
+        let _ = f.set_len(0);
+        let _ = f.seek(std::io::SeekFrom::Start(0));
+        let _ = write!(f, "{}", std::process::id());
+    }
+    Ok(Claim { _fd: f.into() })
+}
+
+/// Binds the socket: a leftover probed (a live daemon means "already running"), mode 0600
+/// set between `bind` and `listen`. Call with the [`Claim`] held.
+pub async fn bind(path: &Path) -> Result<tokio::net::UnixListener, SocketError> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         if !meta.file_type().is_socket() {

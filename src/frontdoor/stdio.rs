@@ -1,0 +1,443 @@
+//! The stdio door, `pi-ide-broker mcp`: MCP over stdin/stdout (newline-delimited JSON-RPC)
+//! for any MCP client. It dials the native socket as a session (so it ends in the same session
+//! code), offers the attached editor's tools plus `list_editors` and `editor_context`, and
+//! starts the daemon when none answers.
+
+use crate::frontdoor::native::percent_encode;
+use crate::jsonrpc;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+/// How `pi-ide-broker mcp` was asked to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The broker socket.
+    pub socket: PathBuf,
+    /// The session's working directory (absolute).
+    pub cwd: String,
+    /// The sticky key (default: the parent process id).
+    pub key: Option<String>,
+    /// `pi` or `claude`.
+    pub dialect: String,
+    /// Start the daemon when none answers.
+    pub spawn: bool,
+    /// Passed to a spawned daemon.
+    pub config: Option<PathBuf>,
+    /// Where a spawned daemon logs (`daemon.log`).
+    pub log_dir: PathBuf,
+}
+
+/// Why the stdio door could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum StdioError {
+    /// No daemon, and none could be started.
+    #[error("cannot reach pi-ide-broker on {socket}: {why}")]
+    Unreachable {
+        /// The socket.
+        socket: String,
+        /// What went wrong, and what to do.
+        why: String,
+    },
+    /// stdin/stdout failed.
+    #[error("stdio: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+const OWN_TOOLS: [&str; 2] = ["list_editors", "editor_context"];
+
+fn own_tools() -> Vec<Value> {
+    vec![
+        json!({
+            "name": "list_editors",
+            "description": "List the editors that have this working directory open (best match first), with their id, name, family, workspace folders and link state.",
+            "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false},
+        }),
+        json!({
+            "name": "editor_context",
+            "description": "What the user is looking at in the editor: its name, the current file's absolute path, the 1-based cursor line, and the selected lines with their text.",
+            "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false},
+        }),
+    ]
+}
+
+/// Connects to the broker as a session, spawning the daemon first if allowed and needed.
+pub async fn connect(opts: &Options) -> Result<WebSocketStream<UnixStream>, StdioError> {
+    let query = format!(
+        "cwd={}&dialect={}&door=stdio{}",
+        percent_encode(&opts.cwd),
+        percent_encode(&opts.dialect),
+        opts.key
+            .as_deref()
+            .map(|k| format!("&session={}", percent_encode(k)))
+            .unwrap_or_default()
+    );
+    let url = format!("ws://localhost/v1/session?{query}");
+    let mut spawned = false;
+    let mut delay = Duration::from_millis(25);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    loop {
+        match UnixStream::connect(&opts.socket).await {
+            Ok(stream) => {
+                return tokio_tungstenite::client_async(url.as_str(), stream)
+                    .await
+                    .map(|(ws, _)| ws)
+                    .map_err(|e| StdioError::Unreachable {
+                        socket: opts.socket.display().to_string(),
+                        why: format!("session upgrade failed: {e}"),
+                    });
+            }
+            Err(e) => {
+                if !opts.spawn {
+                    return Err(StdioError::Unreachable {
+                        socket: opts.socket.display().to_string(),
+                        why: format!(
+                            "{e}; start it with `pi-ide-broker daemon` (autostart is off)"
+                        ),
+                    });
+                }
+                if !spawned {
+                    spawn_daemon(opts)?;
+                    spawned = true;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(StdioError::Unreachable {
+                        socket: opts.socket.display().to_string(),
+                        why: format!(
+                            "the daemon did not come up; see {}",
+                            opts.log_dir.join("daemon.log").display()
+                        ),
+                    });
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(400));
+            }
+        }
+    }
+}
+
+/// Starts `pi-ide-broker daemon` detached (own process group, output to the state dir).
+/// If another client started one at the same moment, the loser exits with "already running".
+fn spawn_daemon(opts: &Options) -> Result<(), StdioError> {
+    use std::os::unix::process::CommandExt;
+    std::fs::create_dir_all(&opts.log_dir)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(opts.log_dir.join("daemon.log"))?;
+    let exe = std::env::current_exe()?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(c) = &opts.config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.arg("daemon")
+        .env("PI_IDE_BROKER_SOCKET", &opts.socket)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0);
+    let child = cmd.spawn()?;
+    tracing::info!(pid = child.id(), "started pi-ide-broker daemon");
+    Ok(())
+}
+
+/// What to do with the broker's answer to a request we sent.
+enum Intercept {
+    /// The client's `tools/list`: add our tools.
+    ToolsList,
+    /// Our `broker/editors` for the client's `list_editors` call (the client's id).
+    ListEditors(Value),
+    /// Our `broker/editors` for the client's `editor_context` call (the client's id).
+    Context(Value),
+    /// Our own refresh of the attached editor's name.
+    Refresh,
+}
+
+/// State kept between messages.
+#[derive(Default)]
+struct Door {
+    /// Requests whose answers we transform, by the id sent to the broker (as JSON text).
+    intercepts: HashMap<String, Intercept>,
+    /// Counter for our own ids.
+    next: u64,
+    /// The latest `selection_changed` params.
+    selection: Option<Value>,
+    /// The attached editor's `broker/editors` entry.
+    editor: Option<Value>,
+}
+
+impl Door {
+    fn internal_id(&mut self) -> Value {
+        self.next += 1;
+        json!(format!("pi-ide-broker-stdio:{}", self.next))
+    }
+}
+
+/// Pumps messages between stdio and the broker until stdin ends (exit 0) or the broker goes.
+pub async fn run<R, W>(opts: Options, stdin: R, mut stdout: W) -> Result<(), StdioError>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let ws = connect(&opts).await?;
+    let (mut sink, mut stream) = ws.split();
+    let mut lines = stdin.lines();
+    let mut door = Door::default();
+    loop {
+        tokio::select! {
+            line = lines.next_line() => {
+                let Some(line) = line? else { break };
+                if line.trim().is_empty() {
+                    continue;
+                }
+                for out in from_client(&mut door, &line) {
+                    match out {
+                        Out::Broker(t) => { if sink.send(Message::text(t)).await.is_err() { return Ok(()) } }
+                        Out::Client(t) => write_line(&mut stdout, &t).await?,
+                    }
+                }
+            }
+            frame = stream.next() => {
+                let text = match frame {
+                    Some(Ok(Message::Text(t))) => t.as_str().to_owned(),
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
+                        tracing::warn!("the broker closed the session");
+                        break;
+                    }
+                    Some(Ok(_)) => continue,
+                };
+                for out in from_broker(&mut door, &text) {
+                    match out {
+                        Out::Broker(t) => { let _ = sink.send(Message::text(t)).await; }
+                        Out::Client(t) => write_line(&mut stdout, &t).await?,
+                    }
+                }
+            }
+        }
+    }
+    // EOF: close the session; the broker closes the diffs it still owns.
+    let _ = sink.close().await;
+    Ok(())
+}
+
+enum Out {
+    Broker(String),
+    Client(String),
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, text: &str) -> std::io::Result<()> {
+    w.write_all(text.as_bytes()).await?;
+    w.write_all(b"\n").await?;
+    w.flush().await
+}
+
+fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
+    let (id, method, msg) = match jsonrpc::classify(line) {
+        Ok(jsonrpc::Incoming::Request { id, method, msg }) => (id, method, msg),
+        Ok(jsonrpc::Incoming::Notification { .. }) | Ok(jsonrpc::Incoming::Response { .. }) => {
+            return vec![Out::Broker(line.to_string())];
+        }
+        Err(r) => return vec![Out::Client(jsonrpc::rejection(&r))],
+    };
+    match method.as_str() {
+        "initialize" => {
+            let version = msg
+                .get("params")
+                .and_then(|p| p.get("protocolVersion"))
+                .cloned()
+                .unwrap_or(json!(crate::editor::PROTOCOL_VERSION));
+            vec![Out::Client(jsonrpc::result(
+                &id,
+                json!({
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {"listChanged": true}},
+                    "serverInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
+                    "instructions": "Tools of the editor that has this working directory open (diffs, diagnostics, open files), plus list_editors and editor_context.",
+                }),
+            ))]
+        }
+        "tools/list" => {
+            door.intercepts.insert(id.to_string(), Intercept::ToolsList);
+            vec![Out::Broker(line.to_string())]
+        }
+        "tools/call" => match jsonrpc::tool_name(&msg) {
+            Some("list_editors") => {
+                let iid = door.internal_id();
+                door.intercepts
+                    .insert(iid.to_string(), Intercept::ListEditors(id));
+                vec![Out::Broker(jsonrpc::request(
+                    &iid,
+                    "broker/editors",
+                    json!({}),
+                ))]
+            }
+            Some("editor_context") => {
+                let iid = door.internal_id();
+                door.intercepts
+                    .insert(iid.to_string(), Intercept::Context(id));
+                vec![Out::Broker(jsonrpc::request(
+                    &iid,
+                    "broker/editors",
+                    json!({}),
+                ))]
+            }
+            _ => vec![Out::Broker(line.to_string())],
+        },
+        _ => vec![Out::Broker(line.to_string())],
+    }
+}
+
+fn text_result(id: &Value, text: String) -> String {
+    jsonrpc::result(id, json!({"content": [{"type": "text", "text": text}]}))
+}
+
+fn from_broker(door: &mut Door, text: &str) -> Vec<Out> {
+    match jsonrpc::classify(text) {
+        Ok(jsonrpc::Incoming::Response { id, mut msg }) => match door
+            .intercepts
+            .remove(&id.to_string())
+        {
+            None => vec![Out::Client(text.to_string())],
+            Some(Intercept::ToolsList) => {
+                if let Some(Value::Array(tools)) =
+                    msg.get_mut("result").and_then(|r| r.get_mut("tools"))
+                {
+                    tools.retain(|t| !OWN_TOOLS.contains(&t["name"].as_str().unwrap_or_default()));
+                    tools.extend(own_tools());
+                }
+                vec![Out::Client(Value::Object(msg).to_string())]
+            }
+            Some(Intercept::ListEditors(client_id)) => {
+                let result = msg.get("result").cloned().unwrap_or(Value::Null);
+                vec![Out::Client(text_result(
+                    &client_id,
+                    serde_json::to_string_pretty(&result).unwrap_or_default(),
+                ))]
+            }
+            Some(Intercept::Context(client_id)) => {
+                let result = msg.get("result").cloned().unwrap_or(Value::Null);
+                door.editor = attached_entry(&result);
+                vec![Out::Client(text_result(
+                    &client_id,
+                    context_text(door, &result),
+                ))]
+            }
+            Some(Intercept::Refresh) => {
+                door.editor = attached_entry(msg.get("result").unwrap_or(&Value::Null));
+                vec![]
+            }
+        },
+        Ok(jsonrpc::Incoming::Notification { method, msg }) => match method.as_str() {
+            "selection_changed" => {
+                door.selection = msg.get("params").cloned();
+                vec![]
+            }
+            "broker/attached" | "broker/detached" => {
+                if method == "broker/detached" {
+                    door.selection = None;
+                    door.editor = None;
+                }
+                let iid = door.internal_id();
+                door.intercepts.insert(iid.to_string(), Intercept::Refresh);
+                vec![
+                    Out::Broker(jsonrpc::request(&iid, "broker/editors", json!({}))),
+                    Out::Client(jsonrpc::notification(
+                        "notifications/tools/list_changed",
+                        json!({}),
+                    )),
+                ]
+            }
+            _ => vec![],
+        },
+        Ok(jsonrpc::Incoming::Request { id, method, .. }) => vec![Out::Broker(jsonrpc::error(
+            &id,
+            jsonrpc::METHOD_NOT_FOUND,
+            &format!(
+                "Method not found: {method} (an MCP stdio client cannot answer editor requests)"
+            ),
+        ))],
+        Err(_) => vec![],
+    }
+}
+
+fn attached_entry(editors: &Value) -> Option<Value> {
+    let attached = editors.get("attached")?.as_str()?;
+    editors
+        .get("editors")?
+        .as_array()?
+        .iter()
+        .find(|e| e["id"] == attached)
+        .cloned()
+}
+
+/// The text of `editor_context`: plain lines an agent can read.
+fn context_text(door: &Door, editors: &Value) -> String {
+    let Some(editor) = &door.editor else {
+        let n = editors
+            .get("editors")
+            .and_then(Value::as_array)
+            .map(Vec::len)
+            .unwrap_or(0);
+        return if n == 0 {
+            "No editor is attached: no open editor has this working directory in its workspace."
+                .into()
+        } else {
+            format!("No editor is attached: {n} editors match this working directory equally; the user must choose one (list_editors shows them).")
+        };
+    };
+    let mut out = format!(
+        "Editor: {} ({})\n",
+        editor["ide_name"].as_str().unwrap_or("unknown"),
+        editor["id"].as_str().unwrap_or("")
+    );
+    let Some(sel) = &door.selection else {
+        out.push_str("No file is focused yet (the editor has not reported a cursor position).\n");
+        return out;
+    };
+    let file = sel["filePath"].as_str().unwrap_or("");
+    let start = sel["selection"]["start"]["line"].as_u64().unwrap_or(0) + 1;
+    let end = sel["selection"]["end"]["line"].as_u64().unwrap_or(0) + 1;
+    out.push_str(&format!("File: {file}\nCursor: line {end}\n"));
+    let text = sel["text"].as_str().unwrap_or("");
+    if !text.is_empty() && sel["selection"]["isEmpty"] != true {
+        out.push_str(&format!("Selection: lines {start}-{end}\n{text}\n"));
+    }
+    out
+}
+
+/// The default session key: the parent process id (stable across an MCP client's restarts
+/// of this server within one agent process).
+pub fn default_key() -> String {
+    format!(
+        "ppid-{}",
+        rustix::process::getppid()
+            .map(|p| p.as_raw_nonzero().get())
+            .unwrap_or(0)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_reads_like_prose() {
+        let door = Door {
+            selection: Some(
+                json!({"text": "let x = 1;", "filePath": "/p/a.rs", "selection": {"start": {"line": 3, "character": 0}, "end": {"line": 4, "character": 2}, "isEmpty": false}}),
+            ),
+            editor: Some(json!({"id": "neovim-1", "ide_name": "Neovim"})),
+            ..Door::default()
+        };
+        let t = context_text(&door, &json!({}));
+        assert_eq!(t, "Editor: Neovim (neovim-1)\nFile: /p/a.rs\nCursor: line 5\nSelection: lines 4-5\nlet x = 1;\n");
+        let none = context_text(&Door::default(), &json!({"editors": []}));
+        assert!(none.contains("No editor is attached"));
+    }
+}

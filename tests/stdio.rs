@@ -1,0 +1,265 @@
+//! Issue: the stdio door — `pi-ide-broker mcp` driven through real pipes of a child process.
+
+mod common;
+
+use common::process::{broker_bin, write_config};
+use common::*;
+use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+use pi_ide_broker::testkit::{eventually, within};
+use serde_json::{json, Value};
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+struct Mcp {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: Lines<BufReader<ChildStdout>>,
+}
+
+impl Mcp {
+    fn spawn(cmd: &mut Command) -> Mcp {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn mcp");
+        let stdin = child.stdin.take();
+        let out = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        Mcp { child, stdin, out }
+    }
+
+    async fn send(&mut self, v: Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        within("mcp write", stdin.write_all(format!("{v}\n").as_bytes()))
+            .await
+            .expect("write");
+    }
+
+    async fn next(&mut self) -> Value {
+        let line = within("mcp line", self.out.next_line())
+            .await
+            .expect("read")
+            .expect("a line before EOF");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    async fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        loop {
+            let v = self.next().await;
+            if v["id"] == id && v.get("method").is_none() {
+                return v;
+            }
+        }
+    }
+}
+
+fn tool_names(v: &Value) -> Vec<String> {
+    v["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_through_real_pipes() {
+    let b = TestBroker::start().await;
+    let (fe, id) = b.editor(&["/srv/app"]).await;
+    fe.select("/srv/app/main.rs", "fn main() {}", 9);
+    // The selection must have reached the broker before the client asks for it.
+    let reg = b.handle.registry().clone();
+    eventually("selection cached", || {
+        reg.editors
+            .get(&id)
+            .and_then(|e| e.selection.borrow().clone())
+    })
+    .await;
+    let mut ev = fe.events();
+    let mut cmd = Command::new(broker_bin());
+    cmd.args([
+        "mcp",
+        "--cwd",
+        "/srv/app/src",
+        "--session",
+        "claude-1",
+        "--no-spawn",
+    ])
+    .env("PI_IDE_BROKER_SOCKET", &b.socket);
+    let mut m = Mcp::spawn(&mut cmd);
+    let init = m.request(json!(1), "initialize", json!({"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "pi-ide-broker");
+    assert_eq!(init["result"]["protocolVersion"], "2025-03-26");
+    m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let tools = tool_names(&m.request(json!(2), "tools/list", json!({})).await);
+    for t in [
+        "openDiff",
+        "getDiagnostics",
+        "list_editors",
+        "editor_context",
+    ] {
+        assert!(tools.contains(&t.to_string()), "{t} missing from {tools:?}");
+    }
+    let ctx = m
+        .request(
+            json!(3),
+            "tools/call",
+            json!({"name": "editor_context", "arguments": {}}),
+        )
+        .await;
+    let text = ctx["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("Editor: Neovim")
+            && text.contains("File: /srv/app/main.rs")
+            && text.contains("line 10")
+            && text.contains("fn main() {}"),
+        "{text}"
+    );
+    let list = m
+        .request(
+            json!(4),
+            "tools/call",
+            json!({"name": "list_editors", "arguments": {}}),
+        )
+        .await;
+    let listed: Value =
+        serde_json::from_str(list["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(listed["editors"][0]["workspace_folders"][0], "/srv/app");
+    // A diff, accepted.
+    m.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "openDiff", "arguments": {"old_file_path": "/srv/app/a", "new_file_path": "/srv/app/a", "new_file_contents": "A", "tab_name": "t-accept"}}})).await;
+    eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
+    assert!(fe.accept_diff("t-accept", "A\n"));
+    let ans = loop {
+        let v = m.next().await;
+        if v["id"] == 5 {
+            break v;
+        }
+    };
+    assert_eq!(ans["result"]["content"][0]["text"], "FILE_SAVED");
+    assert_eq!(ans["result"]["content"][1]["text"], "A\n");
+    assert_eq!(b.status().await["sessions"][0]["door"], "stdio");
+    // A pending diff, then EOF: exit 0 and the editor gets close_tab for it.
+    m.send(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "openDiff", "arguments": {"old_file_path": "/srv/app/b", "new_file_path": "/srv/app/b", "new_file_contents": "B", "tab_name": "t-left"}}})).await;
+    eventually("second diff", || fe.pending_diffs().first().cloned()).await;
+    drop(m.stdin.take());
+    let status = within("mcp exit", m.child.wait()).await.unwrap();
+    assert!(status.success(), "{status:?}");
+    let closed = wait_for(
+        &mut ev,
+        "close_tab",
+        |e| matches!(e, Event::Call { tool: Some(t), .. } if t == "close_tab"),
+    )
+    .await;
+    let Event::Call { args, .. } = closed else {
+        unreachable!()
+    };
+    assert_eq!(args["tab_name"], "t-left");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_editor_it_still_answers_and_says_why() {
+    let b = TestBroker::start().await;
+    let mut cmd = Command::new(broker_bin());
+    cmd.args(["mcp", "--cwd", "/nowhere", "--no-spawn"])
+        .env("PI_IDE_BROKER_SOCKET", &b.socket);
+    let mut m = Mcp::spawn(&mut cmd);
+    m.request(json!(1), "initialize", json!({})).await;
+    let tools = tool_names(&m.request(json!(2), "tools/list", json!({})).await);
+    assert_eq!(tools, vec!["list_editors", "editor_context"]);
+    let ctx = m
+        .request(
+            json!(3),
+            "tools/call",
+            json!({"name": "editor_context", "arguments": {}}),
+        )
+        .await;
+    assert!(ctx["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("No editor is attached"));
+    // An editor appears: the client is told to list tools again.
+    let (_fe, _) = b.editor(&["/nowhere"]).await;
+    loop {
+        let v = m.next().await;
+        if v["method"] == "notifications/tools/list_changed" {
+            break;
+        }
+    }
+    let tools = tool_names(&m.request(json!(4), "tools/list", json!({})).await);
+    assert!(tools.contains(&"openDiff".to_string()));
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn no_daemon_and_no_spawn_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), "");
+    let out = within(
+        "mcp",
+        Command::new(broker_bin())
+            .args(["--config", cfg.to_str().unwrap(), "mcp", "--no-spawn"])
+            .env_remove("PI_IDE_BROKER_SOCKET")
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot reach pi-ide-broker") && err.contains("pi-ide-broker daemon"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_starting_at_once_share_one_autostarted_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("pi-ide")).unwrap();
+    let cfg = write_config(dir.path(), "");
+    let spawn = || {
+        let mut cmd = Command::new(broker_bin());
+        cmd.args(["--config", cfg.to_str().unwrap(), "mcp", "--cwd", "/x"])
+            .env_remove("PI_IDE_BROKER_SOCKET")
+            .env_remove("PI_IDE_BROKER_NO_SPAWN");
+        Mcp::spawn(&mut cmd)
+    };
+    let (mut a, mut b) = (spawn(), spawn());
+    let (ra, rb) = tokio::join!(
+        a.request(json!(1), "tools/list", json!({})),
+        b.request(json!(1), "tools/list", json!({}))
+    );
+    assert!(ra.get("result").is_some() && rb.get("result").is_some());
+    let socket = dir.path().join("run/sock");
+    let st = within(
+        "status",
+        pi_ide_broker::client::get_json(&socket, "/v1/status"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        st["sessions"].as_array().unwrap().len(),
+        2,
+        "both clients on the same daemon"
+    );
+    let pid = st["broker"]["pid"].as_u64().unwrap() as i32;
+    // Exactly one daemon holds the claim; the log says a second start (if any) was refused.
+    drop((a, b));
+    let p = rustix::process::Pid::from_raw(pid).unwrap();
+    rustix::process::kill_process(p, rustix::process::Signal::TERM).unwrap();
+    eventually("daemon exit", || (!socket.exists()).then_some(())).await;
+    let log = std::fs::read_to_string(dir.path().join("state/daemon.log")).unwrap_or_default();
+    assert_eq!(
+        log.matches("pi-ide-broker ready").count(),
+        1,
+        "one daemon became ready:\n{log}"
+    );
+}
