@@ -206,7 +206,7 @@ impl Config {
         };
         let config: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.into(),
-            message: e.to_string(),
+            message: one_line_error(&text, &e),
         })?;
         config.check().map_err(|message| ConfigError::Invalid {
             path: path.into(),
@@ -312,6 +312,17 @@ impl Config {
     pub fn health_interval(&self) -> Duration {
         Duration::from_millis(self.health.interval_ms)
     }
+}
+
+/// toml's multi-line error as one log-friendly line: "line L, column C: what (at `source`)".
+fn one_line_error(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else { return message };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    let source = text.lines().nth(line - 1).unwrap_or("").trim();
+    format!("line {line}, column {column}: {message} (at `{source}`)")
 }
 
 /// The user's home dir (`$HOME`, else the OS's idea of it, else `/`).

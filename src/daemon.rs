@@ -125,6 +125,12 @@ pub async fn serve(
     });
 
     tracing::info!(socket = %socket.display(), state = %state_file.display(), "pi-ide-broker ready");
+    let line = crate::service::status_line(&reg);
+    crate::service::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&line),
+    ]);
+    reg.tracker.spawn(crate::service::run(reg.clone()));
     on_ready(
         Ready {
             socket: socket.clone(),
@@ -137,6 +143,10 @@ pub async fn serve(
     );
 
     shutdown.cancelled().await;
+    crate::service::notify(&[
+        sd_notify::NotifyState::Stopping,
+        sd_notify::NotifyState::Status("stopping"),
+    ]);
     tracing::info!("stopping");
     accept_stop.cancel();
     let _ = native.await;

@@ -586,15 +586,33 @@ async fn run_link(
     let mut seq: u64 = 0;
     let mut outstanding: std::collections::VecDeque<(u64, Instant)> = Default::default();
     let mut unhealthy_since: Option<Instant> = None;
+    // Once cancelled, the link stays up (bounded) until the editor has answered the requests
+    // the broker sent on its own behalf (close_tab for orphaned diffs): closing at once would
+    // reset the connection and the editor could lose those frames unread.
+    let mut draining: Option<tokio::time::Instant> = None;
     let end = loop {
-        let deadline = match (outstanding.front(), unhealthy_since) {
+        if let Some(until) = draining {
+            let owed = editor
+                .pending
+                .iter()
+                .any(|p| matches!(p.owner, Owner::Discard));
+            if !owed || tokio::time::Instant::now() >= until {
+                break LinkEnd::Cancelled;
+            }
+        }
+        let mut deadline = match (outstanding.front(), unhealthy_since) {
             (Some((_, sent)), None) => {
                 next_ping.min(tokio::time::Instant::from_std(*sent + timeout))
             }
             _ => next_ping,
         };
+        if let Some(until) = draining {
+            deadline = deadline.min(until);
+        }
         tokio::select! {
-            _ = editor.cancel.cancelled() => break LinkEnd::Cancelled,
+            _ = editor.cancel.cancelled(), if draining.is_none() => {
+                draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+            }
             _ = tokio::time::sleep_until(deadline) => {
                 let now = Instant::now();
                 if let (Some((_, sent)), None) = (outstanding.front(), unhealthy_since) {

@@ -17,6 +17,7 @@ pub mod logging;
 pub mod registry;
 pub mod router;
 pub mod secret;
+pub mod service;
 pub mod session;
 pub mod state;
 pub mod testkit;

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use pi_ide_broker::{client, config::Config, control, daemon, logging};
+use pi_ide_broker::{client, config::Config, control, daemon, logging, service};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
@@ -48,6 +48,11 @@ enum Command {
         #[arg(long, env = "PI_IDE_BROKER_NO_SPAWN", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0, default_missing_value = "true", default_value = "false")]
         no_spawn: bool,
     },
+    /// Install, remove or inspect the user service (systemd on Linux, launchd on macOS).
+    Service {
+        #[command(subcommand)]
+        action: ServiceAction,
+    },
     /// Show every editor, session and route of the running daemon.
     ///
     /// Exit status 3 when no daemon is running.
@@ -56,6 +61,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum ServiceAction {
+    /// Write the unit for this binary and start it now and at every login.
+    Install {
+        /// Print what would be written and run, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Stop the service and remove its unit.
+    Uninstall {
+        /// Print what would be removed and run, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show the service manager's view of the service.
+    Status,
 }
 
 fn load_config(path: &Option<PathBuf>) -> anyhow::Result<(Config, Option<PathBuf>)> {
@@ -126,6 +149,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             pi_ide_broker::frontdoor::stdio::run(opts, stdin, tokio::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Service { action } => service_cmd(action),
         Command::Status { json } => {
             let socket = config.socket_path();
             match client::get_json(&socket, "/v1/status").await {
@@ -184,18 +208,147 @@ async fn run_daemon(config: Config, config_path: Option<PathBuf>) -> anyhow::Res
             _ = int.recv() => shutdown.cancel(),
             _ = hup.recv() => {
                 let Some(h) = &handle else { continue };
-                let Some(path) = &config_path else { continue };
-                match Config::load(path) {
-                    Ok(c) => {
-                        if let Err(e) = logs.set_filter(&c.log) {
-                            tracing::warn!(error = %e, "log filter not changed");
+                service::notify_reloading();
+                match &config_path {
+                    None => tracing::warn!("SIGHUP: no config file to reload"),
+                    Some(path) => match Config::load(path) {
+                        Ok(c) => {
+                            if let Err(e) = logs.set_filter(&c.log) {
+                                tracing::warn!(error = %e, "log filter not changed");
+                            }
+                            h.reload(c).await;
+                            tracing::info!(config = %path.display(), "config reloaded");
                         }
-                        h.reload(c).await;
-                        tracing::info!(config = %path.display(), "config reloaded");
-                    }
-                    Err(e) => tracing::error!(error = %e, "config reload failed; keeping the running config"),
+                        Err(e) => tracing::error!(error = %e, "config reload failed; keeping the running config"),
+                    },
                 }
+                let line = service::status_line(h.registry());
+                service::notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&line)]);
             }
         }
     }
+}
+
+fn service_cmd(action: ServiceAction) -> anyhow::Result<ExitCode> {
+    let manager = service::Manager::here();
+    let bin = std::env::current_exe().context("cannot find this binary's path")?;
+    let bin = std::fs::canonicalize(&bin).unwrap_or(bin);
+    let home = pi_ide_broker::config::home_dir();
+    let config_home = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".config"));
+    let unit = service::unit(manager, &bin, &home, &config_home);
+    let show = |cmds: &[Vec<String>]| {
+        cmds.iter()
+            .map(|c| c.join(" "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    match action {
+        ServiceAction::Install { dry_run } => {
+            let cmds = service::commands(manager, &unit, true);
+            if dry_run {
+                println!(
+                    "would write {}:\n{}\nwould run:\n{}",
+                    unit.path.display(),
+                    unit.content,
+                    show(&cmds)
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            if let Some(dir) = unit.path.parent() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+            }
+            if manager == service::Manager::Launchd {
+                let logs = home.join("Library/Logs/pi-ide-broker");
+                std::fs::create_dir_all(&logs)
+                    .with_context(|| format!("cannot create {}", logs.display()))?;
+            }
+            std::fs::write(&unit.path, &unit.content)
+                .with_context(|| format!("cannot write {}", unit.path.display()))?;
+            println!("wrote {}", unit.path.display());
+            run_or_print(&cmds, manager == service::Manager::Launchd)
+        }
+        ServiceAction::Uninstall { dry_run } => {
+            let cmds = service::commands(manager, &unit, false);
+            if dry_run {
+                println!(
+                    "would run:\n{}\nwould remove {}",
+                    show(&cmds),
+                    unit.path.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            let code = run_or_print(&cmds, true)?;
+            match std::fs::remove_file(&unit.path) {
+                Ok(()) => println!("removed {}", unit.path.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    println!("{} was not installed", unit.path.display())
+                }
+                Err(e) => {
+                    return Err(anyhow::anyhow!(
+                        "cannot remove {}: {e}",
+                        unit.path.display()
+                    ))
+                }
+            }
+            Ok(code)
+        }
+        ServiceAction::Status => {
+            let cmd: Vec<String> = match manager {
+                service::Manager::Systemd => [
+                    "systemctl",
+                    "--user",
+                    "status",
+                    "--no-pager",
+                    service::SYSTEMD_NAME,
+                ]
+                .map(String::from)
+                .to_vec(),
+                service::Manager::Launchd => vec![
+                    "launchctl".into(),
+                    "print".into(),
+                    format!(
+                        "gui/{}/{}",
+                        rustix::process::getuid().as_raw(),
+                        service::LAUNCHD_LABEL
+                    ),
+                ],
+            };
+            run_or_print(&[cmd], false)
+        }
+    }
+}
+
+/// Runs each command; where the tool is missing (no systemd user session, a container),
+/// prints the exact commands to run instead. `tolerant` ignores failures (e.g. "not loaded").
+fn run_or_print(cmds: &[Vec<String>], tolerant: bool) -> anyhow::Result<ExitCode> {
+    for (i, c) in cmds.iter().enumerate() {
+        match std::process::Command::new(&c[0]).args(&c[1..]).status() {
+            Ok(s) if s.success() || tolerant => {}
+            Ok(s) => {
+                eprintln!(
+                    "`{}` failed ({s}). Run the rest by hand once it works:",
+                    c.join(" ")
+                );
+                for rest in &cmds[i..] {
+                    eprintln!("  {}", rest.join(" "));
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+            Err(_) => {
+                eprintln!(
+                    "{} is not available here. Run these where your service manager is:",
+                    c[0]
+                );
+                for rest in &cmds[i..] {
+                    eprintln!("  {}", rest.join(" "));
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,224 @@
+//! Running as a user service: sd-notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING), and
+//! `service install|uninstall|status` for systemd (Linux) and launchd (macOS).
+
+use crate::registry::Registry;
+use sd_notify::NotifyState;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The systemd unit shipped in `systemd/`.
+pub const SYSTEMD_UNIT: &str = include_str!("../systemd/pi-ide-broker.service");
+/// The launchd agent shipped in `launchd/`.
+pub const LAUNCHD_PLIST: &str = include_str!("../launchd/dev.pi-ide-broker.plist");
+/// The launchd label.
+pub const LAUNCHD_LABEL: &str = "dev.pi-ide-broker";
+/// The systemd unit name.
+pub const SYSTEMD_NAME: &str = "pi-ide-broker.service";
+
+/// Sends states to the service manager; a no-op without `NOTIFY_SOCKET`.
+pub fn notify(states: &[NotifyState]) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    if let Err(e) = sd_notify::notify(false, states) {
+        tracing::debug!(error = %e, "sd_notify failed");
+    }
+}
+
+/// "4 editors ready, 9 sessions"
+pub fn status_line(reg: &Registry) -> String {
+    let ready = reg
+        .editors
+        .iter()
+        .filter(|e| e.state() == crate::editor::LinkState::Ready)
+        .count();
+    let total = reg.editors.len();
+    let sessions = reg.sessions.len();
+    let mut s = format!("{ready} editor{} ready", if ready == 1 { "" } else { "s" });
+    if total > ready {
+        s.push_str(&format!(" ({} not ready)", total - ready));
+    }
+    s.push_str(&format!(
+        ", {sessions} session{}",
+        if sessions == 1 { "" } else { "s" }
+    ));
+    s
+}
+
+/// Keeps `STATUS=` current (at most one update every 500 ms) and pings the watchdog from the
+/// runtime when `WATCHDOG_USEC` asks for it: a stuck runtime stops the pings.
+pub async fn run(reg: Arc<Registry>) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let watchdog = watchdog_interval();
+    let mut changes = reg.subscribe_changes();
+    let mut last = String::new();
+    let mut tick = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+    loop {
+        tokio::select! {
+            _ = reg.cancel.cancelled() => return,
+            _ = tick.tick() => {
+                if watchdog.is_some() {
+                    notify(&[NotifyState::Watchdog]);
+                }
+            }
+            r = changes.changed() => {
+                if r.is_err() { return }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                changes.borrow_and_update();
+                let line = status_line(&reg);
+                if line != last {
+                    notify(&[NotifyState::Status(&line)]);
+                    last = line;
+                }
+            }
+        }
+    }
+}
+
+/// Half of `WATCHDOG_USEC`, when the watchdog is on for us: as in libsystemd, a
+/// `WATCHDOG_PID` that names another process turns it off, a missing one does not.
+fn watchdog_interval() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+        if pid.parse::<u32>().ok() != Some(std::process::id()) {
+            return None;
+        }
+    }
+    (usec > 0).then(|| Duration::from_micros(usec / 2).max(Duration::from_millis(10)))
+}
+
+/// `RELOADING=1` with `MONOTONIC_USEC` in the same datagram, as systemd wants.
+pub fn notify_reloading() {
+    match NotifyState::monotonic_usec_now() {
+        Ok(now) => notify(&[NotifyState::Reloading, now]),
+        Err(_) => notify(&[NotifyState::Reloading]),
+    }
+}
+
+/// Where a unit goes and what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitFile {
+    /// The file to write.
+    pub path: PathBuf,
+    /// Its content, with the real binary path.
+    pub content: String,
+}
+
+/// Which service manager this machine uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Manager {
+    /// systemd user units.
+    Systemd,
+    /// launchd LaunchAgents.
+    Launchd,
+}
+
+impl Manager {
+    /// launchd on macOS, systemd elsewhere.
+    pub fn here() -> Manager {
+        if cfg!(target_os = "macos") {
+            Manager::Launchd
+        } else {
+            Manager::Systemd
+        }
+    }
+}
+
+/// The unit for `manager`, pointing at `bin`, under `home`.
+pub fn unit(manager: Manager, bin: &Path, home: &Path, config_home: &Path) -> UnitFile {
+    match manager {
+        Manager::Systemd => UnitFile {
+            path: config_home.join("systemd").join("user").join(SYSTEMD_NAME),
+            content: SYSTEMD_UNIT
+                .replace("%h/.cargo/bin/pi-ide-broker", &bin.display().to_string()),
+        },
+        Manager::Launchd => UnitFile {
+            path: home
+                .join("Library")
+                .join("LaunchAgents")
+                .join(format!("{LAUNCHD_LABEL}.plist")),
+            content: LAUNCHD_PLIST
+                .replace("__BIN__", &xml_escape(&bin.display().to_string()))
+                .replace("__HOME__", &xml_escape(&home.display().to_string())),
+        },
+    }
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The commands that activate (`install`) or deactivate (`uninstall`) the unit.
+pub fn commands(manager: Manager, unit: &UnitFile, install: bool) -> Vec<Vec<String>> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let uid = rustix::process::getuid().as_raw();
+    match (manager, install) {
+        (Manager::Systemd, true) => vec![
+            s(&["systemctl", "--user", "daemon-reload"]),
+            s(&["systemctl", "--user", "enable", "--now", SYSTEMD_NAME]),
+        ],
+        (Manager::Systemd, false) => vec![
+            s(&["systemctl", "--user", "disable", "--now", SYSTEMD_NAME]),
+            s(&["systemctl", "--user", "daemon-reload"]),
+        ],
+        (Manager::Launchd, true) => vec![
+            s(&[
+                "launchctl",
+                "bootout",
+                &format!("gui/{uid}/{LAUNCHD_LABEL}"),
+            ]),
+            vec![
+                "launchctl".into(),
+                "bootstrap".into(),
+                format!("gui/{uid}"),
+                unit.path.display().to_string(),
+            ],
+        ],
+        (Manager::Launchd, false) => vec![s(&[
+            "launchctl",
+            "bootout",
+            &format!("gui/{uid}/{LAUNCHD_LABEL}"),
+        ])],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_point_at_the_real_binary() {
+        let u = unit(
+            Manager::Systemd,
+            Path::new("/opt/b/pi-ide-broker"),
+            Path::new("/home/u"),
+            Path::new("/home/u/.config"),
+        );
+        assert_eq!(
+            u.path,
+            PathBuf::from("/home/u/.config/systemd/user/pi-ide-broker.service")
+        );
+        assert!(u.content.contains("ExecStart=/opt/b/pi-ide-broker daemon"));
+        assert!(u.content.contains("Type=notify"));
+        let l = unit(
+            Manager::Launchd,
+            Path::new("/opt/b/pi-ide-broker"),
+            Path::new("/Users/u"),
+            Path::new("/x"),
+        );
+        assert_eq!(
+            l.path,
+            PathBuf::from("/Users/u/Library/LaunchAgents/dev.pi-ide-broker.plist")
+        );
+        assert!(l.content.contains("<string>/opt/b/pi-ide-broker</string>"));
+        assert!(l
+            .content
+            .contains("/Users/u/Library/Logs/pi-ide-broker/pi-ide-broker.log"));
+        assert!(!l.content.contains("__"));
+    }
+}
