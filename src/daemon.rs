@@ -198,9 +198,10 @@ pub fn reject_pending_diffs(reg: &Registry, why: &str) {
                 let tab = p.tab_name.clone().unwrap_or_default();
                 tracing::info!(editor = %e.id, reason = why, "rejecting a pending diff");
                 outbox.deliver(jsonrpc::result(id, jsonrpc::diff_rejected(&tab)));
+                let editor_tab = p.editor_tab().unwrap_or_default();
                 let _ = e.send_discard(
                     "tools/call",
-                    json!({"name": "close_tab", "arguments": {"tab_name": tab}}),
+                    json!({"name": "close_tab", "arguments": {"tab_name": editor_tab}}),
                 );
             }
         }

@@ -89,9 +89,19 @@ pub struct Pending {
     pub started: Instant,
     /// The short-tool timeout timer, cancelled when the answer arrives.
     pub timer: Option<tokio::task::AbortHandle>,
+    /// How to rewrite the answer for a session of the other dialect (`None`: pass through).
+    pub bridge: Option<crate::bridge::Bridge>,
 }
 
 impl Pending {
+    /// The tab name the editor knows this diff by (a marked name on a bridged diff).
+    pub fn editor_tab(&self) -> Option<&str> {
+        match &self.bridge {
+            Some(crate::bridge::Bridge::DiffOnClaude { editor_tab, .. }) => Some(editor_tab),
+            _ => self.tab_name.as_deref(),
+        }
+    }
+
     /// True for an `openDiff` tool call (which never times out and is answered
     /// `DIFF_REJECTED` when it cannot be answered for real).
     pub fn is_diff(&self) -> bool {
@@ -256,6 +266,7 @@ impl Editor {
                 tab_name: None,
                 started: Instant::now(),
                 timer: None,
+                bridge: None,
             },
         )
     }
@@ -692,6 +703,11 @@ async fn run_link(
 /// Routes one frame from the editor: answers to their owners, notifications to sessions,
 /// editor-initiated requests to one session.
 pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str) {
+    if let Some(done) = fast_reply(editor, text) {
+        if done {
+            return;
+        }
+    }
     let incoming = match jsonrpc::classify(text) {
         Ok(i) => i,
         Err(r) => {
@@ -711,6 +727,16 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
             };
             if let Some(t) = &p.timer {
                 t.abort();
+            }
+            if let Some(b) = &p.bridge {
+                if let Some(crate::bridge::Followup::CloseTab(tab)) =
+                    crate::bridge::inbound(b, &mut msg)
+                {
+                    let _ = editor.send_discard(
+                        "tools/call",
+                        json!({"name": "close_tab", "arguments": {"tab_name": tab}}),
+                    );
+                }
             }
             match p.owner {
                 Owner::Session { outbox, id, .. } => {
@@ -755,6 +781,57 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
             }
         },
     }
+}
+
+/// The shape of an editor's answer to one of our requests, borrowed from the frame.
+#[derive(serde::Deserialize)]
+struct Reply<'a> {
+    id: u64,
+    #[serde(borrow, default)]
+    method: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a serde_json::value::RawValue>,
+}
+
+/// The hot path: an answer for a session of the editor's own dialect goes back with the
+/// session's id and the editor's `result`/`error` bytes untouched, without building a tree.
+/// `Some(true)` when handled, `None` when the slow path must look at it.
+fn fast_reply(editor: &Editor, text: &str) -> Option<bool> {
+    let reply: Reply = serde_json::from_str(text).ok()?;
+    if reply.method.is_some() {
+        return None;
+    }
+    let (key, body) = match (reply.result, reply.error) {
+        (Some(r), None) => ("result", r),
+        (None, Some(e)) => ("error", e),
+        _ => return None,
+    };
+    let owned = {
+        let p = editor.pending.get(&reply.id)?;
+        matches!(p.owner, Owner::Session { .. }) && p.bridge.is_none()
+    };
+    if !owned {
+        return None;
+    }
+    let (_, p) = editor.pending.remove(&reply.id)?;
+    if let Some(t) = &p.timer {
+        t.abort();
+    }
+    if let Owner::Session { outbox, id, .. } = p.owner {
+        let id = id.to_string();
+        let mut out = String::with_capacity(text.len() + id.len() + 32);
+        out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+        out.push_str(&id);
+        out.push_str(",\"");
+        out.push_str(key);
+        out.push_str("\":");
+        out.push_str(body.get());
+        out.push('}');
+        outbox.deliver(out);
+    }
+    Some(true)
 }
 
 /// Capped exponential backoff with ±20 % jitter.

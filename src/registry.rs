@@ -519,7 +519,7 @@ impl Registry {
                 if let Some(t) = &p.timer {
                     t.abort();
                 }
-                if let Some(tab) = p.tab_name {
+                if let Some(tab) = p.editor_tab() {
                     tracing::info!(session = s.id, editor = %e.id, "closing the diff of a departed session");
                     if let Err(err) = e.send_discard(
                         "tools/call",

@@ -379,7 +379,19 @@ fn on_request(
             reply(jsonrpc::result(&id, result));
         }
         "tools/list" => {
-            let tools = current_editor(reg, s).and_then(|e| e.link_info().tools);
+            let editor = current_editor(reg, s);
+            let mut tools = editor.as_ref().and_then(|e| e.link_info().tools);
+            if let (Some(e), Some(Value::Array(list))) =
+                (&editor, tools.as_mut().and_then(|t| t.get_mut("tools")))
+            {
+                if e.family != s.dialect {
+                    let names: Vec<String> = list
+                        .iter()
+                        .filter_map(|t| t["name"].as_str().map(String::from))
+                        .collect();
+                    list.extend(crate::bridge::extra_tools(s.dialect, e.family, &names));
+                }
+            }
             reply(jsonrpc::result(
                 &id,
                 tools.unwrap_or_else(|| json!({"tools": []})),
@@ -442,6 +454,31 @@ fn forward(
         return;
     };
     s.touch(reg.stamp());
+    let mut msg = msg;
+    let mut bridge = None;
+    if method == "tools/call" && editor.family != s.dialect {
+        let tools: Option<Vec<String>> = editor.link_info().tools.and_then(|t| {
+            t.get("tools").and_then(Value::as_array).map(|a| {
+                a.iter()
+                    .filter_map(|x| x["name"].as_str().map(String::from))
+                    .collect()
+            })
+        });
+        match crate::bridge::outbound(
+            s.dialect,
+            editor.family,
+            s.id,
+            &editor.id,
+            tools.as_deref(),
+            &mut msg,
+        ) {
+            Ok(b) => bridge = b,
+            Err((code, message)) => {
+                s.outbox.deliver(jsonrpc::error(&id, code, &message));
+                return;
+            }
+        }
+    }
     let label = tool.clone().unwrap_or_else(|| method.clone());
     let pending = Pending {
         owner: Owner::Session {
@@ -454,6 +491,7 @@ fn forward(
         tab_name: tab_name.clone(),
         started: Instant::now(),
         timer: None,
+        bridge,
     };
     match editor.send_request(msg, pending) {
         Ok(uid) if !is_diff => {

@@ -96,6 +96,8 @@ struct Shared {
     clients: Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>,
     /// tab_name → (conn, request id)
     diffs: Mutex<HashMap<String, (u64, Value)>>,
+    /// Claude family: accepted diffs stay open until `close_tab`.
+    open_after_accept: Mutex<Vec<String>>,
     events: broadcast::Sender<Event>,
     frozen: watch::Sender<bool>,
     next_conn: AtomicU64,
@@ -133,6 +135,7 @@ impl FakeEditor {
             token,
             clients: Mutex::new(HashMap::new()),
             diffs: Mutex::new(HashMap::new()),
+            open_after_accept: Mutex::new(Vec::new()),
             events,
             frozen: watch::Sender::new(false),
             next_conn: AtomicU64::new(1),
@@ -284,9 +287,19 @@ impl FakeEditor {
         ));
     }
 
-    /// Accepts a pending diff as the user would (`FILE_SAVED` + contents).
+    /// Accepts a pending diff as the user would (`FILE_SAVED` + contents). A Claude-family
+    /// editor keeps the diff open until `close_tab`.
     pub fn accept_diff(&self, tab: &str, contents: &str) -> bool {
-        self.resolve_diff(tab, json!({"content": [{"type": "text", "text": "FILE_SAVED"}, {"type": "text", "text": contents}]}))
+        let ok = self.resolve_diff(tab, json!({"content": [{"type": "text", "text": "FILE_SAVED"}, {"type": "text", "text": contents}]}));
+        if ok && self.shared.opts.family == Family::Claude {
+            lock(&self.shared.open_after_accept).push(tab.to_string());
+        }
+        ok
+    }
+
+    /// Claude family: accepted diffs still open (waiting for `close_tab`).
+    pub fn open_accepted(&self) -> Vec<String> {
+        lock(&self.shared.open_after_accept).clone()
     }
 
     /// Rejects a pending diff (`DIFF_REJECTED` + tab name).
@@ -336,6 +349,10 @@ impl FakeEditor {
 }
 
 #[allow(clippy::result_large_err)]
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn refuse(reason: &str) -> ErrorResponse {
     let mut r = ErrorResponse::new(Some(format!("Bad WebSocket upgrade request: {reason}")));
     *r.status_mut() = StatusCode::BAD_REQUEST;
@@ -505,20 +522,35 @@ fn call_tool(shared: &Shared, conn: u64, id: &Value, tool: &str, args: &Value) -
         }
         "close_tab" => {
             let tab = arg("tab_name");
-            if let Some((c, old)) = shared.diffs.lock().unwrap_or_else(|p| p.into_inner()).remove(&tab) {
-                if let Some(tx) = shared.clients.lock().unwrap_or_else(|p| p.into_inner()).get(&c) {
+            if shared.opts.family == Family::Claude && !(tab.contains('✻') && tab.contains('⧉')) {
+                // claudecode looks an unmarked name up as a buffer and answers a result object
+                // shaped like an error; the diff stays open.
+                return Some(jsonrpc::result(id, json!({"code": -32000, "message": "Buffer operation error", "data": format!("no buffer {tab}")})));
+            }
+            lock(&shared.open_after_accept).retain(|t| *t != tab);
+            if let Some((c, old)) = lock(&shared.diffs).remove(&tab) {
+                if let Some(tx) = lock(&shared.clients).get(&c) {
                     let _ = tx.send(Message::text(jsonrpc::result(&old, jsonrpc::diff_rejected(&tab))));
                 }
             }
             text_result("TAB_CLOSED")
         }
-        "getDiagnostics" => match shared.opts.family {
-            Family::Pi => text_result(json!({"file:///x.rs": [{"severity": "Error", "message": "boom", "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 1}}}]}).to_string()),
-            Family::Claude => text_result(json!([{"uri": "file:///x.rs", "diagnostics": [{"severity": "Error", "message": "boom"}]}]).to_string()),
-        },
+        "getDiagnostics" => {
+            let uri = args.get("uri").and_then(Value::as_str);
+            let open = "file:///x.rs";
+            match (shared.opts.family, uri) {
+                (Family::Claude, Some(u)) if u != open => {
+                    return Some(jsonrpc::error(id, -32001, "File not open"));
+                }
+                (Family::Pi, Some(u)) if u != open => text_result(json!({ u: [] }).to_string()),
+                (Family::Pi, _) => text_result(json!({open: [{"severity": "Error", "message": "boom", "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 1}}}, {"severity": "Information", "message": "fyi"}]}).to_string()),
+                (Family::Claude, _) => text_result(json!([{"uri": open, "diagnostics": [{"severity": "Error", "message": "boom"}, {"severity": "Info", "message": "fyi"}]}]).to_string()),
+            }
+        }
         "echo" => text_result(args.to_string()),
         "slow" => return None,
-        "getOpenEditorTabs" | "getOpenEditors" => text_result("[]"),
+        "getOpenEditorTabs" => text_result(json!([{"uri": "file:///x.rs", "isActive": true, "isDirty": false, "languageId": "rust"}]).to_string()),
+        "getOpenEditors" => text_result(json!({"tabs": [{"uri": "file:///x.rs", "isActive": true, "isPinned": false, "isPreview": false, "isDirty": true, "label": "x.rs", "groupIndex": 0, "viewColumn": 1, "isGroupActive": true, "fileName": "/x.rs", "languageId": "rust", "lineCount": 3, "isUntitled": false}]}).to_string()),
         other => return Some(jsonrpc::error(id, jsonrpc::METHOD_NOT_FOUND, &format!("Tool not found: {other}"))),
     };
     Some(jsonrpc::result(id, result))

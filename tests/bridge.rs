@@ -1,0 +1,298 @@
+//! Issue: pi-family sessions on Claude-family editors (and back), through the real doors.
+
+mod common;
+
+use common::*;
+use pi_ide_broker::family::Family;
+use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
+use pi_ide_broker::testkit::{eventually, within};
+use serde_json::{json, Value};
+
+fn claude_opts(folders: &[&str]) -> Options {
+    let mut o = Options::pi(folders);
+    o.family = Family::Claude;
+    o.ide_name = "Visual Studio Code".into();
+    o
+}
+
+async fn claude_editor(b: &TestBroker, folder: &str) -> (FakeEditor, String) {
+    let fe = FakeEditor::start_in(&b.claude_dir, claude_opts(&[folder]))
+        .await
+        .unwrap();
+    let id = b.wait_editor(fe.port, "ready").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (fe, id)
+}
+
+async fn pi_client_for(b: &TestBroker, cwd: &str) -> PiClient {
+    let dir = b.dir.path().join("compat");
+    let cand = within("compat entry", async {
+        loop {
+            if let Some(c) = find_candidates(&dir, cwd).await.pop() {
+                return c;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    PiClient::connect(&cand).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pi_client_uses_a_claude_family_editor() {
+    let b = TestBroker::start().await;
+    let (fe, _) = claude_editor(&b, "/vs").await;
+    let mut ev = fe.events();
+    let mut c = pi_client_for(&b, "/vs/src").await;
+    let st = b.status().await;
+    assert_eq!(st["sessions"][0]["dialect"], "pi");
+    assert_eq!(st["sessions"][0]["bridged"], true);
+
+    // Diagnostics in the pi map shape, Info → Information; a file not open → {uri: []}.
+    let diags = c.diagnostics().await.unwrap();
+    assert_eq!(diags["file:///x.rs"][1]["severity"], "Information");
+    let one = c
+        .tool("getDiagnostics", json!({"uri": "file:///closed.rs"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        one["result"]["content"][0]["text"],
+        "{\"file:///closed.rs\":[]}"
+    );
+    // Open tabs in the pi shape under the pi name.
+    let tabs = c.tool("getOpenEditorTabs", json!({})).await.unwrap();
+    let tabs: Value =
+        serde_json::from_str(tabs["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        tabs,
+        json!([{"uri": "file:///x.rs", "isActive": true, "isDirty": true, "languageId": "rust"}])
+    );
+    // A tool neither dialect maps: -32601 naming the editor.
+    let missing = c.tool("getWorkspaceFolders", json!({})).await.unwrap();
+    assert_eq!(missing["error"]["code"], -32601);
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("visualstudiocode-"),
+        "{missing}"
+    );
+
+    // Accept: the editor sees a marked tab name, and the broker closes the accepted diff.
+    let w = tokio::spawn(async move {
+        let r = c.write_file("/vs/a.ts", "let a = 1;\n", "acc").await;
+        (r, c)
+    });
+    let Event::Call { args, .. } = wait_for(
+        &mut ev,
+        "openDiff",
+        |e| matches!(e, Event::Call { tool: Some(t), .. } if t == "openDiff"),
+    )
+    .await
+    else {
+        unreachable!()
+    };
+    let marked = args["tab_name"].as_str().unwrap().to_string();
+    assert!(
+        marked.contains('✻') && marked.contains('⧉') && marked.contains("pi-write:acc"),
+        "{marked}"
+    );
+    assert!(fe.accept_diff(&marked, "let a = 2;\n"));
+    let (r, mut c) = within("accept", w).await.unwrap();
+    assert_eq!(r.unwrap().as_deref(), Some("let a = 2;\n"));
+    eventually("accepted diff closed in the editor", || {
+        fe.open_accepted().is_empty().then_some(())
+    })
+    .await;
+
+    // Reject: the session gets its own tab name back, not the marked one.
+    let w = tokio::spawn(async move {
+        let r = c.open_diff_raw("/vs/b.ts", "pi-write:rej").await;
+        (r, c)
+    });
+    let tab = eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
+    assert!(fe.reject_diff(&tab));
+    let (r, mut c) = within("reject", w).await.unwrap();
+    let v = r.unwrap();
+    assert_eq!(v["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(v["result"]["content"][1]["text"], "pi-write:rej");
+
+    // Another session's close_tab with the same plain name cannot close this session's diff:
+    // each session's marked names carry its own session id.
+    let w = tokio::spawn(async move {
+        let r = c.open_diff_raw("/vs/c.ts", "pi-write:cancel").await;
+        (r, c)
+    });
+    let pending = eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
+    let mut other = Agent::open(&b.socket, "/vs", None).await;
+    other
+        .call_tool(
+            json!(1),
+            "close_tab",
+            json!({"tab_name": "pi-write:cancel"}),
+        )
+        .await;
+    other.answer(&json!(1)).await;
+    assert_eq!(
+        fe.pending_diffs(),
+        vec![pending.clone()],
+        "another session closed this diff"
+    );
+    assert!(fe.reject_diff(&pending));
+    let (r, _c) = within("cancelled diff", w).await.unwrap();
+    assert_eq!(
+        r.unwrap()["result"]["content"][1]["text"],
+        "pi-write:cancel"
+    );
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_cancels_with_its_own_tab_name() {
+    let b = TestBroker::start().await;
+    let (fe, _) = claude_editor(&b, "/vs").await;
+    // A native pi-dialect session (the default dialect).
+    let mut a = Agent::open(&b.socket, "/vs", None).await;
+    a.call_tool(json!("d"), "openDiff", json!({"old_file_path": "/vs/f", "new_file_path": "/vs/f", "new_file_contents": "x", "tab_name": "pi-edit:7"})).await;
+    eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
+    a.call_tool(json!("c"), "close_tab", json!({"tab_name": "pi-edit:7"}))
+        .await;
+    let closed = a.answer(&json!("c")).await;
+    assert_eq!(closed["result"]["content"][0]["text"], "TAB_CLOSED");
+    let d = a.answer(&json!("d")).await;
+    assert_eq!(d["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(d["result"]["content"][1]["text"], "pi-edit:7");
+    assert!(fe.pending_diffs().is_empty());
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pi_sessions_with_the_same_tab_name_never_collide() {
+    let b = TestBroker::start().await;
+    let (fe, _) = claude_editor(&b, "/vs").await;
+    let mut a1 = Agent::open(&b.socket, "/vs", None).await;
+    let mut a2 = Agent::open(&b.socket, "/vs", None).await;
+    for a in [&mut a1, &mut a2] {
+        a.call_tool(json!(1), "openDiff", json!({"old_file_path": "/vs/f", "new_file_path": "/vs/f", "new_file_contents": "x", "tab_name": "pi-write:same"})).await;
+    }
+    let tabs = eventually("two distinct editor tabs", || {
+        let t = fe.pending_diffs();
+        (t.len() == 2).then_some(t)
+    })
+    .await;
+    assert_ne!(tabs[0], tabs[1]);
+    assert!(fe.accept_diff(&tabs[0], "first\n"));
+    assert!(fe.reject_diff(&tabs[1]));
+    let r1 = a1.answer(&json!(1)).await;
+    let r2 = a2.answer(&json!(1)).await;
+    let mut verdicts = vec![
+        r1["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        r2["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    ];
+    verdicts.sort();
+    assert_eq!(
+        verdicts,
+        vec!["DIFF_REJECTED", "FILE_SAVED"],
+        "each session got its own verdict"
+    );
+    for r in [&r1, &r2] {
+        if r["result"]["content"][0]["text"] == "DIFF_REJECTED" {
+            assert_eq!(r["result"]["content"][1]["text"], "pi-write:same");
+        }
+    }
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_dialect_passes_through_untouched() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = claude_editor(&b, "/vs").await;
+    // Claude dialect on a Claude editor: the array shape and "Info" stay exactly as sent.
+    let mut a = Agent::connect(&b.socket, "cwd=/vs&dialect=claude")
+        .await
+        .unwrap();
+    let r = a
+        .request(
+            json!(1),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["content"][0]["text"],
+        json!([{"uri": "file:///x.rs", "diagnostics": [{"severity": "Error", "message": "boom"}, {"severity": "Info", "message": "fyi"}]}]).to_string()
+    );
+    let e = a
+        .request(
+            json!(2),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {"uri": "file:///nope"}}),
+        )
+        .await;
+    assert_eq!(
+        e["error"]["code"], -32001,
+        "the editor's own error, unbridged"
+    );
+    let st = b.status().await;
+    assert_eq!(st["sessions"][0]["bridged"], false);
+    assert_eq!(st["sessions"][0]["dialect"], "claude");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_session_on_a_pi_editor_gets_the_claude_shapes() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/nv"]).await;
+    let mut a = Agent::connect(&b.socket, "cwd=/nv&dialect=claude")
+        .await
+        .unwrap();
+    let tools = a.request(json!(0), "tools/list", json!({})).await;
+    assert!(tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "getOpenEditors"));
+    let r = a
+        .request(
+            json!(1),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {}}),
+        )
+        .await;
+    let arr: Value =
+        serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(arr[0]["uri"], "file:///x.rs");
+    assert_eq!(arr[0]["diagnostics"][1]["severity"], "Info");
+    let t = a
+        .request(
+            json!(2),
+            "tools/call",
+            json!({"name": "getOpenEditors", "arguments": {}}),
+        )
+        .await;
+    let tabs: Value =
+        serde_json::from_str(t["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(tabs["tabs"][0]["label"], "x.rs");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridged_diff_is_rejected_never_saved_when_the_editor_dies() {
+    let b = TestBroker::start().await;
+    let (fe, _) = claude_editor(&b, "/vs").await;
+    let mut c = pi_client_for(&b, "/vs").await;
+    let w = tokio::spawn(async move { c.write_file("/vs/z", "z", "dies").await });
+    eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
+    fe.crash();
+    assert_eq!(within("answer", w).await.unwrap(), Ok(None));
+    b.stop().await;
+}
