@@ -458,7 +458,10 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
 
 /// The WebSocket config used on every socket: one capped message, no compression.
 pub fn ws_config(config: &Config) -> WebSocketConfig {
+    // A small read chunk: the default 128 KiB per connection is 128 MiB for 1000 sessions.
+    // Large messages still work (the buffer grows while a frame is read).
     WebSocketConfig::default()
+        .read_buffer_size(8 * 1024)
         .max_message_size(Some(config.max_frame_bytes))
         .max_frame_size(Some(config.max_frame_bytes))
 }

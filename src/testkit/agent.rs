@@ -76,6 +76,17 @@ impl Agent {
         .await
     }
 
+    /// The next JSON message, however long it takes (`None` when the connection ends).
+    pub async fn next_unbounded(&mut self) -> Option<Value> {
+        loop {
+            match self.ws.next().await? {
+                Ok(Message::Text(t)) => return serde_json::from_str(t.as_str()).ok(),
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+
     /// Messages until one matches `pred` (others are dropped); panics if the socket closes.
     pub async fn until(&mut self, what: &str, mut pred: impl FnMut(&Value) -> bool) -> Value {
         loop {

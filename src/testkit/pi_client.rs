@@ -195,6 +195,17 @@ impl PiClient {
         }
     }
 
+    /// The next message, however long it takes (`None` when the connection ends).
+    pub async fn next_message(&mut self) -> Option<Value> {
+        loop {
+            match self.ws.next().await? {
+                Ok(Message::Text(t)) => return serde_json::from_str(t.as_str()).ok(),
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+
     /// A `tools/call` returning the whole answer.
     pub async fn tool(&mut self, name: &str, args: Value) -> Result<Value, String> {
         self.call("tools/call", json!({"name": name, "arguments": args}))
