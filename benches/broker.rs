@@ -266,120 +266,90 @@ async fn round_trips(root: &Path, d: &Daemon, fe: &FakeEditor) {
     );
 }
 
-/// Fan-out: `n` readers; the editor sends `rounds` selections, each after all readers got the last.
-async fn fan_out(
-    fe: &FakeEditor,
-    readers: Vec<
-        Box<
-            dyn FnOnce(
-                    Arc<Mutex<Vec<Duration>>>,
-                    Arc<Mutex<Vec<Instant>>>,
-                    Arc<tokio::sync::Notify>,
-                    Arc<std::sync::atomic::AtomicUsize>,
-                ) -> tokio::task::JoinHandle<()>
-                + Send,
-        >,
-    >,
-    rounds: usize,
-) -> Vec<Duration> {
-    let lat = Arc::new(Mutex::new(Vec::new()));
-    let sent = Arc::new(Mutex::new(Vec::new()));
-    let notify = Arc::new(tokio::sync::Notify::new());
-    let got = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let n = readers.len();
-    let handles: Vec<_> = readers
-        .into_iter()
-        .map(|r| r(lat.clone(), sent.clone(), notify.clone(), got.clone()))
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await; // readers subscribed and drained the replay
-    got.store(0, std::sync::atomic::Ordering::SeqCst);
-    for round in 0..rounds {
-        sent.lock().unwrap().push(Instant::now());
-        fe.select("/bench/f.rs", &format!("seq {round}"), round as u64);
-        let t = Instant::now();
-        while got.load(std::sync::atomic::Ordering::SeqCst) < n * (round + 1)
-            && t.elapsed() < Duration::from_secs(5)
-        {
-            let _ = tokio::time::timeout(Duration::from_millis(50), notify.notified()).await;
-        }
-    }
-    for h in handles {
-        h.abort();
-    }
-    let v = lat.lock().unwrap().clone();
-    v
+/// What the fan-out readers share: when each selection was sent, and the latencies seen.
+#[derive(Default)]
+struct Probe {
+    sent: Mutex<Vec<Instant>>,
+    lat: Mutex<Vec<Duration>>,
+    got: std::sync::atomic::AtomicUsize,
+    notify: tokio::sync::Notify,
 }
 
-fn seq_of(v: &serde_json::Value) -> Option<usize> {
-    v["params"]["text"]
-        .as_str()?
-        .strip_prefix("seq ")?
-        .parse()
-        .ok()
+impl Probe {
+    fn seen(&self, v: &serde_json::Value) {
+        let Some(seq) = v["params"]["text"]
+            .as_str()
+            .and_then(|t| t.strip_prefix("seq "))
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            return;
+        };
+        let at = self.sent.lock().unwrap().get(seq).copied();
+        if let Some(at) = at {
+            self.lat.lock().unwrap().push(at.elapsed());
+            self.got.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// The editor sends `rounds` selections, each once every reader got the previous one.
+async fn run_fan_out(
+    fe: &FakeEditor,
+    probe: &Arc<Probe>,
+    readers: usize,
+    rounds: usize,
+) -> Vec<Duration> {
+    tokio::time::sleep(Duration::from_millis(300)).await; // replays drained
+    for round in 0..rounds {
+        probe.sent.lock().unwrap().push(Instant::now());
+        fe.select("/bench/f.rs", &format!("seq {round}"), round as u64);
+        let t = Instant::now();
+        while probe.got.load(std::sync::atomic::Ordering::SeqCst) < readers * (round + 1)
+            && t.elapsed() < Duration::from_secs(5)
+        {
+            let _ = tokio::time::timeout(Duration::from_millis(50), probe.notify.notified()).await;
+        }
+    }
+    let v = probe.lat.lock().unwrap().clone();
+    v
 }
 
 async fn fan_outs(d: &Daemon, fe: &FakeEditor) {
     let mut rows = Vec::new();
     for n in [1usize, 100, 1000] {
         // Direct: n clients on the editor itself.
-        let mut direct_readers: Vec<
-            Box<dyn FnOnce(_, _, _, _) -> tokio::task::JoinHandle<()> + Send>,
-        > = Vec::new();
+        let probe = Arc::new(Probe::default());
+        let mut tasks = Vec::new();
         for _ in 0..n {
-            let c = PiClient::connect_with(fe.port, "x-pi-ide-authorization", fe.token(), None)
+            let mut c = PiClient::connect_with(fe.port, "x-pi-ide-authorization", fe.token(), None)
                 .await
                 .unwrap();
-            direct_readers.push(Box::new(
-                move |lat: Arc<Mutex<Vec<Duration>>>,
-                      sent: Arc<Mutex<Vec<Instant>>>,
-                      notify: Arc<tokio::sync::Notify>,
-                      got: Arc<std::sync::atomic::AtomicUsize>| {
-                    tokio::spawn(async move {
-                        let mut c = c;
-                        while let Some(v) = c.next_message().await {
-                            if let Some(s) = seq_of(&v) {
-                                let at = sent.lock().unwrap().get(s).copied();
-                                if let Some(at) = at {
-                                    lat.lock().unwrap().push(at.elapsed());
-                                    got.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                    notify.notify_one();
-                                }
-                            }
-                        }
-                    })
-                },
-            ));
+            let p = probe.clone();
+            tasks.push(tokio::spawn(async move {
+                while let Some(v) = c.next_message().await {
+                    p.seen(&v);
+                }
+            }));
         }
-        let direct = fan_out(fe, direct_readers, 20).await;
-        let mut broker_readers: Vec<
-            Box<dyn FnOnce(_, _, _, _) -> tokio::task::JoinHandle<()> + Send>,
-        > = Vec::new();
+        let direct = run_fan_out(fe, &probe, n, 20).await;
+        tasks.iter().for_each(|t| t.abort());
+        // Through the broker: n native sessions.
+        let probe = Arc::new(Probe::default());
+        let mut tasks = Vec::new();
         for _ in 0..n {
             let mut a = Agent::open(&d.socket(), "/bench", None).await;
             a.until("attached", |v| v["method"] == "broker/attached")
                 .await;
-            broker_readers.push(Box::new(
-                move |lat: Arc<Mutex<Vec<Duration>>>,
-                      sent: Arc<Mutex<Vec<Instant>>>,
-                      notify: Arc<tokio::sync::Notify>,
-                      got: Arc<std::sync::atomic::AtomicUsize>| {
-                    tokio::spawn(async move {
-                        let mut a = a;
-                        while let Some(v) = a.next_unbounded().await {
-                            if let Some(s) = seq_of(&v) {
-                                let at = sent.lock().unwrap().get(s).copied();
-                                if let Some(at) = at {
-                                    lat.lock().unwrap().push(at.elapsed());
-                                    got.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                                    notify.notify_one();
-                                }
-                            }
-                        }
-                    })
-                },
-            ));
+            let p = probe.clone();
+            tasks.push(tokio::spawn(async move {
+                while let Some(v) = a.next_unbounded().await {
+                    p.seen(&v);
+                }
+            }));
         }
-        let broker = fan_out(fe, broker_readers, 20).await;
+        let broker = run_fan_out(fe, &probe, n, 20).await;
+        tasks.iter().for_each(|t| t.abort());
         rows.push(Row {
             name: format!("{n} sessions x 20 selections"),
             direct,
