@@ -113,6 +113,11 @@ impl Agent {
         self.answer(&id).await
     }
 
+    /// The WebSocket itself, for tests that send frames of their own.
+    pub fn raw_mut(&mut self) -> &mut WebSocketStream<UnixStream> {
+        &mut self.ws
+    }
+
     /// Closes the connection.
     pub async fn close(mut self) {
         let _ = self.ws.close(None).await;

@@ -206,6 +206,18 @@ impl PiClient {
         }
     }
 
+    /// Sends raw text and returns the next message that is not a notification.
+    pub async fn raw(&mut self, text: &str) -> Value {
+        let _ = self.ws.send(Message::text(text.to_string())).await;
+        loop {
+            match super::within("pi client raw answer", self.next_message()).await {
+                Some(v) if v.get("method").is_none() => return v,
+                Some(_) => {}
+                None => return Value::Null,
+            }
+        }
+    }
+
     /// A `tools/call` returning the whole answer.
     pub async fn tool(&mut self, name: &str, args: Value) -> Result<Value, String> {
         self.call("tools/call", json!({"name": name, "arguments": args}))

@@ -1,0 +1,392 @@
+//! Issue: hostile input — lockfiles, frames on every door, who may connect. Each case: the
+//! daemon keeps serving everyone else, and a peer owed an answer gets a JSON-RPC error.
+
+mod common;
+
+use common::*;
+use futures_util::SinkExt;
+use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
+use pi_ide_broker::testkit::within;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use tokio::io::AsyncWriteExt;
+
+/// Reads (notifications only) until the broker closes the connection.
+async fn closes(a: &mut Agent) -> bool {
+    loop {
+        match a.next().await {
+            None => return true,
+            Some(v) if v.get("method").is_some() => {}
+            Some(v) => panic!("expected the connection to close, got {v}"),
+        }
+    }
+}
+
+/// The good editor still answers through a fresh session.
+async fn still_serving(b: &TestBroker, cwd: &str) {
+    let mut a = Agent::open(&b.socket, cwd, None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let r = a
+        .request(
+            json!("alive"),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"ok": true}}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
+    let b = TestBroker::start().await;
+    let (_good, good_id) = b.editor(&["/good"]).await;
+    let d = b.pi_dir.clone();
+    let me = std::process::id();
+    let huge_folders: Vec<String> = (0..5000).map(|i| format!("/f/{i}")).collect();
+    let shapes: Vec<(String, Vec<u8>)> = vec![
+        ("41001.lock".into(), b"{not json".to_vec()),
+        (
+            "41002.lock".into(),
+            br#"{"pid":"12","authToken":"0123456789abc"}"#.to_vec(),
+        ),
+        (
+            "41003.lock".into(),
+            json!({"pid": me, "authToken": "0123456789abc", "workspaceFolders": huge_folders})
+                .to_string()
+                .into_bytes(),
+        ),
+        ("41004.lock".into(), vec![b'{'; 10 * 1024 * 1024]),
+        ("41005.lock".into(), br#"[]"#.to_vec()),
+        (
+            "0.lock".into(),
+            json!({"pid": me, "authToken": "0123456789abc"})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "70000.lock".into(),
+            json!({"pid": me, "authToken": "0123456789abc"})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "41006.lock".into(),
+            json!({"pid": 0, "authToken": "0123456789abc"})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "41007.lock".into(),
+            json!({"pid": me, "authToken": 12345678901u64})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "41008.lock".into(),
+            json!({"pid": me, "authToken": "x".repeat(600)})
+                .to_string()
+                .into_bytes(),
+        ),
+    ];
+    std::os::unix::fs::symlink("/dev/zero", d.join("41009.lock")).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(d.join("41010.lock"))
+        .status()
+        .unwrap()
+        .success());
+    // Another owner (the suite runs as root in CI; elsewhere chown fails and the case is skipped).
+    let foreign = d.join("41011.lock");
+    std::fs::write(
+        &foreign,
+        json!({"pid": me, "authToken": "0123456789abc"}).to_string(),
+    )
+    .unwrap();
+    let chowned = std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).is_ok();
+    if !chowned {
+        eprintln!("SKIPPED foreign-owner lockfile: chown needs root");
+    }
+    // Create, rewrite and delete them 30 times over.
+    for round in 0..30 {
+        for (name, body) in &shapes {
+            let p = d.join(name);
+            if round % 3 == 2 {
+                let _ = std::fs::remove_file(&p);
+            } else {
+                std::fs::write(&p, body).unwrap();
+            }
+        }
+    }
+    still_serving(&b, "/good").await;
+    let st = b.status().await;
+    let ids: Vec<&str> = st["editors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![good_id.as_str()],
+        "no bad lockfile became an editor"
+    );
+    // The lock dir deleted and recreated: the editor comes back when its file does.
+    let (fe2, _) = b.editor(&["/second"]).await;
+    let backup = std::fs::read(d.join(format!("{}.lock", fe2.port))).unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+    b.wait_editor_gone(fe2.port).await;
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join(format!("{}.lock", fe2.port)), backup).unwrap();
+    b.wait_editor(fe2.port, "ready").await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_frames_on_the_native_and_compat_doors() {
+    let b = TestBroker::start_with(|c| c.max_frame_bytes = 1024 * 1024).await;
+    let (_fe, _) = b.editor(&["/h"]).await;
+    let mut a = Agent::open(&b.socket, "/h", None).await;
+    let compat = find_candidates(&b.dir.path().join("compat"), "/h").await;
+    let compat = if compat.is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        find_candidates(&b.dir.path().join("compat"), "/h").await
+    } else {
+        compat
+    };
+    let mut pi = PiClient::connect(&compat[0]).await.unwrap();
+    let cases: Vec<(&str, i64)> = vec![
+        ("not json", -32700),
+        ("{\"jsonrpc\":\"2.0\",\"id\":1", -32700),
+        ("{\"hello\":\"world\"}", -32600),
+        (
+            "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]",
+            -32600,
+        ),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":{\"o\":1},\"method\":\"ping\"}",
+            -32600,
+        ),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":[1],\"method\":\"ping\"}",
+            -32600,
+        ),
+        ("{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}", -32600),
+        ("\"just a string\"", -32600),
+        ("null", -32600),
+    ];
+    for (text, code) in &cases {
+        a.send_text(text).await;
+        let v = a.until("an error", |v| v.get("error").is_some()).await;
+        assert_eq!(v["error"]["code"], *code, "native: {text}");
+    }
+    // Ids of every JSON type, huge ones included, and a request without params.
+    for id in [
+        json!(null),
+        json!(0),
+        json!(-1),
+        json!(1.25),
+        json!("s"),
+        json!("1"),
+        json!(1),
+    ] {
+        let r = a
+            .request(
+                id.clone(),
+                "tools/call",
+                json!({"name": "echo", "arguments": {}}),
+            )
+            .await;
+        assert_eq!(r["id"].to_string(), id.to_string());
+    }
+    a.send_text(r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#)
+        .await;
+    let v = a
+        .until("huge id", |v| {
+            v["id"].to_string() == "123456789012345678901234567890"
+        })
+        .await;
+    assert!(v.get("result").is_some());
+    a.send_text(r#"{"jsonrpc":"2.0","id":"np","method":"tools/list"}"#)
+        .await;
+    assert!(a
+        .until("no params", |v| v["id"] == "np")
+        .await
+        .get("result")
+        .is_some());
+    // Binary frames are read as text; invalid UTF-8 in one is a parse error, not a crash.
+    let binary = a.raw_mut();
+    binary
+        .send(tokio_tungstenite::tungstenite::Message::Binary(
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"bin\",\"method\":\"ping\"}"
+                .to_vec()
+                .into(),
+        ))
+        .await
+        .unwrap();
+    assert!(a
+        .until("binary", |v| v["id"] == "bin")
+        .await
+        .get("result")
+        .is_some());
+    a.raw_mut()
+        .send(tokio_tungstenite::tungstenite::Message::Binary(
+            vec![0xff, 0xfe, 0x00].into(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        a.until("utf8", |v| v.get("error").is_some()).await["error"]["code"],
+        -32700
+    );
+    // A ping flood is answered and the session still works.
+    for _ in 0..5000 {
+        a.raw_mut()
+            .feed(tokio_tungstenite::tungstenite::Message::Ping(
+                b"x".to_vec().into(),
+            ))
+            .await
+            .unwrap();
+    }
+    a.raw_mut().flush().await.unwrap();
+    let r = a.request(json!("after-pings"), "ping", json!({})).await;
+    assert!(r.get("result").is_some());
+    // The same garbage on the compat door.
+    for (text, code) in &cases[..4] {
+        let v = pi.raw(text).await;
+        assert_eq!(v["error"]["code"], *code, "compat: {text}");
+    }
+    assert!(pi
+        .tool("echo", json!({}))
+        .await
+        .unwrap()
+        .get("result")
+        .is_some());
+    // An oversized frame is refused by the cap before it is read: that connection closes,
+    // nobody else notices.
+    let mut big = Agent::open(&b.socket, "/h", None).await;
+    let header_only = {
+        // A masked text frame header announcing 100 MiB, then nothing: never allocated.
+        let mut f = vec![0x81u8, 0x80 | 127];
+        f.extend_from_slice(&(100u64 * 1024 * 1024).to_be_bytes());
+        f.extend_from_slice(&[1, 2, 3, 4]);
+        f
+    };
+    big.raw_mut()
+        .get_mut()
+        .write_all(&header_only)
+        .await
+        .unwrap();
+    assert!(
+        closes(&mut big).await,
+        "the oversized frame closes that connection"
+    );
+    still_serving(&b, "/h").await;
+    let r = a.request(json!("end"), "ping", json!({})).await;
+    assert!(r.get("result").is_some(), "the first session is unaffected");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_in_a_text_frame_closes_only_that_session() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/u"]).await;
+    let mut bad = Agent::open(&b.socket, "/u", None).await;
+    // A masked text frame (FIN, opcode 1) with 2 bytes that are not UTF-8.
+    let payload = [0xc3u8, 0x28];
+    let mask = [9u8, 8, 7, 6];
+    let mut f = vec![0x81u8, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    bad.raw_mut().get_mut().write_all(&f).await.unwrap();
+    assert!(closes(&mut bad).await);
+    still_serving(&b, "/u").await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn another_uid_cannot_use_the_native_socket() {
+    if rustix::process::getuid().as_raw() != 0
+        || std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        eprintln!("SKIPPED other-uid test: needs root and setpriv");
+        return;
+    }
+    let b = TestBroker::start().await;
+    let run_as_nobody = |path: &std::path::Path| {
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "curl",
+                "-s",
+                "-m",
+                "5",
+                "--unix-socket",
+            ])
+            .arg(path)
+            .arg("http://x/v1/status")
+            .output()
+    };
+    let Ok(out) = run_as_nobody(&b.socket) else {
+        eprintln!("SKIPPED other-uid test: curl is not installed");
+        return;
+    };
+    assert!(
+        !out.status.success() && out.stdout.is_empty(),
+        "the 0700 dir keeps other users out"
+    );
+    // Even with the dir and socket opened up (a misconfiguration), the peer uid check refuses.
+    let dir = b.socket.parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::set_permissions(&b.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = run_as_nobody(&b.socket).unwrap();
+    assert!(
+        out.stdout.is_empty(),
+        "served another uid: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(
+        b.status().await["editors"].is_array(),
+        "still serving its own user"
+    );
+    b.stop().await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn any_id_round_trips_through_the_broker(ids in proptest::collection::vec(prop_oneof![
+        any::<i64>().prop_map(|n| json!(n)),
+        "[ -~]{0,24}".prop_map(|s| json!(s)),
+        (-1e9f64..1e9).prop_map(|f| json!(f)),
+        Just(Value::Null),
+    ], 1..6)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let b = TestBroker::start().await;
+            let (_fe, _) = b.editor(&["/p"]).await;
+            let mut a = Agent::open(&b.socket, "/p", None).await;
+            for id in &ids {
+                a.call_tool(id.clone(), "echo", json!({})).await;
+            }
+            let mut seen = Vec::new();
+            while seen.len() < ids.len() {
+                let v = within("answers", a.next()).await.expect("answer");
+                if v.get("method").is_none() {
+                    seen.push(v["id"].to_string());
+                }
+            }
+            let mut want: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+            want.sort();
+            seen.sort();
+            assert_eq!(seen, want);
+            b.stop().await;
+        });
+    }
+}
