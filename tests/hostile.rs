@@ -177,7 +177,31 @@ async fn garbage_frames_on_the_native_and_compat_doors() {
     ];
     for (text, code) in &cases {
         a.send_text(text).await;
-        let huge: Value = serde_json::from_str("123456789012345678901234567890").unwrap();
+        let v = a.until("an error", |v| v.get("error").is_some()).await;
+        assert_eq!(v["error"]["code"], *code, "native: {text}");
+    }
+    // Ids of every JSON type, huge ones included, and a request without params.
+    for id in [
+        json!(null),
+        json!(0),
+        json!(-1),
+        json!(1.25),
+        json!("s"),
+        json!("1"),
+        json!(1),
+    ] {
+        let r = a
+            .request(
+                id.clone(),
+                "tools/call",
+                json!({"name": "echo", "arguments": {}}),
+            )
+            .await;
+        assert_eq!(r["id"].to_string(), id.to_string());
+    }
+    a.send_text(r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#)
+        .await;
+    let huge: Value = serde_json::from_str("123456789012345678901234567890").unwrap();
     let v = a.until("huge id", |v| v["id"] == huge).await;
     assert!(v.get("result").is_some());
     a.send_text(r#"{"jsonrpc":"2.0","id":"np","method":"tools/list"}"#)
