@@ -669,7 +669,9 @@ async fn run_link(
                             if first {
                                 host.state_changed();
                             }
-                            outstanding.retain(|(s, _)| *s > n);
+                            // Any pong proves the editor is reading now: older unanswered pings
+                            // (queued while it was frozen) do not count against it.
+                            outstanding.clear();
                             if unhealthy_since.take().is_some() {
                                 editor.set_state(LinkState::Ready);
                                 host.state_changed();

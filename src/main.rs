@@ -189,6 +189,9 @@ async fn run_daemon(config: Config, config_path: Option<PathBuf>) -> anyhow::Res
         let _ = handle_tx.send(handle);
     }));
     let mut handle: Option<daemon::Handle> = None;
+    // A oneshot must not be polled again once it has completed (with a handle or, when the
+    // daemon failed to start, with nothing).
+    let mut handle_pending = true;
     tokio::pin!(serving);
     loop {
         tokio::select! {
@@ -203,7 +206,10 @@ async fn run_daemon(config: Config, config_path: Option<PathBuf>) -> anyhow::Res
                     Err(e) => Err(anyhow::anyhow!("the daemon task failed: {e}")),
                 };
             }
-            h = &mut handle_rx, if handle.is_none() => { handle = h.ok(); }
+            h = &mut handle_rx, if handle_pending => {
+                handle_pending = false;
+                handle = h.ok();
+            }
             _ = term.recv() => shutdown.cancel(),
             _ = int.recv() => shutdown.cancel(),
             _ = hup.recv() => {

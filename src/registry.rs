@@ -239,6 +239,17 @@ impl Registry {
     /// Registers a new editor (or the successor of a recently vanished one) and starts its link.
     fn add(&self, lockfile: Lockfile) {
         let identity = Identity::of(&lockfile);
+        // The same editor restarted while its old link was still redialling a dead pid: the old
+        // one is gone for good now, and the new one is its successor (same id, same sessions).
+        let stale = self.editors.iter().find_map(|e| {
+            let l = e.lockfile();
+            (Identity::of(&l) == identity && !e.usable() && !crate::lockfile::pid_alive(l.pid))
+                .then(|| e.id.clone())
+        });
+        if let Some(old) = stale {
+            tracing::info!(editor = %old, "its process is dead and a restart appeared; retiring it");
+            self.retire(&old);
+        }
         let window = Duration::from_millis(self.config().successor_window_ms);
         let predecessor = {
             let mut g = lock(&self.graveyard);

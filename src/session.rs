@@ -276,14 +276,19 @@ where
     tracing::info!(reason, "session closed");
 }
 
-/// Runs a write unless the session is killed first; true if it completed.
+/// Runs a write; if the session is killed meanwhile, the write in progress gets a bounded
+/// last second (on shutdown it may carry a DIFF_REJECTED) and the session ends.
 async fn guarded<E>(
     kill: &CancellationToken,
     write: impl std::future::Future<Output = Result<(), E>>,
 ) -> bool {
+    tokio::pin!(write);
     tokio::select! {
-        r = write => r.is_ok(),
-        _ = kill.cancelled() => false,
+        r = &mut write => r.is_ok(),
+        _ = kill.cancelled() => {
+            let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
+            false
+        }
     }
 }
 

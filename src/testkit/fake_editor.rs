@@ -290,9 +290,17 @@ impl FakeEditor {
     /// Accepts a pending diff as the user would (`FILE_SAVED` + contents). A Claude-family
     /// editor keeps the diff open until `close_tab`.
     pub fn accept_diff(&self, tab: &str, contents: &str) -> bool {
-        let ok = self.resolve_diff(tab, json!({"content": [{"type": "text", "text": "FILE_SAVED"}, {"type": "text", "text": contents}]}));
-        if ok && self.shared.opts.family == Family::Claude {
+        let claude = self.shared.opts.family == Family::Claude;
+        if claude {
+            // Open before the answer leaves, so a prompt close_tab finds it.
             lock(&self.shared.open_after_accept).push(tab.to_string());
+        }
+        let ok = self.resolve_diff(
+            tab,
+            json!({"content": [{"type": "text", "text": "FILE_SAVED"}, {"type": "text", "text": contents}]}),
+        );
+        if !ok && claude {
+            lock(&self.shared.open_after_accept).retain(|t| t != tab);
         }
         ok
     }
@@ -468,7 +476,8 @@ fn handle(shared: &Shared, conn: u64, text: &str) -> Option<String> {
     let params = msg.get("params").cloned().unwrap_or(Value::Null);
     let tool = params.get("name").and_then(Value::as_str).map(String::from);
     let args = params.get("arguments").cloned().unwrap_or(Value::Null);
-    let _ = shared.events.send(Event::Call {
+    // Reported after the call took effect (a diff is registered before anyone hears of it).
+    let event = Event::Call {
         conn,
         method: method.clone(),
         tool: tool.clone(),
@@ -478,28 +487,41 @@ fn handle(shared: &Shared, conn: u64, text: &str) -> Option<String> {
         } else {
             params.clone()
         },
-    });
+    };
+    let reply = answer(shared, conn, &id, &method, tool.as_deref(), &args);
+    let _ = shared.events.send(event);
+    reply
+}
+
+fn answer(
+    shared: &Shared,
+    conn: u64,
+    id: &Value,
+    method: &str,
+    tool: Option<&str>,
+    args: &Value,
+) -> Option<String> {
     let server = match shared.opts.family {
         Family::Pi => "pi-ide-neovim",
         Family::Claude => "claudecode-neovim",
     };
-    let result = match method.as_str() {
+    let result = match method {
         "initialize" => json!({
             "protocolVersion": "2024-11-05",
             "capabilities": {"logging": {}, "tools": {"listChanged": true}},
             "serverInfo": {"name": server, "version": "0.1.0"},
         }),
         "tools/list" => tools(shared.opts.family),
-        "tools/call" => return call_tool(shared, conn, &id, tool.as_deref().unwrap_or(""), &args),
+        "tools/call" => return call_tool(shared, conn, id, tool.unwrap_or(""), args),
         other => {
             return Some(jsonrpc::error(
-                &id,
+                id,
                 jsonrpc::METHOD_NOT_FOUND,
                 &format!("Method not found: {other}"),
             ))
         }
     };
-    Some(jsonrpc::result(&id, result))
+    Some(jsonrpc::result(id, result))
 }
 
 fn call_tool(shared: &Shared, conn: u64, id: &Value, tool: &str, args: &Value) -> Option<String> {

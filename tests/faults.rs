@@ -1,0 +1,352 @@
+//! Issue: faults with real processes and real signals — editors killed and frozen, sessions
+//! churning, lockfiles flapping, the broker itself killed under load.
+
+mod common;
+
+use common::process::*;
+use common::*;
+use pi_ide_broker::testkit::pi_client::find_candidates;
+use pi_ide_broker::testkit::{eventually, within};
+use rustix::process::Signal;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+async fn status(root: &Path) -> Value {
+    within(
+        "status",
+        pi_ide_broker::client::get_json(&root.join("run/sock"), "/v1/status"),
+    )
+    .await
+    .unwrap()
+}
+
+fn proc_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn proc_rss_kb(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn diff_args(tab: &str) -> Value {
+    json!({"old_file_path": "/k/f", "new_file_path": "/k/f", "new_file_contents": "x", "tab_name": tab})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_killed_with_three_pending_diffs_then_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(root, "");
+    let mut daemon = start_daemon(&cfg).await;
+    let (mut ed, port) = start_editor(&root.join("pi-ide"), &["--folder", "/k"]).await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={port}")])
+        .await;
+    let mut sessions = Vec::new();
+    for i in 0..3 {
+        let mut a = Agent::open(&root.join("run/sock"), "/k", Some(&format!("s{i}"))).await;
+        a.until("attached", |v| v["method"] == "broker/attached")
+            .await;
+        a.call_tool(json!(i), "openDiff", diff_args(&format!("tab-{i}")))
+            .await;
+        sessions.push(a);
+    }
+    let st = eventually_status(root, |st| {
+        st["sessions"].as_array().is_some_and(|s| {
+            s.iter()
+                .all(|s| s["in_flight"].as_array().is_some_and(|f| f.len() == 1))
+        })
+    })
+    .await;
+    assert_eq!(st["sessions"].as_array().unwrap().len(), 3);
+    ed.signal(Signal::KILL);
+    ed.wait_exit().await;
+    for (i, a) in sessions.iter_mut().enumerate() {
+        let ans = a.answer(&json!(i)).await;
+        assert_eq!(ans["result"]["content"][0]["text"], "DIFF_REJECTED");
+        assert_eq!(ans["result"]["content"][1]["text"], format!("tab-{i}"));
+    }
+    // The stale lockfile stays; the editor restarts on another port; sessions go on.
+    let (_ed2, port2) = start_editor(&root.join("pi-ide"), &["--folder", "/k"]).await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={port2}")])
+        .await;
+    for a in sessions.iter_mut() {
+        let r = a
+            .request(
+                json!("after"),
+                "tools/call",
+                json!({"name": "echo", "arguments": {}}),
+            )
+            .await;
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    daemon.signal(Signal::TERM);
+    assert!(daemon.wait_exit().await.success());
+}
+
+async fn eventually_status(root: &Path, pred: impl Fn(&Value) -> bool) -> Value {
+    within("status condition", async {
+        loop {
+            let st = status(root).await;
+            if pred(&st) {
+                return st;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_editor_turns_unhealthy_short_tools_fail_fast_and_it_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(
+        root,
+        "[health]\ninterval_ms = 200\ntimeout_ms = 300\n[timeouts]\nshort_tool_ms = 500\n",
+    );
+    let mut daemon = start_daemon(&cfg).await;
+    let (ed, port) = start_editor(&root.join("pi-ide"), &["--folder", "/z"]).await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={port}")])
+        .await;
+    let mut a = Agent::open(&root.join("run/sock"), "/z", None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    a.call_tool(json!("diff"), "openDiff", diff_args("frozen-tab"))
+        .await;
+    eventually_status(root, |st| {
+        st["sessions"][0]["in_flight"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+    })
+    .await;
+    ed.signal(Signal::STOP);
+    let frozen_at = Instant::now();
+    daemon.wait_line(&["editor unhealthy"]).await;
+    let took = frozen_at.elapsed();
+    assert!(
+        took < Duration::from_millis(200 + 300) + Duration::from_millis(1500),
+        "unhealthy after {took:?}"
+    );
+    let t = Instant::now();
+    let r = a
+        .request(
+            json!("short"),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], pi_ide_broker::jsonrpc::TIMEOUT, "{r}");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "bounded: {:?}",
+        t.elapsed()
+    );
+    ed.signal(Signal::CONT);
+    daemon.wait_line(&["editor healthy again"]).await;
+    let st = status(root).await;
+    assert_eq!(editor_by_port(&st, port).unwrap()["state"], "ready");
+    let flights = st["sessions"][0]["in_flight"].as_array().unwrap();
+    assert_eq!(flights.len(), 1, "the diff is still pending");
+    assert_eq!(flights[0]["tool"], "openDiff");
+    daemon.signal(Signal::TERM);
+    assert!(daemon.wait_exit().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churning_sessions_leak_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(root, "");
+    let mut daemon = start_daemon(&cfg).await;
+    let pid = daemon.child.id().unwrap();
+    let (_ed, port) = start_editor(&root.join("pi-ide"), &["--folder", "/c"]).await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={port}")])
+        .await;
+    let sock = root.join("run/sock");
+    // Warm up (allocator arenas, lazily created buffers), then measure.
+    for _ in 0..20 {
+        let mut a = Agent::open(&sock, "/c", None).await;
+        a.request(json!(1), "ping", json!({})).await;
+    }
+    eventually_status(root, |st| {
+        st["sessions"].as_array().is_some_and(|s| s.is_empty())
+    })
+    .await;
+    let (fds0, rss0) = (proc_fds(pid), proc_rss_kb(pid));
+    for round in 0..5 {
+        let mut batch = Vec::new();
+        for i in 0..100 {
+            let mut a = Agent::open(&sock, "/c", None).await;
+            a.until("attached", |v| v["method"] == "broker/attached")
+                .await;
+            if i % 2 == 0 {
+                a.call_tool(
+                    json!(i),
+                    "openDiff",
+                    diff_args(&format!("churn-{round}-{i}")),
+                )
+                .await;
+            } else {
+                a.request(
+                    json!(i),
+                    "tools/call",
+                    json!({"name": "echo", "arguments": {}}),
+                )
+                .await;
+            }
+            batch.push(a);
+        }
+        drop(batch); // vanish mid-diff
+    }
+    let st = eventually_status(root, |st| {
+        st["sessions"].as_array().is_some_and(|s| s.is_empty())
+    })
+    .await;
+    assert!(editor_by_port(&st, port).is_some());
+    let (fds1, rss1) = (proc_fds(pid), proc_rss_kb(pid));
+    eprintln!("churn: fds {fds0} -> {fds1}, RSS {rss0} KiB -> {rss1} KiB");
+    assert!(fds1 <= fds0 + 2, "fds leaked: {fds0} -> {fds1}");
+    assert!(
+        rss1 < rss0 + 16 * 1024,
+        "memory grew by {} KiB over 500 sessions",
+        rss1.saturating_sub(rss0)
+    );
+    daemon.signal(Signal::TERM);
+    assert!(daemon.wait_exit().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockfile_flapping_does_not_disturb_working_sessions() {
+    let b = TestBroker::start_with(|c| c.editor_grace_ms = 50).await;
+    let (_stable, _) = b.editor(&["/stable"]).await;
+    let flap = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/flap"]))
+        .await
+        .unwrap();
+    b.wait_editor(flap.port, "ready").await;
+    let lock = b.pi_dir.join(format!("{}.lock", flap.port));
+    let body = std::fs::read(&lock).unwrap();
+    let mut a = Agent::open(&b.socket, "/stable", None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let worker = tokio::spawn(async move {
+        for i in 0..300 {
+            let r = a
+                .request(
+                    json!(i),
+                    "tools/call",
+                    json!({"name": "echo", "arguments": {"i": i}}),
+                )
+                .await;
+            assert!(
+                r.get("result").is_some(),
+                "call {i} failed during flapping: {r}"
+            );
+        }
+    });
+    for _ in 0..1000 {
+        std::fs::remove_file(&lock).unwrap();
+        pi_ide_broker::state::write_atomic(&lock, &body).unwrap();
+    }
+    within("worker", worker).await.unwrap();
+    b.wait_editor(flap.port, "ready").await;
+    eventually("one link to the flapping editor", || {
+        (flap.clients() == 1).then_some(())
+    })
+    .await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_killed_under_load_restarts_with_sticky_targets_and_compat_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(root, "");
+    let mut daemon = start_daemon(&cfg).await;
+    let (_e1, p1) = start_editor(&root.join("pi-ide"), &["--folder", "/r", "--name", "One"]).await;
+    let (_e2, p2) = start_editor(&root.join("pi-ide"), &["--folder", "/r", "--name", "Two"]).await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={p1}")])
+        .await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={p2}")])
+        .await;
+    let st = status(root).await;
+    let id2 = editor_by_port(&st, p2).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sock = root.join("run/sock");
+    let mut a = Agent::open(&sock, "/r", Some("pi-42")).await;
+    a.request(json!(1), "broker/attach", json!({"editor": id2}))
+        .await;
+    let state_file = root.join("state/state.json");
+    eventually("sticky saved", || {
+        std::fs::read_to_string(&state_file)
+            .ok()
+            .filter(|t| t.contains("pi-42"))
+            .map(|_| ())
+    })
+    .await;
+    let old_compat: Vec<String> = std::fs::read_dir(root.join("compat"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(old_compat.len(), 2);
+    // Load: calls in flight while the broker dies.
+    let load = tokio::spawn(async move {
+        for i in 0..10_000 {
+            let req = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {}}});
+            let sent = futures_util::SinkExt::send(
+                a.raw_mut(),
+                tokio_tungstenite::tungstenite::Message::text(req.to_string()),
+            )
+            .await;
+            if sent.is_err() || a.next().await.is_none() {
+                return i;
+            }
+        }
+        10_000
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await; // let the load run a little
+    daemon.signal(Signal::KILL);
+    daemon.wait_exit().await;
+    let done = within("load ends with the broker", load).await.unwrap();
+    assert!(done < 10_000, "the connection must have dropped");
+    // The leftovers: a stale socket and two virtual lockfiles of a dead broker.
+    let mut daemon = start_daemon(&cfg).await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={p2}")])
+        .await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={p1}")])
+        .await;
+    eventually("compat entries reclaimed", || {
+        let names: Vec<String> = std::fs::read_dir(root.join("compat"))
+            .ok()?
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        (names.len() == 2 && names.iter().all(|n| !old_compat.contains(n))).then_some(())
+    })
+    .await;
+    // A session that reconnects with its key lands where it was.
+    let mut a = Agent::open(&sock, "/r", Some("pi-42")).await;
+    let att = a
+        .until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    assert_eq!(att["params"]["editor"], id2.as_str());
+    assert_eq!(find_candidates(&root.join("compat"), "/r").await.len(), 2);
+    daemon.signal(Signal::TERM);
+    assert!(daemon.wait_exit().await.success());
+}
