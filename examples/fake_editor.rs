@@ -1,5 +1,5 @@
 //! A fake editor as a real process, for fault tests and measurements:
-//! `fake_editor --dir DIR [--family pi|claude] [--folder F]... [--name NAME]`.
+//! `fake_editor --dir DIR [--family pi|claude] [--folder F]... [--name NAME] [--auto-accept]`.
 //! Writes `<port>.lock` into DIR, prints `ready <port>` and serves until killed.
 
 use pi_ide_broker::family::Family;
@@ -24,6 +24,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--folder" => opts.folders.extend(args.next()),
             "--name" => opts.ide_name = args.next().unwrap_or_default(),
             "--port" => opts.port = args.next().and_then(|p| p.parse().ok()).unwrap_or(0),
+            "--auto-accept" => opts.auto_accept = true,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }

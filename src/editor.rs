@@ -593,9 +593,9 @@ async fn run_link(
         }
         let _ = sink.close().await;
     });
-    let interval = Duration::from_millis(config.health.interval_ms);
-    let timeout = Duration::from_millis(config.health.timeout_ms);
-    let drop_after = Duration::from_millis(config.health.drop_after_ms);
+    let mut interval = Duration::from_millis(config.health.interval_ms);
+    let mut timeout = Duration::from_millis(config.health.timeout_ms);
+    let mut drop_after;
     let mut next_ping = tokio::time::Instant::now() + interval;
     let mut seq: u64 = 0;
     let mut outstanding: std::collections::VecDeque<(u64, Instant)> = Default::default();
@@ -628,6 +628,11 @@ async fn run_link(
                 draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
             }
             _ = tokio::time::sleep_until(deadline) => {
+                // A reloaded config reaches live links here, within one old interval.
+                let health = host.config().health.clone();
+                interval = Duration::from_millis(health.interval_ms);
+                timeout = Duration::from_millis(health.timeout_ms);
+                drop_after = Duration::from_millis(health.drop_after_ms);
                 let now = Instant::now();
                 if let (Some((_, sent)), None) = (outstanding.front(), unhealthy_since) {
                     if now >= *sent + timeout {
@@ -635,7 +640,7 @@ async fn run_link(
                         editor.set_state(LinkState::Unhealthy);
                         host.state_changed();
                         let _g = span.enter();
-                        tracing::warn!(timeout_ms = config.health.timeout_ms, "editor unhealthy: no pong");
+                        tracing::warn!(timeout_ms = health.timeout_ms, "editor unhealthy: no pong");
                     }
                 }
                 if let Some(since) = unhealthy_since {

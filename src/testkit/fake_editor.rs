@@ -74,6 +74,8 @@ pub struct Options {
     pub ping_interval: Option<Duration>,
     /// Pin to a port (0 = any).
     pub port: u16,
+    /// Accept every diff at once with the proposed contents (for demos and transcripts).
+    pub auto_accept: bool,
 }
 
 impl Options {
@@ -86,6 +88,7 @@ impl Options {
             token: None,
             ping_interval: None,
             port: 0,
+            auto_accept: false,
         }
     }
 }
@@ -532,6 +535,10 @@ fn call_tool(shared: &Shared, conn: u64, id: &Value, tool: &str, args: &Value) -
             .to_string()
     };
     let result = match tool {
+        "openDiff" if shared.opts.auto_accept => json!({"content": [
+            {"type": "text", "text": "FILE_SAVED"},
+            {"type": "text", "text": arg("new_file_contents")},
+        ]}),
         "openDiff" => {
             let tab = arg("tab_name");
             let prev = shared.diffs.lock().unwrap_or_else(|p| p.into_inner()).insert(tab.clone(), (conn, id.clone()));
