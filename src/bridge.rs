@@ -148,6 +148,22 @@ fn severity_to_claude(s: &Value) -> Value {
     }
 }
 
+/// A diagnostics list (anything else is an empty one) with each severity renamed.
+fn with_severities(diags: Option<&Value>, rename: fn(&Value) -> Value) -> Vec<Value> {
+    let Some(list) = diags.and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .map(|d| {
+            let mut d = d.clone();
+            if let Some(s) = d.get("severity").cloned() {
+                d["severity"] = rename(&s);
+            }
+            d
+        })
+        .collect()
+}
+
 /// An `openDiff` answer is usable only if it says FILE_SAVED (with the text) or DIFF_REJECTED.
 fn is_diff_verdict(result: &Value) -> bool {
     let c = &result["content"];
@@ -177,21 +193,7 @@ pub fn inbound(bridge: &Bridge, msg: &mut Map<String, Value>) -> Option<Followup
                     let Some(u) = item.get("uri").and_then(Value::as_str) else {
                         continue;
                     };
-                    let diags: Vec<Value> = item
-                        .get("diagnostics")
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .map(|d| {
-                                    let mut d = d.clone();
-                                    if let Some(s) = d.get("severity").cloned() {
-                                        d["severity"] = severity_to_pi(&s);
-                                    }
-                                    d
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let diags = with_severities(item.get("diagnostics"), severity_to_pi);
                     if let Some(a) = map
                         .entry(u.to_string())
                         .or_insert_with(|| json!([]))
@@ -210,20 +212,7 @@ pub fn inbound(bridge: &Bridge, msg: &mut Map<String, Value>) -> Option<Followup
                 Some(Value::Object(m)) => m
                     .into_iter()
                     .map(|(u, d)| {
-                        let diags: Vec<Value> = d
-                            .as_array()
-                            .map(|a| {
-                                a.iter()
-                                    .map(|x| {
-                                        let mut x = x.clone();
-                                        if let Some(s) = x.get("severity").cloned() {
-                                            x["severity"] = severity_to_claude(&s);
-                                        }
-                                        x
-                                    })
-                                    .collect()
-                            })
-                            .unwrap_or_default();
+                        let diags = with_severities(Some(&d), severity_to_claude);
                         json!({"uri": u, "diagnostics": diags})
                     })
                     .collect(),

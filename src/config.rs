@@ -318,7 +318,7 @@ impl Config {
 fn one_line_error(text: &str, e: &toml::de::Error) -> String {
     let message = e.message().trim().replace('\n', " ");
     let Some(span) = e.span() else { return message };
-    let before = &text[..span.start.min(text.len())];
+    let before = text.get(..span.start).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
     let source = text.lines().nth(line - 1).unwrap_or("").trim();
