@@ -190,6 +190,7 @@ impl LockDirWatcher {
                 Ok(()) => {
                     if self.dirs.iter().any(|d| d.path == path) {
                         tracing::info!(dir = %path.display(), "watching lock dir");
+                        warn_if_shared(&path);
                     } else {
                         tracing::debug!(ancestor = %path.display(), "lock dir missing; watching its ancestor");
                     }
@@ -283,6 +284,18 @@ impl LockDirWatcher {
     fn vanish(&mut self, path: &Path) {
         if self.known.remove(path).is_some() {
             let _ = self.events.send(LockEvent::Vanished(path.to_path_buf()));
+        }
+    }
+}
+
+/// A lock dir others can write to still only yields lockfiles we own (others' are refused),
+/// but anyone can fill it with junk: say so once, with the fix.
+fn warn_if_shared(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(dir) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o002 != 0 {
+            tracing::warn!(dir = %dir.display(), mode = format!("{mode:04o}"), "lock dir is writable by other users (their lockfiles are refused); run chmod 700 on it");
         }
     }
 }

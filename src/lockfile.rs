@@ -60,6 +60,10 @@ pub enum LockfileError {
     /// The pid in it is not running: a stale file left by a crash.
     #[error("names pid {0}, which is not running (stale lockfile)")]
     DeadPid(u32),
+    /// The pid is alive but its process started after the file was written: the editor
+    /// died and an unrelated process got its pid.
+    #[error("names pid {0}, a process that started after the file was written (recycled pid; stale lockfile)")]
+    RecycledPid(u32),
     /// The file disappeared.
     #[error("no longer exists")]
     Gone,
@@ -151,6 +155,11 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
     if !pid_alive(lock.pid) {
         return Err(LockfileError::DeadPid(lock.pid));
     }
+    #[allow(clippy::useless_conversion)] // time_t is not i64 on every target
+    let written = i64::try_from(stat.st_mtime).unwrap_or(i64::MAX);
+    if process_start_unix(lock.pid).is_some_and(|started| started > written + 1) {
+        return Err(LockfileError::RecycledPid(lock.pid));
+    }
     Ok(lock)
 }
 
@@ -212,6 +221,28 @@ pub fn parse(
         ide_name: raw.ide_name.unwrap_or_else(|| "unknown".into()),
         auth_token,
     })
+}
+
+/// When process `pid` started, in unix seconds (Linux: `/proc`; elsewhere unknown).
+pub fn process_start_unix(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22 (starttime, clock ticks since boot) counts from after the ")" of the name.
+    let start_ticks: i64 = stat
+        .rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    let boot: i64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // USER_HZ is 100 on every Linux architecture Rust targets.
+    Some(boot + start_ticks / 100)
 }
 
 /// `kill(pid, 0)`: alive, or alive but not ours (EPERM), as pi-ide decides.
@@ -307,6 +338,43 @@ mod tests {
         let text = r#"{"pid":"x","authToken":"TOPSECRET-TOKEN-123"}"#;
         let e = parse(text, &p("1.lock"), Family::Pi, 1).unwrap_err();
         assert!(!e.to_string().contains("TOPSECRET"));
+    }
+
+    #[test]
+    fn a_recycled_pid_is_recognised() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("4242.lock");
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        std::fs::write(
+            &path,
+            format!(r#"{{"pid":{},"authToken":"0123456789abcdef"}}"#, child.id()),
+        )
+        .unwrap();
+        // Written an hour before the process started: its pid was recycled.
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+        let r = read(&path, Family::Pi);
+        child.kill().unwrap();
+        let _ = child.wait();
+        if process_start_unix(std::process::id()).is_some() {
+            assert!(matches!(r, Err(LockfileError::RecycledPid(_))), "{r:?}");
+        }
+        // The same file written after the process started is fine.
+        let me = std::process::id();
+        std::fs::write(
+            &path,
+            format!(r#"{{"pid":{me},"authToken":"0123456789abcdef"}}"#),
+        )
+        .unwrap();
+        assert!(read(&path, Family::Pi).is_ok());
     }
 
     #[test]

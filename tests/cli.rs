@@ -119,6 +119,15 @@ async fn daemon_end_to_end_with_real_editor_processes() {
         "{second_err}"
     );
 
+    // The compat entries' tokens (the broker's own secrets) must not leak either.
+    let compat_tokens: Vec<String> = std::fs::read_dir(root.join("compat"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+        .filter_map(|t| serde_json::from_str::<Value>(&t).ok())
+        .filter_map(|v| v["authToken"].as_str().map(String::from))
+        .collect();
+    assert!(!compat_tokens.is_empty(), "a compat entry was published");
+
     // The editor crashes (SIGKILL): its lockfile stays, and the broker lets it go anyway.
     editor.signal(Signal::KILL);
     editor.wait_exit().await;
@@ -147,4 +156,10 @@ async fn daemon_end_to_end_with_real_editor_processes() {
         String::from_utf8_lossy(&second.stdout)
     );
     assert!(!all.contains(&token), "the auth token leaked into output");
+    for t in &compat_tokens {
+        assert!(
+            !all.contains(t.as_str()),
+            "a compat token leaked into output"
+        );
+    }
 }

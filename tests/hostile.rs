@@ -43,6 +43,8 @@ async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
     let b = TestBroker::start().await;
     let (_good, good_id) = b.editor(&["/good"]).await;
     let d = b.pi_dir.clone();
+    // A lock dir anyone can write to: others' files are refused, ours still work.
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
     let me = std::process::id();
     let huge_folders: Vec<String> = (0..5000).map(|i| format!("/f/{i}")).collect();
     let shapes: Vec<(String, Vec<u8>)> = vec![
@@ -298,6 +300,30 @@ async fn invalid_utf8_in_a_text_frame_closes_only_that_session() {
     bad.raw_mut().get_mut().write_all(&f).await.unwrap();
     assert!(closes(&mut bad).await);
     still_serving(&b, "/u").await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fragmented_message_is_reassembled_and_answered() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/frag"]).await;
+    let mut a = Agent::open(&b.socket, "/frag", None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let msg = br#"{"jsonrpc":"2.0","id":"frag","method":"tools/call","params":{"name":"echo","arguments":{}}}"#;
+    let (first, rest) = msg.split_at(20);
+    let frame = |fin_opcode: u8, payload: &[u8]| {
+        let mask = [1u8, 2, 3, 4];
+        let mut f = vec![fin_opcode, 0x80 | payload.len() as u8];
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        f
+    };
+    let stream = a.raw_mut().get_mut();
+    stream.write_all(&frame(0x01, first)).await.unwrap(); // text, FIN=0
+    stream.write_all(&frame(0x80, rest)).await.unwrap(); // continuation, FIN=1
+    let r = a.until("the answer", |v| v["id"] == "frag").await;
+    assert!(r.get("result").is_some(), "{r}");
     b.stop().await;
 }
 
