@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use pi_ide_broker::family::Family;
-use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};
@@ -86,15 +86,7 @@ async fn a_pi_client_uses_a_claude_family_editor() {
         let r = c.write_file("/vs/a.ts", "let a = 1;\n", "acc").await;
         (r, c)
     });
-    let Event::Call { args, .. } = wait_for(
-        &mut ev,
-        "openDiff",
-        |e| matches!(e, Event::Call { tool: Some(t), .. } if t == "openDiff"),
-    )
-    .await
-    else {
-        unreachable!()
-    };
+    let args = next_tool_call(&mut ev, "openDiff").await;
     let marked = args["tab_name"].as_str().unwrap().to_string();
     assert!(
         marked.contains('✻') && marked.contains('⧉') && marked.contains("pi-write:acc"),

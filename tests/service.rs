@@ -4,7 +4,7 @@ mod common;
 
 use common::process::*;
 use common::*;
-use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
 use pi_ide_broker::testkit::{eventually, within};
 use rustix::process::Signal;
@@ -252,15 +252,7 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
     // The editor was told to close both diffs.
     let mut closed = Vec::new();
     while closed.len() < 2 {
-        let Event::Call { args, .. } = wait_for(
-            &mut ev,
-            "close_tab",
-            |e| matches!(e, Event::Call { tool: Some(t), .. } if t == "close_tab"),
-        )
-        .await
-        else {
-            unreachable!()
-        };
+        let args = next_tool_call(&mut ev, "close_tab").await;
         closed.push(args["tab_name"].as_str().unwrap().to_string());
     }
     closed.sort();

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+use pi_ide_broker::testkit::fake_editor::{next_tool_call, wait_for, Event};
 use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};
 
@@ -137,15 +137,7 @@ async fn a_departed_session_gets_only_its_own_diff_closed() {
     assert_eq!(flights.len(), 2);
     assert!(flights.iter().all(|f| f["tool"] == "openDiff"));
     drop(gone);
-    let closed = wait_for(
-        &mut ev,
-        "close_tab",
-        |e| matches!(e, Event::Call { tool: Some(t), .. } if t == "close_tab"),
-    )
-    .await;
-    let Event::Call { args, .. } = closed else {
-        unreachable!()
-    };
+    let args = next_tool_call(&mut ev, "close_tab").await;
     assert_eq!(args["tab_name"], "pi-write:gone");
     assert_eq!(fe.pending_diffs(), vec!["pi-write:keep".to_string()]);
     // The survivor's diff still completes normally.

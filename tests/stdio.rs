@@ -4,7 +4,7 @@ mod common;
 
 use common::process::{broker_bin, write_config};
 use common::*;
-use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};
 use std::process::Stdio;
@@ -151,15 +151,7 @@ async fn an_mcp_client_through_real_pipes() {
     drop(m.stdin.take());
     let status = within("mcp exit", m.child.wait()).await.unwrap();
     assert!(status.success(), "{status:?}");
-    let closed = wait_for(
-        &mut ev,
-        "close_tab",
-        |e| matches!(e, Event::Call { tool: Some(t), .. } if t == "close_tab"),
-    )
-    .await;
-    let Event::Call { args, .. } = closed else {
-        unreachable!()
-    };
+    let args = next_tool_call(&mut ev, "close_tab").await;
     assert_eq!(args["tab_name"], "t-left");
     b.stop().await;
 }

@@ -603,6 +603,20 @@ pub async fn wait_for(
     .await
 }
 
+/// Waits for the next `tools/call` of `tool` the editor receives; returns its arguments.
+pub async fn next_tool_call(rx: &mut broadcast::Receiver<Event>, tool: &str) -> Value {
+    let e = wait_for(
+        rx,
+        tool,
+        |e| matches!(e, Event::Call { tool: Some(t), .. } if t == tool),
+    )
+    .await;
+    match e {
+        Event::Call { args, .. } => args,
+        _ => Value::Null,
+    }
+}
+
 /// The `params` of a message as a map (for tests).
 pub fn params(msg: &Map<String, Value>) -> Value {
     msg.get("params").cloned().unwrap_or(Value::Null)
