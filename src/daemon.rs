@@ -107,6 +107,10 @@ pub async fn serve(
     let _ = scanned_rx.await;
 
     if config.compat.enabled {
+        let compat_dir = config.compat_dir();
+        if config.lock_dirs().iter().any(|d| d.path == compat_dir) {
+            tracing::warn!(dir = %compat_dir.display(), "the compat dir is also watched as a lock dir (is PI_IDE_LOCK_DIR exported to the broker or your editors?); set it for pi only, e.g. `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`");
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         reg.set_compat(tx);
         reg.tracker

@@ -91,6 +91,9 @@ struct Raw {
     #[serde(default)]
     transport: Option<String>,
     auth_token: serde_json::Value,
+    /// Present only in the broker's own virtual lockfiles (compat door): never an editor.
+    #[serde(default, rename = "piIdeBroker")]
+    broker_marker: Option<serde::de::IgnoredAny>,
 }
 
 /// The port a lockfile name announces, or why it does not.
@@ -180,6 +183,10 @@ pub fn parse(
             LockfileError::Malformed(e.to_string())
         }
     })?;
+    if raw.broker_marker.is_some() {
+        // A broker's compat entry (ours or another's): dialling it would loop back to a broker.
+        return Err(LockfileError::NotALockfile);
+    }
     let pid = raw
         .pid
         .as_u64()
@@ -331,6 +338,18 @@ mod tests {
             let e = parse(half, &p("1.lock"), Family::Pi, 1).unwrap_err();
             assert!(e.is_transient(), "{half}: {e:?}");
         }
+    }
+
+    #[test]
+    fn a_brokers_own_virtual_lockfile_is_not_an_editor() {
+        let me = std::process::id();
+        let text = format!(
+            r#"{{"pid":{me},"authToken":"0123456789abcdef","piIdeBroker":{{"editor":"x"}}}}"#
+        );
+        assert!(matches!(
+            parse(&text, &p("1.lock"), Family::Pi, 1),
+            Err(LockfileError::NotALockfile)
+        ));
     }
 
     #[test]

@@ -11,7 +11,20 @@ use tokio_util::sync::CancellationToken;
 /// editor protocol): finds every editor, keeps one healthy link to each, and routes each
 /// agent session to the editor that has its project open.
 #[derive(Parser)]
-#[command(version, propagate_version = true)]
+#[command(
+    version,
+    propagate_version = true,
+    after_help = "\
+Environment:
+  PI_IDE_LOCK_DIR        pi-family lock dir (default ~/.pi/ide)
+  CLAUDE_CONFIG_DIR      Claude-family lock dir is $CLAUDE_CONFIG_DIR/ide (default ~/.claude/ide)
+  PI_IDE_BROKER_SOCKET   the broker's socket (default $XDG_RUNTIME_DIR/pi-ide-broker/sock)
+  PI_IDE_BROKER_CONFIG   the config file (same as --config)
+  RUST_LOG               log filter (overrides the config's `log`)
+
+Quick start: `pi-ide-broker daemon` in one terminal, `pi-ide-broker status` in another.
+Point the pi-ide extension at the broker with `export PI_IDE_LOCK_DIR=~/.pi/ide-broker`."
+)]
 struct Cli {
     /// Config file (TOML). A missing file means defaults.
     /// [default: ~/.config/pi-ide-broker/config.toml]

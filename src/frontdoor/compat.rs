@@ -21,7 +21,8 @@ use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, 
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_util::sync::CancellationToken;
 
-/// The field that marks a virtual lockfile as written by a pi-ide-broker.
+/// The field that marks a virtual lockfile as written by a pi-ide-broker (the lock dir
+/// watcher skips such files, so a broker never dials itself).
 pub const MARKER: &str = "piIdeBroker";
 
 /// What the registry tells the compat door.
