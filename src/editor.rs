@@ -367,10 +367,8 @@ enum DialError {
 }
 
 /// Runs the link of one editor until it is cancelled or the editor is gone for good.
+/// Spawn it inside [`span`] so every log line names the editor.
 pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
-    let span = tracing::info_span!("editor", id = %editor.id, port = editor.lockfile().port);
-    let _enter = span.enter();
-    drop(_enter);
     let mut backoff = Backoff::new(&host.config());
     loop {
         // Before every dial: the lockfile must still be there and its pid alive.
@@ -388,7 +386,6 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
             }
             Err(LockfileError::Incomplete) => {}
             Err(e) => {
-                let _g = span.enter();
                 tracing::info!(reason = %e, "editor gone");
                 host.editor_gone(&editor, e.to_string());
                 return;
@@ -407,12 +404,11 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
                 backoff.reset();
                 let was = editor.restarts;
                 {
-                    let _g = span.enter();
                     tracing::info!(restarts = was, "editor ready");
                 }
                 host.state_changed();
                 host.editor_ready(&editor);
-                let end = run_link(&editor, &*host, ws, &config, &span).await;
+                let end = run_link(&editor, &*host, ws, &config).await;
                 *lock(&editor.out) = None;
                 {
                     let mut l = lock(&editor.link);
@@ -428,18 +424,13 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
                 if let LinkEnd::Cancelled = end {
                     return;
                 }
-                let _g = span.enter();
                 tracing::warn!(reason = %why, "editor link lost; redialling");
             }
-            Ok(Err(e)) => {
-                let _g = span.enter();
-                match e {
-                    DialError::Refused => tracing::warn!("{e}"),
-                    DialError::Other(_) => tracing::debug!(error = %e, "dial failed"),
-                }
-            }
+            Ok(Err(e)) => match e {
+                DialError::Refused => tracing::warn!("{e}"),
+                DialError::Other(_) => tracing::debug!(error = %e, "dial failed"),
+            },
             Err(_) => {
-                let _g = span.enter();
                 tracing::warn!(
                     timeout_ms = config.timeouts.handshake_ms,
                     "editor handshake timed out"
@@ -454,6 +445,11 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
             _ = tokio::time::sleep(delay) => {}
         }
     }
+}
+
+/// The tracing span of an editor's link task.
+pub fn span(editor: &Editor) -> tracing::Span {
+    tracing::info_span!("editor", id = %editor.id, port = editor.lockfile().port)
 }
 
 /// The WebSocket config used on every socket: one capped message, no compression.
@@ -567,13 +563,7 @@ fn frame_text(frame: Message) -> Option<String> {
 
 /// The live link: a writer task drains the queue; this loop reads every frame, pings on the
 /// health interval and marks the link unhealthy (then drops it) when pongs stop.
-async fn run_link(
-    editor: &Arc<Editor>,
-    host: &dyn LinkHost,
-    ws: Ws,
-    config: &Config,
-    span: &tracing::Span,
-) -> LinkEnd {
+async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Config) -> LinkEnd {
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
     *lock(&editor.out) = Some(tx.clone());
@@ -639,7 +629,6 @@ async fn run_link(
                         unhealthy_since = Some(*sent);
                         editor.set_state(LinkState::Unhealthy);
                         host.state_changed();
-                        let _g = span.enter();
                         tracing::warn!(timeout_ms = health.timeout_ms, "editor unhealthy: no pong");
                     }
                 }
@@ -680,7 +669,6 @@ async fn run_link(
                             if unhealthy_since.take().is_some() {
                                 editor.set_state(LinkState::Ready);
                                 host.state_changed();
-                                let _g = span.enter();
                                 tracing::info!("editor healthy again");
                             }
                         }

@@ -297,7 +297,11 @@ impl Registry {
         self.by_path.insert(path, id.clone());
         if let Some(me) = self.me.upgrade() {
             let host: Arc<dyn LinkHost> = me;
-            self.tracker.spawn(editor::run(editor, host));
+            let span = editor::span(&editor);
+            self.tracker.spawn(tracing::Instrument::instrument(
+                editor::run(editor, host),
+                span,
+            ));
         }
         self.changed();
         // Sessions still attached to this id (a restart) follow it without reconnecting.

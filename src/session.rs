@@ -156,6 +156,14 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let id = reg.next_session_id();
+    let span = tracing::info_span!("session", id, door = ?intro.door);
+    tracing::Instrument::instrument(serve(reg, ws, intro, id), span).await
+}
+
+async fn serve<S>(reg: Arc<Registry>, ws: WebSocketStream<S>, intro: Intro, id: u64)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let kill = reg.cancel.child_token();
     let (tx, mut out_rx) = mpsc::channel(OUTBOX_FRAMES);
     let (control, mut ctl_rx) = mpsc::unbounded_channel();
@@ -179,11 +187,7 @@ where
         delegated: Mutex::new(HashMap::new()),
         next_delegated: AtomicU64::new(0),
     });
-    let span = tracing::info_span!("session", id, door = ?intro.door);
-    {
-        let _g = span.enter();
-        tracing::info!(cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
-    }
+    tracing::info!(cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
     reg.sessions.insert(id, session.clone());
     reg.place_new_session(&session, intro.editor.as_deref());
 
@@ -227,7 +231,6 @@ where
                 match frame {
                     None => break "closed by client",
                     Some(Err(e)) => {
-                        let _g = span.enter();
                         tracing::info!(error = %e, "session connection error");
                         break "connection error";
                     }
@@ -272,7 +275,6 @@ where
     .await;
     tracing::debug!(session = id, "flushed");
     reg.end_session(&session);
-    let _g = span.enter();
     tracing::info!(reason, "session closed");
 }
 
