@@ -402,12 +402,6 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
         match dialled {
             Ok(Ok(ws)) => {
                 backoff.reset();
-                let was = editor.restarts;
-                {
-                    tracing::info!(restarts = was, "editor ready");
-                }
-                host.state_changed();
-                host.editor_ready(&editor);
                 let end = run_link(&editor, &*host, ws, &config).await;
                 *lock(&editor.out) = None;
                 {
@@ -511,7 +505,6 @@ async fn dial(editor: &Arc<Editor>, config: &Config, host: &dyn LinkHost) -> Res
     l.initialize = Some(init);
     l.tools = tools.or(Some(json!({"tools": []})));
     l.connected_since = Some(SystemTime::now());
-    l.state = LinkState::Ready;
     Ok(ws)
 }
 
@@ -567,6 +560,12 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
     *lock(&editor.out) = Some(tx.clone());
+    // Ready only now that requests can be queued: a session attached on this news must be
+    // able to send at once.
+    editor.set_state(LinkState::Ready);
+    tracing::info!(restarts = editor.restarts, "editor ready");
+    host.state_changed();
+    host.editor_ready(editor);
     let writer = tokio::spawn(async move {
         while let Some(m) = rx.recv().await {
             if sink.feed(m).await.is_err() {
