@@ -120,13 +120,18 @@ async fn daemon_end_to_end_with_real_editor_processes() {
     );
 
     // The compat entries' tokens (the broker's own secrets) must not leak either.
-    let compat_tokens: Vec<String> = std::fs::read_dir(root.join("compat"))
-        .unwrap()
-        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
-        .filter_map(|t| serde_json::from_str::<Value>(&t).ok())
-        .filter_map(|v| v["authToken"].as_str().map(String::from))
-        .collect();
-    assert!(!compat_tokens.is_empty(), "a compat entry was published");
+    let compat_tokens: Vec<String> = pi_ide_broker::testkit::eventually("a compat entry", || {
+        let tokens: Vec<String> = std::fs::read_dir(root.join("compat"))
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .filter_map(|t| serde_json::from_str::<Value>(&t).ok())
+            .filter_map(|v| v["authToken"].as_str().map(String::from))
+            .collect();
+        (!tokens.is_empty()).then_some(tokens)
+    })
+    .await;
 
     // The editor crashes (SIGKILL): its lockfile stays, and the broker lets it go anyway.
     editor.signal(Signal::KILL);

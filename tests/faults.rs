@@ -299,11 +299,15 @@ async fn the_broker_killed_under_load_restarts_with_sticky_targets_and_compat_en
             .map(|_| ())
     })
     .await;
-    let old_compat: Vec<String> = std::fs::read_dir(root.join("compat"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .collect();
-    assert_eq!(old_compat.len(), 2);
+    let old_compat: Vec<String> = eventually("both compat entries", || {
+        let names: Vec<String> = std::fs::read_dir(root.join("compat"))
+            .ok()?
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".lock"))
+            .collect();
+        (names.len() == 2).then_some(names)
+    })
+    .await;
     // Load: calls in flight while the broker dies.
     let load = tokio::spawn(async move {
         for i in 0..10_000 {
@@ -336,6 +340,7 @@ async fn the_broker_killed_under_load_restarts_with_sticky_targets_and_compat_en
         let names: Vec<String> = std::fs::read_dir(root.join("compat"))
             .ok()?
             .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".lock"))
             .collect();
         (names.len() == 2 && names.iter().all(|n| !old_compat.contains(n))).then_some(())
     })
@@ -345,7 +350,13 @@ async fn the_broker_killed_under_load_restarts_with_sticky_targets_and_compat_en
     let att = a
         .until("attached", |v| v["method"] == "broker/attached")
         .await;
-    assert_eq!(att["params"]["editor"], id2.as_str());
+    assert_eq!(
+        att["params"]["editor"],
+        id2.as_str(),
+        "state: {}\nlog:\n{}",
+        std::fs::read_to_string(&state_file).unwrap_or_default(),
+        daemon.seen.join("\n")
+    );
     assert_eq!(find_candidates(&root.join("compat"), "/r").await.len(), 2);
     daemon.signal(Signal::TERM);
     assert!(daemon.wait_exit().await.success());
