@@ -25,6 +25,9 @@ use tokio_util::sync::CancellationToken;
 /// watcher skips such files, so a broker never dials itself).
 pub const MARKER: &str = "piIdeBroker";
 
+/// A connection must complete its WebSocket upgrade within this long.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What the registry tells the compat door.
 #[derive(Debug)]
 pub enum CompatEvent {
@@ -225,13 +228,20 @@ async fn accept_loop(
             let check =
                 |req: &Request, resp: Response| check_upgrade(req, resp, &token, &mut dialect);
             let ws =
-                match tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config))
-                    .await
+                match tokio::time::timeout(
+                    HANDSHAKE_TIMEOUT,
+                    tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config)),
+                )
+                .await
                 {
-                    Ok(ws) => ws,
-                    Err(e) => {
+                    Ok(Ok(ws)) => ws,
+                    Ok(Err(e)) => {
                         // pi-ide probes the port with a bare connect-and-close: not worth a warning.
                         tracing::debug!(editor = %id, error = %e, "compat handshake not completed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::info!(editor = %id, "compat connection sent no complete upgrade in 10 s; closed");
                         return;
                     }
                 };

@@ -49,7 +49,10 @@ async fn connection(stream: tokio::net::UnixStream, reg: Arc<Registry>) {
         let reg = reg.clone();
         async move { Ok::<_, Infallible>(route(req, reg)) }
     });
+    // A peer that opens the socket and sends nothing gets 10 s, not a task forever.
     let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10))
         .serve_connection(TokioIo::new(stream), svc)
         .with_upgrades();
     tokio::select! {
