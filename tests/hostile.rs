@@ -133,6 +133,23 @@ async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
         vec![good_id.as_str()],
         "no bad lockfile became an editor"
     );
+    // pid 1 is alive (init) but is no editor: it is listed, never becomes ready, and
+    // costs nobody else anything (a closed port: the link backs off).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    std::fs::write(
+        d.join(format!("{closed_port}.lock")),
+        json!({"pid": 1, "authToken": "0123456789abc", "workspaceFolders": ["/good"]}).to_string(),
+    )
+    .unwrap();
+    b.wait_status("the pid-1 entry in backoff", |st| {
+        editor_by_port(st, closed_port).is_some_and(|e| e["state"] == "backoff")
+    })
+    .await;
+    still_serving(&b, "/good").await;
+    std::fs::remove_file(d.join(format!("{closed_port}.lock"))).unwrap();
+    b.wait_editor_gone(closed_port).await;
     // The lock dir deleted and recreated: the editor comes back when its file does.
     let (fe2, _) = b.editor(&["/second"]).await;
     let backup = std::fs::read(d.join(format!("{}.lock", fe2.port))).unwrap();
@@ -327,20 +344,25 @@ async fn a_fragmented_message_is_reassembled_and_answered() {
     b.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_uid_cannot_use_the_native_socket() {
-    if rustix::process::getuid().as_raw() != 0
-        || std::process::Command::new("setpriv")
+    let tools = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok()
+        && std::process::Command::new("curl")
             .arg("--version")
             .output()
-            .is_err()
-    {
-        eprintln!("SKIPPED other-uid test: needs root and setpriv");
+            .is_ok();
+    if rustix::process::getuid().as_raw() != 0 || !tools {
+        eprintln!("SKIPPED other-uid test: needs root, setpriv and curl");
         return;
     }
     let b = TestBroker::start().await;
-    let run_as_nobody = |path: &std::path::Path| {
-        std::process::Command::new("setpriv")
+    // curl as uid 65534; its exit code says how far it got (7: could not connect,
+    // 52/56: connected but got no answer, 0: served).
+    let as_nobody = |path: std::path::PathBuf| async move {
+        let out = tokio::process::Command::new("setpriv")
             .args([
                 "--reuid=65534",
                 "--regid=65534",
@@ -353,27 +375,40 @@ async fn another_uid_cannot_use_the_native_socket() {
             ])
             .arg(path)
             .arg("http://x/v1/status")
-            .output()
+            .output();
+        within("curl as another uid", out).await.expect("run curl")
     };
-    let Ok(out) = run_as_nobody(&b.socket) else {
-        eprintln!("SKIPPED other-uid test: curl is not installed");
-        return;
-    };
-    assert!(
-        !out.status.success() && out.stdout.is_empty(),
-        "the 0700 dir keeps other users out"
+    let out = as_nobody(b.socket.clone()).await;
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "the 0700 dir keeps other users from even connecting"
     );
-    // Even with the dir and socket opened up (a misconfiguration), the peer uid check refuses.
-    let dir = b.socket.parent().unwrap().to_path_buf();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    // Open the path up (a misconfiguration): the connection is made, and the broker's peer
+    // uid check drops it without an answer.
+    let opened: Vec<std::path::PathBuf> = b
+        .socket
+        .ancestors()
+        .skip(1)
+        .take_while(|p| p.starts_with(b.dir.path()))
+        .map(|p| p.to_path_buf())
+        .collect();
+    for d in &opened {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).unwrap();
+    }
     std::fs::set_permissions(&b.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let out = run_as_nobody(&b.socket).unwrap();
+    let out = as_nobody(b.socket.clone()).await;
     assert!(
-        out.stdout.is_empty(),
-        "served another uid: {}",
+        matches!(out.status.code(), Some(52) | Some(56)),
+        "expected a dropped connection, got {:?}: {}",
+        out.status.code(),
         String::from_utf8_lossy(&out.stdout)
     );
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(out.stdout.is_empty());
+    for d in &opened {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    std::fs::set_permissions(&b.socket, std::fs::Permissions::from_mode(0o600)).unwrap();
     assert!(
         b.status().await["editors"].is_array(),
         "still serving its own user"
