@@ -448,3 +448,18 @@ proptest! {
         });
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_origins_are_refused_on_the_native_socket_too() {
+    use tokio::io::AsyncReadExt;
+    let b = TestBroker::start().await;
+    let mut s = tokio::net::UnixStream::connect(&b.socket).await.unwrap();
+    s.write_all(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nOrigin: https://evil.example\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut resp = String::new();
+    within("response", s.read_to_string(&mut resp))
+        .await
+        .unwrap();
+    assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
+    assert!(!resp.contains("\"editors\""), "no status for a browser");
+    b.stop().await;
+}
