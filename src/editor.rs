@@ -582,10 +582,11 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
         }
         let _ = sink.close().await;
     });
-    let mut interval = Duration::from_millis(config.health.interval_ms);
-    let mut timeout = Duration::from_millis(config.health.timeout_ms);
-    let mut drop_after;
-    let mut next_ping = tokio::time::Instant::now() + interval;
+    // Re-read on every timer tick, so a reloaded config reaches live links.
+    let mut health = config.health.clone();
+    let ms = Duration::from_millis;
+    // The first ping goes out at once, so status has an RTT from the start.
+    let mut next_ping = tokio::time::Instant::now();
     let mut seq: u64 = 0;
     let mut outstanding: std::collections::VecDeque<(u64, Instant)> = Default::default();
     let mut unhealthy_since: Option<Instant> = None;
@@ -604,9 +605,9 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
             }
         }
         let mut deadline = match (outstanding.front(), unhealthy_since) {
-            (Some((_, sent)), None) => {
-                next_ping.min(tokio::time::Instant::from_std(*sent + timeout))
-            }
+            (Some((_, sent)), None) => next_ping.min(tokio::time::Instant::from_std(
+                *sent + ms(health.timeout_ms),
+            )),
             _ => next_ping,
         };
         if let Some(until) = draining {
@@ -617,11 +618,9 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                 draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
             }
             _ = tokio::time::sleep_until(deadline) => {
-                // A reloaded config reaches live links here, within one old interval.
-                let health = host.config().health.clone();
-                interval = Duration::from_millis(health.interval_ms);
-                timeout = Duration::from_millis(health.timeout_ms);
-                drop_after = Duration::from_millis(health.drop_after_ms);
+                health = host.config().health.clone();
+                let (interval, timeout, drop_after) =
+                    (ms(health.interval_ms), ms(health.timeout_ms), ms(health.drop_after_ms));
                 let now = Instant::now();
                 if let (Some((_, sent)), None) = (outstanding.front(), unhealthy_since) {
                     if now >= *sent + timeout {
