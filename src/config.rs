@@ -4,7 +4,6 @@
 use crate::family::Family;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Everything the daemon can be told. A missing file means `Config::default()`.
 #[derive(Clone, Debug, Deserialize)]
@@ -306,11 +305,6 @@ impl Config {
             Some(p) => expand_home(p),
             None => home_dir().join(".pi").join("ide-broker"),
         }
-    }
-
-    /// `health.interval_ms` as a duration.
-    pub fn health_interval(&self) -> Duration {
-        Duration::from_millis(self.health.interval_ms)
     }
 }
 

@@ -605,7 +605,6 @@ impl LinkHost for Registry {
         for s in waiting {
             self.place(&s);
         }
-        let _ = editor;
     }
 
     fn editor_gone(&self, editor: &Arc<Editor>, reason: String) {
