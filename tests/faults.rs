@@ -215,9 +215,20 @@ async fn churning_sessions_leak_nothing() {
     })
     .await;
     assert!(editor_by_port(&st, port).is_some());
+    // A session leaves the status a moment before its task has dropped its socket: wait
+    // (bounded) for the fds to come back rather than reading them once.
+    let settled = tokio::time::timeout(WAIT, async {
+        while proc_fds(pid) > fds0 + 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     let (fds1, rss1) = (proc_fds(pid), proc_rss_kb(pid));
     eprintln!("churn: fds {fds0} -> {fds1}, RSS {rss0} KiB -> {rss1} KiB");
-    assert!(fds1 <= fds0 + 2, "fds leaked: {fds0} -> {fds1}");
+    assert!(
+        settled.is_ok() && fds1 <= fds0 + 2,
+        "fds leaked: {fds0} -> {fds1}"
+    );
     assert!(
         rss1 < rss0 + 16 * 1024,
         "memory grew by {} KiB over 500 sessions",
