@@ -372,13 +372,14 @@ fn on_request(
     let reply = |text: String| {
         s.outbox.deliver(text);
     };
-    let params = msg.get("params").cloned().unwrap_or(Value::Null);
+    // Borrowed, not cloned: an openDiff's params can be megabytes and go straight upstream.
+    let param = |k: &str| msg.get("params").and_then(|p| p.get(k));
     match method.as_str() {
         "initialize" => {
             let cached = current_editor(reg, s).and_then(|e| e.link_info().initialize);
             let result = cached.unwrap_or_else(|| {
                 json!({
-                    "protocolVersion": params.get("protocolVersion").cloned().unwrap_or(json!(crate::editor::PROTOCOL_VERSION)),
+                    "protocolVersion": param("protocolVersion").cloned().unwrap_or(json!(crate::editor::PROTOCOL_VERSION)),
                     "capabilities": {"tools": {"listChanged": true}},
                     "serverInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
                 })
@@ -407,7 +408,7 @@ fn on_request(
         "ping" => reply(jsonrpc::result(&id, json!({}))),
         "broker/editors" => reply(jsonrpc::result(&id, reg.editors_for(s))),
         "broker/attach" => {
-            let Some(want) = params.get("editor").and_then(Value::as_str) else {
+            let Some(want) = param("editor").and_then(Value::as_str) else {
                 return reply(jsonrpc::error(
                     &id,
                     jsonrpc::INVALID_PARAMS,
