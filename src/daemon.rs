@@ -8,7 +8,6 @@ use crate::lockdir::{self, LockDirCommand};
 use crate::registry::Registry;
 use crate::session::Control;
 use crate::state::StateStore;
-use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -203,10 +202,7 @@ pub fn reject_pending_diffs(reg: &Registry, why: &str) {
                 tracing::info!(editor = %e.id, reason = why, "rejecting a pending diff");
                 outbox.deliver(jsonrpc::result(id, jsonrpc::diff_rejected(&tab)));
                 let editor_tab = p.editor_tab().unwrap_or_default();
-                let _ = e.send_discard(
-                    "tools/call",
-                    json!({"name": "close_tab", "arguments": {"tab_name": editor_tab}}),
-                );
+                let _ = e.close_tab(editor_tab);
             }
         }
     }

@@ -271,6 +271,15 @@ impl Editor {
         )
     }
 
+    /// Asks the editor to close the diff tab `tab` (a broker-owned request: nobody awaits
+    /// the answer, and a shutting-down link waits for it before closing).
+    pub fn close_tab(&self, tab: &str) -> Result<u64, SendError> {
+        self.send_discard(
+            "tools/call",
+            json!({"name": "close_tab", "arguments": {"tab_name": tab}}),
+        )
+    }
+
     /// Sends a frame that needs no answer (notification, or a response to the editor).
     pub fn send_raw(&self, text: String) -> Result<(), SendError> {
         self.writer()?
@@ -728,10 +737,7 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
                 if let Some(crate::bridge::Followup::CloseTab(tab)) =
                     crate::bridge::inbound(b, &mut msg)
                 {
-                    let _ = editor.send_discard(
-                        "tools/call",
-                        json!({"name": "close_tab", "arguments": {"tab_name": tab}}),
-                    );
+                    let _ = editor.close_tab(&tab);
                 }
             }
             match p.owner {

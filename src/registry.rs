@@ -536,10 +536,7 @@ impl Registry {
                 }
                 if let Some(tab) = p.editor_tab() {
                     tracing::info!(session = s.id, editor = %e.id, "closing the diff of a departed session");
-                    if let Err(err) = e.send_discard(
-                        "tools/call",
-                        json!({"name": "close_tab", "arguments": {"tab_name": tab}}),
-                    ) {
+                    if let Err(err) = e.close_tab(tab) {
                         tracing::warn!(editor = %e.id, error = %err, "could not close an orphaned diff");
                     }
                 }

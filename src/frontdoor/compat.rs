@@ -309,11 +309,10 @@ fn check_upgrade(
         ));
     }
     *dialect = family;
-    let wants_mcp = h
-        .get("sec-websocket-protocol")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|p| p.trim() == "mcp"));
-    if wants_mcp {
+    if super::offers_mcp(
+        h.get("sec-websocket-protocol")
+            .and_then(|v| v.to_str().ok()),
+    ) {
         resp.headers_mut()
             .insert("sec-websocket-protocol", HeaderValue::from_static("mcp"));
     }

@@ -100,11 +100,11 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>
                 Ok(k) => k,
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
-            let wants_mcp = req
-                .headers()
-                .get(header::SEC_WEBSOCKET_PROTOCOL)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.split(',').any(|p| p.trim() == "mcp"));
+            let wants_mcp = super::offers_mcp(
+                req.headers()
+                    .get(header::SEC_WEBSOCKET_PROTOCOL)
+                    .and_then(|v| v.to_str().ok()),
+            );
             let on_upgrade = hyper::upgrade::on(&mut req);
             let config = crate::editor::ws_config(&reg.config());
             let reg2 = reg.clone();

@@ -3,6 +3,7 @@
 //! `close_tab`, `selection_changed` broadcasts, editor-initiated `getSuggestions`, server pings,
 //! and a switch that freezes it (stops reading, so pings go unanswered).
 
+use crate::editor::lock;
 use crate::family::Family;
 use crate::jsonrpc::{self, Incoming};
 use futures_util::{SinkExt, StreamExt};
@@ -196,18 +197,13 @@ impl FakeEditor {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{}.lock", self.port));
         crate::state::write_atomic(&path, self.lockfile_json().as_bytes())?;
-        *self.lockfile.lock().unwrap_or_else(|p| p.into_inner()) = Some(path.clone());
+        *lock(&self.lockfile) = Some(path.clone());
         Ok(path)
     }
 
     /// Removes the lockfile (a clean editor exit does this first).
     pub fn remove_lockfile(&self) {
-        if let Some(p) = self
-            .lockfile
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(p) = lock(&self.lockfile).take() {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -219,11 +215,7 @@ impl FakeEditor {
 
     /// Number of connected clients.
     pub fn clients(&self) -> usize {
-        self.shared
-            .clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        lock(&self.shared.clients).len()
     }
 
     /// Stops reading every connection (pongs stop) while `true`.
@@ -242,23 +234,13 @@ impl FakeEditor {
             params["fileUrl"] = json!(format!("file://{file}"));
         }
         let n = jsonrpc::notification("selection_changed", params);
-        *self
-            .shared
-            .last_selection
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(n.clone());
+        *lock(&self.shared.last_selection) = Some(n.clone());
         self.broadcast(&n);
     }
 
     /// Sends a notification to every client.
     pub fn broadcast(&self, text: &str) {
-        for tx in self
-            .shared
-            .clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
+        for tx in lock(&self.shared.clients).values() {
             let _ = tx.send(Message::text(text.to_string()));
         }
     }
@@ -272,11 +254,7 @@ impl FakeEditor {
             "getSuggestions",
             json!({"filePath": "/x.rs", "suggestionCount": 3}),
         );
-        let clients = self
-            .shared
-            .clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let clients = lock(&self.shared.clients);
         let tx = clients.values().next()?;
         tx.send(Message::text(msg)).ok()?;
         Some(id)
@@ -320,33 +298,16 @@ impl FakeEditor {
 
     /// Tab names of the diffs pending now.
     pub fn pending_diffs(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .shared
-            .diffs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect();
+        let mut v: Vec<String> = lock(&self.shared.diffs).keys().cloned().collect();
         v.sort();
         v
     }
 
     fn resolve_diff(&self, tab: &str, result: Value) -> bool {
-        let Some((conn, id)) = self
-            .shared
-            .diffs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(tab)
-        else {
+        let Some((conn, id)) = lock(&self.shared.diffs).remove(tab) else {
             return false;
         };
-        let clients = self
-            .shared
-            .clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let clients = lock(&self.shared.clients);
         match clients.get(&conn) {
             Some(tx) => tx.send(Message::text(jsonrpc::result(&id, result))).is_ok(),
             None => false,
@@ -360,10 +321,6 @@ impl FakeEditor {
 }
 
 #[allow(clippy::result_large_err)]
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn refuse(reason: &str) -> ErrorResponse {
     let mut r = ErrorResponse::new(Some(format!("Bad WebSocket upgrade request: {reason}")));
     *r.status_mut() = StatusCode::BAD_REQUEST;
@@ -396,11 +353,7 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     };
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
-    shared
-        .clients
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(conn, tx.clone());
+    lock(&shared.clients).insert(conn, tx.clone());
     let _ = shared.events.send(Event::Connected { conn });
     let (mut sink, mut stream) = ws.split();
     let mut frozen = shared.frozen.subscribe();
@@ -440,11 +393,7 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
             }
         }
     }
-    shared
-        .clients
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&conn);
+    lock(&shared.clients).remove(&conn);
     let _ = shared.events.send(Event::Disconnected { conn });
 }
 
@@ -541,9 +490,9 @@ fn call_tool(shared: &Shared, conn: u64, id: &Value, tool: &str, args: &Value) -
         ]}),
         "openDiff" => {
             let tab = arg("tab_name");
-            let prev = shared.diffs.lock().unwrap_or_else(|p| p.into_inner()).insert(tab.clone(), (conn, id.clone()));
+            let prev = lock(&shared.diffs).insert(tab.clone(), (conn, id.clone()));
             if let Some((c, old)) = prev {
-                if let Some(tx) = shared.clients.lock().unwrap_or_else(|p| p.into_inner()).get(&c) {
+                if let Some(tx) = lock(&shared.clients).get(&c) {
                     let _ = tx.send(Message::text(jsonrpc::result(&old, jsonrpc::diff_rejected(&tab))));
                 }
             }
