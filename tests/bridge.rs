@@ -148,7 +148,12 @@ async fn the_owner_cancels_with_its_own_tab_name() {
     let (fe, _) = claude_editor(&b, "/vs").await;
     // A native pi-dialect session (the default dialect).
     let mut a = Agent::open(&b.socket, "/vs", None).await;
-    a.call_tool(json!("d"), "openDiff", json!({"old_file_path": "/vs/f", "new_file_path": "/vs/f", "new_file_contents": "x", "tab_name": "pi-edit:7"})).await;
+    a.call_tool(
+        json!("d"),
+        "openDiff",
+        pi_ide_broker::testkit::diff_args("/vs/f", "x", "pi-edit:7"),
+    )
+    .await;
     eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
     a.call_tool(json!("c"), "close_tab", json!({"tab_name": "pi-edit:7"}))
         .await;
@@ -168,7 +173,12 @@ async fn two_pi_sessions_with_the_same_tab_name_never_collide() {
     let mut a1 = Agent::open(&b.socket, "/vs", None).await;
     let mut a2 = Agent::open(&b.socket, "/vs", None).await;
     for a in [&mut a1, &mut a2] {
-        a.call_tool(json!(1), "openDiff", json!({"old_file_path": "/vs/f", "new_file_path": "/vs/f", "new_file_contents": "x", "tab_name": "pi-write:same"})).await;
+        a.call_tool(
+            json!(1),
+            "openDiff",
+            pi_ide_broker::testkit::diff_args("/vs/f", "x", "pi-write:same"),
+        )
+        .await;
     }
     let tabs = eventually("two distinct editor tabs", || {
         let t = fe.pending_diffs();

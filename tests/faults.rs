@@ -37,7 +37,7 @@ fn proc_rss_kb(pid: u32) -> u64 {
 }
 
 fn diff_args(tab: &str) -> Value {
-    json!({"old_file_path": "/k/f", "new_file_path": "/k/f", "new_file_contents": "x", "tab_name": tab})
+    pi_ide_broker::testkit::diff_args("/k/f", "x", tab)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -192,7 +192,13 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
     native
         .until("attached", |v| v["method"] == "broker/attached")
         .await;
-    native.call_tool(json!(1), "openDiff", json!({"old_file_path": "/g/a", "new_file_path": "/g/a", "new_file_contents": "a", "tab_name": "native-tab"})).await;
+    native
+        .call_tool(
+            json!(1),
+            "openDiff",
+            pi_ide_broker::testkit::diff_args("/g/a", "a", "native-tab"),
+        )
+        .await;
     // A compat (pi-ide-like) session with a pending diff.
     let compat_dir = root.join("compat");
     let cand = within("compat entry", async {

@@ -121,7 +121,12 @@ async fn a_departed_session_gets_only_its_own_diff_closed() {
     let mut keep = Agent::open(&b.socket, "/p", None).await;
     let mut gone = Agent::open(&b.socket, "/p", None).await;
     for (a, tab) in [(&mut keep, "pi-write:keep"), (&mut gone, "pi-write:gone")] {
-        a.call_tool(json!(1), "openDiff", json!({"old_file_path": "/p/f", "new_file_path": "/p/f", "new_file_contents": "x", "tab_name": tab})).await;
+        a.call_tool(
+            json!(1),
+            "openDiff",
+            pi_ide_broker::testkit::diff_args("/p/f", "x", tab),
+        )
+        .await;
     }
     pi_ide_broker::testkit::eventually("both diffs pending", || {
         (fe.pending_diffs().len() == 2).then_some(())
@@ -155,7 +160,12 @@ async fn an_editor_lost_mid_diff_answers_diff_rejected_with_the_sessions_tab() {
     let mut agents = Vec::new();
     for i in 0..3 {
         let mut a = Agent::open(&b.socket, "/p", None).await;
-        a.call_tool(json!(format!("d{i}")), "openDiff", json!({"old_file_path": "/p/f", "new_file_path": "/p/f", "new_file_contents": "x", "tab_name": format!("pi-edit:{i}")})).await;
+        a.call_tool(
+            json!(format!("d{i}")),
+            "openDiff",
+            pi_ide_broker::testkit::diff_args("/p/f", "x", &format!("pi-edit:{i}")),
+        )
+        .await;
         agents.push(a);
     }
     pi_ide_broker::testkit::eventually("3 diffs pending", || {
@@ -329,7 +339,12 @@ async fn short_tools_time_out_but_diffs_never_do() {
     let b = TestBroker::start_with(|c| c.timeouts.short_tool_ms = 200).await;
     let (fe, _) = b.editor(&["/p"]).await;
     let mut a = Agent::open(&b.socket, "/p", None).await;
-    a.call_tool(json!("diff"), "openDiff", json!({"old_file_path": "/p/f", "new_file_path": "/p/f", "new_file_contents": "x", "tab_name": "t1"})).await;
+    a.call_tool(
+        json!("diff"),
+        "openDiff",
+        pi_ide_broker::testkit::diff_args("/p/f", "x", "t1"),
+    )
+    .await;
     a.call_tool(json!("slow"), "slow", json!({})).await;
     let ans = a.answer(&json!("slow")).await;
     assert_eq!(ans["error"]["code"], pi_ide_broker::jsonrpc::TIMEOUT);

@@ -7,6 +7,11 @@ pub mod pi_client;
 
 use std::time::Duration;
 
+/// `openDiff` arguments as pi sends them: the same path on both sides, the proposal, a tab.
+pub fn diff_args(path: &str, contents: &str, tab: &str) -> serde_json::Value {
+    serde_json::json!({"old_file_path": path, "new_file_path": path, "new_file_contents": contents, "tab_name": tab})
+}
+
 /// The bound on every await in tests: a hang fails fast instead of stalling the suite.
 pub const WAIT: Duration = Duration::from_secs(10);
 

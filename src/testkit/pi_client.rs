@@ -249,7 +249,7 @@ impl PiClient {
     ) -> Result<Option<String>, String> {
         let tab = format!("pi-write:{call_id}");
         let v = self
-            .tool("openDiff", json!({"old_file_path": path, "new_file_path": path, "new_file_contents": content, "tab_name": tab}))
+            .tool("openDiff", super::diff_args(path, content, &tab))
             .await?;
         if let Some(e) = v.get("error") {
             return Err(format!("IDE diff failed: {e}"));
@@ -268,7 +268,8 @@ impl PiClient {
 
     /// The raw answer of an `openDiff` (for tests that check the echoed tab name).
     pub async fn open_diff_raw(&mut self, path: &str, tab: &str) -> Result<Value, String> {
-        self.tool("openDiff", json!({"old_file_path": path, "new_file_path": path, "new_file_contents": "new", "tab_name": tab})).await
+        self.tool("openDiff", super::diff_args(path, "new", tab))
+            .await
     }
 
     /// Closes like pi's `session_shutdown` (close 1000).
