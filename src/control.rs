@@ -21,13 +21,7 @@ pub fn status(reg: &Registry) -> Value {
         .map(|e| {
             let l = e.lockfile();
             let link = e.link_info();
-            let tools: Vec<Value> = link
-                .tools
-                .as_ref()
-                .and_then(|t| t.get("tools"))
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(|t| t.get("name").cloned()).collect())
-                .unwrap_or_default();
+            let tools = e.tool_names().unwrap_or_default();
             let sessions = reg
                 .sessions
                 .iter()

@@ -205,6 +205,17 @@ impl Editor {
         lock(&self.link).clone()
     }
 
+    /// The names in the editor's `tools/list`, or `None` before it has answered one.
+    pub fn tool_names(&self) -> Option<Vec<String>> {
+        let link = lock(&self.link);
+        let list = link.tools.as_ref()?.get("tools")?.as_array()?;
+        Some(
+            list.iter()
+                .filter_map(|t| t.get("name")?.as_str().map(String::from))
+                .collect(),
+        )
+    }
+
     /// The current state.
     pub fn state(&self) -> LinkState {
         lock(&self.link).state

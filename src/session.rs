@@ -393,10 +393,7 @@ fn on_request(
                 (&editor, tools.as_mut().and_then(|t| t.get_mut("tools")))
             {
                 if e.family != s.dialect {
-                    let names: Vec<String> = list
-                        .iter()
-                        .filter_map(|t| t["name"].as_str().map(String::from))
-                        .collect();
+                    let names = e.tool_names().unwrap_or_default();
                     list.extend(crate::bridge::extra_tools(s.dialect, e.family, &names));
                 }
             }
@@ -465,13 +462,7 @@ fn forward(
     let mut msg = msg;
     let mut bridge = None;
     if method == "tools/call" && editor.family != s.dialect {
-        let tools: Option<Vec<String>> = editor.link_info().tools.and_then(|t| {
-            t.get("tools").and_then(Value::as_array).map(|a| {
-                a.iter()
-                    .filter_map(|x| x["name"].as_str().map(String::from))
-                    .collect()
-            })
-        });
+        let tools = editor.tool_names();
         match crate::bridge::outbound(
             s.dialect,
             editor.family,
