@@ -3,7 +3,6 @@
 
 use crate::config::Config;
 use crate::frontdoor;
-use crate::jsonrpc;
 use crate::lockdir::{self, LockDirCommand};
 use crate::registry::Registry;
 use crate::session::Control;
@@ -153,7 +152,10 @@ pub async fn serve(
     tracing::info!("stopping");
     accept_stop.cancel();
     let _ = native.await;
-    reject_pending_diffs(&reg, "broker is shutting down");
+    // An agent that sees a closed socket mid-diff would write the edit unreviewed.
+    for e in reg.editors.iter() {
+        e.reject_pending_diffs("broker is shutting down");
+    }
     for s in reg.sessions.iter() {
         let _ = s
             .control
@@ -181,29 +183,4 @@ pub async fn serve(
     drop(claim_guard);
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Answers every pending `openDiff` with `DIFF_REJECTED` and closes it in its editor.
-/// Used on shutdown: an agent that sees a closed socket mid-diff would write the edit unreviewed.
-pub fn reject_pending_diffs(reg: &Registry, why: &str) {
-    for e in reg.editors.iter() {
-        let diffs: Vec<u64> = e
-            .pending
-            .iter()
-            .filter(|p| p.is_diff())
-            .map(|p| *p.key())
-            .collect();
-        for uid in diffs {
-            let Some((_, p)) = e.pending.remove(&uid) else {
-                continue;
-            };
-            if let crate::editor::Owner::Session { outbox, id, .. } = &p.owner {
-                let tab = p.tab_name.clone().unwrap_or_default();
-                tracing::info!(editor = %e.id, reason = why, "rejecting a pending diff");
-                outbox.deliver(jsonrpc::result(id, jsonrpc::diff_rejected(&tab)));
-                let editor_tab = p.editor_tab().unwrap_or_default();
-                let _ = e.close_tab(editor_tab);
-            }
-        }
-    }
 }

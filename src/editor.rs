@@ -313,6 +313,28 @@ impl Editor {
         })
     }
 
+    /// Answers every pending `openDiff` with `DIFF_REJECTED` (the session's own tab name)
+    /// and closes it in the editor; the link stays up. Used on shutdown.
+    pub fn reject_pending_diffs(&self, why: &str) {
+        let diffs: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|p| p.is_diff())
+            .map(|p| *p.key())
+            .collect();
+        for uid in diffs {
+            let Some((_, p)) = self.pending.remove(&uid) else {
+                continue;
+            };
+            if let Owner::Session { outbox, id, .. } = &p.owner {
+                let tab = p.tab_name.clone().unwrap_or_default();
+                tracing::info!(editor = %self.id, reason = why, "rejecting a pending diff");
+                outbox.deliver(jsonrpc::result(id, jsonrpc::diff_rejected(&tab)));
+                let _ = self.close_tab(p.editor_tab().unwrap_or_default());
+            }
+        }
+    }
+
     /// Answers every request in flight after the link is lost: diffs get `DIFF_REJECTED`
     /// with their own tab name (never an error, never `FILE_SAVED`), the rest an error.
     pub fn fail_pending(&self, why: &str) {
