@@ -29,7 +29,9 @@ pub struct Config {
     pub timeouts: TimeoutConfig,
     /// The compat door for the unmodified pi-ide extension.
     pub compat: CompatConfig,
-    /// How long a vanished editor is remembered so a restart is recognised as its successor.
+    /// How long a lost editor's id is remembered (in `state.json`, across broker restarts) so
+    /// a restart of it, even days later, is recognised as its successor and inherits its
+    /// sticky targets.
     pub successor_window_ms: u64,
     /// How long sessions stay attached to a vanished editor waiting for its restart.
     pub editor_grace_ms: u64,
@@ -125,7 +127,7 @@ impl Default for Config {
             backoff: BackoffConfig::default(),
             timeouts: TimeoutConfig::default(),
             compat: CompatConfig::default(),
-            successor_window_ms: 300_000,
+            successor_window_ms: 14 * 24 * 3600 * 1000,
             editor_grace_ms: 10_000,
             rescan_interval_ms: 30_000,
             shutdown_timeout_ms: 5_000,

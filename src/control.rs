@@ -40,6 +40,7 @@ pub fn status(reg: &Registry) -> Value {
                 "connected_since": link.connected_since.map(unix),
                 "restarts": e.restarts,
                 "previous_port": e.previous_port,
+                "previous_pid": e.previous_pid,
                 "tools": tools,
                 "sessions": sessions,
             })

@@ -96,13 +96,24 @@ pub async fn serve(
         scanned_tx,
         cancel.clone(),
     )?;
+    // The first scan is admitted as one batch: every editor's id is decided knowing all the
+    // others, never by the order in which the dirs were listed.
+    let _ = scanned_rx.await;
+    let mut first = Vec::new();
+    while let Ok(ev) = ev_rx.try_recv() {
+        first.push(ev);
+    }
+    reg.apply_batch(first);
     let reg_sup = reg.clone();
     let supervisor = tokio::spawn(async move {
         while let Some(ev) = ev_rx.recv().await {
-            reg_sup.apply(ev);
+            let mut batch = vec![ev];
+            while let Ok(more) = ev_rx.try_recv() {
+                batch.push(more);
+            }
+            reg_sup.apply_batch(batch);
         }
     });
-    let _ = scanned_rx.await;
 
     if config.compat.enabled {
         let compat_dir = config.compat_dir();

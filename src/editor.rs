@@ -118,9 +118,21 @@ pub struct Delegation {
     pub session_id: String,
 }
 
+/// Where an editor stands in its id's succession chain (see `identity`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Succession {
+    /// How many successions its id has seen.
+    pub restarts: u32,
+    /// The predecessor's port.
+    pub previous_port: Option<u16>,
+    /// The predecessor's pid.
+    pub previous_pid: Option<u32>,
+}
+
 /// Shared handle to one editor. Lives in the registry; the link task and sessions use it.
 pub struct Editor {
-    /// Stable id, derived from family + ideName + folders (so a restart keeps it).
+    /// Stable id: held by this editor process for its life and across broker restarts,
+    /// inherited by its successor (see `identity`).
     pub id: String,
     /// Dialect and auth header.
     pub family: Family,
@@ -132,6 +144,9 @@ pub struct Editor {
     pub restarts: u32,
     /// The port of the editor this one replaced, if any.
     pub previous_port: Option<u16>,
+    /// The pid of the editor this one replaced, if any (shown so a user sees why sessions
+    /// followed it).
+    pub previous_pid: Option<u32>,
     /// Link state for status and routing.
     pub link: Mutex<LinkInfo>,
     /// The writer queue of the live link; `None` while down.
@@ -167,8 +182,7 @@ impl Editor {
         id: String,
         lock: Lockfile,
         folders: Vec<PathBuf>,
-        restarts: u32,
-        previous_port: Option<u16>,
+        succession: Succession,
         cancel: CancellationToken,
     ) -> Self {
         Editor {
@@ -176,8 +190,9 @@ impl Editor {
             family: lock.family,
             lock: Mutex::new(lock),
             folders,
-            restarts,
-            previous_port,
+            restarts: succession.restarts,
+            previous_port: succession.previous_port,
+            previous_pid: succession.previous_pid,
             link: Mutex::new(LinkInfo {
                 state: LinkState::Connecting,
                 rtt: None,

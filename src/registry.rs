@@ -4,6 +4,7 @@
 
 use crate::config::Config;
 use crate::editor::{self, lock, Delegation, Editor, LinkHost};
+use crate::identity::{self, Arrival, Assigned, Lineage, Process, Verdict};
 use crate::lockdir::LockEvent;
 use crate::lockfile::Lockfile;
 use crate::router::{self, Decision, EditorView};
@@ -14,68 +15,21 @@ use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// An editor that vanished recently, remembered to recognise its restart.
-struct Departed {
-    id: String,
-    identity: Identity,
-    restarts: u32,
-    port: u16,
-    at: Instant,
-}
-
-/// What makes two lockfiles "the same editor": family, ideName and folders.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Identity {
-    family: crate::family::Family,
-    ide_name: String,
-    folders: Vec<String>,
-}
-
-impl Identity {
-    fn of(l: &Lockfile) -> Self {
-        Identity {
-            family: l.family,
-            ide_name: l.ide_name.clone(),
-            folders: l.workspace_folders.clone(),
-        }
-    }
-
-    /// A readable id that is the same for every incarnation of this editor, across editor
-    /// and broker restarts: `<ide name>-<6 hex of a hash of the identity>`.
-    fn base_id(&self) -> String {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut feed = |bytes: &[u8]| {
-            for b in bytes {
-                h ^= u64::from(*b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-            h ^= 0xff;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        };
-        feed(self.family.as_str().as_bytes());
-        feed(self.ide_name.as_bytes());
-        for f in &self.folders {
-            feed(f.as_bytes());
-        }
-        let slug: String = self
-            .ide_name
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(16)
-            .collect::<String>()
-            .to_ascii_lowercase();
-        let slug = if slug.is_empty() {
-            "editor".to_string()
-        } else {
-            slug
-        };
-        format!("{slug}-{:06x}", h & 0xff_ffff)
+/// The lineage of a lockfile's editor: what a restart of it keeps.
+fn lineage_of(l: &Lockfile) -> Lineage {
+    Lineage {
+        family: l.family,
+        ide_name: l.ide_name.clone(),
+        folders: l.workspace_folders.clone(),
     }
 }
+
+/// The most lost editor records kept for successor detection.
+const MAX_LOST_EDITORS: usize = 256;
 
 /// The broker's shared state.
 pub struct Registry {
@@ -87,8 +41,6 @@ pub struct Registry {
     by_path: DashMap<PathBuf, String>,
     /// Live sessions by id.
     pub sessions: DashMap<u64, Arc<Session>>,
-    /// Recently vanished editors (successor detection).
-    graveyard: Mutex<Vec<Departed>>,
     /// Serialises editor add/remove (lock events and link tasks race otherwise).
     mutate: Mutex<()>,
     /// Sticky targets, persisted.
@@ -131,7 +83,6 @@ impl Registry {
             editors: DashMap::new(),
             by_path: DashMap::new(),
             sessions: DashMap::new(),
-            graveyard: Mutex::new(Vec::new()),
             mutate: Mutex::new(()),
             state,
             next_session: AtomicU64::new(1),
@@ -197,78 +148,144 @@ impl Registry {
 
     /// Applies one event from the lock dir watcher.
     pub fn apply(&self, event: LockEvent) {
-        match event {
-            LockEvent::Upsert(lock) => self.upsert(lock),
-            LockEvent::Vanished(path) => {
-                let _m = lock(&self.mutate);
-                if let Some((_, id)) = self.by_path.remove(&path) {
-                    tracing::info!(editor = %id, file = %path.display(), "editor lockfile removed");
-                    self.retire(&id);
+        self.apply_batch(vec![event]);
+    }
+
+    /// Applies events read together (the first scan of the lock dirs, or whatever arrived at
+    /// once): new editors of one batch get their ids in one decision, so no id depends on
+    /// the order in which lockfiles were listed.
+    pub fn apply_batch(&self, events: Vec<LockEvent>) {
+        let _m = lock(&self.mutate);
+        let mut fresh: Vec<Lockfile> = Vec::new();
+        for event in events {
+            match event {
+                LockEvent::Upsert(lock) => {
+                    fresh.retain(|l| l.path != lock.path);
+                    if let Some(new) = self.upsert(lock) {
+                        fresh.push(new);
+                    }
+                }
+                LockEvent::Vanished(path) => {
+                    fresh.retain(|l| l.path != path);
+                    if let Some((_, id)) = self.by_path.remove(&path) {
+                        tracing::info!(editor = %id, file = %path.display(), "editor lockfile removed");
+                        self.retire(&id);
+                    }
                 }
             }
         }
+        if !fresh.is_empty() {
+            self.admit(fresh);
+        }
     }
 
-    fn upsert(&self, lockfile: Lockfile) {
-        let _m = lock(&self.mutate);
+    /// A lockfile for a known path: the same editor (nothing to do, or a new token), or a new
+    /// editor on that path (the old one is retired; the new one is returned for admission).
+    fn upsert(&self, lockfile: Lockfile) -> Option<Lockfile> {
         if let Some(id) = self.by_path.get(&lockfile.path).map(|r| r.clone()) {
             if let Some(e) = self.editors.get(&id).map(|e| e.clone()) {
                 let old = e.lockfile();
                 if old.port == lockfile.port
                     && old.pid == lockfile.pid
-                    && old.auth_token == lockfile.auth_token
-                    && Identity::of(&old) == Identity::of(&lockfile)
+                    && lineage_of(&old) == lineage_of(&lockfile)
                 {
-                    return;
-                }
-                if old.port == lockfile.port
-                    && old.pid == lockfile.pid
-                    && Identity::of(&old) == Identity::of(&lockfile)
-                {
-                    // Same editor, new token: the link task re-reads it on the next dial.
-                    *lock(&e.lock) = lockfile;
-                    return;
+                    if old.auth_token != lockfile.auth_token {
+                        // Same editor, new token: the link task re-reads it on the next dial.
+                        *lock(&e.lock) = lockfile;
+                    }
+                    return None;
                 }
             }
             self.by_path.remove(&lockfile.path);
             self.retire(&id);
         }
-        self.add(lockfile);
+        Some(lockfile)
     }
 
-    /// Registers a new editor (or the successor of a recently vanished one) and starts its link.
-    fn add(&self, lockfile: Lockfile) {
-        let identity = Identity::of(&lockfile);
-        // The same editor restarted while its old link was still redialling a dead pid: the old
-        // one is gone for good now, and the new one is its successor (same id, same sessions).
-        let stale = self.editors.iter().find_map(|e| {
-            let l = e.lockfile();
-            (Identity::of(&l) == identity && !e.usable() && !crate::lockfile::pid_alive(l.pid))
-                .then(|| e.id.clone())
+    /// Gives new editors their ids (same process, successor, or new: see `identity`) and
+    /// starts their links.
+    fn admit(&self, lockfiles: Vec<Lockfile>) {
+        let now = crate::state::unix_ms();
+        let arrivals: Vec<Arrival> = lockfiles
+            .iter()
+            .map(|l| Arrival {
+                lineage: lineage_of(l),
+                process: Process {
+                    pid: l.pid,
+                    start: identity::process_start_ticks(l.pid),
+                    port: l.port,
+                },
+            })
+            .collect();
+        let window = self.config().successor_window_ms;
+        let (resolution, pruned) = self.state.with_book(|book| {
+            let r = book.resolve(&arrivals, &identity::process_alive, now);
+            let pruned = book.prune(now, window, MAX_LOST_EDITORS);
+            (r, pruned)
         });
-        if let Some(old) = stale {
-            tracing::info!(editor = %old, "its process is dead and a restart appeared; retiring it");
-            self.retire(&old);
+        for id in &resolution.died {
+            tracing::info!(editor = %id, "its process is dead and a restart appeared; retiring it");
+            self.retire(id);
         }
-        let window = Duration::from_millis(self.config().successor_window_ms);
-        let predecessor = {
-            let mut g = lock(&self.graveyard);
-            g.retain(|d| d.at.elapsed() < window);
-            g.iter()
-                .position(|d| d.identity == identity && !self.editors.contains_key(&d.id))
-                .map(|i| g.remove(i))
-        };
-        let (id, restarts, previous_port) = match &predecessor {
-            Some(d) => (d.id.clone(), d.restarts + 1, Some(d.port)),
-            None => {
-                let base = identity.base_id();
-                let mut id = base.clone();
-                let mut n = 2;
-                while self.editors.contains_key(&id) {
-                    id = format!("{base}-{n}");
-                    n += 1;
-                }
-                (id, 0, None)
+        for id in resolution.dropped.iter().chain(&pruned) {
+            self.forget_editor(id, resolution.dropped.contains(id));
+        }
+        for (lockfile, assigned) in lockfiles.into_iter().zip(resolution.assigned) {
+            self.start_editor(lockfile, assigned);
+        }
+    }
+
+    /// A lost editor id that will never come back (ambiguous succession, or too old): its
+    /// sticky targets are dropped and any session still waiting on it is routed again.
+    fn forget_editor(&self, id: &str, ambiguous: bool) {
+        if ambiguous {
+            tracing::warn!(editor = %id, "editor is gone and several editors could succeed it; its sticky targets are dropped (sessions will be asked)");
+        } else {
+            tracing::debug!(editor = %id, "forgetting a long-gone editor");
+        }
+        self.state.remove_editor(id);
+        let waiting: Vec<Arc<Session>> = self
+            .sessions
+            .iter()
+            .filter(|s| s.editor_id().as_deref() == Some(id))
+            .map(|s| s.clone())
+            .collect();
+        for s in waiting {
+            self.detach(&s, &format!("editor {id} is gone"), false);
+            self.place(&s);
+        }
+    }
+
+    /// Creates the handle of an admitted editor and starts its link.
+    fn start_editor(&self, lockfile: Lockfile, assigned: Assigned) {
+        let id = assigned.id;
+        // The same process announced again (e.g. its server restarted on another port): the
+        // old handle is replaced, the id stays.
+        if let Some((_, old)) = self.editors.remove(&id) {
+            self.by_path.retain(|_, v| *v != id);
+            old.cancel.cancel();
+        }
+        let (restarts, previous_port, previous_pid) = match assigned.verdict {
+            Verdict::Successor {
+                previous_pid,
+                previous_port,
+            } => {
+                let restarts = self.state.book().get(&id).map(|r| r.restarts).unwrap_or(1);
+                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, previous_pid, previous_port, restarts, ide = %lockfile.ide_name, "editor restarted (successor)");
+                (restarts, Some(previous_port), Some(previous_pid))
+            }
+            Verdict::Same => {
+                let r = self.state.book().get(&id).cloned();
+                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, family = %lockfile.family, ide = %lockfile.ide_name, "editor appeared (known process)");
+                (
+                    r.as_ref().map(|r| r.restarts).unwrap_or(0),
+                    r.as_ref().and_then(|r| r.previous_port),
+                    r.as_ref().and_then(|r| r.previous_pid),
+                )
+            }
+            Verdict::New => {
+                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, family = %lockfile.family, ide = %lockfile.ide_name, "editor appeared");
+                (0, None, None)
             }
         };
         let folders = lockfile
@@ -276,21 +293,16 @@ impl Registry {
             .iter()
             .map(|f| router::normalize(std::path::Path::new(f)))
             .collect();
-        match previous_port {
-            Some(p) => {
-                tracing::info!(editor = %id, port = lockfile.port, previous_port = p, restarts, ide = %lockfile.ide_name, "editor restarted (successor)")
-            }
-            None => {
-                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, family = %lockfile.family, ide = %lockfile.ide_name, "editor appeared")
-            }
-        }
         let path = lockfile.path.clone();
         let editor = Arc::new(Editor::new(
             id.clone(),
             lockfile,
             folders,
-            restarts,
-            previous_port,
+            editor::Succession {
+                restarts,
+                previous_port,
+                previous_pid,
+            },
             self.cancel.child_token(),
         ));
         self.editors.insert(id.clone(), editor.clone());
@@ -321,14 +333,8 @@ impl Registry {
         self.by_path.retain(|_, v| v != id);
         e.cancel.cancel();
         self.changed();
-        let l = e.lockfile();
-        lock(&self.graveyard).push(Departed {
-            id: id.to_string(),
-            identity: Identity::of(&l),
-            restarts: e.restarts,
-            port: l.port,
-            at: Instant::now(),
-        });
+        self.state
+            .with_book(|b| b.lost(id, crate::state::unix_ms()));
         let grace = Duration::from_millis(self.config().editor_grace_ms);
         let me = self.me.clone();
         let id = id.to_string();
@@ -351,8 +357,9 @@ impl Registry {
         if self.editors.contains_key(id) {
             return;
         }
-        tracing::info!(editor = %id, "editor gone for good");
-        self.state.remove_editor(id);
+        // Its sticky targets stay: a successor (even days later, after broker restarts)
+        // inherits the id and with it every session key that chose it.
+        tracing::info!(editor = %id, "editor gone; its sessions are routed again");
         self.tell_compat(crate::frontdoor::compat::CompatEvent::Gone(id.to_string()));
         let orphans: Vec<Arc<Session>> = self
             .sessions

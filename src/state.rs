@@ -1,7 +1,9 @@
-//! What must survive a broker restart: sticky targets. One JSON file, written atomically
-//! (temp file + fsync + rename + fsync of the dir) by a saver task that coalesces changes.
+//! What must survive a broker restart: sticky targets and the editor identity book. One JSON
+//! file, written atomically (temp file + fsync + rename + fsync of the dir) by a saver task
+//! that coalesces changes.
 
 use crate::editor::lock;
+use crate::identity::Book;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -28,6 +30,21 @@ pub struct State {
     /// Sticky targets by session key.
     #[serde(default)]
     pub sticky: BTreeMap<String, Sticky>,
+    /// Every editor id known, live or recently lost, with the process holding it.
+    #[serde(default)]
+    pub editors: Book,
+    /// Unix ms of the last save: editors live then and missing at the next start were lost
+    /// at about that time.
+    #[serde(default)]
+    pub saved_at: u64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// The state file and its in-memory copy.
@@ -61,6 +78,9 @@ impl StateStore {
                 State::default()
             }
         };
+        let mut state = state;
+        let saved_at = state.saved_at;
+        state.editors.loaded(saved_at);
         StateStore {
             path,
             state: Mutex::new(state),
@@ -111,6 +131,18 @@ impl StateStore {
         }
     }
 
+    /// Runs `f` on the editor identity book and schedules a save.
+    pub fn with_book<R>(&self, f: impl FnOnce(&mut Book) -> R) -> R {
+        let r = f(&mut lock(&self.state).editors);
+        self.dirty.notify_one();
+        r
+    }
+
+    /// A copy of the editor identity book.
+    pub fn book(&self) -> Book {
+        lock(&self.state).editors.clone()
+    }
+
     /// Forgets every target pointing at `editor`.
     pub fn remove_editor(&self, editor: &str) {
         let mut s = lock(&self.state);
@@ -125,7 +157,8 @@ impl StateStore {
     /// Writes the current state now.
     pub fn save(&self) -> std::io::Result<()> {
         let mut snapshot = lock(&self.state).clone();
-        snapshot.version = 1;
+        snapshot.version = 2;
+        snapshot.saved_at = unix_ms();
         let text = serde_json::to_vec_pretty(&snapshot).map_err(std::io::Error::other)?;
         write_atomic(&self.path, &text)
     }

@@ -1,0 +1,399 @@
+//! Editor identity: which id a lockfile's editor gets, and when a new editor is the successor
+//! of one that is gone. Pure bookkeeping (no tasks, no sockets), persisted in `state.json`, so
+//! ids hold across broker restarts and never depend on the order lockfiles are read in.
+//!
+//! The rules (ARCHITECTURE.md "Identity"):
+//! - **Same editor** = same server process: pid, port, and the process start time
+//!   (boot-relative clock ticks from `/proc`, where known). It keeps its id for its life.
+//! - **Successor**: a newcomer (no known process) inherits the id of a *gone* editor with the
+//!   same lineage (family, ideName, folders); of several, the one most recently lost.
+//! - **Ambiguity is never guessed**: two newcomers of one lineage in the same batch while a
+//!   predecessor waits, or two predecessors lost at the same instant, give fresh ids; the
+//!   predecessors are dropped (and with them the sticky targets naming them).
+
+use crate::family::Family;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What a restart of the same editor keeps: family, ideName and workspace folders.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Lineage {
+    /// Dialect and lock dir family.
+    pub family: Family,
+    /// `ideName` from the lockfile.
+    pub ide_name: String,
+    /// Workspace folders as written in the lockfile.
+    pub folders: Vec<String>,
+}
+
+impl Lineage {
+    /// A readable id for the first editor of this lineage: `<ide name>-<6 hex of a hash>`.
+    pub fn base_id(&self) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |bytes: &[u8]| {
+            for b in bytes {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+            h ^= 0xff;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        };
+        feed(self.family.as_str().as_bytes());
+        feed(self.ide_name.as_bytes());
+        for f in &self.folders {
+            feed(f.as_bytes());
+        }
+        let slug: String = self
+            .ide_name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(16)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let slug = if slug.is_empty() {
+            "editor".into()
+        } else {
+            slug
+        };
+        format!("{slug}-{:06x}", h & 0xff_ffff)
+    }
+}
+
+/// One editor process: what "the same editor" means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    /// Its pid.
+    pub pid: u32,
+    /// When it started, in clock ticks since boot (`None` where the OS does not tell).
+    #[serde(default)]
+    pub start: Option<u64>,
+    /// The port its server listened on.
+    pub port: u16,
+}
+
+impl Process {
+    /// True when `other` is this same editor server: same pid, same port (one process may
+    /// serve several windows, e.g. JetBrains), and the same start time where both are known
+    /// (a recycled pid is another process).
+    pub fn same_as(&self, other: &Process) -> bool {
+        self.pid == other.pid
+            && self.port == other.port
+            && match (self.start, other.start) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+    }
+}
+
+/// What the broker remembers of one editor id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// Family, ideName and folders.
+    pub lineage: Lineage,
+    /// The process currently (or last) holding the id.
+    pub process: Process,
+    /// The pid of the process it succeeded, if it is a successor.
+    #[serde(default)]
+    pub previous_pid: Option<u32>,
+    /// The port of the process it succeeded.
+    #[serde(default)]
+    pub previous_port: Option<u16>,
+    /// How many successions this id has seen.
+    #[serde(default)]
+    pub restarts: u32,
+    /// When it was lost (unix ms); `None` while it is live.
+    #[serde(default)]
+    pub lost_at: Option<u64>,
+}
+
+/// An editor whose lockfile was just read, asking for its id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// Family, ideName and folders.
+    pub lineage: Lineage,
+    /// Its process.
+    pub process: Process,
+}
+
+/// How an arrival got its id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// A process the broker already knew (a rewritten lockfile, or a broker restart).
+    Same,
+    /// The successor of a gone editor: its id, sessions and sticky targets.
+    Successor {
+        /// The predecessor's pid.
+        previous_pid: u32,
+        /// The predecessor's port.
+        previous_port: u16,
+    },
+    /// A new editor (possibly because its succession was ambiguous).
+    New,
+}
+
+/// The id given to one arrival.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assigned {
+    /// The arrival's process.
+    pub process: Process,
+    /// Its id.
+    pub id: String,
+    /// Why.
+    pub verdict: Verdict,
+}
+
+/// The outcome of resolving a batch of arrivals.
+#[derive(Debug, Default)]
+pub struct Resolution {
+    /// One entry per arrival, in the order given.
+    pub assigned: Vec<Assigned>,
+    /// Live ids whose process turned out to be dead: the registry retires them (their
+    /// successor may be in `assigned`).
+    pub died: Vec<String>,
+    /// Gone ids whose succession was ambiguous: forgotten, sticky targets naming them too.
+    pub dropped: Vec<String>,
+}
+
+/// Every editor id the broker knows, live or recently lost. Serialised in `state.json`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Book {
+    records: BTreeMap<String, Record>,
+}
+
+impl Book {
+    /// The record of `id`.
+    pub fn get(&self, id: &str) -> Option<&Record> {
+        self.records.get(id)
+    }
+
+    /// Every record, by id.
+    pub fn records(&self) -> &BTreeMap<String, Record> {
+        &self.records
+    }
+
+    /// After loading from disk: every record that was live when the broker stopped is lost as
+    /// of `saved_at` (the arrivals of the first scan revive the ones still running).
+    pub fn loaded(&mut self, saved_at: u64) {
+        for r in self.records.values_mut() {
+            r.lost_at.get_or_insert(saved_at);
+        }
+    }
+
+    /// Marks `id` lost now (its lockfile vanished, its pid died, or its link gave up).
+    pub fn lost(&mut self, id: &str, now: u64) {
+        if let Some(r) = self.records.get_mut(id) {
+            r.lost_at.get_or_insert(now);
+        }
+    }
+
+    /// Forgets `id` entirely.
+    pub fn forget(&mut self, id: &str) {
+        self.records.remove(id);
+    }
+
+    /// Forgets lost records older than `window_ms`, and the oldest beyond `cap`; returns their ids.
+    pub fn prune(&mut self, now: u64, window_ms: u64, cap: usize) -> Vec<String> {
+        let mut gone: Vec<String> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.lost_at.is_some_and(|t| now.saturating_sub(t) > window_ms))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut lost: Vec<(u64, String)> = self
+            .records
+            .iter()
+            .filter(|(id, _)| !gone.contains(id))
+            .filter_map(|(id, r)| r.lost_at.map(|t| (t, id.clone())))
+            .collect();
+        if self.records.len() - gone.len() > cap {
+            lost.sort();
+            let excess = self.records.len() - gone.len() - cap;
+            gone.extend(lost.into_iter().take(excess).map(|(_, id)| id));
+        }
+        for id in &gone {
+            self.records.remove(id);
+        }
+        gone
+    }
+
+    /// Gives every arrival its id. `alive` says whether a process is still running (pid alive
+    /// and the same start time); live records whose process is dead are lost first, so a
+    /// restart faster than any link timeout is recognised all the same.
+    pub fn resolve(
+        &mut self,
+        arrivals: &[Arrival],
+        alive: &dyn Fn(&Process) -> bool,
+        now: u64,
+    ) -> Resolution {
+        let mut out = Resolution::default();
+        // 1. Live records of a lineage that has newcomers: is their process still there?
+        let lineages: Vec<&Lineage> = arrivals.iter().map(|a| &a.lineage).collect();
+        for (id, r) in self.records.iter_mut() {
+            if r.lost_at.is_none() && lineages.contains(&&r.lineage) && !alive(&r.process) {
+                let revived = arrivals
+                    .iter()
+                    .any(|a| a.lineage.family == r.lineage.family && a.process.same_as(&r.process));
+                if !revived {
+                    r.lost_at = Some(now);
+                    out.died.push(id.clone());
+                }
+            }
+        }
+        // 2. Known processes keep their id, whatever else happened.
+        let mut assigned: Vec<Option<Assigned>> = arrivals
+            .iter()
+            .map(|a| {
+                let (id, r) = self.records.iter_mut().find(|(_, r)| {
+                    r.lineage.family == a.lineage.family && r.process.same_as(&a.process)
+                })?;
+                r.lost_at = None;
+                r.process = a.process;
+                r.lineage = a.lineage.clone();
+                Some(Assigned {
+                    process: a.process,
+                    id: id.clone(),
+                    verdict: Verdict::Same,
+                })
+            })
+            .collect();
+        // 3. Newcomers, one lineage at a time (order-independent: grouped, then by process).
+        let mut groups: BTreeMap<&Lineage, Vec<usize>> = BTreeMap::new();
+        for (i, a) in arrivals.iter().enumerate() {
+            if assigned[i].is_none() {
+                groups.entry(&a.lineage).or_default().push(i);
+            }
+        }
+        for (lineage, mut newcomers) in groups {
+            newcomers.sort_by_key(|&i| {
+                let p = arrivals[i].process;
+                (p.pid, p.port, p.start)
+            });
+            // One server announced twice in a batch gets one id (filled in below).
+            newcomers.dedup_by_key(|&mut i| (arrivals[i].process.pid, arrivals[i].process.port));
+            let mut preds: Vec<(u64, String)> = self
+                .records
+                .iter()
+                .filter(|(_, r)| &r.lineage == lineage)
+                .filter_map(|(id, r)| r.lost_at.map(|t| (t, id.clone())))
+                .collect();
+            preds.sort_by(|a, b| b.cmp(a));
+            let heir = match (newcomers.as_slice(), preds.as_slice()) {
+                (_, []) => None,
+                ([_one], [(t0, id), rest @ ..]) if rest.first().is_none_or(|(t1, _)| t1 < t0) => {
+                    Some(id.clone())
+                }
+                _ => {
+                    // Several newcomers for a predecessor, or predecessors lost at the same
+                    // instant: any choice would be a guess.
+                    for (_, id) in &preds {
+                        self.records.remove(id);
+                        out.dropped.push(id.clone());
+                    }
+                    None
+                }
+            };
+            for &i in &newcomers {
+                let a = &arrivals[i];
+                let (id, verdict) = match heir.clone() {
+                    Some(id) => {
+                        let r = self.records.get_mut(&id);
+                        let (pid, port, restarts) = r
+                            .as_ref()
+                            .map(|r| (r.process.pid, r.process.port, r.restarts))
+                            .unwrap_or((0, 0, 0));
+                        self.records.insert(
+                            id.clone(),
+                            Record {
+                                lineage: a.lineage.clone(),
+                                process: a.process,
+                                previous_pid: Some(pid),
+                                previous_port: Some(port),
+                                restarts: restarts + 1,
+                                lost_at: None,
+                            },
+                        );
+                        (
+                            id,
+                            Verdict::Successor {
+                                previous_pid: pid,
+                                previous_port: port,
+                            },
+                        )
+                    }
+                    None => {
+                        let id = self.fresh_id(&a.lineage, &out.dropped);
+                        self.records.insert(
+                            id.clone(),
+                            Record {
+                                lineage: a.lineage.clone(),
+                                process: a.process,
+                                previous_pid: None,
+                                previous_port: None,
+                                restarts: 0,
+                                lost_at: None,
+                            },
+                        );
+                        (id, Verdict::New)
+                    }
+                };
+                assigned[i] = Some(Assigned {
+                    process: a.process,
+                    id,
+                    verdict,
+                });
+            }
+        }
+        // A duplicate arrival of one process (same pid twice in a batch) shares its id.
+        for i in 0..arrivals.len() {
+            if assigned[i].is_none() {
+                let p = arrivals[i].process;
+                let twin = (0..arrivals.len())
+                    .filter(|&j| arrivals[j].lineage == arrivals[i].lineage)
+                    .find_map(|j| assigned[j].clone().filter(|x| x.process.same_as(&p)));
+                assigned[i] = twin;
+            }
+        }
+        out.assigned = assigned.into_iter().flatten().collect();
+        out
+    }
+
+    /// The first of `base`, `base-2`, `base-3`… that no record (live or lost) holds and
+    /// that was not just dropped.
+    fn fresh_id(&self, lineage: &Lineage, dropped: &[String]) -> String {
+        let base = lineage.base_id();
+        let mut id = base.clone();
+        let mut n = 2;
+        while self.records.contains_key(&id) || dropped.contains(&id) {
+            id = format!("{base}-{n}");
+            n += 1;
+        }
+        id
+    }
+}
+
+/// When process `pid` started, in clock ticks since boot (Linux `/proc`; elsewhere `None`).
+pub fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22 (starttime) counts from after the ")" that ends the command name.
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// True when `p` is still running: its pid is alive and (where known) started when it did.
+pub fn process_alive(p: &Process) -> bool {
+    if !crate::lockfile::pid_alive(p.pid) {
+        return false;
+    }
+    match (p.start, process_start_ticks(p.pid)) {
+        (Some(want), Some(now)) => want == now,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests;

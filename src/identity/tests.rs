@@ -1,0 +1,333 @@
+use super::*;
+use proptest::prelude::*;
+use std::collections::{HashMap, HashSet};
+
+fn lineage(n: u8) -> Lineage {
+    Lineage {
+        family: Family::Pi,
+        ide_name: "Neovim".into(),
+        folders: vec![format!("/proj/{n}")],
+    }
+}
+
+fn arrival(l: u8, pid: u32) -> Arrival {
+    Arrival {
+        lineage: lineage(l),
+        process: Process {
+            pid,
+            start: Some(u64::from(pid) * 7),
+            port: 10_000 + (pid % 50_000) as u16,
+        },
+    }
+}
+
+fn alive_set(pids: &[u32]) -> impl Fn(&Process) -> bool + '_ {
+    move |p| pids.contains(&p.pid)
+}
+
+/// Saves and loads the book as a broker restart does.
+fn restart(book: &Book, saved_at: u64) -> Book {
+    let text = serde_json::to_string(book).unwrap();
+    let mut b: Book = serde_json::from_str(&text).unwrap();
+    b.loaded(saved_at);
+    b
+}
+
+#[test]
+fn two_editors_on_one_folder_keep_their_ids_across_restarts_in_any_order() {
+    let mut book = Book::default();
+    let a = arrival(0, 100);
+    let b = arrival(0, 200);
+    let first = book.resolve(std::slice::from_ref(&a), &alive_set(&[100, 200]), 1);
+    let second = book.resolve(std::slice::from_ref(&b), &alive_set(&[100, 200]), 2);
+    let (ida, idb) = (first.assigned[0].id.clone(), second.assigned[0].id.clone());
+    assert_ne!(ida, idb);
+    for round in 0..20u64 {
+        book = restart(&book, 10 + round);
+        let batch = if round % 2 == 0 {
+            vec![b.clone(), a.clone()]
+        } else {
+            vec![a.clone(), b.clone()]
+        };
+        let r = book.resolve(&batch, &alive_set(&[100, 200]), 11 + round);
+        for x in &r.assigned {
+            let want = if x.process.pid == 100 { &ida } else { &idb };
+            assert_eq!(&x.id, want, "round {round}");
+            assert_eq!(x.verdict, Verdict::Same);
+        }
+        assert!(r.dropped.is_empty() && r.died.is_empty());
+    }
+}
+
+#[test]
+fn a_fast_restart_is_a_successor_even_before_the_old_one_is_noticed() {
+    let mut book = Book::default();
+    let old = book.resolve(&[arrival(0, 100)], &alive_set(&[100]), 1);
+    let id = old.assigned[0].id.clone();
+    // pid 100 died; its record is still live (no link noticed yet); pid 101 appears.
+    let r = book.resolve(&[arrival(0, 101)], &alive_set(&[101]), 2);
+    assert_eq!(r.died, vec![id.clone()]);
+    assert_eq!(r.assigned[0].id, id);
+    assert_eq!(
+        r.assigned[0].verdict,
+        Verdict::Successor {
+            previous_pid: 100,
+            previous_port: arrival(0, 100).process.port
+        }
+    );
+    assert_eq!(book.get(&id).unwrap().restarts, 1);
+}
+
+#[test]
+fn a_sibling_never_inherits_from_a_live_editor() {
+    let mut book = Book::default();
+    let a = book.resolve(&[arrival(0, 100)], &alive_set(&[100, 200]), 1);
+    let b = book.resolve(&[arrival(0, 200)], &alive_set(&[100, 200]), 2);
+    assert_ne!(a.assigned[0].id, b.assigned[0].id);
+    assert_eq!(b.assigned[0].verdict, Verdict::New);
+}
+
+#[test]
+fn the_most_recently_lost_predecessor_is_inherited() {
+    let mut book = Book::default();
+    let all = [100, 200];
+    let a = book
+        .resolve(&[arrival(0, 100)], &alive_set(&all), 1)
+        .assigned[0]
+        .id
+        .clone();
+    let b = book
+        .resolve(&[arrival(0, 200)], &alive_set(&all), 2)
+        .assigned[0]
+        .id
+        .clone();
+    book.lost(&a, 10);
+    book.lost(&b, 20);
+    let r = book.resolve(&[arrival(0, 300)], &alive_set(&[300]), 30);
+    assert_eq!(r.assigned[0].id, b);
+    // The next one takes the other.
+    let r = book.resolve(&[arrival(0, 400)], &alive_set(&[300, 400]), 31);
+    assert_eq!(r.assigned[0].id, a);
+}
+
+#[test]
+fn ambiguous_succession_is_never_guessed() {
+    // Two editors lost at the same instant (the broker was down), one newcomer.
+    let mut book = Book::default();
+    let all = [100, 200];
+    let a = book
+        .resolve(&[arrival(0, 100)], &alive_set(&all), 1)
+        .assigned[0]
+        .id
+        .clone();
+    let b = book
+        .resolve(&[arrival(0, 200)], &alive_set(&all), 2)
+        .assigned[0]
+        .id
+        .clone();
+    let mut book2 = restart(&book, 5);
+    let r = book2.resolve(&[arrival(0, 300)], &alive_set(&[300]), 6);
+    assert_eq!(r.assigned[0].verdict, Verdict::New);
+    let mut dropped = r.dropped.clone();
+    dropped.sort();
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    assert_eq!(dropped, want);
+    assert!(![a.as_str(), b.as_str()].contains(&r.assigned[0].id.as_str()));
+    // One lost editor, two newcomers in the same scan.
+    let mut book3 = Book::default();
+    let c = book3
+        .resolve(&[arrival(1, 500)], &alive_set(&[500]), 1)
+        .assigned[0]
+        .id
+        .clone();
+    let mut book3 = restart(&book3, 2);
+    let r = book3.resolve(
+        &[arrival(1, 600), arrival(1, 700)],
+        &alive_set(&[600, 700]),
+        3,
+    );
+    assert_eq!(r.dropped, vec![c.clone()]);
+    assert!(r
+        .assigned
+        .iter()
+        .all(|x| x.verdict == Verdict::New && x.id != c));
+}
+
+#[test]
+fn one_process_in_two_families_is_two_editors() {
+    let mut book = Book::default();
+    let pi = arrival(0, 100);
+    let mut claude = pi.clone();
+    claude.lineage.family = Family::Claude;
+    let r = book.resolve(&[pi, claude], &alive_set(&[100]), 1);
+    assert_eq!(r.assigned.len(), 2);
+    assert_ne!(r.assigned[0].id, r.assigned[1].id);
+}
+
+#[test]
+fn old_records_are_pruned() {
+    let mut book = Book::default();
+    let a = book
+        .resolve(&[arrival(0, 100)], &alive_set(&[100]), 1)
+        .assigned[0]
+        .id
+        .clone();
+    book.lost(&a, 10);
+    assert!(book.prune(1000, 5000, 16).is_empty());
+    assert_eq!(book.prune(10_000, 5000, 16), vec![a]);
+    for pid in 1..40 {
+        let id = book
+            .resolve(&[arrival(pid as u8, pid)], &alive_set(&[pid]), 1)
+            .assigned[0]
+            .id
+            .clone();
+        book.lost(&id, u64::from(pid));
+    }
+    let gone = book.prune(50, 1_000_000, 16);
+    assert_eq!(gone.len(), 39 - 16);
+    assert_eq!(book.records().len(), 16);
+}
+
+/// One step of the world: editors start, crash (noticed or not), restart; the broker stops
+/// and starts; sessions choose editors.
+#[derive(Clone, Debug)]
+enum Op {
+    Start(u8),
+    Crash(usize, bool),
+    Restart(usize),
+    BrokerRestart(u64),
+    Choose(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..2).prop_map(Op::Start),
+        (0usize..8, any::<bool>()).prop_map(|(i, n)| Op::Crash(i, n)),
+        (0usize..8).prop_map(Op::Restart),
+        any::<u64>().prop_map(Op::BrokerRestart),
+        (0usize..8).prop_map(Op::Choose),
+    ]
+}
+
+struct World {
+    book: Book,
+    now: u64,
+    /// Every process ever started: (lineage, pid, alive).
+    procs: Vec<(u8, u32, bool)>,
+    /// Which process holds each id, as the broker last said.
+    holder: HashMap<String, u32>,
+    /// Sessions' choices: the id, the process it named, and every process alive then.
+    chosen: Vec<(String, u32, Vec<u32>)>,
+}
+
+impl World {
+    fn alive_pids(&self) -> Vec<u32> {
+        self.procs.iter().filter(|p| p.2).map(|p| p.1).collect()
+    }
+
+    fn apply(&mut self, arrivals: &[Arrival]) -> Result<(), TestCaseError> {
+        self.now += 1000;
+        let pids = self.alive_pids();
+        let r = self.book.resolve(arrivals, &alive_set(&pids), self.now);
+        for x in &r.assigned {
+            let pid = x.process.pid;
+            // A process the broker knew never changes id (no swaps).
+            for (id, h) in &self.holder {
+                if *h == pid && self.book.get(id).is_some() {
+                    prop_assert_eq!(id, &x.id, "pid {} changed id", pid);
+                }
+            }
+            if let Some(prev) = self.holder.get(&x.id).copied() {
+                if prev != pid {
+                    // Handed to another process: only as a successor of a dead one.
+                    let prev_alive = self.procs.iter().any(|p| p.1 == prev && p.2);
+                    prop_assert!(!prev_alive, "{} taken from live pid {}", x.id, prev);
+                    let lin = |pid: u32| self.procs.iter().find(|p| p.1 == pid).map(|p| p.0);
+                    prop_assert_eq!(lin(prev), lin(pid), "successor of another lineage");
+                    let successor = matches!(x.verdict, Verdict::Successor { .. });
+                    prop_assert!(successor, "{} reused without succession", x.id);
+                }
+            }
+            self.holder.insert(x.id.clone(), pid);
+        }
+        for id in &r.dropped {
+            self.holder.remove(id);
+            self.chosen.retain(|(c, _, _)| c != id);
+        }
+        // Two live processes never share an id.
+        let mut seen = HashSet::new();
+        for (id, pid) in &self.holder {
+            if self.procs.iter().any(|p| p.1 == *pid && p.2) && self.book.get(id).is_some() {
+                prop_assert!(seen.insert(*pid), "pid {} holds two ids", pid);
+            }
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, l: u8) -> Result<(), TestCaseError> {
+        let pid = 100 + self.procs.len() as u32;
+        self.procs.push((l, pid, true));
+        self.apply(&[arrival(l, pid)])
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever happens, a session's chosen id leads to the process it chose or to a chain of
+    /// successors of it (each took the id only after its holder was dead, same lineage).
+    #[test]
+    fn sessions_only_ever_follow_their_editor_or_its_successors(ops in prop::collection::vec(op(), 1..40)) {
+        let mut w = World { book: Book::default(), now: 0, procs: vec![], holder: HashMap::new(), chosen: vec![] };
+        for op in ops {
+            match op {
+                Op::Start(l) => w.start(l)?,
+                Op::Crash(i, noticed) => {
+                    let alive: Vec<usize> = (0..w.procs.len()).filter(|&j| w.procs[j].2).collect();
+                    if let Some(&j) = alive.get(i % alive.len().max(1)) {
+                        w.procs[j].2 = false;
+                        if noticed {
+                            let pid = w.procs[j].1;
+                            let id = w.holder.iter().find(|(_, p)| **p == pid).map(|(id, _)| id.clone());
+                            if let Some(id) = id { w.now += 1000; w.book.lost(&id, w.now); }
+                        }
+                    }
+                }
+                Op::Restart(i) => {
+                    let alive: Vec<usize> = (0..w.procs.len()).filter(|&j| w.procs[j].2).collect();
+                    if let Some(&j) = alive.get(i % alive.len().max(1)) {
+                        w.procs[j].2 = false;
+                        let l = w.procs[j].0;
+                        w.start(l)?;
+                    }
+                }
+                Op::BrokerRestart(seed) => {
+                    w.now += 1000;
+                    w.book = restart(&w.book, w.now);
+                    let mut batch: Vec<Arrival> = w.procs.iter().filter(|p| p.2).map(|p| arrival(p.0, p.1)).collect();
+                    let n = batch.len().max(1);
+                    batch.rotate_left((seed as usize) % n);
+                    if seed % 2 == 1 { batch.reverse(); }
+                    w.apply(&batch)?;
+                }
+                Op::Choose(i) => {
+                    let ids: Vec<(String, u32)> = w.holder.iter()
+                        .filter(|(id, pid)| w.procs.iter().any(|p| p.1 == **pid && p.2) && w.book.get(id).is_some())
+                        .map(|(id, pid)| (id.clone(), *pid)).collect();
+                    if let Some((id, pid)) = ids.get(i % ids.len().max(1)) {
+                        let alive = w.alive_pids();
+                        w.chosen.push((id.clone(), *pid, alive));
+                    }
+                }
+            }
+            // Every chosen id is held by its chosen process or a (checked) successor of it:
+            // never by a process that was alive when it was chosen, other than the chosen one.
+            for (id, chosen_pid, alive_then) in &w.chosen {
+                if let Some(h) = w.holder.get(id) {
+                    prop_assert!(h == chosen_pid || !alive_then.contains(h), "{} moved to sibling pid {}", id, h);
+                }
+            }
+        }
+    }
+}
