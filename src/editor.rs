@@ -344,7 +344,7 @@ impl Editor {
             if let Owner::Session { outbox, id, .. } = &p.owner {
                 let tab = p.tab_name.clone().unwrap_or_default();
                 tracing::info!(editor = %self.id, reason = why, "rejecting a pending diff");
-                outbox.deliver(jsonrpc::result(id, jsonrpc::diff_rejected(&tab)));
+                outbox.deliver(jsonrpc::result(id, jsonrpc::diff_undelivered(&tab, why)));
                 let _ = self.close_tab(p.editor_tab().unwrap_or_default());
             }
         }
@@ -363,7 +363,10 @@ impl Editor {
             }
             if let Owner::Session { outbox, id, .. } = p.owner {
                 let text = match &p.tab_name {
-                    Some(tab) => jsonrpc::result(&id, jsonrpc::diff_rejected(tab)),
+                    Some(tab) => jsonrpc::result(
+                        &id,
+                        jsonrpc::diff_undelivered(tab, &format!("editor link lost: {why}")),
+                    ),
                     None => jsonrpc::error(
                         &id,
                         jsonrpc::NO_EDITOR,

@@ -181,6 +181,15 @@ pub fn diff_rejected(tab_name: &str) -> Value {
     ]})
 }
 
+/// The `DIFF_REJECTED` the broker answers itself when a diff cannot reach the user (editor
+/// lost, broker stopping, no editor): the same shape, plus `_meta."pi-ide-broker/undelivered"`
+/// with the reason, so a client that knows it can tell "not reviewed" from "the user said no".
+pub fn diff_undelivered(tab_name: &str, why: &str) -> Value {
+    let mut v = diff_rejected(tab_name);
+    v["_meta"] = json!({"pi-ide-broker/undelivered": why});
+    v
+}
+
 /// `params.name` of a `tools/call`, if any.
 pub fn tool_name(msg: &Map<String, Value>) -> Option<&str> {
     msg.get("params")?.get("name")?.as_str()

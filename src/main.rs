@@ -66,6 +66,15 @@ enum Command {
         #[command(subcommand)]
         action: ServiceAction,
     },
+    /// Print where this configuration puts the socket, the state and the daemon log.
+    ///
+    /// For clients that start or dial the daemon themselves (the pi extension), so they
+    /// resolve paths exactly as the daemon does.
+    Paths {
+        /// Print one JSON object instead of `name: path` lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show every editor, session and route of the running daemon.
     ///
     /// Exit status 3 when no daemon is running.
@@ -163,6 +172,22 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Service { action } => service_cmd(action),
+        Command::Paths { json } => {
+            let paths = serde_json::json!({
+                "socket": config.socket_path(),
+                "state_dir": config.state_dir(),
+                "log": config.state_dir().join("daemon.log"),
+                "config": config_path,
+            });
+            if json {
+                println!("{paths}");
+            } else if let Some(map) = paths.as_object() {
+                for (k, v) in map {
+                    println!("{k}: {}", v.as_str().unwrap_or("-"));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Status { json } => {
             let socket = config.socket_path();
             match client::get_json(&socket, "/v1/status").await {

@@ -408,6 +408,18 @@ impl Registry {
         router::decide(&cands, sticky.as_deref())
     }
 
+    /// pi's `/new` and `/fork`: the new session key starts with the sticky target of the key
+    /// it replaces (unless it has one of its own, e.g. a resumed session).
+    pub fn inherit_sticky(&self, key: &str, from: &str) {
+        if key == from || self.state.sticky(key).is_some() {
+            return;
+        }
+        if let Some(editor) = self.state.sticky(from) {
+            tracing::info!(key, from, editor = %editor, "session key inherits a sticky target");
+            self.state.set_sticky(key, &editor);
+        }
+    }
+
     /// First placement of a new session: an explicit editor, else routing.
     pub fn place_new_session(&self, s: &Arc<Session>, explicit: Option<&str>) {
         if let (crate::session::Door::Compat, Some(id)) = (s.door, explicit) {

@@ -45,6 +45,9 @@ pub struct Intro {
     pub key: Option<String>,
     /// An explicit editor choice.
     pub editor: Option<String>,
+    /// The key of the session this one replaces (pi's `/new`, `/fork`): its sticky target is
+    /// copied to `key` when `key` has none yet.
+    pub inherit: Option<String>,
     /// The dialect the client speaks.
     pub dialect: Family,
 }
@@ -189,6 +192,9 @@ where
     });
     tracing::info!(cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
     reg.sessions.insert(id, session.clone());
+    if let (Some(key), Some(from)) = (intro.key.as_deref(), intro.inherit.as_deref()) {
+        reg.inherit_sticky(key, from);
+    }
     reg.place_new_session(&session, intro.editor.as_deref());
 
     let (mut sink, mut stream) = ws.split();
@@ -203,7 +209,7 @@ where
                 let note = match c {
                     Control::Attached(e) => {
                         selection = subscribe(&reg, &e);
-                        Some(jsonrpc::notification("broker/attached", json!({"editor": e})))
+                        Some(jsonrpc::notification("broker/attached", attached_params(&reg, &e)))
                     }
                     Control::Detached(r) => {
                         selection = None;
@@ -311,6 +317,17 @@ where
         }
     }
     sink.flush().await
+}
+
+/// `broker/attached` params: the editor id, and its name and folders as its lockfile says.
+fn attached_params(reg: &Registry, editor: &str) -> Value {
+    match reg.editors.get(editor) {
+        Some(e) => {
+            let l = e.lockfile();
+            json!({"editor": editor, "ide_name": l.ide_name, "workspace_folders": l.workspace_folders, "family": e.family})
+        }
+        None => json!({"editor": editor}),
+    }
 }
 
 /// A receiver of the editor's selection, marked changed so the current one is replayed.
@@ -448,7 +465,7 @@ fn forward(
         let text = match &tab_name {
             Some(tab) => {
                 tracing::info!(session = s.id, reason = %why, "openDiff answered DIFF_REJECTED");
-                jsonrpc::result(&id, jsonrpc::diff_rejected(tab))
+                jsonrpc::result(&id, jsonrpc::diff_undelivered(tab, &why))
             }
             None => jsonrpc::error(&id, jsonrpc::NO_EDITOR, &why),
         };

@@ -255,6 +255,7 @@ async fn accept_loop(
                 cwd,
                 key: None,
                 editor: Some(id),
+                inherit: None,
                 dialect,
             };
             session::run(reg, ws, intro).await;

@@ -167,13 +167,15 @@ fn websocket_key(req: &Request<Incoming>) -> Result<String, &'static str> {
         .ok_or("missing Sec-WebSocket-Key")
 }
 
-/// Parses `cwd` (required, absolute), `session`, `editor` and `dialect` from a query string.
+/// Parses `cwd` (required, absolute), `session`, `inherit`, `editor` and `dialect` from a
+/// query string.
 pub fn parse_intro(query: &str) -> Result<Intro, String> {
     let mut intro = Intro {
         door: Door::Native,
         cwd: String::new(),
         key: None,
         editor: None,
+        inherit: None,
         dialect: Family::Pi,
     };
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -184,6 +186,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
             "cwd" => intro.cwd = v,
             "session" if !v.is_empty() => intro.key = Some(v),
             "editor" if !v.is_empty() => intro.editor = Some(v),
+            "inherit" if !v.is_empty() => intro.inherit = Some(v),
             "dialect" => {
                 intro.dialect = match v.as_str() {
                     "pi" => Family::Pi,
@@ -250,7 +253,9 @@ mod tests {
 
     #[test]
     fn intro_from_query() {
-        let i = parse_intro("cwd=%2Fhome%2Fu%2Fmy%20proj&session=42&dialect=claude").unwrap();
+        let i = parse_intro("cwd=%2Fhome%2Fu%2Fmy%20proj&session=42&dialect=claude&inherit=41")
+            .unwrap();
+        assert_eq!(i.inherit.as_deref(), Some("41"));
         assert_eq!(i.cwd, "/home/u/my proj");
         assert_eq!(i.key.as_deref(), Some("42"));
         assert_eq!(i.dialect, Family::Claude);

@@ -1,0 +1,371 @@
+// pi-ide-broker for pi: every pi session reaches its editor through the broker's socket.
+// Editor context before each LLM call, write/edit reviewed as diffs in the editor, inline
+// suggestions for the editor, a sticky editor per pi session (kept by the broker across
+// /new, /resume, /fork and broker restarts), reconnect when the broker restarts.
+//
+// All state lives in this factory's closure: one instance per pi session, so a host that runs
+// many sessions in one process (pi-web) gives each its own link, key and widget.
+
+import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
+import { readFile } from "node:fs/promises";
+import { basename } from "node:path";
+import { BrokerLink, LinkLost, type Attached } from "./src/broker.ts";
+import { applySelection, diagnosticsBlock, editorBlock, emptyState, widgetText } from "./src/context.ts";
+import { applyEdits, parseDiffResult, tabName, toolPath, type Edit } from "./src/diff.ts";
+import { readOptions, resolvePaths, type Options } from "./src/options.ts";
+import { parseSuggestions, splitModel, SUGGESTION_SYSTEM_PROMPT, suggestionPrompt, type SuggestionParams } from "./src/suggest.ts";
+
+const WIDGET = "pi-ide-broker";
+const CONTEXT_TYPE = "pi-ide-broker.editor-context";
+const SUGGESTION_FLAG = "pi-ide-suggestion-model";
+/** A frozen editor may delay an LLM call by at most this much. */
+const DIAGNOSTICS_TIMEOUT_MS = 1000;
+/** How long a write/edit waits for a dropped broker link to come back before it is blocked. */
+const REATTACH_WAIT_MS = 3000;
+const SPINNER = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+/** The session id of the session a `/new` or `/fork` replaced, from its file name
+ * (`<timestamp>_<session-id>.jsonl`). */
+export function previousSessionId(file: string | undefined): string | undefined {
+	if (!file) return undefined;
+	const name = basename(file).replace(/\.jsonl$/, "");
+	const at = name.indexOf("_");
+	const id = at >= 0 ? name.slice(at + 1) : name;
+	return id || undefined;
+}
+
+export default function piIdeBroker(pi: ExtensionAPI) {
+	pi.registerFlag(SUGGESTION_FLAG, {
+		type: "string",
+		description: "Model for inline suggestions in the editor (provider/id); default: the session's model.",
+	});
+
+	let ctx: ExtensionContext | null = null;
+	let options: Options | null = null;
+	let link: BrokerLink | null = null;
+	let state = emptyState();
+	let lastDiagnostics: string | null = null;
+	/** Set once attached; cleared only when the broker says the editor is gone or we detach:
+	 * while it holds, a write/edit is never applied without the editor's review. */
+	let reviewing = false;
+	/** The toast for the next attach. */
+	let nextAttachToast: "Auto-connected to" | "Reconnected to" | "Connected to" = "Auto-connected to";
+	let suggesting = 0;
+	let spinner: ReturnType<typeof setInterval> | null = null;
+	let frame = 0;
+	let attachWaiters: (() => void)[] = [];
+
+	const notify = (text: string, kind: "info" | "warning" | "error" = "info") => ctx?.ui.notify(text, kind);
+
+	const render = () => {
+		if (!ctx) return;
+		const a = link?.attached;
+		if (!a) return ctx.ui.setWidget(WIDGET, undefined);
+		const spin = suggesting > 0 ? (ctx.mode === "tui" ? SPINNER[frame] : "…") : null;
+		ctx.ui.setWidget(WIDGET, [widgetText(a.ideName, state, spin)]);
+	};
+
+	const suggestionsChanged = (delta: number) => {
+		suggesting += delta;
+		if (suggesting > 0 && !spinner && ctx?.mode === "tui") {
+			spinner = setInterval(() => {
+				frame = (frame + 1) % SPINNER.length;
+				render();
+			}, 80);
+		}
+		if (suggesting === 0 && spinner) {
+			clearInterval(spinner);
+			spinner = null;
+		}
+		render();
+	};
+
+	const onAttached = (a: Attached) => {
+		const switched = reviewing && nextAttachToast === "Connected to";
+		reviewing = true;
+		state = emptyState();
+		lastDiagnostics = null;
+		notify(`${switched ? "Switched to" : nextAttachToast} ${a.ideName}`);
+		nextAttachToast = "Reconnected to";
+		for (const w of attachWaiters.splice(0)) w();
+		render();
+	};
+
+	const onDetached = (reason: string) => {
+		state = emptyState();
+		if (reason.includes("shutting down")) {
+			// The broker is restarting: the link will come back and re-attach; keep reviewing.
+			render();
+			return;
+		}
+		reviewing = false;
+		notify(`IDE disconnected: ${reason}`, "warning");
+		render();
+	};
+
+	/** Waits (bounded) until the link is attached again. */
+	const attachedWithin = (ms: number) =>
+		new Promise<boolean>((done) => {
+			if (link?.attached) return done(true);
+			const t = setTimeout(() => done(Boolean(link?.attached)), ms);
+			attachWaiters.push(() => {
+				clearTimeout(t);
+				done(true);
+			});
+		});
+
+	const openLink = async (c: ExtensionContext, intro: { session: string; inherit?: string }) => {
+		options ??= readOptions(pi.getSettings?.(), process.env);
+		const paths = await resolvePaths(options, process.env);
+		const l = new BrokerLink(
+			paths.socket,
+			{ cwd: c.cwd, session: intro.session, inherit: intro.inherit },
+			{
+				onAttached,
+				onDetached,
+				onOpen: (reconnected) => {
+					if (reconnected) nextAttachToast = "Reconnected to";
+					void l.request("broker/editors", {}, 5000).then(
+						(r: { attached?: string | null; editors?: unknown[] }) => {
+							if (!r?.attached && Array.isArray(r?.editors) && r.editors.length > 1) {
+								notify(`${r.editors.length} editors match ${c.cwd}; choose one with /ide`, "warning");
+							}
+						},
+						() => {},
+					);
+				},
+				onDown: () => {
+					state = emptyState();
+					render();
+				},
+				onNotification: (method, params) => {
+					if (method === "selection_changed" && applySelection(state, params, l.attached?.folders[0])) render();
+				},
+				onSpawned: (log) => notify(`Started pi-ide-broker${log ? ` (log: ${log})` : ""}`),
+			},
+			options.spawn ? options.command : undefined,
+			paths.log,
+		);
+		l.handle("getSuggestions", (params, signal) => suggest((params ?? {}) as SuggestionParams, signal));
+		l.handle("listSuggestionModels", async () => listModels());
+		link = l;
+		l.start();
+		return l;
+	};
+
+	const suggest = async (params: SuggestionParams, signal: AbortSignal): Promise<{ suggestions: string[] }> => {
+		const c = ctx;
+		if (!c) throw new Error("session not yet started");
+		suggestionsChanged(1);
+		try {
+			const flag = pi.getFlag(SUGGESTION_FLAG);
+			const spec = typeof flag === "string" && flag ? flag : params.model;
+			let model = c.model;
+			if (spec) {
+				const { provider, id } = splitModel(spec);
+				model = c.modelRegistry.find(provider, id);
+				if (!model) throw new Error(`model not found: ${spec}`);
+			}
+			if (!model) throw new Error("no model: pick one in pi or pass --pi-ide-suggestion-model");
+			const stream = c.modelRegistry.streamSimple(
+				model,
+				{
+					systemPrompt: SUGGESTION_SYSTEM_PROMPT,
+					messages: [{ role: "user", content: [{ type: "text", text: suggestionPrompt(params) }], timestamp: Date.now() }],
+				},
+				{ maxTokens: 1024, signal },
+			);
+			const answer = await stream.result();
+			if (answer.stopReason === "error" || answer.stopReason === "aborted") {
+				throw new Error(answer.errorMessage ?? `suggestion model stopped: ${answer.stopReason}`);
+			}
+			const text = answer.content
+				.filter((b): b is { type: "text"; text: string } => b.type === "text")
+				.map((b) => b.text)
+				.join("");
+			return { suggestions: parseSuggestions(text, params) };
+		} finally {
+			suggestionsChanged(-1);
+		}
+	};
+
+	const listModels = () => {
+		const c = ctx;
+		if (!c) throw new Error("session not yet started");
+		const flag = pi.getFlag(SUGGESTION_FLAG);
+		return {
+			cliOverride: typeof flag === "string" && flag ? flag : undefined,
+			currentModel: c.model ? `${c.model.provider}/${c.model.id}` : undefined,
+			models: c.modelRegistry.getAvailable().map((m) => ({
+				provider: m.provider,
+				id: m.id,
+				name: m.name,
+				model: `${m.provider}/${m.id}`,
+			})),
+		};
+	};
+
+	const sessionKey = (c: ExtensionContext) => c.sessionManager.getSessionId() || `pi-${process.pid}-${Date.now()}`;
+
+	pi.on("session_start", async (event, c) => {
+		ctx = c;
+		options = readOptions(pi.getSettings?.(), process.env);
+		nextAttachToast = event.reason === "startup" ? "Auto-connected to" : "Reconnected to";
+		if (!options.autoconnect) return;
+		const inherit = event.reason === "new" || event.reason === "fork" ? previousSessionId(event.previousSessionFile) : undefined;
+		await openLink(c, { session: sessionKey(c), inherit });
+	});
+
+	pi.on("session_shutdown", () => {
+		link?.close();
+		link = null;
+		reviewing = false;
+		state = emptyState();
+		if (spinner) clearInterval(spinner);
+		spinner = null;
+		suggesting = 0;
+		for (const w of attachWaiters.splice(0)) w();
+		ctx?.ui.setWidget(WIDGET, undefined);
+	});
+
+	pi.registerCommand("ide", {
+		description: "Choose the editor for this session through pi-ide-broker; choosing the connected one disconnects.",
+		async handler(_args, c) {
+			ctx = c;
+			const l = link ?? (await openLink(c, { session: sessionKey(c) }));
+			const up = await new Promise<boolean>((done) => {
+				if (l.isOpen()) return done(true);
+				const t0 = Date.now();
+				const poll = setInterval(() => {
+					if (l.isOpen() || Date.now() - t0 > 3000) {
+						clearInterval(poll);
+						done(l.isOpen());
+					}
+				}, 50);
+			});
+			if (!up) {
+				notify(`Failed to connect: pi-ide-broker is not answering on ${l.socket}; start it with \`pi-ide-broker daemon\``, "error");
+				return;
+			}
+			type Choice = { id: string; ide_name: string; matched_folder: string; state: string };
+			let r: { attached: string | null; editors: Choice[] };
+			try {
+				r = await l.request("broker/editors", {}, 5000);
+			} catch (err) {
+				notify(`Failed to list editors: ${err instanceof Error ? err.message : String(err)}`, "error");
+				return;
+			}
+			const current = r.editors.find((e) => e.id === r.attached);
+			if (r.editors.length === 0) {
+				if (r.attached) {
+					await l.request("broker/detach", {}).catch(() => {});
+					notify(`Disconnected from ${l.attached?.ideName ?? r.attached}`, "warning");
+				} else {
+					notify("No running IDE found for this project", "warning");
+				}
+				return;
+			}
+			const labels = r.editors.map(
+				(e) => `${e.ide_name} · ${e.matched_folder} · ${e.state} · ${e.id}${e.id === r.attached ? " · (connected)" : ""}`,
+			);
+			const choice = await c.ui.select(current ? "Select IDE (toggle to disconnect)" : "Connect to IDE", labels);
+			if (!choice) return;
+			const picked = r.editors[labels.indexOf(choice)];
+			if (!picked) return;
+			if (picked.id === r.attached) {
+				await l.request("broker/detach", {}).catch(() => {});
+				return;
+			}
+			nextAttachToast = "Connected to";
+			try {
+				await l.request("broker/attach", { editor: picked.id }, 5000);
+			} catch (err) {
+				notify(`Failed to connect: ${err instanceof Error ? err.message : String(err)}`, "error");
+			}
+		},
+	});
+
+	pi.on("context", async (event) => {
+		const l = link;
+		if (!l?.attached) return;
+		const last = event.messages[event.messages.length - 1] as { role?: string } | undefined;
+		const onPrompt = last?.role === "user";
+		const blocks: string[] = [];
+		if (onPrompt) {
+			const b = editorBlock(state);
+			if (b) blocks.push(b);
+		}
+		let diagnostics: string | null = null;
+		try {
+			diagnostics = diagnosticsBlock(await l.callTool("getDiagnostics", {}, DIAGNOSTICS_TIMEOUT_MS));
+		} catch {
+			diagnostics = null;
+		}
+		if (diagnostics && (onPrompt || diagnostics !== lastDiagnostics)) blocks.push(diagnostics);
+		lastDiagnostics = diagnostics;
+		if (blocks.length === 0) return;
+		return {
+			messages: [
+				...event.messages,
+				{ role: "custom", customType: CONTEXT_TYPE, content: blocks.join("\n\n"), display: false, timestamp: Date.now() },
+			],
+		};
+	});
+
+	pi.on("tool_call", async (event, c) => {
+		if (event.toolName !== "write" && event.toolName !== "edit") return;
+		if (!reviewing) return;
+		const l = link;
+		if (!l) return;
+		if (!l.attached && !(await attachedWithin(REATTACH_WAIT_MS))) {
+			return {
+				block: true,
+				reason: `The editor is not reachable right now (pi-ide-broker is reconnecting), so this ${event.toolName} was not reviewed and the file was NOT changed. Try the ${event.toolName} again in a moment.`,
+			};
+		}
+		const input = event.input as { path: string; content?: string; edits?: Edit[] };
+		const path = toolPath(c.cwd, input.path);
+		let original: string;
+		let proposed: string;
+		if (event.toolName === "write") {
+			original = await readFile(path, "utf8").catch(() => "");
+			proposed = String(input.content ?? "");
+		} else {
+			try {
+				original = await readFile(path, "utf8");
+			} catch {
+				return; // pi's edit tool reports the missing file itself
+			}
+			try {
+				proposed = applyEdits(original, input.edits ?? []);
+			} catch {
+				return; // pi's edit tool fails with the same reason; nothing to review
+			}
+		}
+		const tab = tabName(event.toolName, event.toolCallId);
+		let result: unknown;
+		try {
+			result = await l.callTool("openDiff", { old_file_path: path, new_file_path: path, new_file_contents: proposed, tab_name: tab });
+		} catch (err) {
+			const why = err instanceof LinkLost ? "the connection to the editor was lost" : err instanceof Error ? err.message : String(err);
+			notify(`IDE diff failed: ${why}`, "warning");
+			return {
+				block: true,
+				reason: `The ${event.toolName} of ${input.path} could not be reviewed in the editor (${why}); the file was NOT changed. Try again once the editor is back, or ask the user.`,
+			};
+		}
+		void l.callTool("close_tab", { tab_name: tab }).catch(() => {});
+		const verdict = parseDiffResult(result);
+		if (verdict.kind === "undelivered") {
+			notify(`IDE diff failed: ${verdict.why}`, "warning");
+			return {
+				block: true,
+				reason: `The ${event.toolName} of ${input.path} could not be reviewed in the editor (${verdict.why}); the file was NOT changed. Try again once the editor is back, or ask the user.`,
+			};
+		}
+		if (verdict.kind === "rejected") return { block: true, reason: `The user rejected the ${event.toolName} of ${input.path} in the editor (${verdict.why}).` };
+		if (event.toolName === "write") input.content = verdict.text;
+		else input.edits = [{ oldText: original, newText: verdict.text }];
+		return undefined;
+	});
+}

@@ -1,0 +1,309 @@
+// One pi session's connection to the broker: a WebSocket over the broker's Unix socket
+// (`GET /v1/session?cwd=&session=&dialect=pi`), JSON-RPC both ways, reconnect with backoff,
+// and a detached daemon started when none answers. Nothing here is process-global: a host
+// that runs many pi sessions in one process (pi-web) gets one link per session.
+
+import { spawn } from "node:child_process";
+import { mkdirSync, openSync } from "node:fs";
+import { dirname } from "node:path";
+import WebSocket from "ws";
+
+/** A JSON-RPC error from the broker or the editor, kept with its code. */
+export class RpcError extends Error {
+	code: number;
+	constructor(code: number, message: string) {
+		super(message);
+		this.code = code;
+	}
+}
+
+/** Raised for calls in flight when the link drops: the answer will never come. */
+export class LinkLost extends Error {}
+
+/** Who the session is, for the broker's routing. */
+export type Intro = {
+	cwd: string;
+	/** pi's session id: the sticky key. */
+	session: string;
+	/** The key of the session this one replaces (`/new`, `/fork`). */
+	inherit?: string;
+	/** Start attached to this editor id. */
+	editor?: string;
+};
+
+/** The editor the broker attached this session to. */
+export type Attached = { id: string; ideName: string; folders: string[] };
+
+/** What the link tells its owner. */
+export type LinkEvents = {
+	/** The socket is open (first time or after a reconnect). */
+	onOpen?: (reconnected: boolean) => void;
+	/** The broker attached the session to an editor. */
+	onAttached?: (editor: Attached) => void;
+	/** The broker detached it (editor gone for good, detached by us, broker stopping). */
+	onDetached?: (reason: string) => void;
+	/** The socket dropped (the attachment with it); a reconnect is scheduled unless the link
+	 * was closed. */
+	onDown?: (why: string) => void;
+	/** A notification from the editor (selection_changed, at_mentioned, …). */
+	onNotification?: (method: string, params: unknown) => void;
+	/** The daemon was started by us; where it logs. */
+	onSpawned?: (log: string | undefined) => void;
+};
+
+/** Answers an editor-initiated request; throw to answer with an error. */
+export type RequestHandler = (params: unknown, signal: AbortSignal) => Promise<unknown>;
+
+/** Reconnect delays: first retry fast, then doubling to a cap, with ±20 % jitter. */
+export function backoffDelay(attempt: number, firstMs = 100, capMs = 5000): number {
+	const base = Math.min(capMs, firstMs * 2 ** Math.max(0, attempt));
+	return Math.round(base * (0.8 + 0.4 * Math.random()));
+}
+
+/** The request path for a session. */
+export function sessionPath(intro: Intro): string {
+	const q = new URLSearchParams({ cwd: intro.cwd, session: intro.session, dialect: "pi" });
+	if (intro.inherit) q.set("inherit", intro.inherit);
+	if (intro.editor) q.set("editor", intro.editor);
+	return `/v1/session?${q.toString()}`;
+}
+
+type Pending = { resolve: (v: any) => void; reject: (e: Error) => void };
+
+/** The session's link to the broker. */
+export class BrokerLink {
+	socket: string;
+	intro: Intro;
+	events: LinkEvents;
+	spawnCommand: string | undefined;
+	logPath: string | undefined;
+	attached: Attached | null = null;
+	private ws: WebSocket | null = null;
+	private open = false;
+	private closed = false;
+	private everOpen = false;
+	private spawned = false;
+	private attempt = 0;
+	private timer: ReturnType<typeof setTimeout> | null = null;
+	private nextId = 1;
+	private pending = new Map<number, Pending>();
+	private handlers = new Map<string, RequestHandler>();
+	private inflight = new Map<string, AbortController>();
+
+	constructor(socket: string, intro: Intro, events: LinkEvents, spawnCommand?: string, logPath?: string) {
+		this.socket = socket;
+		this.intro = intro;
+		this.events = events;
+		this.spawnCommand = spawnCommand;
+		this.logPath = logPath;
+	}
+
+	/** Registers the answer to an editor-initiated request method. */
+	handle(method: string, handler: RequestHandler): void {
+		this.handlers.set(method, handler);
+	}
+
+	/** True while the socket is open. */
+	isOpen(): boolean {
+		return this.open;
+	}
+
+	/** Dials now (and keeps redialling until closed). */
+	start(): void {
+		this.closed = false;
+		this.dial();
+	}
+
+	/** Closes for good: no reconnect; calls in flight fail with [`LinkLost`]. */
+	close(): void {
+		this.closed = true;
+		if (this.timer) clearTimeout(this.timer);
+		this.timer = null;
+		const ws = this.ws;
+		this.ws = null;
+		if (ws) {
+			try {
+				ws.close(1000);
+			} catch {
+				ws.terminate();
+			}
+		}
+		this.down("closed by pi", false);
+	}
+
+	/** A JSON-RPC request to the broker (or through it, the editor). */
+	request(method: string, params: unknown, timeoutMs?: number): Promise<any> {
+		const ws = this.ws;
+		if (!ws || !this.open) return Promise.reject(new LinkLost("not connected to pi-ide-broker"));
+		const id = this.nextId++;
+		return new Promise((resolve, reject) => {
+			let timer: ReturnType<typeof setTimeout> | undefined;
+			const done = (f: () => void) => {
+				if (timer) clearTimeout(timer);
+				this.pending.delete(id);
+				f();
+			};
+			this.pending.set(id, {
+				resolve: (v) => done(() => resolve(v)),
+				reject: (e) => done(() => reject(e)),
+			});
+			if (timeoutMs !== undefined) {
+				timer = setTimeout(() => {
+					this.pending.get(id)?.reject(new Error(`${method} timed out after ${timeoutMs} ms`));
+				}, timeoutMs);
+			}
+			ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+		});
+	}
+
+	/** `tools/call` of an editor tool (always with `arguments`). */
+	callTool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<any> {
+		return this.request("tools/call", { name, arguments: args }, timeoutMs);
+	}
+
+	private dial(): void {
+		if (this.closed || this.ws) return;
+		const ws = new WebSocket(`ws+unix://${this.socket}:${sessionPath(this.intro)}`, {
+			perMessageDeflate: false,
+			handshakeTimeout: 5000,
+		});
+		this.ws = ws;
+		ws.on("open", () => {
+			if (this.ws !== ws) return;
+			this.open = true;
+			this.attempt = 0;
+			const reconnected = this.everOpen;
+			this.everOpen = true;
+			// A proper MCP client: initialize first (answered by the broker, which also holds
+			// back notifications until then).
+			this.request("initialize", {
+				protocolVersion: "2024-11-05",
+				capabilities: {},
+				clientInfo: { name: "pi-ide-broker-pi", version: "0.1.0" },
+			})
+				.then(() => ws.send(JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" })))
+				.catch(() => {});
+			this.events.onOpen?.(reconnected);
+		});
+		ws.on("message", (data) => this.onMessage(String(data)));
+		ws.on("error", (err: NodeJS.ErrnoException) => {
+			if (this.ws !== ws) return;
+			if (!this.everOpen && !this.spawned && this.spawnCommand && isNotRunning(err)) {
+				this.spawnDaemon();
+			}
+		});
+		ws.on("close", () => {
+			if (this.ws !== ws) return;
+			this.ws = null;
+			this.down("pi-ide-broker connection lost", true);
+		});
+	}
+
+	private down(why: string, reconnect: boolean): void {
+		const wasOpen = this.open;
+		this.open = false;
+		for (const p of [...this.pending.values()]) p.reject(new LinkLost(why));
+		this.pending.clear();
+		for (const c of this.inflight.values()) c.abort();
+		this.inflight.clear();
+		// Not a detach: the broker keeps the session's sticky target and re-attaches it when
+		// the link is back.
+		this.attached = null;
+		if (wasOpen) this.events.onDown?.(why);
+		if (reconnect && !this.closed) {
+			const delay = backoffDelay(this.attempt++);
+			this.timer = setTimeout(() => {
+				this.timer = null;
+				this.dial();
+			}, delay);
+		}
+	}
+
+	private spawnDaemon(): void {
+		this.spawned = true;
+		const command = this.spawnCommand;
+		if (!command) return;
+		try {
+			let out: number | "ignore" = "ignore";
+			if (this.logPath) {
+				mkdirSync(dirname(this.logPath), { recursive: true, mode: 0o700 });
+				out = openSync(this.logPath, "a", 0o600);
+			}
+			const child = spawn(command, ["daemon"], { detached: true, stdio: ["ignore", out, out] });
+			child.on("error", () => {});
+			child.unref();
+			this.events.onSpawned?.(this.logPath);
+		} catch {
+			// Not installed: the reconnect loop keeps trying; the widget says why.
+		}
+	}
+
+	private onMessage(text: string): void {
+		let msg: any;
+		try {
+			msg = JSON.parse(text);
+		} catch {
+			return;
+		}
+		if (!msg || typeof msg !== "object") return;
+		const hasId = msg.id !== undefined && msg.id !== null;
+		if (hasId && typeof msg.method === "string") return void this.onRequest(msg.id, msg.method, msg.params);
+		if (hasId) {
+			const p = typeof msg.id === "number" ? this.pending.get(msg.id) : undefined;
+			if (!p) return;
+			if (msg.error) p.reject(new RpcError(Number(msg.error.code ?? -32603), String(msg.error.message ?? "error")));
+			else p.resolve(msg.result);
+			return;
+		}
+		if (typeof msg.method !== "string") return;
+		switch (msg.method) {
+			case "broker/attached": {
+				const p = msg.params ?? {};
+				this.attached = {
+					id: String(p.editor ?? ""),
+					ideName: typeof p.ide_name === "string" ? p.ide_name : String(p.editor ?? "editor"),
+					folders: Array.isArray(p.workspace_folders) ? p.workspace_folders.map(String) : [],
+				};
+				this.events.onAttached?.(this.attached);
+				return;
+			}
+			case "broker/detached":
+				this.attached = null;
+				this.events.onDetached?.(String(msg.params?.reason ?? "detached"));
+				return;
+			case "request_cancelled": {
+				const id = msg.params?.id;
+				this.inflight.get(String(id))?.abort();
+				return;
+			}
+			default:
+				this.events.onNotification?.(msg.method, msg.params);
+		}
+	}
+
+	private async onRequest(id: unknown, method: string, params: unknown): Promise<void> {
+		const ws = this.ws;
+		const reply = (body: Record<string, unknown>) => {
+			if (ws && ws === this.ws && this.open) ws.send(JSON.stringify({ jsonrpc: "2.0", id, ...body }));
+		};
+		const handler = this.handlers.get(method);
+		if (!handler) return reply({ error: { code: -32601, message: `Method not found: ${method}` } });
+		const abort = new AbortController();
+		const key = String(id);
+		this.inflight.set(key, abort);
+		try {
+			const result = await handler(params, abort.signal);
+			if (abort.signal.aborted) return reply({ error: { code: -32800, message: "Request cancelled" } });
+			reply({ result });
+		} catch (err) {
+			const message = err instanceof Error ? err.message : String(err);
+			reply({ error: { code: abort.signal.aborted ? -32800 : -32603, message } });
+		} finally {
+			this.inflight.delete(key);
+		}
+	}
+}
+
+function isNotRunning(err: NodeJS.ErrnoException): boolean {
+	return err.code === "ENOENT" || err.code === "ECONNREFUSED";
+}

@@ -1,0 +1,73 @@
+// Settings of the extension and where the broker lives.
+//
+// Settings key `pi-ide-broker` in pi's settings (project `.pi/settings.json` overrides the
+// global `~/.pi/agent/settings.json`, as pi merges them):
+//   autoconnect  attach on session start through the broker's routing   (default true)
+//   spawn        start `pi-ide-broker daemon` when none is running        (default true)
+//   command      the broker binary                                      (default "pi-ide-broker")
+//   socket       the broker's socket (default: asked from `pi-ide-broker paths`)
+// Environment: PI_IDE_BROKER_NO_SPAWN=1 turns spawning off; PI_IDE_BROKER_SOCKET and
+// PI_IDE_BROKER_BIN override `socket` and `command`.
+
+import { execFile } from "node:child_process";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+/** What the extension was configured to do. */
+export type Options = {
+	autoconnect: boolean;
+	spawn: boolean;
+	command: string;
+	socket: string | undefined;
+};
+
+const SETTINGS_KEY = "pi-ide-broker";
+
+function truthy(v: string | undefined): boolean {
+	return v !== undefined && ["1", "true", "yes", "on"].includes(v.trim().toLowerCase());
+}
+
+/** Reads the options from pi's merged settings and the environment. */
+export function readOptions(settings: unknown, env: NodeJS.ProcessEnv): Options {
+	const all = (settings && typeof settings === "object" ? settings : {}) as Record<string, unknown>;
+	const raw = all[SETTINGS_KEY];
+	const mine = (raw && typeof raw === "object" ? raw : {}) as Record<string, unknown>;
+	const bool = (v: unknown, dflt: boolean) => (typeof v === "boolean" ? v : dflt);
+	const str = (v: unknown) => (typeof v === "string" && v.trim() !== "" ? v : undefined);
+	return {
+		autoconnect: bool(mine.autoconnect, true),
+		spawn: bool(mine.spawn, true) && !truthy(env.PI_IDE_BROKER_NO_SPAWN),
+		command: str(env.PI_IDE_BROKER_BIN) ?? str(mine.command) ?? "pi-ide-broker",
+		socket: str(env.PI_IDE_BROKER_SOCKET) ?? str(mine.socket),
+	};
+}
+
+/** Where the broker keeps its socket and log, as the broker itself resolves them. */
+export type BrokerPaths = { socket: string; log: string | undefined };
+
+/** The socket path without asking the binary: the daemon's own defaults. */
+export function defaultSocket(env: NodeJS.ProcessEnv, uid: number): string {
+	if (env.PI_IDE_BROKER_SOCKET) return env.PI_IDE_BROKER_SOCKET;
+	if (env.XDG_RUNTIME_DIR) return join(env.XDG_RUNTIME_DIR, "pi-ide-broker", "sock");
+	return join(tmpdir(), `pi-ide-broker-${uid}`, "sock");
+}
+
+/** Asks `<command> paths --json` (so a config file's `socket` key counts); falls back to the
+ * defaults when the binary is missing or fails. */
+export function resolvePaths(opts: Options, env: NodeJS.ProcessEnv): Promise<BrokerPaths> {
+	const fallback: BrokerPaths = {
+		socket: opts.socket ?? defaultSocket(env, process.getuid?.() ?? 0),
+		log: undefined,
+	};
+	return new Promise((done) => {
+		execFile(opts.command, ["paths", "--json"], { timeout: 3000, env }, (err, stdout) => {
+			if (err) return done(fallback);
+			try {
+				const p = JSON.parse(stdout) as { socket?: string; log?: string };
+				done({ socket: opts.socket ?? p.socket ?? fallback.socket, log: p.log });
+			} catch {
+				done(fallback);
+			}
+		});
+	});
+}

@@ -1,0 +1,41 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { backoffDelay, sessionPath } from "../src/broker.ts";
+import { defaultSocket, readOptions } from "../src/options.ts";
+import { previousSessionId } from "../index.ts";
+
+test("settings: defaults, project values, environment overrides", () => {
+	assert.deepEqual(readOptions(undefined, {}), { autoconnect: true, spawn: true, command: "pi-ide-broker", socket: undefined });
+	const s = { "pi-ide-broker": { autoconnect: false, spawn: true, command: "/opt/b", socket: "/s" } };
+	assert.deepEqual(readOptions(s, {}), { autoconnect: false, spawn: true, command: "/opt/b", socket: "/s" });
+	const o = readOptions(s, { PI_IDE_BROKER_NO_SPAWN: "1", PI_IDE_BROKER_BIN: "/x/b", PI_IDE_BROKER_SOCKET: "/t" });
+	assert.deepEqual(o, { autoconnect: false, spawn: false, command: "/x/b", socket: "/t" });
+	assert.equal(readOptions({ "pi-ide-broker": { autoconnect: "no" } }, {}).autoconnect, true);
+});
+
+test("the socket is found where the daemon puts it", () => {
+	assert.equal(defaultSocket({ PI_IDE_BROKER_SOCKET: "/a/sock" }, 1), "/a/sock");
+	assert.equal(defaultSocket({ XDG_RUNTIME_DIR: "/run/user/7" }, 7), "/run/user/7/pi-ide-broker/sock");
+	assert.match(defaultSocket({}, 7), /pi-ide-broker-7\/sock$/);
+});
+
+test("session path carries cwd, key, dialect and the inherited key", () => {
+	const p = sessionPath({ cwd: "/home/u/my proj", session: "019a-b", inherit: "0199-a" });
+	const q = new URLSearchParams(p.split("?")[1]);
+	assert.equal(p.split("?")[0], "/v1/session");
+	assert.equal(q.get("cwd"), "/home/u/my proj");
+	assert.equal(q.get("session"), "019a-b");
+	assert.equal(q.get("dialect"), "pi");
+	assert.equal(q.get("inherit"), "0199-a");
+	assert.equal(new URLSearchParams(sessionPath({ cwd: "/", session: "k" }).split("?")[1]).get("inherit"), null);
+});
+
+test("reconnect delays start under 200 ms and are capped", () => {
+	for (let i = 0; i < 50; i++) assert.ok(backoffDelay(0) < 200);
+	for (let i = 0; i < 50; i++) assert.ok(backoffDelay(20) <= 6000);
+});
+
+test("the previous session id comes from its file name", () => {
+	assert.equal(previousSessionId("/s/--p--/2026-11-30T10-00-00-000Z_019ad0c2-aaaa.jsonl"), "019ad0c2-aaaa");
+	assert.equal(previousSessionId(undefined), undefined);
+});

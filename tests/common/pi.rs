@@ -1,0 +1,261 @@
+//! The real pi CLI in RPC mode (`pi --mode rpc`), with this repo's extension loaded (`-e`),
+//! offline against a fake model. `.ci/run` installs pi and node 22 into a cache and exports
+//! `PI_IDE_BROKER_PI_NODE` and `PI_IDE_BROKER_PI_CLI`; without them the pi tests skip (unless
+//! `PI_IDE_BROKER_REQUIRE_PI=1`, as in CI, which makes a missing pi a failure).
+
+use pi_ide_broker::testkit::within;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+
+/// Where the pi CLI and its node are.
+#[derive(Clone, Debug)]
+pub struct PiInstall {
+    pub node: PathBuf,
+    pub cli: PathBuf,
+}
+
+/// The installed pi, or `None` (after saying why) when the test must be skipped.
+pub fn find_pi() -> Option<PiInstall> {
+    let node = std::env::var_os("PI_IDE_BROKER_PI_NODE").map(PathBuf::from);
+    let cli = std::env::var_os("PI_IDE_BROKER_PI_CLI").map(PathBuf::from);
+    match (node, cli) {
+        (Some(node), Some(cli)) if node.exists() && cli.exists() => {
+            let ext = extension_dir();
+            if !ext.join("node_modules").join("ws").exists() {
+                panic!(
+                    "the extension's dependencies are missing: run `npm ci` in {}",
+                    ext.display()
+                );
+            }
+            Some(PiInstall { node, cli })
+        }
+        _ => {
+            let msg = "pi CLI not found: set PI_IDE_BROKER_PI_NODE and PI_IDE_BROKER_PI_CLI (bash .ci/run does)";
+            if std::env::var("PI_IDE_BROKER_REQUIRE_PI").is_ok_and(|v| v == "1") {
+                panic!("{msg}");
+            }
+            eprintln!("SKIPPED: {msg}");
+            None
+        }
+    }
+}
+
+/// `extensions/pi` in this repo.
+pub fn extension_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("extensions")
+        .join("pi")
+}
+
+/// One pi process.
+pub struct Pi {
+    pub child: Child,
+    stdin: ChildStdin,
+    rx: mpsc::UnboundedReceiver<Value>,
+    /// Every record pi wrote on stdout, in order.
+    pub log: Vec<Value>,
+    next_id: u64,
+    /// Print an abbreviated transcript to stderr (`PI_TRANSCRIPT=1`).
+    transcript: bool,
+}
+
+/// A home for pi: agent dir with the fake model configured.
+pub fn pi_home(root: &Path, models_json: &str) -> PathBuf {
+    let home = root.join("pi-home");
+    let agent = home.join(".pi").join("agent");
+    std::fs::create_dir_all(&agent).expect("mkdir agent");
+    std::fs::write(agent.join("models.json"), models_json).expect("models.json");
+    std::fs::write(
+        agent.join("settings.json"),
+        json!({"defaultProvider": "fake", "defaultModel": "fake-model"}).to_string(),
+    )
+    .expect("settings.json");
+    home
+}
+
+impl Pi {
+    /// Starts `pi --mode rpc` in `cwd` with the extension, talking to the broker on `socket`.
+    pub async fn start(
+        install: &PiInstall,
+        home: &Path,
+        cwd: &Path,
+        socket: &Path,
+        args: &[&str],
+    ) -> Pi {
+        let mut cmd = Command::new(&install.node);
+        cmd.arg(&install.cli)
+            .args([
+                "--mode",
+                "rpc",
+                "--provider",
+                "fake",
+                "--model",
+                "fake-model",
+            ])
+            .arg("-e")
+            .arg(extension_dir())
+            .args(args)
+            .current_dir(cwd)
+            .env("HOME", home)
+            .env("PI_CODING_AGENT_DIR", home.join(".pi").join("agent"))
+            .env("PI_OFFLINE", "1")
+            .env("PI_IDE_BROKER_SOCKET", socket)
+            .env("PI_IDE_BROKER_NO_SPAWN", "1")
+            .env("PI_IDE_BROKER_BIN", "/nonexistent/pi-ide-broker")
+            .env_remove("XDG_RUNTIME_DIR")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn pi");
+        let stdin = child.stdin.take().expect("stdin");
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Some(out) = child.stdout.take() {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(out).split(b'\n');
+                while let Ok(Some(l)) = lines.next_segment().await {
+                    if let Ok(v) = serde_json::from_slice::<Value>(&l) {
+                        let _ = tx.send(v);
+                    }
+                }
+            });
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(err).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    eprintln!("[pi stderr] {l}");
+                }
+            });
+        }
+        Pi {
+            child,
+            stdin,
+            rx,
+            log: Vec::new(),
+            next_id: 1,
+            transcript: std::env::var("PI_TRANSCRIPT").is_ok_and(|v| v == "1"),
+        }
+    }
+
+    /// Sends one RPC command and waits for its response.
+    pub async fn command(&mut self, kind: &str, mut fields: Value) -> Value {
+        let id = format!("t{}", self.next_id);
+        self.next_id += 1;
+        fields["id"] = json!(id);
+        fields["type"] = json!(kind);
+        let line = format!("{fields}\n");
+        if self.transcript {
+            eprintln!("→ {}", abbreviate(&fields));
+        }
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .expect("write pi stdin");
+        let from = self.log.len();
+        self.until(&format!("response to {kind}"), from, |v| {
+            v["type"] == "response" && v["id"] == id.as_str()
+        })
+        .await
+    }
+
+    /// Index of the next record: pass it to [`Pi::until`] to look only at what comes after.
+    pub fn mark(&self) -> usize {
+        self.log.len()
+    }
+
+    /// The first record at or after `from` matching `pred` (bounded wait).
+    pub async fn until(&mut self, what: &str, from: usize, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(v) = self.log[from.min(self.log.len())..]
+            .iter()
+            .find(|v| pred(v))
+        {
+            return v.clone();
+        }
+        let transcript = self.transcript;
+        let (rx, log) = (&mut self.rx, &mut self.log);
+        within(what, async {
+            loop {
+                let Some(v) = rx.recv().await else {
+                    panic!("pi exited before {what}");
+                };
+                if transcript {
+                    eprintln!("← {}", abbreviate(&v));
+                }
+                log.push(v.clone());
+                if pred(&v) {
+                    return v;
+                }
+            }
+        })
+        .await
+    }
+
+    /// A `notify` toast containing `text`, at or after `from`.
+    pub async fn toast(&mut self, from: usize, text: &str) -> Value {
+        let t = text.to_string();
+        self.until(&format!("toast {text:?}"), from, move |v| {
+            v["type"] == "extension_ui_request"
+                && v["method"] == "notify"
+                && v["message"].as_str().is_some_and(|m| m.contains(&t))
+        })
+        .await
+    }
+
+    /// Sends a prompt and waits until pi has settled.
+    pub async fn prompt(&mut self, text: &str) {
+        let from = self.mark();
+        let r = self.command("prompt", json!({"message": text})).await;
+        assert_eq!(r["success"], true, "{r}");
+        self.until("agent_settled", from, |v| v["type"] == "agent_settled")
+            .await;
+    }
+
+    /// Tool results seen since `from`: (tool name, is_error, text).
+    pub fn tool_results(&self, from: usize) -> Vec<(String, bool, String)> {
+        self.log[from..]
+            .iter()
+            .filter(|v| v["type"] == "tool_execution_end")
+            .map(|v| {
+                let text = v["result"]["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                (
+                    v["toolName"].as_str().unwrap_or_default().to_string(),
+                    v["isError"].as_bool().unwrap_or(false),
+                    text,
+                )
+            })
+            .collect()
+    }
+
+    /// Closes stdin (pi's orderly shutdown) and waits for the exit.
+    pub async fn quit(mut self) {
+        let _ = self.stdin.shutdown().await;
+        drop(self.stdin);
+        let _ = within("pi exit", self.child.wait()).await;
+    }
+}
+
+/// One line per record for the transcript: type, and the fields a reader needs.
+fn abbreviate(v: &Value) -> String {
+    let mut s = v.to_string();
+    if s.len() > 240 {
+        let mut cut = 240;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
