@@ -220,3 +220,188 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
     pi.quit().await;
     w.broker.stop().await;
 }
+
+/// The native session with pi key `key`, once it is attached to some editor.
+async fn attached_key(b: &TestBroker, key: &str) -> String {
+    let k = key.to_string();
+    let st = b
+        .wait_status(&format!("session {key} attached"), move |st| {
+            st["sessions"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["key"] == k.as_str() && s["editor"].is_string())
+            })
+        })
+        .await;
+    st["sessions"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["key"] == key))
+        .and_then(|s| s["editor"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_keeps_the_editor_and_a_resumed_session_comes_back_after_a_broker_restart() {
+    let Some(mut w) = World::start().await else {
+        return;
+    };
+    let (e1, id1) = w.editor().await;
+    let mut pi = w.pi(&[]).await;
+    let first = session_key(&mut pi).await;
+    assert_eq!(attached_key(&w.broker, &first).await, id1);
+    pi.prompt("first").await;
+    let _ = w.model.next_chat().await;
+    // A second editor on the same folder, and the user touches it last: plain routing would
+    // now pick it (or ask); the session's target must not move.
+    let (e2, id2) = w.editor().await;
+    e2.select(&format!("{}/z.rs", w.proj_s()), "", 1);
+    // Once a session on e2 sees that selection, the broker has recorded e2 as focused.
+    let q = format!("cwd={}&editor={id2}", w.proj_s());
+    let mut watcher = Agent::connect(&w.broker.socket, &q).await.expect("watcher");
+    watcher
+        .until("e2's selection", |v| v["method"] == "selection_changed")
+        .await;
+    watcher.close().await;
+    let from = pi.mark();
+    let r = pi.command("new_session", json!({})).await;
+    assert_eq!(r["success"], true, "{r}");
+    let second = session_key(&mut pi).await;
+    assert_ne!(first, second);
+    pi.toast(from, "Reconnected to Neovim").await;
+    assert_eq!(
+        attached_key(&w.broker, &second).await,
+        id1,
+        "/new must keep the editor, not follow the last-focused sibling {id2}"
+    );
+    pi.prompt("second").await; // the session file exists only after an exchange
+    let _ = w.model.next_chat().await;
+    pi.quit().await;
+
+    // Broker restart in between; a new pi process resumes the second session by id.
+    let root = w.broker.dir.path().to_path_buf();
+    let kept = w.broker.stop_keep_dir().await;
+    w.broker = TestBroker::start_in(kept, |_| {}).await;
+    assert_eq!(w.broker.dir.path(), root);
+    w.broker.wait_editor(e1.port, "ready").await;
+    w.broker.wait_editor(e2.port, "ready").await;
+    let mut pi = w.pi(&["--session", &second]).await;
+    assert_eq!(session_key(&mut pi).await, second);
+    assert_eq!(attached_key(&w.broker, &second).await, id1);
+    pi.quit().await;
+    drop((e1, e2));
+    w.broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_mid_session_reconnects_and_context_comes_back() {
+    let Some(mut w) = World::start().await else {
+        return;
+    };
+    let (ed, id) = w.editor().await;
+    ed.select(&format!("{}/lib.rs", w.proj_s()), "", 2);
+    let mut pi = w.pi(&[]).await;
+    let key = session_key(&mut pi).await;
+    assert_eq!(attached_key(&w.broker, &key).await, id);
+    let from = pi.mark();
+    let kept = w.broker.stop_keep_dir().await;
+    w.broker = TestBroker::start_in(kept, |_| {}).await;
+    let back = std::time::Instant::now();
+    assert_eq!(attached_key(&w.broker, &key).await, id);
+    let took = back.elapsed();
+    eprintln!(
+        "re-attached {} ms after the new broker was ready",
+        took.as_millis()
+    );
+    assert!(took.as_millis() < 2000, "reconnect took {took:?}");
+    pi.toast(from, "Reconnected to Neovim").await;
+    pi.prompt("after the restart").await;
+    let text = all_text(&w.model.next_chat().await);
+    assert!(
+        text.contains("<editor>") && text.contains("lib.rs"),
+        "{text}"
+    );
+    assert!(text.contains("<lsp_diagnostics>"), "{text}");
+    pi.quit().await;
+    drop(ed);
+    w.broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suggestions_from_the_editor_reach_this_pi_session_only() {
+    let Some(mut w) = World::start().await else {
+        return;
+    };
+    let (ed, id) = w.editor().await;
+    let mut other = Agent::open(&w.broker.socket, &w.proj_s(), Some("other")).await;
+    other
+        .until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let mut pi = w.pi(&[]).await;
+    let key = session_key(&mut pi).await;
+    assert_eq!(attached_key(&w.broker, &key).await, id);
+    pi.prompt("make me the active one").await;
+    let _ = w.model.next_chat().await;
+    let mut ev = ed.events();
+    let out = ed.request_suggestions().expect("a client to ask");
+    let answer = wait_for(&mut ev, "the suggestions answer", |e| {
+        matches!(e, Event::Answered { .. })
+    })
+    .await;
+    let Event::Answered { msg } = answer else {
+        unreachable!()
+    };
+    assert_eq!(msg["id"], out.as_str(), "{msg}");
+    assert_eq!(
+        msg["result"]["suggestions"],
+        json!(["suggested()"]),
+        "{msg}"
+    );
+    let req = w.model.next_request().await;
+    assert!(all_text(&req).contains("/x.rs"), "{req}");
+    // The other session saw no editor request (everything it got before its ping answer).
+    other.send_request(json!("flush"), "ping", json!({})).await;
+    loop {
+        let m = other.next().await.expect("other session open");
+        assert_ne!(m["method"], "getSuggestions", "{m}");
+        if m["id"] == "flush" {
+            break;
+        }
+    }
+    pi.quit().await;
+    drop(ed);
+    w.broker.stop().await;
+}
+
+/// The extension's own unit tests (node's test runner), run with pi's node.
+#[tokio::test]
+async fn extension_unit_tests_pass() {
+    let Some(pi) = find_pi() else {
+        return;
+    };
+    let dir = common::pi::extension_dir();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("test"))
+        .expect("extensions/pi/test")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".test.ts"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    let out = pi_ide_broker::testkit::within(
+        "node --test",
+        tokio::process::Command::new(&pi.node)
+            .arg("--test")
+            .args(&files)
+            .current_dir(&dir)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run node");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "extension unit tests failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("# fail 0"), "{text}");
+}

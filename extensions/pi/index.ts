@@ -54,6 +54,8 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 	let spinner: ReturnType<typeof setInterval> | null = null;
 	let frame = 0;
 	let attachWaiters: (() => void)[] = [];
+	/** The editor id of the last attachment. */
+	let lastEditor: string | null = null;
 
 	const notify = (text: string, kind: "info" | "warning" | "error" = "info") => ctx?.ui.notify(text, kind);
 
@@ -83,8 +85,13 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 	const onAttached = (a: Attached) => {
 		const switched = reviewing && nextAttachToast === "Connected to";
 		reviewing = true;
-		state = emptyState();
-		lastDiagnostics = null;
+		// Back on the same editor (after a broker restart): what it last said still holds
+		// until it says more; editors replay their selection only to new connections.
+		if (a.id !== lastEditor) {
+			state = emptyState();
+			lastDiagnostics = null;
+		}
+		lastEditor = a.id;
 		notify(`${switched ? "Switched to" : nextAttachToast} ${a.ideName}`);
 		nextAttachToast = "Reconnected to";
 		for (const w of attachWaiters.splice(0)) w();
@@ -92,12 +99,13 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 	};
 
 	const onDetached = (reason: string) => {
-		state = emptyState();
 		if (reason.includes("shutting down")) {
 			// The broker is restarting: the link will come back and re-attach; keep reviewing.
 			render();
 			return;
 		}
+		state = emptyState();
+		lastEditor = null;
 		reviewing = false;
 		notify(`IDE disconnected: ${reason}`, "warning");
 		render();
@@ -134,10 +142,7 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 						() => {},
 					);
 				},
-				onDown: () => {
-					state = emptyState();
-					render();
-				},
+				onDown: () => render(),
 				onNotification: (method, params) => {
 					if (method === "selection_changed" && applySelection(state, params, l.attached?.folders[0])) render();
 				},
