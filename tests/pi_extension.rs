@@ -6,6 +6,7 @@ mod common;
 
 use common::fake_model::{all_text, FakeModel, Reply};
 use common::pi::{find_pi, pi_home, Pi, PiInstall};
+use common::process;
 use common::*;
 use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
 use serde_json::{json, Value};
@@ -404,4 +405,80 @@ async fn extension_unit_tests_pass() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("# fail 0"), "{text}");
+}
+
+/// With no broker running, the extension starts one (detached), says where it logs, and
+/// attaches through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extension_starts_a_daemon_when_none_runs() {
+    let Some(install) = find_pi() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(dir.path()).expect("canonical");
+    let proj = root.join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir");
+    let model = FakeModel::start().await;
+    let home = pi_home(&root, &model.models_json());
+    // The daemon runs on its defaults under this HOME: lock dir ~/.pi/ide, state ~/.local/state.
+    let lock_dir = home.join(".pi").join("ide");
+    std::fs::create_dir_all(&lock_dir).expect("mkdir lock dir");
+    let ed = FakeEditor::start_in(&lock_dir, Options::pi(&[&proj.display().to_string()]))
+        .await
+        .expect("editor");
+    let socket = root.join("run").join("sock");
+    let _daemon = StopDaemonOnDrop(socket.clone());
+    let mut pi = Pi::start_with(
+        &install,
+        &home,
+        &proj,
+        &[
+            ("PI_IDE_BROKER_SOCKET", socket.as_os_str()),
+            ("PI_IDE_BROKER_NO_SPAWN", std::ffi::OsStr::new("0")),
+            ("PI_IDE_BROKER_BIN", process::broker_bin().as_os_str()),
+            ("XDG_STATE_HOME", home.join("state").as_os_str()),
+            ("XDG_CONFIG_HOME", home.join("config").as_os_str()),
+        ],
+        &[],
+    )
+    .await;
+    pi.toast(0, "Started pi-ide-broker (log: ").await;
+    pi.toast(0, "Auto-connected to Neovim").await;
+    let st = pi_ide_broker::testkit::within(
+        "status of the spawned daemon",
+        pi_ide_broker::client::get_json(&socket, "/v1/status"),
+    )
+    .await
+    .expect("status");
+    let daemon_pid = st["broker"]["pid"].as_u64().expect("pid") as i32;
+    assert!(
+        st["sessions"][0]["door"] == "native" && st["sessions"][0]["editor"].is_string(),
+        "{st}"
+    );
+    assert!(home.join("state/pi-ide-broker/daemon.log").exists());
+    assert!(daemon_pid > 0);
+    pi.quit().await;
+    drop(ed);
+}
+
+/// Stops a daemon started by the extension (found through its socket), even when the test
+/// fails half-way: it runs detached and would outlive the test otherwise.
+struct StopDaemonOnDrop(PathBuf);
+
+impl Drop for StopDaemonOnDrop {
+    fn drop(&mut self) {
+        let out = std::process::Command::new(process::broker_bin())
+            .args(["status", "--json"])
+            .env("PI_IDE_BROKER_SOCKET", &self.0)
+            .output();
+        let pid = out
+            .ok()
+            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
+            .and_then(|st| st["broker"]["pid"].as_i64())
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(rustix::process::Pid::from_raw);
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
 }

@@ -86,6 +86,25 @@ impl Pi {
         socket: &Path,
         args: &[&str],
     ) -> Pi {
+        let env = [
+            ("PI_IDE_BROKER_SOCKET", socket.as_os_str()),
+            ("PI_IDE_BROKER_NO_SPAWN", std::ffi::OsStr::new("1")),
+            (
+                "PI_IDE_BROKER_BIN",
+                std::ffi::OsStr::new("/nonexistent/pi-ide-broker"),
+            ),
+        ];
+        Self::start_with(install, home, cwd, &env, args).await
+    }
+
+    /// Starts pi with these broker-related environment variables.
+    pub async fn start_with(
+        install: &PiInstall,
+        home: &Path,
+        cwd: &Path,
+        env: &[(&str, &std::ffi::OsStr)],
+        args: &[&str],
+    ) -> Pi {
         let mut cmd = Command::new(&install.node);
         cmd.arg(&install.cli)
             .args([
@@ -103,10 +122,8 @@ impl Pi {
             .env("HOME", home)
             .env("PI_CODING_AGENT_DIR", home.join(".pi").join("agent"))
             .env("PI_OFFLINE", "1")
-            .env("PI_IDE_BROKER_SOCKET", socket)
-            .env("PI_IDE_BROKER_NO_SPAWN", "1")
-            .env("PI_IDE_BROKER_BIN", "/nonexistent/pi-ide-broker")
             .env_remove("XDG_RUNTIME_DIR")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -54,8 +54,9 @@ export type LinkEvents = {
 /** Answers an editor-initiated request; throw to answer with an error. */
 export type RequestHandler = (params: unknown, signal: AbortSignal) => Promise<unknown>;
 
-/** Reconnect delays: first retry fast, then doubling to a cap, with ±20 % jitter. */
-export function backoffDelay(attempt: number, firstMs = 100, capMs = 5000): number {
+/** Reconnect delays: first retry fast, then doubling to a cap (a dial of a Unix socket is
+ * cheap, and a restarted broker should see its sessions back within a second), ±20 % jitter. */
+export function backoffDelay(attempt: number, firstMs = 100, capMs = 800): number {
 	const base = Math.min(capMs, firstMs * 2 ** Math.max(0, attempt));
 	return Math.round(base * (0.8 + 0.4 * Math.random()));
 }
