@@ -482,3 +482,90 @@ impl Drop for StopDaemonOnDrop {
         }
     }
 }
+
+async fn picker(pi: &mut Pi, from: usize) -> Value {
+    pi.until("the /ide picker", from, |v| {
+        v["type"] == "extension_ui_request" && v["method"] == "select"
+    })
+    .await
+}
+
+/// `/ide`: the picker lists the broker's candidates; choosing another switches (and becomes
+/// sticky), choosing the attached one detaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ide_command_switches_and_toggles_off() {
+    let Some(w) = World::start().await else {
+        return;
+    };
+    let (e1, id1) = w.editor().await;
+    let mut pi = w.pi(&[]).await;
+    let key = session_key(&mut pi).await;
+    assert_eq!(attached_key(&w.broker, &key).await, id1);
+    let (e2, id2) = w.editor().await;
+    let from = pi.mark();
+    // The command's response comes once its handler is done, i.e. after the picker.
+    pi.send_raw(json!({"type": "prompt", "id": "ide-1", "message": "/ide"}))
+        .await;
+    let sel = picker(&mut pi, from).await;
+    assert_eq!(sel["title"], "Select IDE (toggle to disconnect)", "{sel}");
+    let options: Vec<String> = sel["options"]
+        .as_array()
+        .expect("options")
+        .iter()
+        .map(|o| o.as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(options.len(), 2, "{options:?}");
+    assert!(options
+        .iter()
+        .any(|o| o.contains(&id1) && o.ends_with("(connected)")));
+    let other = options
+        .iter()
+        .find(|o| o.contains(&id2))
+        .expect("e2 listed")
+        .clone();
+    pi.send_raw(json!({"type": "extension_ui_response", "id": sel["id"], "value": other}))
+        .await;
+    pi.toast(from, "Switched to Neovim").await;
+    let k = key.clone();
+    let i2 = id2.clone();
+    w.broker
+        .wait_status("switched and sticky", move |st| {
+            st["sessions"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["key"] == k.as_str() && s["editor"] == i2.as_str())
+            }) && st["sticky"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["key"] == k.as_str() && s["editor"] == i2.as_str())
+            })
+        })
+        .await;
+    // Choosing the attached one disconnects.
+    let from = pi.mark();
+    pi.send_raw(json!({"type": "prompt", "id": "ide-2", "message": "/ide"}))
+        .await;
+    let sel = picker(&mut pi, from).await;
+    let current = sel["options"]
+        .as_array()
+        .and_then(|o| {
+            o.iter()
+                .find(|o| o.as_str().is_some_and(|o| o.ends_with("(connected)")))
+        })
+        .cloned()
+        .expect("connected entry");
+    assert!(current.as_str().unwrap_or_default().contains(&id2));
+    pi.send_raw(json!({"type": "extension_ui_response", "id": sel["id"], "value": current}))
+        .await;
+    pi.toast(from, "Disconnected from Neovim").await;
+    let k = key.clone();
+    w.broker
+        .wait_status("detached", move |st| {
+            st["sessions"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["key"] == k.as_str() && s["editor"].is_null())
+            })
+        })
+        .await;
+    pi.quit().await;
+    drop((e1, e2));
+    w.broker.stop().await;
+}

@@ -56,6 +56,7 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 	let attachWaiters: (() => void)[] = [];
 	/** The editor id of the last attachment. */
 	let lastEditor: string | null = null;
+	let lastName = "the editor";
 
 	const notify = (text: string, kind: "info" | "warning" | "error" = "info") => ctx?.ui.notify(text, kind);
 
@@ -92,6 +93,7 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 			lastDiagnostics = null;
 		}
 		lastEditor = a.id;
+		lastName = a.ideName;
 		notify(`${switched ? "Switched to" : nextAttachToast} ${a.ideName}`);
 		nextAttachToast = "Reconnected to";
 		for (const w of attachWaiters.splice(0)) w();
@@ -107,7 +109,7 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 		state = emptyState();
 		lastEditor = null;
 		reviewing = false;
-		notify(`IDE disconnected: ${reason}`, "warning");
+		notify(reason === "detached by client" ? `Disconnected from ${lastName}` : `IDE disconnected: ${reason}`, "warning");
 		render();
 	};
 

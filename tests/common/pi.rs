@@ -181,6 +181,18 @@ impl Pi {
         .await
     }
 
+    /// Writes one raw record (e.g. an `extension_ui_response`).
+    pub async fn send_raw(&mut self, record: Value) {
+        if self.transcript {
+            eprintln!("→ {}", abbreviate(&record));
+        }
+        let line = format!("{record}\n");
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .expect("write pi stdin");
+    }
+
     /// Index of the next record: pass it to [`Pi::until`] to look only at what comes after.
     pub fn mark(&self) -> usize {
         self.log.len()
