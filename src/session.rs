@@ -199,6 +199,11 @@ where
 
     let (mut sink, mut stream) = ws.split();
     let mut selection: Option<watch::Receiver<Option<Arc<str>>>> = None;
+    // Handshake first: until the client's first request (`initialize`, for an MCP client) has
+    // been answered, attachment notices wait here and the selection replay waits in its watch;
+    // then they follow the answer, in order. A pi-ide client that attaches its message handler
+    // only after the upgrade would otherwise lose them.
+    let mut held: Option<Vec<String>> = Some(Vec::new());
     let reason = loop {
         // Every write also races the kill switch: a client that stops reading blocks the
         // write, and must not keep its task (and memory) alive once it is dropped.
@@ -220,13 +225,17 @@ where
                         None
                     }
                 };
-                match note {
-                    Some(n) => guarded(&kill, sink.send(Message::text(n))).await,
-                    None => true,
+                match (note, held.as_mut()) {
+                    (Some(n), Some(h)) => {
+                        h.push(n);
+                        true
+                    }
+                    (Some(n), None) => guarded(&kill, sink.send(Message::text(n))).await,
+                    (None, _) => true,
                 }
             }
             Some(text) = out_rx.recv() => guarded(&kill, write_batch(&mut sink, text, &mut out_rx)).await,
-            changed = selection_changed(&mut selection) => match changed {
+            changed = selection_changed(&mut selection), if held.is_none() => match changed {
                 Some(text) => guarded(&kill, sink.send(Message::text(text.to_string()))).await,
                 None => {
                     selection = session.editor_id().and_then(|e| subscribe(&reg, &e));
@@ -240,9 +249,17 @@ where
                         tracing::info!(error = %e, "session connection error");
                         break "connection error";
                     }
-                    Some(Ok(Message::Text(t))) => on_client_text(&reg, &session, t.as_str()),
+                    Some(Ok(Message::Text(t))) => {
+                        if on_client_text(&reg, &session, t.as_str()) {
+                            release(&session, &mut held);
+                        }
+                    }
                     Some(Ok(Message::Binary(b))) => match std::str::from_utf8(&b) {
-                        Ok(t) => on_client_text(&reg, &session, t),
+                        Ok(t) => {
+                            if on_client_text(&reg, &session, t) {
+                                release(&session, &mut held);
+                            }
+                        }
                         Err(_) => {
                             session.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8"));
                         }
@@ -355,22 +372,40 @@ async fn selection_changed(rx: &mut Option<watch::Receiver<Option<Arc<str>>>>) -
     }
 }
 
-fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) {
+/// Ends the handshake hold: the notices held so far are queued behind the answer just queued.
+fn release(s: &Session, held: &mut Option<Vec<String>>) {
+    if let Some(notes) = held.take() {
+        for n in notes {
+            s.outbox.deliver(n);
+        }
+    }
+}
+
+/// Handles one frame from the client; true when it was a request (answered or forwarded, so
+/// the handshake is over).
+fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
     match jsonrpc::classify(text) {
         Err(r) => {
             tracing::info!(session = s.id, error = %r.message, "invalid message from session");
             s.outbox.deliver(jsonrpc::rejection(&r));
+            false
         }
-        Ok(Incoming::Request { id, method, msg }) => on_request(reg, s, id, method, msg),
+        Ok(Incoming::Request { id, method, msg }) => {
+            on_request(reg, s, id, method, msg);
+            true
+        }
         Ok(Incoming::Notification { method, msg }) => {
-            if method == "notifications/initialized" {
-                return;
+            if method != "notifications/initialized" {
+                if let Some(e) = current_editor(reg, s) {
+                    let _ = e.send_raw(Value::Object(msg).to_string());
+                }
             }
-            if let Some(e) = current_editor(reg, s) {
-                let _ = e.send_raw(Value::Object(msg).to_string());
-            }
+            false
         }
-        Ok(Incoming::Response { id, msg }) => reg.answer_delegated(s, id, msg),
+        Ok(Incoming::Response { id, msg }) => {
+            reg.answer_delegated(s, id, msg);
+            false
+        }
     }
 }
 

@@ -269,3 +269,64 @@ async fn symlinked_workspaces_are_published_in_both_forms() {
     one_candidate(&b, &format!("{real_s}/x")).await;
     b.stop().await;
 }
+
+/// pi-ide attaches its message listener only after the upgrade's `open` resolves: frames that
+/// arrive with the upgrade are lost to it. Modelled here as a client whose listener starts
+/// 5 ms after the upgrade and loses whatever came before. The broker must hold the attach
+/// notice and the selection replay until the client's `initialize` is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_listener_gets_the_replayed_selection_200_times_in_a_row() {
+    use futures_util::{FutureExt, SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/late"]).await;
+    fe.select("/late/main.rs", "", 3);
+    let cand = one_candidate(&b, "/late").await;
+    let mut lost_frames = 0;
+    let mut delivered = 0;
+    for round in 0..200 {
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", cand.port))
+            .await
+            .unwrap();
+        let mut req = format!("ws://127.0.0.1:{}/", cand.port)
+            .into_client_request()
+            .unwrap();
+        req.headers_mut()
+            .insert("x-pi-ide-authorization", cand.token.parse().unwrap());
+        let (mut ws, _) = within("upgrade", tokio_tungstenite::client_async(req, stream))
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        while let Some(Some(Ok(_))) = ws.next().now_or_never() {
+            lost_frames += 1;
+        }
+        let init = json!({"jsonrpc": "2.0", "id": "i", "method": "initialize",
+                          "params": {"protocolVersion": "2024-11-05", "capabilities": {}}});
+        ws.send(Message::text(init.to_string())).await.unwrap();
+        let mut answered = false;
+        let got = within("the replayed selection", async {
+            while let Some(Ok(m)) = ws.next().await {
+                let Message::Text(t) = m else { continue };
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["id"] == "i" {
+                    answered = true;
+                } else if v["method"] == "selection_changed" {
+                    assert!(
+                        answered,
+                        "round {round}: selection before the initialize answer"
+                    );
+                    return v;
+                }
+            }
+            panic!("round {round}: closed before the selection");
+        })
+        .await;
+        assert_eq!(got["params"]["filePath"], "/late/main.rs");
+        delivered += 1;
+        let _ = ws.close(None).await;
+    }
+    eprintln!("replayed selection delivered {delivered}/200; frames lost before the listener: {lost_frames}");
+    assert_eq!(lost_frames, 0, "the broker sent frames before initialize");
+    b.stop().await;
+}

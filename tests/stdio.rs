@@ -164,6 +164,8 @@ async fn without_an_editor_it_still_answers_and_says_why() {
         .env("PI_IDE_BROKER_SOCKET", &b.socket);
     let mut m = Mcp::spawn(&mut cmd);
     m.request(json!(1), "initialize", json!({})).await;
+    m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
     let tools = tool_names(&m.request(json!(2), "tools/list", json!({})).await);
     assert_eq!(tools, vec!["list_editors", "editor_context"]);
     let ctx = m
@@ -254,4 +256,41 @@ async fn two_clients_starting_at_once_share_one_autostarted_daemon() {
         1,
         "one daemon became ready:\n{log}"
     );
+}
+
+/// MCP lifecycle on stdio: before the client's `notifications/initialized`, nothing but
+/// answers reaches stdout; the `list_changed` of an editor attached meanwhile follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_but_answers_before_the_client_is_initialized() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/early"]).await;
+    let mut cmd = Command::new(broker_bin());
+    cmd.args(["mcp", "--cwd", "/early", "--no-spawn"])
+        .env("PI_IDE_BROKER_SOCKET", &b.socket);
+    let mut m = Mcp::spawn(&mut cmd);
+    m.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}))
+        .await;
+    let init = m.next().await;
+    assert!(init["id"] == 1 && init.get("result").is_some(), "{init}");
+    // The session is attached by now (the broker saw the stdio door's own initialize).
+    b.wait_status("the stdio session attached", |st| {
+        st["sessions"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["door"] == "stdio" && s["editor"].is_string())
+        })
+    })
+    .await;
+    // A ping answered now proves nothing else was written before it.
+    m.send(json!({"jsonrpc": "2.0", "id": "p", "method": "ping", "params": {}}))
+        .await;
+    let pong = m.next().await;
+    assert_eq!(
+        pong["id"], "p",
+        "nothing may come before this answer: {pong}"
+    );
+    m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let note = m.next().await;
+    assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
+    b.stop().await;
 }

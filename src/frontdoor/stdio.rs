@@ -157,6 +157,8 @@ enum Intercept {
     Context(Value),
     /// Our own refresh of the attached editor's name.
     Refresh,
+    /// Our own request whose answer nobody needs (our `initialize`).
+    Ignore,
 }
 
 /// State kept between messages.
@@ -189,6 +191,20 @@ where
     let (mut sink, mut stream) = ws.split();
     let mut lines = stdin.lines();
     let mut door = Door::default();
+    // Our own MCP handshake with the broker, so it sends attachment news at once.
+    let iid = door.internal_id();
+    door.intercepts.insert(iid.to_string(), Intercept::Ignore);
+    let hello = jsonrpc::request(
+        &iid,
+        "initialize",
+        json!({"protocolVersion": crate::editor::PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "pi-ide-broker-stdio", "version": env!("CARGO_PKG_VERSION")}}),
+    );
+    if sink.send(Message::text(hello)).await.is_err() {
+        return Ok(());
+    }
+    // MCP lifecycle: until the client has sent `notifications/initialized`, it gets nothing
+    // but answers; our notifications (list_changed) wait here, in order.
+    let mut held: Option<Vec<String>> = Some(Vec::new());
     loop {
         tokio::select! {
             line = lines.next_line() => {
@@ -200,6 +216,11 @@ where
                     match out {
                         Out::Broker(t) => { if sink.send(Message::text(t)).await.is_err() { return Ok(()) } }
                         Out::Client(t) => write_line(&mut stdout, &t).await?,
+                        Out::ClientReady => {
+                            for t in held.take().unwrap_or_default() {
+                                write_line(&mut stdout, &t).await?;
+                            }
+                        }
                     }
                 }
             }
@@ -215,7 +236,11 @@ where
                 for out in from_broker(&mut door, &text) {
                     match out {
                         Out::Broker(t) => { let _ = sink.send(Message::text(t)).await; }
-                        Out::Client(t) => write_line(&mut stdout, &t).await?,
+                        Out::Client(t) => match held.as_mut() {
+                            Some(h) if !is_response(&t) => h.push(t),
+                            _ => write_line(&mut stdout, &t).await?,
+                        },
+                        Out::ClientReady => {}
                     }
                 }
             }
@@ -229,6 +254,16 @@ where
 enum Out {
     Broker(String),
     Client(String),
+    /// The client sent `notifications/initialized`: held notifications may go out.
+    ClientReady,
+}
+
+/// True for a JSON-RPC response (it has an id and no method).
+fn is_response(text: &str) -> bool {
+    matches!(
+        jsonrpc::classify(text),
+        Ok(jsonrpc::Incoming::Response { .. })
+    )
 }
 
 async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, text: &str) -> std::io::Result<()> {
@@ -240,6 +275,11 @@ async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, text: &str) -> std::io::Re
 fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
     let (id, method, msg) = match jsonrpc::classify(line) {
         Ok(jsonrpc::Incoming::Request { id, method, msg }) => (id, method, msg),
+        Ok(jsonrpc::Incoming::Notification { method, .. })
+            if method == "notifications/initialized" =>
+        {
+            return vec![Out::Broker(line.to_string()), Out::ClientReady];
+        }
         Ok(jsonrpc::Incoming::Notification { .. }) | Ok(jsonrpc::Incoming::Response { .. }) => {
             return vec![Out::Broker(line.to_string())];
         }
@@ -332,6 +372,7 @@ fn from_broker(door: &mut Door, text: &str) -> Vec<Out> {
                 door.editor = attached_entry(msg.get("result").unwrap_or(&Value::Null));
                 vec![]
             }
+            Some(Intercept::Ignore) => vec![],
         },
         Ok(jsonrpc::Incoming::Notification { method, msg }) => match method.as_str() {
             "selection_changed" => {

@@ -23,6 +23,32 @@ impl Agent {
         let (ws, _) = tokio_tungstenite::client_async(url, stream)
             .await
             .map_err(|e| e.to_string())?;
+        let mut a = Agent { ws };
+        // As an MCP client does: the broker holds its notices until this is answered.
+        a.send_request(
+            json!("agent-init"),
+            "initialize",
+            json!({"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "test-agent"}}),
+        )
+        .await;
+        // Nothing may come before its answer (the broker holds every notice until then).
+        match a.next().await {
+            Some(v) if v["id"] == "agent-init" && v.get("result").is_some() => Ok(a),
+            other => Err(format!(
+                "expected the initialize answer first, got {other:?}"
+            )),
+        }
+    }
+
+    /// Connects without sending `initialize` (a raw client).
+    pub async fn connect_raw(socket: &Path, query: &str) -> Result<Agent, String> {
+        let stream = UnixStream::connect(socket)
+            .await
+            .map_err(|e| e.to_string())?;
+        let url = format!("ws://localhost/v1/session?{query}");
+        let (ws, _) = tokio_tungstenite::client_async(url, stream)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(Agent { ws })
     }
 
