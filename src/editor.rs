@@ -560,7 +560,12 @@ async fn dial(editor: &Arc<Editor>, config: &Config, host: &dyn LinkHost) -> Res
     // An editor without tools/list still works; its tool list is just unknown.
     let tools = call(editor, host, &mut ws, "tools/list", json!({}))
         .await
-        .ok();
+        .ok()
+        .map(|mut t| {
+            // Every client gets valid JSON-Schema objects (Lua editors send `[]` for `{}`).
+            crate::schema::normalize_tools(&mut t);
+            t
+        });
     let mut l = lock(&editor.link);
     l.initialize = Some(init);
     l.tools = tools.or(Some(json!({"tools": []})));

@@ -18,6 +18,7 @@ pub mod lockfile;
 pub mod logging;
 pub mod registry;
 pub mod router;
+pub mod schema;
 pub mod secret;
 pub mod service;
 pub mod session;

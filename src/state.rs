@@ -12,6 +12,9 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 
+/// How long changes are gathered before the state file is written.
+const SAVE_COALESCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A session key's remembered editor.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Sticky {
@@ -133,8 +136,14 @@ impl StateStore {
 
     /// Runs `f` on the editor identity book and schedules a save.
     pub fn with_book<R>(&self, f: impl FnOnce(&mut Book) -> R) -> R {
-        let r = f(&mut lock(&self.state).editors);
-        self.dirty.notify_one();
+        let mut state = lock(&self.state);
+        let before = state.editors.clone();
+        let r = f(&mut state.editors);
+        let changed = state.editors != before;
+        drop(state);
+        if changed {
+            self.dirty.notify_one();
+        }
         r
     }
 
@@ -163,10 +172,13 @@ impl StateStore {
         write_atomic(&self.path, &text)
     }
 
-    /// Saves after every change until the future is dropped.
+    /// Saves after changes until the future is dropped. Changes within 100 ms share one write
+    /// (an editor flapping its lockfile must not turn into an fsync per event); a graceful
+    /// stop saves once more, so nothing is lost but on a crash within that window.
     pub async fn saver(&self) {
         loop {
             self.dirty.notified().await;
+            tokio::time::sleep(SAVE_COALESCE).await;
             if let Err(e) = self.save() {
                 tracing::warn!(file = %self.path.display(), error = %e, "cannot write state file");
             }

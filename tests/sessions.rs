@@ -603,3 +603,39 @@ fn init_logs() {
         .with_test_writer()
         .try_init();
 }
+
+/// A Lua editor's schemas (`"properties": []`, `"required": {}`, `[]`, no `type`) reach every
+/// client as JSON-Schema objects; nothing else in them changes.
+#[tokio::test]
+async fn tool_schemas_reach_clients_as_valid_json_schema() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/schemas"]).await;
+    let mut a = Agent::open(&b.socket, "/schemas", None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let list = a.request(json!(1), "tools/list", json!({})).await;
+    let tools = list["result"]["tools"].as_array().expect("tools").clone();
+    let schema = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["inputSchema"].clone())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(
+        schema("getOpenEditorTabs"),
+        json!({"type": "object", "properties": {}})
+    );
+    assert_eq!(
+        schema("echo"),
+        json!({"type": "object", "properties": {"x": {"type": "string"}}, "required": []})
+    );
+    assert_eq!(schema("slow"), json!({"type": "object"}));
+    for t in &tools {
+        let s = &t["inputSchema"];
+        assert!(s.is_object() && s["type"] == "object", "{t}");
+        assert!(s.get("properties").is_none_or(Value::is_object), "{t}");
+        assert!(s.get("required").is_none_or(Value::is_array), "{t}");
+    }
+    b.stop().await;
+}

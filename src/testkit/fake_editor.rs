@@ -403,7 +403,18 @@ fn tools(family: Family) -> Value {
         Family::Pi => "getOpenEditorTabs",
         Family::Claude => "getOpenEditors",
     });
-    json!({"tools": names.iter().map(|n| json!({"name": n, "description": n, "inputSchema": {"type": "object"}})).collect::<Vec<_>>()})
+    json!({"tools": names.iter().map(|n| json!({"name": n, "description": n, "inputSchema": schema_of(family, n)})).collect::<Vec<_>>()})
+}
+
+/// Input schemas as the real editors write them: pi-ide.nvim is Lua, where an empty table
+/// serialises as `[]` (its `getOpenEditorTabs` really has `"properties": []`).
+fn schema_of(family: Family, tool: &str) -> Value {
+    match (family, tool) {
+        (Family::Pi, "getOpenEditorTabs") => json!({"type": "object", "properties": []}),
+        (Family::Pi, "echo") => json!({"properties": {"x": {"type": "string"}}, "required": {}}),
+        (Family::Pi, "slow") => json!([]),
+        _ => json!({"type": "object"}),
+    }
 }
 
 fn text_result(text: impl Into<String>) -> Value {
