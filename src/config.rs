@@ -112,6 +112,10 @@ pub struct TimeoutConfig {
     pub short_tool_ms: u64,
     /// TCP connect + WebSocket upgrade + `initialize` + `tools/list` must finish in this long.
     pub handshake_ms: u64,
+    /// While a call that carries `_meta.progressToken` (every `openDiff` from pi, Claude Code,
+    /// Codex) waits for the editor, the client gets `notifications/progress` this often, so its
+    /// own request timeout never cuts a diff the user is still reading.
+    pub progress_ms: u64,
 }
 
 impl Default for Config {
@@ -159,6 +163,7 @@ impl Default for TimeoutConfig {
         TimeoutConfig {
             short_tool_ms: 5_000,
             handshake_ms: 15_000,
+            progress_ms: 15_000,
         }
     }
 }

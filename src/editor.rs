@@ -272,6 +272,25 @@ impl Editor {
         Ok(uid)
     }
 
+    /// The upstream id of `session`'s call that it sent under `id`, if still in flight.
+    pub fn pending_of(&self, session: u64, id: &Value) -> Option<u64> {
+        self.pending.iter().find_map(|p| match &p.owner {
+            Owner::Session {
+                session: s, id: i, ..
+            } if *s == session && i == id => Some(*p.key()),
+            _ => None,
+        })
+    }
+
+    /// Removes a call from the pending table without answering it (its timer stopped).
+    pub fn forget_pending(&self, upstream: u64) -> Option<Pending> {
+        let (_, p) = self.pending.remove(&upstream)?;
+        if let Some(t) = &p.timer {
+            t.abort();
+        }
+        Some(p)
+    }
+
     /// A broker-originated request whose answer nobody awaits.
     pub fn send_discard(&self, method: &str, params: Value) -> Result<u64, SendError> {
         let mut msg = Map::new();

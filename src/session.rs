@@ -126,6 +126,20 @@ pub struct Session {
     pub delegated: Mutex<HashMap<String, (String, Value)>>,
     /// Mints ids for delegated requests.
     next_delegated: AtomicU64,
+    /// Calls in flight that asked for progress: kept alive with `notifications/progress`.
+    progress: Mutex<Vec<Progress>>,
+}
+
+/// A call in flight whose client asked for progress (`_meta.progressToken`).
+struct Progress {
+    /// The editor it waits on.
+    editor: String,
+    /// The id the broker minted for it upstream.
+    upstream: u64,
+    /// The client's token, echoed exactly.
+    token: Value,
+    /// Notifications sent so far (the `progress` value, increasing).
+    sent: u64,
 }
 
 impl Session {
@@ -189,6 +203,7 @@ where
         control,
         delegated: Mutex::new(HashMap::new()),
         next_delegated: AtomicU64::new(0),
+        progress: Mutex::new(Vec::new()),
     });
     tracing::info!(cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
     reg.sessions.insert(id, session.clone());
@@ -204,6 +219,10 @@ where
     // then they follow the answer, in order. A pi-ide client that attaches its message handler
     // only after the upgrade would otherwise lose them.
     let mut held: Option<Vec<String>> = Some(Vec::new());
+    let progress_every = Duration::from_millis(reg.config().timeouts.progress_ms.max(10));
+    let mut progress_tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + progress_every, progress_every);
+    progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let reason = loop {
         // Every write also races the kill switch: a client that stops reading blocks the
         // write, and must not keep its task (and memory) alive once it is dropped.
@@ -235,6 +254,10 @@ where
                 }
             }
             Some(text) = out_rx.recv() => guarded(&kill, write_batch(&mut sink, text, &mut out_rx)).await,
+            _ = progress_tick.tick() => {
+                keep_alive(&reg, &session);
+                true
+            }
             changed = selection_changed(&mut selection), if held.is_none() => match changed {
                 Some(text) => guarded(&kill, sink.send(Message::text(text.to_string()))).await,
                 None => {
@@ -372,6 +395,55 @@ async fn selection_changed(rx: &mut Option<watch::Receiver<Option<Arc<str>>>>) -
     }
 }
 
+/// Sends `notifications/progress` for every call of this session still waiting on its editor,
+/// and forgets those that were answered.
+fn keep_alive(reg: &Registry, s: &Session) {
+    let mut list = lock(&s.progress);
+    list.retain_mut(|p| {
+        let waiting = reg
+            .editors
+            .get(&p.editor)
+            .is_some_and(|e| e.pending.contains_key(&p.upstream));
+        if waiting {
+            p.sent += 1;
+            s.outbox.deliver(jsonrpc::notification(
+                "notifications/progress",
+                json!({"progressToken": p.token, "progress": p.sent, "message": "waiting for the editor"}),
+            ));
+        }
+        waiting
+    });
+}
+
+/// A client's `notifications/cancelled {requestId}`: the call is forgotten (no answer is sent,
+/// as MCP says); a cancelled diff is closed in the editor; the editor is told, under the id
+/// the broker used.
+fn cancel_request(reg: &Registry, s: &Session, msg: &Map<String, Value>) {
+    let Some(request) = msg.get("params").and_then(|p| p.get("requestId")) else {
+        return;
+    };
+    let Some(editor) = current_editor(reg, s) else {
+        return;
+    };
+    let Some(upstream) = editor.pending_of(s.id, request) else {
+        tracing::debug!(session = s.id, %request, "cancellation of no pending call");
+        return;
+    };
+    let Some(p) = editor.forget_pending(upstream) else {
+        return;
+    };
+    lock(&s.progress).retain(|x| x.upstream != upstream);
+    if let Some(tab) = p.editor_tab() {
+        tracing::info!(session = s.id, editor = %editor.id, "client cancelled a diff; closing it");
+        if let Err(e) = editor.close_tab(tab) {
+            tracing::warn!(editor = %editor.id, error = %e, "could not close a cancelled diff");
+        }
+    }
+    let mut params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
+    params["requestId"] = json!(upstream);
+    let _ = editor.send_raw(jsonrpc::notification("notifications/cancelled", params));
+}
+
 /// Ends the handshake hold: the notices held so far are queued behind the answer just queued.
 fn release(s: &Session, held: &mut Option<Vec<String>>) {
     if let Some(notes) = held.take() {
@@ -395,9 +467,13 @@ fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
             true
         }
         Ok(Incoming::Notification { method, msg }) => {
-            if method != "notifications/initialized" {
-                if let Some(e) = current_editor(reg, s) {
-                    let _ = e.send_raw(Value::Object(msg).to_string());
+            match method.as_str() {
+                "notifications/initialized" => {}
+                "notifications/cancelled" => cancel_request(reg, s, &msg),
+                _ => {
+                    if let Some(e) = current_editor(reg, s) {
+                        let _ = e.send_raw(Value::Object(msg).to_string());
+                    }
                 }
             }
             false
@@ -531,6 +607,11 @@ fn forward(
         }
     }
     let label = tool.clone().unwrap_or_else(|| method.clone());
+    let progress_token = msg
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("progressToken"))
+        .cloned();
     let pending = Pending {
         owner: Owner::Session {
             session: s.id,
@@ -544,7 +625,16 @@ fn forward(
         timer: None,
         bridge,
     };
-    match editor.send_request(msg, pending) {
+    let sent = editor.send_request(msg, pending);
+    if let (Ok(uid), Some(token)) = (&sent, progress_token) {
+        lock(&s.progress).push(Progress {
+            editor: editor.id.clone(),
+            upstream: *uid,
+            token,
+            sent: 0,
+        });
+    }
+    match sent {
         Ok(uid) if !is_diff => {
             let ms = reg.config().timeouts.short_tool_ms;
             let e = editor.clone();

@@ -639,3 +639,104 @@ async fn tool_schemas_reach_clients_as_valid_json_schema() {
     }
     b.stop().await;
 }
+
+/// A client whose own timeout (300 ms) is far shorter than the diff (1 s) keeps waiting:
+/// `notifications/progress` for its token arrive more often than that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
+    let b = TestBroker::start_with(|c| c.timeouts.progress_ms = 100).await;
+    let (fe, _) = b.editor(&["/prog"]).await;
+    let mut a = Agent::open(&b.socket, "/prog", None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let mut args = pi_ide_broker::testkit::diff_args("/prog/f", "x", "long-tab");
+    args = json!({"name": "openDiff", "arguments": args, "_meta": {"progressToken": "tok-1"}});
+    a.send_request(json!(9), "tools/call", args).await;
+    let mut ev = fe.events();
+    next_tool_call(&mut ev, "openDiff").await;
+    let started = std::time::Instant::now();
+    let user = tokio::spawn(async move {
+        // The user reads the diff for a second, then accepts it.
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(fe.accept_diff("long-tab", "y"));
+        fe
+    });
+    let client_timeout = std::time::Duration::from_millis(300);
+    let mut last = 0;
+    let answer = loop {
+        let m = tokio::time::timeout(client_timeout, a.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "the client would have timed out after {:?}",
+                    started.elapsed()
+                )
+            })
+            .expect("session open");
+        if m["method"] == "notifications/progress" {
+            assert_eq!(m["params"]["progressToken"], "tok-1", "{m}");
+            let p = m["params"]["progress"].as_u64().unwrap_or(0);
+            assert!(p > last, "progress must increase: {m}");
+            last = p;
+        } else if m["id"] == 9 {
+            break m;
+        }
+    };
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "FILE_SAVED",
+        "{answer}"
+    );
+    assert!(last >= 5, "only {last} progress notifications in a second");
+    let _fe = within("user", user).await.unwrap();
+    b.stop().await;
+}
+
+/// `notifications/cancelled` from the client: the diff is closed in the editor, gone from
+/// the pending table and from status, and never answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_diff_is_closed_and_never_answered() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/cancel"]).await;
+    let mut a = Agent::open(&b.socket, "/cancel", None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let mut ev = fe.events();
+    a.call_tool(
+        json!(7),
+        "openDiff",
+        pi_ide_broker::testkit::diff_args("/cancel/f", "x", "c-tab"),
+    )
+    .await;
+    next_tool_call(&mut ev, "openDiff").await;
+    b.wait_status("the diff in flight", |st| {
+        st["sessions"][0]["in_flight"]
+            .as_array()
+            .is_some_and(|f| f.len() == 1)
+    })
+    .await;
+    a.send_text(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "timeout"}})
+            .to_string(),
+    )
+    .await;
+    let closed = next_tool_call(&mut ev, "close_tab").await;
+    assert_eq!(closed["tab_name"], "c-tab");
+    b.wait_status("nothing in flight", |st| {
+        st["sessions"][0]["in_flight"]
+            .as_array()
+            .is_some_and(|f| f.is_empty())
+    })
+    .await;
+    assert!(fe.pending_diffs().is_empty());
+    // Whatever reached the client before the answer to a later ping: no answer for id 7.
+    a.send_request(json!("after"), "ping", json!({})).await;
+    loop {
+        let m = a.next().await.expect("open");
+        assert_ne!(m["id"], 7, "a cancelled request was answered: {m}");
+        if m["id"] == "after" {
+            break;
+        }
+    }
+    b.stop().await;
+}

@@ -379,6 +379,8 @@ fn from_broker(door: &mut Door, text: &str) -> Vec<Out> {
                 door.selection = msg.get("params").cloned();
                 vec![]
             }
+            // Keeps the client's request timeout from cutting a diff the user still reads.
+            "notifications/progress" => vec![Out::Client(text.to_string())],
             "broker/attached" | "broker/detached" => {
                 if method == "broker/detached" {
                     door.selection = None;
