@@ -281,9 +281,40 @@ impl Config {
             return dir.join("pi-ide-broker").join("sock");
         }
         let uid = rustix::process::getuid().as_raw();
+        // A client with a cleared environment (Codex starts MCP servers so) still finds the
+        // runtime dir systemd-logind made for this user.
+        let run_user = PathBuf::from(format!("/run/user/{uid}"));
+        if std::fs::metadata(&run_user).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.is_dir() && m.uid() == uid
+        }) {
+            return run_user.join("pi-ide-broker").join("sock");
+        }
         std::env::temp_dir()
             .join(format!("pi-ide-broker-{uid}"))
             .join("sock")
+    }
+
+    /// True when the socket path was chosen (`PI_IDE_BROKER_SOCKET` or the `socket` key), not
+    /// derived from the environment's defaults.
+    pub fn socket_is_explicit(&self) -> bool {
+        env_path("PI_IDE_BROKER_SOCKET").is_some() || self.socket.is_some()
+    }
+
+    /// Where the running daemon records its socket and pid (`<state dir>/running.json`): a
+    /// place that does not depend on `XDG_RUNTIME_DIR` or `TMPDIR`.
+    pub fn running_record(&self) -> PathBuf {
+        self.state_dir().join("running.json")
+    }
+
+    /// The socket to dial: the configured or default one, unless that does not exist and the
+    /// running daemon of this user recorded another (it was started with another environment).
+    pub fn socket_to_dial(&self) -> PathBuf {
+        let socket = self.socket_path();
+        if self.socket_is_explicit() || socket.exists() {
+            return socket;
+        }
+        running_socket(&self.running_record()).unwrap_or(socket)
     }
 
     /// The state dir: the `state_dir` key, else `$XDG_STATE_HOME/pi-ide-broker`
@@ -346,6 +377,15 @@ pub fn expand_home(p: &Path) -> PathBuf {
         Ok(rest) => home_dir().join(rest),
         Err(_) => p.to_path_buf(),
     }
+}
+
+/// The socket a live daemon recorded in `record`, if its pid still runs and the socket exists.
+pub fn running_socket(record: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(record).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let pid = u32::try_from(v.get("pid")?.as_u64()?).ok()?;
+    let socket = PathBuf::from(v.get("socket")?.as_str()?);
+    (crate::lockfile::pid_alive(pid) && socket.exists()).then_some(socket)
 }
 
 #[cfg(test)]

@@ -66,6 +66,9 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let config = Arc::new(config);
     let socket = config.socket_path();
+    let record = config.running_record();
+    // One daemon per user: held until we return, whatever socket path another would pick.
+    let _user_claim = frontdoor::socket::claim_user(&config.state_dir(), &socket, &record)?;
     // Held until we return: no second daemon can claim this socket meanwhile.
     let mut claim_guard = None;
     let listener = match frontdoor::socket::inherited() {
@@ -137,6 +140,11 @@ pub async fn serve(
         }
     });
 
+    // Clients whose environment points elsewhere (no XDG_RUNTIME_DIR) find us through this.
+    let running = serde_json::json!({"socket": socket, "pid": std::process::id()});
+    if let Err(e) = crate::state::write_atomic(&record, running.to_string().as_bytes()) {
+        tracing::warn!(file = %record.display(), error = %e, "cannot record the running daemon; clients with another environment may not find it");
+    }
     tracing::info!(socket = %socket.display(), state = %state_file.display(), "pi-ide-broker ready");
     let line = crate::service::status_line(&reg);
     crate::service::notify(&[
@@ -189,6 +197,7 @@ pub async fn serve(
         tracing::warn!(error = %e, "cannot write state file on shutdown");
     }
     let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(&record);
     let _ = watcher.await;
     supervisor.abort();
     drop(claim_guard);

@@ -159,7 +159,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .context("cannot read the current directory; pass --cwd")?,
             };
             let opts = pi_ide_broker::frontdoor::stdio::Options {
-                socket: config.socket_path(),
+                socket: config.socket_to_dial(),
                 cwd: cwd.display().to_string(),
                 key: Some(session.unwrap_or_else(pi_ide_broker::frontdoor::stdio::default_key)),
                 dialect,
@@ -168,13 +168,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 log_dir: config.state_dir(),
             };
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
-            pi_ide_broker::frontdoor::stdio::run(opts, stdin, tokio::io::stdout()).await?;
-            Ok(ExitCode::SUCCESS)
+            match pi_ide_broker::frontdoor::stdio::run(opts, stdin, tokio::io::stdout()).await {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(pi_ide_broker::frontdoor::stdio::StdioError::Reported) => Ok(ExitCode::FAILURE),
+                Err(e) => Err(e.into()),
+            }
         }
         Command::Service { action } => service_cmd(action),
         Command::Paths { json } => {
             let paths = serde_json::json!({
-                "socket": config.socket_path(),
+                "socket": config.socket_to_dial(),
                 "state_dir": config.state_dir(),
                 "log": config.state_dir().join("daemon.log"),
                 "config": config_path,
@@ -189,7 +192,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { json } => {
-            let socket = config.socket_path();
+            let socket = config.socket_to_dial();
             match client::get_json(&socket, "/v1/status").await {
                 Ok(status) => {
                     if json {

@@ -294,3 +294,97 @@ async fn nothing_but_answers_before_the_client_is_initialized() {
     assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
     b.stop().await;
 }
+
+/// `--no-spawn` with no daemon: one clear line on stderr at once, and every request answered
+/// with a JSON-RPC error that says why (not an empty tool list).
+#[tokio::test]
+async fn no_daemon_and_no_spawn_answers_every_request_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), "");
+    let mut cmd = Command::new(broker_bin());
+    cmd.args(["--config", cfg.to_str().unwrap(), "mcp", "--no-spawn"])
+        .env_remove("PI_IDE_BROKER_SOCKET");
+    let mut m = Mcp::spawn(&mut cmd);
+    for (id, method) in [(1, "initialize"), (2, "tools/list")] {
+        m.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}}))
+            .await;
+        let v = m.next().await;
+        assert_eq!(v["id"], id, "{v}");
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("cannot reach pi-ide-broker"), "{v}");
+    }
+    drop(m.stdin.take());
+    let status = within("mcp exit", m.child.wait()).await.unwrap();
+    assert!(!status.success());
+}
+
+/// A client that clears the environment (Codex does: no XDG_RUNTIME_DIR) still reaches the
+/// daemon running on the default socket, through the daemon's record in its state dir; and a
+/// second daemon for the same user refuses to start, whatever socket it would use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stripped_environment_finds_the_running_daemon_and_never_starts_a_second() {
+    use common::process::{start_editor, Proc};
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let home = root.join("home");
+    let runtime = root.join("xdg");
+    std::fs::create_dir_all(home.join(".pi/ide")).unwrap();
+    std::fs::create_dir_all(&runtime).unwrap();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut daemon_cmd = Command::new(broker_bin());
+    daemon_cmd
+        .arg("daemon")
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", &path)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("RUST_LOG", "info");
+    let mut daemon = Proc::spawn(&mut daemon_cmd);
+    daemon.wait_line(&["pi-ide-broker ready"]).await;
+    let (_ed, port) = start_editor(&home.join(".pi/ide"), &["--folder", "/envless"]).await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={port}")])
+        .await;
+
+    let mut cmd = Command::new(broker_bin());
+    cmd.args(["mcp", "--cwd", "/envless", "--no-spawn"])
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", &path);
+    let mut m = Mcp::spawn(&mut cmd);
+    let init = m.request(json!(1), "initialize", json!({})).await;
+    assert!(init.get("result").is_some(), "{init}");
+    m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let tools = tool_names(&m.request(json!(2), "tools/list", json!({})).await);
+    assert!(tools.contains(&"openDiff".to_string()), "{tools:?}");
+
+    // Another daemon of this user, started with yet another environment, does not start.
+    let other_runtime = root.join("xdg2");
+    std::fs::create_dir_all(&other_runtime).unwrap();
+    let out = within(
+        "second daemon",
+        Command::new(broker_bin())
+            .arg("daemon")
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", &path)
+            .env("XDG_RUNTIME_DIR", &other_runtime)
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("already running") && err.contains(&runtime.display().to_string()),
+        "{err}"
+    );
+    assert!(!other_runtime.join("pi-ide-broker/sock").exists());
+    drop(m);
+    daemon.signal(rustix::process::Signal::TERM);
+    assert!(daemon.wait_exit().await.success());
+    assert!(!home
+        .join(".local/state/pi-ide-broker/running.json")
+        .exists());
+}

@@ -97,7 +97,33 @@ pub struct Claim {
 pub fn claim(path: &Path) -> Result<Claim, SocketError> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     secure_dir(dir)?;
-    let lock_path = dir.join("daemon.lock");
+    claim_file(&dir.join("daemon.lock"), path)
+}
+
+/// Takes the per-user claim in the state dir: one daemon per user, whatever socket path its
+/// environment gave it (a client with a cleared environment computes another one). `record`
+/// is the running daemon's `running.json`, read to name the holder.
+pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Claim, SocketError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state_dir)
+        .map_err(|e| io("cannot create", state_dir)(e))?;
+    claim_file(&state_dir.join("daemon.lock"), socket).map_err(|e| match e {
+        SocketError::AlreadyRunning { pid, path } => {
+            let recorded = crate::config::running_socket(record);
+            SocketError::AlreadyRunning {
+                pid,
+                path: recorded.unwrap_or(path),
+            }
+        }
+        e => e,
+    })
+}
+
+fn claim_file(lock_path: &Path, path: &Path) -> Result<Claim, SocketError> {
+    let lock_path = lock_path.to_path_buf();
     let fd = rustix::fs::open(
         &lock_path,
         OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,

@@ -48,6 +48,10 @@ pub enum StdioError {
     /// stdin/stdout failed.
     #[error("stdio: {0}")]
     Io(#[from] std::io::Error),
+    /// No daemon and autostart off: said on stderr at once, and every request was answered
+    /// with a JSON-RPC error until stdin ended.
+    #[error("pi-ide-broker is not running (reported above)")]
+    Reported,
 }
 
 const OWN_TOOLS: [&str; 2] = ["list_editors", "editor_context"];
@@ -187,7 +191,16 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let ws = connect(&opts).await?;
+    let ws = match connect(&opts).await {
+        Ok(ws) => ws,
+        Err(e @ StdioError::Unreachable { .. }) if !opts.spawn => {
+            // Said now, not at exit: the client may keep stdin open for its whole session.
+            eprintln!("error: {e}");
+            refuse_all(stdin, &mut stdout, &e.to_string()).await?;
+            return Err(StdioError::Reported);
+        }
+        Err(e) => return Err(e),
+    };
     let (mut sink, mut stream) = ws.split();
     let mut lines = stdin.lines();
     let mut door = Door::default();
@@ -248,6 +261,28 @@ where
     }
     // EOF: close the session; the broker closes the diffs it still owns.
     let _ = sink.close().await;
+    Ok(())
+}
+
+/// Answers every request with a JSON-RPC error naming `why`, until stdin ends: a client sees
+/// why it has no editor tools instead of an empty list.
+async fn refuse_all<R, W>(stdin: R, stdout: &mut W, why: &str) -> Result<(), StdioError>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut lines = stdin.lines();
+    while let Some(line) = lines.next_line().await? {
+        match jsonrpc::classify(&line) {
+            Ok(jsonrpc::Incoming::Request { id, .. }) => {
+                write_line(stdout, &jsonrpc::error(&id, jsonrpc::SERVER_ERROR, why)).await?;
+            }
+            Err(r) if !line.trim().is_empty() => {
+                write_line(stdout, &jsonrpc::rejection(&r)).await?;
+            }
+            _ => {}
+        }
+    }
     Ok(())
 }
 
