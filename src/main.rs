@@ -166,6 +166,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 spawn: !no_spawn,
                 config: config_path.filter(|p| p.exists()),
                 log_dir: config.state_dir(),
+                max_line: config.max_frame_bytes,
             };
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
             match pi_ide_broker::frontdoor::stdio::run(opts, stdin, tokio::io::stdout()).await {

@@ -388,3 +388,55 @@ async fn a_stripped_environment_finds_the_running_daemon_and_never_starts_a_seco
         .join(".local/state/pi-ide-broker/running.json")
         .exists());
 }
+
+fn vm_hwm_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// 400 MiB on stdin without a newline: discarded as it arrives (peak RSS stays far below the
+/// input), answered with -32600 once the line ends, and the next request works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_line_on_stdin_is_discarded_with_bounded_memory() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/long"]).await;
+    let cfg = b.dir.path().join("cap.toml");
+    std::fs::write(&cfg, "max_frame_bytes = 16777216\n").unwrap();
+    let mut cmd = Command::new(broker_bin());
+    cmd.args([
+        "--config",
+        cfg.to_str().unwrap(),
+        "mcp",
+        "--cwd",
+        "/long",
+        "--no-spawn",
+    ])
+    .env("PI_IDE_BROKER_SOCKET", &b.socket);
+    let mut m = Mcp::spawn(&mut cmd);
+    let pid = m.child.id().expect("pid");
+    m.request(json!(1), "initialize", json!({})).await;
+    let chunk = vec![b'a'; 1 << 20];
+    {
+        let stdin = m.stdin.as_mut().expect("stdin");
+        for _ in 0..400 {
+            within("write 1 MiB", stdin.write_all(&chunk))
+                .await
+                .unwrap();
+        }
+        within("newline", stdin.write_all(b"\n")).await.unwrap();
+    }
+    let err = m.next().await;
+    assert_eq!(err["error"]["code"], -32600, "{err}");
+    assert!(err["id"].is_null(), "{err}");
+    let peak_mib = vm_hwm_kb(pid) / 1024;
+    eprintln!("mcp peak RSS after 400 MiB without a newline: {peak_mib} MiB");
+    assert!(peak_mib < 64, "peak RSS {peak_mib} MiB");
+    let tools = tool_names(&m.request(json!(2), "tools/list", json!({})).await);
+    assert!(tools.contains(&"openDiff".to_string()), "{tools:?}");
+    b.stop().await;
+}

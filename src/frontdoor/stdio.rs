@@ -32,6 +32,80 @@ pub struct Options {
     pub config: Option<PathBuf>,
     /// Where a spawned daemon logs (`daemon.log`).
     pub log_dir: PathBuf,
+    /// The longest line read from stdin (`max_frame_bytes`); longer ones are discarded up to
+    /// their newline and answered with an error, so memory stays bounded.
+    pub max_line: usize,
+}
+
+/// One line of stdin, or the news that one was too long.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    /// A complete line (without its newline).
+    Text(String),
+    /// A line over the cap was discarded (up to and including its newline).
+    TooLong,
+}
+
+/// Reads lines of at most `max` bytes; memory stays at `max` whatever the input.
+pub struct CappedLines<R> {
+    reader: R,
+    max: usize,
+    buf: Vec<u8>,
+    discarding: bool,
+}
+
+impl<R: AsyncBufRead + Unpin> CappedLines<R> {
+    /// Wraps `reader`.
+    pub fn new(reader: R, max: usize) -> Self {
+        CappedLines {
+            reader,
+            max,
+            buf: Vec::new(),
+            discarding: false,
+        }
+    }
+
+    /// The next line; `None` at end of input.
+    pub async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
+        loop {
+            let avail = self.reader.fill_buf().await?;
+            if avail.is_empty() {
+                if std::mem::take(&mut self.discarding) {
+                    return Ok(Some(Line::TooLong));
+                }
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(self.take_line()));
+            }
+            let newline = avail.iter().position(|b| *b == b'\n');
+            let chunk = newline.map_or(avail.len(), |i| i);
+            if !self.discarding {
+                if self.buf.len() + chunk > self.max {
+                    self.discarding = true;
+                    self.buf = Vec::new();
+                } else {
+                    self.buf.extend_from_slice(&avail[..chunk]);
+                }
+            }
+            let used = newline.map_or(chunk, |i| i + 1);
+            self.reader.consume(used);
+            if newline.is_some() {
+                if std::mem::take(&mut self.discarding) {
+                    return Ok(Some(Line::TooLong));
+                }
+                return Ok(Some(self.take_line()));
+            }
+        }
+    }
+
+    fn take_line(&mut self) -> Line {
+        let mut bytes = std::mem::take(&mut self.buf);
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+        Line::Text(String::from_utf8_lossy(&bytes).into_owned())
+    }
 }
 
 /// Why the stdio door could not run.
@@ -196,13 +270,13 @@ where
         Err(e @ StdioError::Unreachable { .. }) if !opts.spawn => {
             // Said now, not at exit: the client may keep stdin open for its whole session.
             eprintln!("error: {e}");
-            refuse_all(stdin, &mut stdout, &e.to_string()).await?;
+            refuse_all(stdin, &mut stdout, &e.to_string(), opts.max_line).await?;
             return Err(StdioError::Reported);
         }
         Err(e) => return Err(e),
     };
     let (mut sink, mut stream) = ws.split();
-    let mut lines = stdin.lines();
+    let mut lines = CappedLines::new(stdin, opts.max_line);
     let mut door = Door::default();
     // Our own MCP handshake with the broker, so it sends attachment news at once.
     let iid = door.internal_id();
@@ -221,7 +295,16 @@ where
     loop {
         tokio::select! {
             line = lines.next_line() => {
-                let Some(line) = line? else { break };
+                let line = match line? {
+                    None => break,
+                    Some(Line::Text(l)) => l,
+                    Some(Line::TooLong) => {
+                        tracing::warn!(max = opts.max_line, "discarded an over-long line from the client");
+                        let e = jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, &format!("Invalid Request: line longer than {} bytes discarded", opts.max_line));
+                        write_line(&mut stdout, &e).await?;
+                        continue;
+                    }
+                };
                 if line.trim().is_empty() {
                     continue;
                 }
@@ -266,13 +349,27 @@ where
 
 /// Answers every request with a JSON-RPC error naming `why`, until stdin ends: a client sees
 /// why it has no editor tools instead of an empty list.
-async fn refuse_all<R, W>(stdin: R, stdout: &mut W, why: &str) -> Result<(), StdioError>
+async fn refuse_all<R, W>(
+    stdin: R,
+    stdout: &mut W,
+    why: &str,
+    max_line: usize,
+) -> Result<(), StdioError>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut lines = stdin.lines();
+    let mut lines = CappedLines::new(stdin, max_line);
     while let Some(line) = lines.next_line().await? {
+        let Line::Text(line) = line else {
+            let e = jsonrpc::error(
+                &Value::Null,
+                jsonrpc::INVALID_REQUEST,
+                "Invalid Request: line too long",
+            );
+            write_line(stdout, &e).await?;
+            continue;
+        };
         match jsonrpc::classify(&line) {
             Ok(jsonrpc::Incoming::Request { id, .. }) => {
                 write_line(stdout, &jsonrpc::error(&id, jsonrpc::SERVER_ERROR, why)).await?;
@@ -503,6 +600,33 @@ pub fn default_key() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn lines_are_capped_and_the_rest_goes_on() {
+        let input = format!(
+            "short\n{}\nnext\r\n{}",
+            "x".repeat(100),
+            "tail-without-a-newline-at-all"
+        );
+        let mut l = CappedLines::new(tokio::io::BufReader::with_capacity(7, input.as_bytes()), 20);
+        assert_eq!(
+            l.next_line().await.unwrap(),
+            Some(Line::Text("short".into()))
+        );
+        assert_eq!(l.next_line().await.unwrap(), Some(Line::TooLong));
+        assert_eq!(
+            l.next_line().await.unwrap(),
+            Some(Line::Text("next".into()))
+        );
+        assert_eq!(l.next_line().await.unwrap(), Some(Line::TooLong));
+        assert_eq!(l.next_line().await.unwrap(), None);
+        let mut exact = CappedLines::new(&b"12345\n123456\n"[..], 5);
+        assert_eq!(
+            exact.next_line().await.unwrap(),
+            Some(Line::Text("12345".into()))
+        );
+        assert_eq!(exact.next_line().await.unwrap(), Some(Line::TooLong));
+    }
 
     #[test]
     fn context_reads_like_prose() {
