@@ -37,6 +37,11 @@ pub struct Config {
     pub editor_grace_ms: u64,
     /// A full re-listing of every lock dir on this interval, a safety net for lost events.
     pub rescan_interval_ms: u64,
+    /// At most this many connections per door (the native socket; the compat listeners
+    /// together) may be in the handshake at once; more are closed at once. Read at start.
+    pub max_handshakes: usize,
+    /// At most this many sessions may be connected at once; more are refused. Read at start.
+    pub max_sessions: usize,
     /// A graceful stop (pending diffs rejected, sessions told, state flushed) takes at most this long.
     pub shutdown_timeout_ms: u64,
 }
@@ -135,6 +140,8 @@ impl Default for Config {
             editor_grace_ms: 10_000,
             rescan_interval_ms: 30_000,
             shutdown_timeout_ms: 5_000,
+            max_handshakes: 256,
+            max_sessions: 4096,
         }
     }
 }

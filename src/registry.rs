@@ -68,6 +68,8 @@ pub struct Registry {
     >,
     /// Ourselves, for handing `Arc<dyn LinkHost>` to link tasks.
     me: Weak<Registry>,
+    /// Caps on connections in the handshake and on live sessions, for every door.
+    pub limits: crate::frontdoor::limits::Limits,
 }
 
 impl Registry {
@@ -78,7 +80,10 @@ impl Registry {
         socket: PathBuf,
         cancel: CancellationToken,
     ) -> Arc<Self> {
+        let limits =
+            crate::frontdoor::limits::Limits::new(config.max_handshakes, config.max_sessions);
         Arc::new_cyclic(|me| Registry {
+            limits,
             config: RwLock::new(config),
             editors: DashMap::new(),
             by_path: DashMap::new(),

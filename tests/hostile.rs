@@ -450,3 +450,87 @@ async fn browser_origins_are_refused_on_the_native_socket_too() {
     assert!(!resp.contains("\"editors\""), "no status for a browser");
     b.stop().await;
 }
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// 5,000 idle TCP connections to a compat port and 5,000 idle connections to the socket: the
+/// excess is closed at once (no fd or task kept for it), a real session keeps working
+/// throughout, and once the flood goes, the fds come back to where they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_floods_are_capped_on_both_doors() {
+    let b = TestBroker::start_with(|c| {
+        c.max_handshakes = 64;
+        c.max_sessions = 256;
+    })
+    .await;
+    let (_fe, _) = b.editor(&["/flood"]).await;
+    let cand = within("compat entry", async {
+        loop {
+            let c = find_candidates(&b.dir.path().join("compat"), "/flood").await;
+            if let Some(c) = c.into_iter().next() {
+                return c;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let mut worker = Agent::open(&b.socket, "/flood", None).await;
+    worker
+        .until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let baseline = open_fds();
+    let mut tcp = Vec::new();
+    let mut unix = Vec::new();
+    for i in 0..5000 {
+        if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", cand.port)).await {
+            tcp.push(s);
+        }
+        if let Ok(s) = tokio::net::UnixStream::connect(&b.socket).await {
+            unix.push(s);
+        }
+        if i % 1000 == 999 {
+            let r = worker
+                .request(
+                    json!(i),
+                    "tools/call",
+                    json!({"name": "echo", "arguments": {"i": i}}),
+                )
+                .await;
+            assert!(r.get("result").is_some(), "the real session stalled: {r}");
+        }
+    }
+    let peak = open_fds();
+    eprintln!(
+        "fds: baseline {baseline}, with 10,000 idle clients {peak} (the clients' own 10,000 included)"
+    );
+    // The broker side keeps at most the handshake caps (64 per door) open, not one per client
+    // (which would be ~20,000).
+    assert!(
+        peak <= baseline + tcp.len() + unix.len() + 2 * 64 + 8,
+        "peak {peak}"
+    );
+    // Flooding the compat port (any local user can) does not lock the owner out of the socket.
+    drop(unix);
+    let mut late = Agent::open(&b.socket, "/flood", None).await;
+    late.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    late.close().await;
+    drop(tcp);
+    pi_ide_broker::testkit::eventually("fds back to the baseline", || {
+        (open_fds() <= baseline + 2).then_some(())
+    })
+    .await;
+    let r = worker
+        .request(
+            json!("end"),
+            "tools/call",
+            json!({"name": "echo", "arguments": {}}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    b.stop().await;
+}

@@ -218,6 +218,9 @@ async fn accept_loop(
                 continue;
             }
         };
+        let Some(in_handshake) = reg.limits.handshake("compat") else {
+            continue; // dropped: closed at once
+        };
         let _ = stream.set_nodelay(true);
         let reg = reg.clone();
         let id = id.clone();
@@ -245,6 +248,12 @@ async fn accept_loop(
                         return;
                     }
                 };
+            drop(in_handshake);
+            let Some(_place) = reg.limits.session("compat") else {
+                let mut ws = ws;
+                let _ = ws.close(None).await;
+                return;
+            };
             let cwd = reg
                 .editors
                 .get(&id)

@@ -31,8 +31,14 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
                     tracing::warn!(reason = %why, "refused a connection on the broker socket");
                     continue;
                 }
+                let Some(permit) = reg.limits.handshake("native") else {
+                    continue; // dropped: closed at once
+                };
                 let reg2 = reg.clone();
-                reg.tracker.spawn(connection(stream, reg2));
+                reg.tracker.spawn(async move {
+                    connection(stream, reg2).await;
+                    drop(permit);
+                });
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -92,6 +98,12 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>
             text(StatusCode::OK, body, "application/json")
         }
         (&Method::GET, "/v1/session") => {
+            let Some(place) = reg.limits.session("native") else {
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many sessions (max_sessions); close some or raise max_sessions",
+                );
+            };
             let intro = match parse_intro(req.uri().query().unwrap_or("")) {
                 Ok(i) => i,
                 Err(e) => return error(StatusCode::BAD_REQUEST, &e),
@@ -121,6 +133,7 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>
                     }
                     Err(e) => tracing::info!(error = %e, "session upgrade failed"),
                 }
+                drop(place);
             });
             let mut r = Response::new(Full::new(Bytes::new()));
             *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
