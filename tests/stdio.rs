@@ -440,3 +440,92 @@ async fn an_endless_line_on_stdin_is_discarded_with_bounded_memory() {
     assert!(tools.contains(&"openDiff".to_string()), "{tools:?}");
     b.stop().await;
 }
+
+/// The daemon restarts under a running `mcp` (an upgrade, `systemctl --user restart`): the
+/// diff in flight is answered DIFF_REJECTED with its tab, a request sent while the broker is
+/// away waits and is answered once it is back, and stdout carries nothing but JSON-RPC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stdio_door_survives_a_broker_restart() {
+    use common::process::{start_daemon, start_editor};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(root, "");
+    let mut daemon = start_daemon(&cfg).await;
+    let (_ed, port) = start_editor(&root.join("pi-ide"), &["--folder", "/restart"]).await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={port}")])
+        .await;
+    let mut cmd = Command::new(broker_bin());
+    cmd.args([
+        "--config",
+        cfg.to_str().unwrap(),
+        "mcp",
+        "--cwd",
+        "/restart",
+        "--no-spawn",
+    ])
+    .env_remove("PI_IDE_BROKER_SOCKET");
+    let mut m = Mcp::spawn(&mut cmd);
+    m.request(json!(1), "initialize", json!({})).await;
+    m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let echo = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"who": id}}});
+    m.send(echo("before")).await;
+    let r = answer_to(&mut m, "before").await;
+    assert!(
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("before"),
+        "{r}"
+    );
+    m.send(json!({"jsonrpc": "2.0", "id": "diff", "method": "tools/call", "params": {"name": "openDiff", "arguments": pi_ide_broker::testkit::diff_args("/restart/f", "x", "r-tab")}}))
+        .await;
+    let sock = root.join("run/sock");
+    within("the diff in flight", async {
+        loop {
+            if let Ok(st) = pi_ide_broker::client::get_json(&sock, "/v1/status").await {
+                if st["sessions"][0]["in_flight"]
+                    .as_array()
+                    .is_some_and(|f| f.len() == 1)
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    daemon.signal(rustix::process::Signal::TERM);
+    assert!(daemon.wait_exit().await.success());
+    let d = answer_to(&mut m, "diff").await;
+    assert_eq!(d["result"]["content"][0]["text"], "DIFF_REJECTED", "{d}");
+    assert_eq!(d["result"]["content"][1]["text"], "r-tab", "{d}");
+    // Sent while no broker runs: it waits for the next one.
+    m.send(echo("during")).await;
+    let mut daemon = start_daemon(&cfg).await;
+    let r = answer_to(&mut m, "during").await;
+    assert!(
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("during"),
+        "{r}"
+    );
+    m.send(echo("after")).await;
+    let r = answer_to(&mut m, "after").await;
+    assert!(r.get("result").is_some(), "{r}");
+    daemon.signal(rustix::process::Signal::TERM);
+    assert!(daemon.wait_exit().await.success());
+}
+
+/// Reads stdout up to the answer to `id`; every line on the way must be JSON-RPC.
+async fn answer_to(m: &mut Mcp, id: &str) -> Value {
+    loop {
+        let v = m.next().await; // panics on a line that is not JSON
+        assert_eq!(v["jsonrpc"], "2.0", "not JSON-RPC: {v}");
+        if v["id"] == id {
+            return v;
+        }
+    }
+}

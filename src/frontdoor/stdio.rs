@@ -145,8 +145,11 @@ fn own_tools() -> Vec<Value> {
     ]
 }
 
-/// Connects to the broker as a session, spawning the daemon first if allowed and needed.
-pub async fn connect(opts: &Options) -> Result<WebSocketStream<UnixStream>, StdioError> {
+/// Connects to the broker as a session, spawning the daemon first if `spawn` and needed.
+pub async fn connect(
+    opts: &Options,
+    spawn: bool,
+) -> Result<WebSocketStream<UnixStream>, StdioError> {
     let query = format!(
         "cwd={}&dialect={}&door=stdio{}",
         percent_encode(&opts.cwd),
@@ -172,7 +175,7 @@ pub async fn connect(opts: &Options) -> Result<WebSocketStream<UnixStream>, Stdi
                     });
             }
             Err(e) => {
-                if !opts.spawn {
+                if !spawn {
                     return Err(StdioError::Unreachable {
                         socket: opts.socket.display().to_string(),
                         why: format!(
@@ -250,22 +253,69 @@ struct Door {
     selection: Option<Value>,
     /// The attached editor's `broker/editors` entry.
     editor: Option<Value>,
+    /// Client requests sent to the broker and not answered yet: the id sent (as JSON text) →
+    /// the client's id and, for `openDiff`, its tab name.
+    inflight: HashMap<String, (Value, Option<String>)>,
 }
 
 impl Door {
+    /// The broker went away: every request in flight gets its answer now (a diff
+    /// `DIFF_REJECTED` with its own tab name, never an error; the rest an error that says so).
+    /// Our own requests are forgotten.
+    fn fail_in_flight(&mut self) -> Vec<String> {
+        self.intercepts.clear();
+        self.inflight
+            .drain()
+            .map(|(_, (id, tab))| match tab {
+                Some(tab) => jsonrpc::result(
+                    &id,
+                    jsonrpc::diff_undelivered(&tab, "pi-ide-broker restarted"),
+                ),
+                None => jsonrpc::error(
+                    &id,
+                    jsonrpc::SERVER_ERROR,
+                    "pi-ide-broker restarted while this request was in flight; retry it",
+                ),
+            })
+            .collect()
+    }
+
+    /// A request line that could not be sent after all (it is queued for the next link).
+    fn forget_sent(&mut self, line: &str) {
+        if let Ok(jsonrpc::Incoming::Request { id, .. }) = jsonrpc::classify(line) {
+            self.inflight.remove(&id.to_string());
+        }
+    }
+
     fn internal_id(&mut self) -> Value {
         self.next += 1;
         json!(format!("pi-ide-broker-stdio:{}", self.next))
     }
 }
 
-/// Pumps messages between stdio and the broker until stdin ends (exit 0) or the broker goes.
+/// How long a request that arrives while the broker is away waits for it to come back.
+const RECONNECT_WAIT: Duration = Duration::from_secs(10);
+/// After a reconnect, how long queued requests wait for the session to be attached again.
+const REATTACH_WAIT: Duration = Duration::from_secs(3);
+
+/// Why one connection to the broker ended.
+enum Ended {
+    /// stdin closed: the client is done.
+    Stdin,
+    /// The broker went away (restart, crash): reconnect.
+    Broker,
+}
+
+/// Pumps messages between stdio and the broker until stdin ends (exit 0). When the broker
+/// goes (an upgrade, a restart), requests in flight are answered (a diff `DIFF_REJECTED`, the
+/// rest an error), the door reconnects (starting a daemon unless spawning is off), and requests
+/// that arrive meanwhile wait for it (at most [`RECONNECT_WAIT`]).
 pub async fn run<R, W>(opts: Options, stdin: R, mut stdout: W) -> Result<(), StdioError>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let ws = match connect(&opts).await {
+    let mut ws = match connect(&opts, opts.spawn).await {
         Ok(ws) => ws,
         Err(e @ StdioError::Unreachable { .. }) if !opts.spawn => {
             // Said now, not at exit: the client may keep stdin open for its whole session.
@@ -275,76 +325,242 @@ where
         }
         Err(e) => return Err(e),
     };
-    let (mut sink, mut stream) = ws.split();
     let mut lines = CappedLines::new(stdin, opts.max_line);
     let mut door = Door::default();
-    // Our own MCP handshake with the broker, so it sends attachment news at once.
-    let iid = door.internal_id();
-    door.intercepts.insert(iid.to_string(), Intercept::Ignore);
-    let hello = jsonrpc::request(
-        &iid,
-        "initialize",
-        json!({"protocolVersion": crate::editor::PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "pi-ide-broker-stdio", "version": env!("CARGO_PKG_VERSION")}}),
-    );
-    if sink.send(Message::text(hello)).await.is_err() {
-        return Ok(());
-    }
     // MCP lifecycle: until the client has sent `notifications/initialized`, it gets nothing
     // but answers; our notifications (list_changed) wait here, in order.
     let mut held: Option<Vec<String>> = Some(Vec::new());
+    // Client lines read while the broker was away, with when they came.
+    let mut queued: Vec<(String, tokio::time::Instant)> = Vec::new();
     loop {
-        tokio::select! {
-            line = lines.next_line() => {
-                let line = match line? {
-                    None => break,
-                    Some(Line::Text(l)) => l,
-                    Some(Line::TooLong) => {
-                        tracing::warn!(max = opts.max_line, "discarded an over-long line from the client");
-                        let e = jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, &format!("Invalid Request: line longer than {} bytes discarded", opts.max_line));
-                        write_line(&mut stdout, &e).await?;
-                        continue;
-                    }
-                };
-                if line.trim().is_empty() {
-                    continue;
-                }
-                for out in from_client(&mut door, &line) {
-                    match out {
-                        Out::Broker(t) => { if sink.send(Message::text(t)).await.is_err() { return Ok(()) } }
-                        Out::Client(t) => write_line(&mut stdout, &t).await?,
-                        Out::ClientReady => {
-                            for t in held.take().unwrap_or_default() {
-                                write_line(&mut stdout, &t).await?;
+        let link = Link {
+            opts: &opts,
+            door: &mut door,
+            held: &mut held,
+        };
+        match link.pump(ws, &mut lines, &mut queued, &mut stdout).await? {
+            Ended::Stdin => return Ok(()),
+            Ended::Broker => {}
+        }
+        tracing::warn!("the broker connection was lost; reconnecting");
+        for answer in door.fail_in_flight() {
+            write_line(&mut stdout, &answer).await?;
+        }
+        ws = match reconnect(&opts, &mut lines, &mut queued, &mut stdout).await? {
+            Some(ws) => ws,
+            None => return Ok(()),
+        };
+        tracing::info!("reconnected to the broker");
+    }
+}
+
+/// One connection's worth of pumping.
+struct Link<'a> {
+    opts: &'a Options,
+    door: &'a mut Door,
+    held: &'a mut Option<Vec<String>>,
+}
+
+impl Link<'_> {
+    async fn pump<R, W>(
+        self,
+        ws: WebSocketStream<UnixStream>,
+        lines: &mut CappedLines<R>,
+        queued: &mut Vec<(String, tokio::time::Instant)>,
+        stdout: &mut W,
+    ) -> Result<Ended, StdioError>
+    where
+        R: AsyncBufRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        let Link { opts, door, held } = self;
+        let (mut sink, mut stream) = ws.split();
+        // Our own MCP handshake with the broker, so it sends attachment news at once.
+        let iid = door.internal_id();
+        door.intercepts.insert(iid.to_string(), Intercept::Ignore);
+        let hello = jsonrpc::request(
+            &iid,
+            "initialize",
+            json!({"protocolVersion": crate::editor::PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "pi-ide-broker-stdio", "version": env!("CARGO_PKG_VERSION")}}),
+        );
+        if sink.send(Message::text(hello)).await.is_err() {
+            return Ok(Ended::Broker);
+        }
+        // What the client sent while we were away goes first, in order, once the broker has
+        // attached the session again (or after a bounded wait, if no editor covers the cwd).
+        let mut flush_at =
+            (!queued.is_empty()).then(|| tokio::time::Instant::now() + REATTACH_WAIT);
+        loop {
+            if flush_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
+                flush_at = None;
+                for (line, _) in std::mem::take(queued) {
+                    for out in from_client(door, &line) {
+                        match out {
+                            Out::Broker(t) => {
+                                if sink.send(Message::text(t)).await.is_err() {
+                                    return Ok(Ended::Broker);
+                                }
                             }
+                            Out::Client(t) => write_line(stdout, &t).await?,
+                            Out::ClientReady => release(held, stdout).await?,
                         }
                     }
                 }
             }
-            frame = stream.next() => {
-                let text = match frame {
-                    Some(Ok(Message::Text(t))) => t.as_str().to_owned(),
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
-                        tracing::warn!("the broker closed the session");
-                        break;
+            tokio::select! {
+                _ = sleep_until_opt(flush_at) => {}
+                line = lines.next_line() => {
+                    let line = match line? {
+                        None => {
+                            // EOF: a proper close; the broker closes the diffs it still owns.
+                            let _ = sink.close().await;
+                            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                                while let Some(Ok(_)) = stream.next().await {}
+                            })
+                            .await;
+                            return Ok(Ended::Stdin);
+                        }
+                        Some(Line::Text(l)) => l,
+                        Some(Line::TooLong) => {
+                            write_line(stdout, &too_long(opts.max_line)).await?;
+                            continue;
+                        }
+                    };
+                    if line.trim().is_empty() {
+                        continue;
                     }
-                    Some(Ok(_)) => continue,
-                };
-                for out in from_broker(&mut door, &text) {
-                    match out {
-                        Out::Broker(t) => { let _ = sink.send(Message::text(t)).await; }
-                        Out::Client(t) => match held.as_mut() {
-                            Some(h) if !is_response(&t) => h.push(t),
-                            _ => write_line(&mut stdout, &t).await?,
-                        },
-                        Out::ClientReady => {}
+                    for out in from_client(door, &line) {
+                        match out {
+                            Out::Broker(t) => {
+                                if sink.send(Message::text(t)).await.is_err() {
+                                    // Not sent: it goes again once the broker is back.
+                                    queued.push((line.clone(), tokio::time::Instant::now()));
+                                    door.forget_sent(&line);
+                                    return Ok(Ended::Broker);
+                                }
+                            }
+                            Out::Client(t) => write_line(stdout, &t).await?,
+                            Out::ClientReady => release(held, stdout).await?,
+                        }
+                    }
+                }
+                frame = stream.next() => {
+                    let text = match frame {
+                        Some(Ok(Message::Text(t))) => t.as_str().to_owned(),
+                        Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return Ok(Ended::Broker),
+                        Some(Ok(_)) => continue,
+                    };
+                    if flush_at.is_some() && text.contains("\"broker/attached\"") {
+                        flush_at = Some(tokio::time::Instant::now());
+                    }
+                    for out in from_broker(door, &text) {
+                        match out {
+                            Out::Broker(t) => { let _ = sink.send(Message::text(t)).await; }
+                            Out::Client(t) => match held.as_mut() {
+                                Some(h) if !is_response(&t) => h.push(t),
+                                _ => write_line(stdout, &t).await?,
+                            },
+                            Out::ClientReady => {}
+                        }
                     }
                 }
             }
         }
     }
-    // EOF: close the session; the broker closes the diffs it still owns.
-    let _ = sink.close().await;
+}
+
+/// The client is initialized: what was held goes out.
+async fn release<W: AsyncWrite + Unpin>(
+    held: &mut Option<Vec<String>>,
+    stdout: &mut W,
+) -> std::io::Result<()> {
+    for t in held.take().unwrap_or_default() {
+        write_line(stdout, &t).await?;
+    }
     Ok(())
+}
+
+fn too_long(max: usize) -> String {
+    tracing::warn!(max, "discarded an over-long line from the client");
+    jsonrpc::error(
+        &Value::Null,
+        jsonrpc::INVALID_REQUEST,
+        &format!("Invalid Request: line longer than {max} bytes discarded"),
+    )
+}
+
+/// Dials the broker again (with backoff, starting a daemon once unless spawning is off) while
+/// still reading stdin: lines are queued, and requests that waited [`RECONNECT_WAIT`] are
+/// answered with an error. `None` when stdin ends first.
+async fn reconnect<R, W>(
+    opts: &Options,
+    lines: &mut CappedLines<R>,
+    queued: &mut Vec<(String, tokio::time::Instant)>,
+    stdout: &mut W,
+) -> Result<Option<WebSocketStream<UnixStream>>, StdioError>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    type Dial<'a> = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<WebSocketStream<UnixStream>, StdioError>> + 'a>,
+    >;
+    let mut attempt: Dial = Box::pin(connect(opts, opts.spawn));
+    let mut said = false;
+    loop {
+        let expiry = queued
+            .iter()
+            .filter(|(l, _)| is_request(l))
+            .map(|(_, at)| *at + RECONNECT_WAIT)
+            .min();
+        tokio::select! {
+            r = &mut attempt => match r {
+                Ok(ws) => return Ok(Some(ws)),
+                Err(e) => {
+                    if !std::mem::replace(&mut said, true) {
+                        tracing::warn!(error = %e, "the broker is not back yet; still trying");
+                    }
+                    attempt = Box::pin(async {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        connect(opts, false).await
+                    });
+                }
+            },
+            line = lines.next_line() => match line? {
+                None => return Ok(None),
+                Some(Line::Text(l)) if !l.trim().is_empty() => queued.push((l, tokio::time::Instant::now())),
+                Some(Line::Text(_)) => {}
+                Some(Line::TooLong) => write_line(stdout, &too_long(opts.max_line)).await?,
+            },
+            _ = sleep_until_opt(expiry) => {
+                let now = tokio::time::Instant::now();
+                let (expired, keep): (Vec<_>, Vec<_>) = std::mem::take(queued)
+                    .into_iter()
+                    .partition(|(l, at)| is_request(l) && now >= *at + RECONNECT_WAIT);
+                *queued = keep;
+                for (line, _) in expired {
+                    if let Ok(jsonrpc::Incoming::Request { id, .. }) = jsonrpc::classify(&line) {
+                        let e = jsonrpc::error(&id, jsonrpc::SERVER_ERROR, &format!("pi-ide-broker restarted and is not back after {} s; retry later", RECONNECT_WAIT.as_secs()));
+                        write_line(stdout, &e).await?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn is_request(line: &str) -> bool {
+    matches!(
+        jsonrpc::classify(line),
+        Ok(jsonrpc::Incoming::Request { .. })
+    )
 }
 
 /// Answers every request with a JSON-RPC error naming `why`, until stdin ends: a client sees
@@ -417,6 +633,15 @@ fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
         }
         Err(r) => return vec![Out::Client(jsonrpc::rejection(&r))],
     };
+    // Everything below but `initialize` goes to the broker: remember it until answered.
+    let tab = (jsonrpc::tool_name(&msg) == Some("openDiff")).then(|| {
+        msg.get("params")
+            .and_then(|p| p.get("arguments"))
+            .and_then(|a| a.get("tab_name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    });
     match method.as_str() {
         "initialize" => {
             let version = msg
@@ -436,11 +661,13 @@ fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
         }
         "tools/list" => {
             door.intercepts.insert(id.to_string(), Intercept::ToolsList);
+            door.inflight.insert(id.to_string(), (id, None));
             vec![Out::Broker(line.to_string())]
         }
         "tools/call" => match jsonrpc::tool_name(&msg) {
             Some("list_editors") => {
                 let iid = door.internal_id();
+                door.inflight.insert(iid.to_string(), (id.clone(), None));
                 door.intercepts
                     .insert(iid.to_string(), Intercept::ListEditors(id));
                 vec![Out::Broker(jsonrpc::request(
@@ -451,6 +678,7 @@ fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
             }
             Some("editor_context") => {
                 let iid = door.internal_id();
+                door.inflight.insert(iid.to_string(), (id.clone(), None));
                 door.intercepts
                     .insert(iid.to_string(), Intercept::Context(id));
                 vec![Out::Broker(jsonrpc::request(
@@ -459,9 +687,15 @@ fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
                     json!({}),
                 ))]
             }
-            _ => vec![Out::Broker(line.to_string())],
+            _ => {
+                door.inflight.insert(id.to_string(), (id, tab));
+                vec![Out::Broker(line.to_string())]
+            }
         },
-        _ => vec![Out::Broker(line.to_string())],
+        _ => {
+            door.inflight.insert(id.to_string(), (id, None));
+            vec![Out::Broker(line.to_string())]
+        }
     }
 }
 
@@ -471,10 +705,10 @@ fn text_result(id: &Value, text: String) -> String {
 
 fn from_broker(door: &mut Door, text: &str) -> Vec<Out> {
     match jsonrpc::classify(text) {
-        Ok(jsonrpc::Incoming::Response { id, mut msg }) => match door
-            .intercepts
-            .remove(&id.to_string())
-        {
+        Ok(jsonrpc::Incoming::Response { id, mut msg }) => match {
+            door.inflight.remove(&id.to_string());
+            door.intercepts.remove(&id.to_string())
+        } {
             None => vec![Out::Client(text.to_string())],
             Some(Intercept::ToolsList) => {
                 if let Some(Value::Array(tools)) =
