@@ -287,6 +287,13 @@ impl Door {
         }
     }
 
+    /// The broker answered `id`: no longer in flight; how to treat the answer, if it is ours.
+    fn answered(&mut self, id: &Value) -> Option<Intercept> {
+        let key = id.to_string();
+        self.inflight.remove(&key);
+        self.intercepts.remove(&key)
+    }
+
     fn internal_id(&mut self) -> Value {
         self.next += 1;
         json!(format!("pi-ide-broker-stdio:{}", self.next))
@@ -705,10 +712,7 @@ fn text_result(id: &Value, text: String) -> String {
 
 fn from_broker(door: &mut Door, text: &str) -> Vec<Out> {
     match jsonrpc::classify(text) {
-        Ok(jsonrpc::Incoming::Response { id, mut msg }) => match {
-            door.inflight.remove(&id.to_string());
-            door.intercepts.remove(&id.to_string())
-        } {
+        Ok(jsonrpc::Incoming::Response { id, mut msg }) => match door.answered(&id) {
             None => vec![Out::Client(text.to_string())],
             Some(Intercept::ToolsList) => {
                 if let Some(Value::Array(tools)) =
