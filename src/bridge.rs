@@ -21,12 +21,16 @@ pub enum Bridge {
     TabsToPi,
     /// pi `getOpenEditorTabs` array → Claude `getOpenEditors` `{tabs}`.
     TabsToClaude,
-    /// A pi session's `openDiff` on a Claude editor, under a marked tab name.
+    /// An `openDiff` on a Claude editor under a marked tab name (any session whose own name
+    /// lacks the markers: claudecode's `close_tab` can close nothing else).
     DiffOnClaude {
         /// The session's own tab name (echoed back on rejection).
         session_tab: String,
         /// The marked name the editor knows.
         editor_tab: String,
+        /// Close it once accepted (a pi session never sends `close_tab` for a saved diff the
+        /// way Claude Code does after writing the file).
+        close_on_accept: bool,
     },
 }
 
@@ -96,6 +100,7 @@ pub fn outbound(
             Some(Bridge::DiffOnClaude {
                 session_tab,
                 editor_tab,
+                close_on_accept: true,
             })
         }
         (Family::Pi, Family::Claude, "close_tab") => {
@@ -106,6 +111,32 @@ pub fn outbound(
             None
         }
         _ => None,
+    })
+}
+
+/// True for a tab name claudecode's `close_tab` accepts (it carries ✻ and ⧉).
+pub fn is_marked(tab: &str) -> bool {
+    tab.contains('✻') && tab.contains('⧉')
+}
+
+/// A Claude-dialect session's `openDiff` / `close_tab` on a Claude-family editor with a plain
+/// tab name: the diff is opened under a marked name so that `close_tab` (the session's own,
+/// or the broker's when the session leaves or cancels) can close it; the session keeps seeing
+/// its own name.
+pub fn mark_claude_tab(session: u64, msg: &mut Map<String, Value>) -> Option<Bridge> {
+    let params = msg.get_mut("params")?.as_object_mut()?;
+    let tool = params.get("name")?.as_str()?.to_string();
+    let args = params.get_mut("arguments")?.as_object_mut()?;
+    let tab = args.get("tab_name")?.as_str()?.to_string();
+    if is_marked(&tab) {
+        return None;
+    }
+    let marked = marked_tab(session, &tab);
+    args.insert("tab_name".into(), Value::String(marked.clone()));
+    (tool == "openDiff").then_some(Bridge::DiffOnClaude {
+        session_tab: tab,
+        editor_tab: marked,
+        close_on_accept: false,
     })
 }
 
@@ -252,13 +283,14 @@ pub fn inbound(bridge: &Bridge, msg: &mut Map<String, Value>) -> Option<Followup
         Bridge::DiffOnClaude {
             session_tab,
             editor_tab,
+            close_on_accept,
         } => {
             let accepted = msg
                 .get("result")
                 .is_some_and(|r| r["content"][0]["text"] == "FILE_SAVED" && is_diff_verdict(r));
             if accepted {
                 // claudecode keeps an accepted diff open until close_tab.
-                return Some(Followup::CloseTab(editor_tab.clone()));
+                return close_on_accept.then(|| Followup::CloseTab(editor_tab.clone()));
             }
             // Anything but a clean FILE_SAVED is a rejection carrying the session's own tab
             // name: never an error (pi would write unreviewed), never an error-shaped result.
@@ -412,7 +444,7 @@ mod tests {
 
         #[test]
         fn every_bridged_diff_answer_is_saved_or_rejected_never_an_error(result in arb_json(), is_error in any::<bool>(), saved_text in "[a-z]{0,5}") {
-            let b = Bridge::DiffOnClaude { session_tab: "pi-edit:1".into(), editor_tab: marked_tab(1, "pi-edit:1") };
+            let b = Bridge::DiffOnClaude { session_tab: "pi-edit:1".into(), editor_tab: marked_tab(1, "pi-edit:1"), close_on_accept: true };
             let mut m = if is_error {
                 json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "x", "data": result}}).as_object().cloned().unwrap()
             } else {

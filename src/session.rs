@@ -605,6 +605,8 @@ fn forward(
                 return;
             }
         }
+    } else if method == "tools/call" && editor.family == Family::Claude {
+        bridge = crate::bridge::mark_claude_tab(s.id, &mut msg);
     }
     let label = tool.clone().unwrap_or_else(|| method.clone());
     let progress_token = msg

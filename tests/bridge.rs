@@ -298,3 +298,74 @@ async fn a_bridged_diff_is_rejected_never_saved_when_the_editor_dies() {
     assert_eq!(within("answer", w).await.unwrap(), Ok(None));
     b.stop().await;
 }
+
+/// claudecode's `close_tab` closes only marked names (✻ … ⧉): a Claude-dialect session that
+/// opens a diff under a plain name still gets it closed when it leaves or cancels, and still
+/// sees its own name in a rejection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_named_diffs_on_a_claude_editor_can_always_be_closed() {
+    let b = TestBroker::start().await;
+    let (fe, _) = claude_editor(&b, "/cc").await;
+    let mut ev = fe.events();
+    // Rejected by the user: the session's own plain name comes back.
+    let mut a = Agent::connect(&b.socket, "cwd=/cc&dialect=claude")
+        .await
+        .unwrap();
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    a.call_tool(
+        json!(1),
+        "openDiff",
+        pi_ide_broker::testkit::diff_args("/cc/f", "x", "plain-1"),
+    )
+    .await;
+    let sent = next_tool_call(&mut ev, "openDiff").await;
+    let marked = sent["tab_name"].as_str().unwrap_or_default().to_string();
+    assert!(
+        marked.contains('✻') && marked.contains('⧉') && marked.contains("plain-1"),
+        "{marked}"
+    );
+    assert!(fe.reject_diff(&marked));
+    let r = a.answer(&json!(1)).await;
+    assert_eq!(r["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(r["result"]["content"][1]["text"], "plain-1", "{r}");
+    // Left while pending: closed in the editor under the marked name.
+    a.call_tool(
+        json!(2),
+        "openDiff",
+        pi_ide_broker::testkit::diff_args("/cc/f", "x", "plain-2"),
+    )
+    .await;
+    let sent = next_tool_call(&mut ev, "openDiff").await;
+    let marked = sent["tab_name"].as_str().unwrap_or_default().to_string();
+    a.close().await;
+    let closed = next_tool_call(&mut ev, "close_tab").await;
+    assert_eq!(closed["tab_name"], marked.as_str());
+    eventually("the diff closed in the editor", || {
+        fe.pending_diffs().is_empty().then_some(())
+    })
+    .await;
+    // Its own close_tab with the plain name closes it too.
+    let mut c = Agent::connect(&b.socket, "cwd=/cc&dialect=claude")
+        .await
+        .unwrap();
+    c.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    c.call_tool(
+        json!(3),
+        "openDiff",
+        pi_ide_broker::testkit::diff_args("/cc/f", "x", "plain-3"),
+    )
+    .await;
+    next_tool_call(&mut ev, "openDiff").await;
+    let r = c
+        .request(
+            json!(4),
+            "tools/call",
+            json!({"name": "close_tab", "arguments": {"tab_name": "plain-3"}}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(fe.pending_diffs().is_empty(), "{:?}", fe.pending_diffs());
+    b.stop().await;
+}
