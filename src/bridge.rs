@@ -149,12 +149,77 @@ pub fn extra_tools(dialect: Family, family: Family, editor_tools: &[String]) -> 
         (Family::Pi, Family::Claude) if has("getOpenEditors") && !has("getOpenEditorTabs") => {
             out.push(json!({"name": "getOpenEditorTabs", "description": "List the editor's open tabs (bridged from getOpenEditors)", "inputSchema": {"type": "object", "properties": {}}}));
         }
-        (Family::Claude, Family::Pi) if has("getOpenEditorTabs") && !has("getOpenEditors") => {
-            out.push(json!({"name": "getOpenEditors", "description": "List the editor's open tabs (bridged from getOpenEditorTabs)", "inputSchema": {"type": "object", "properties": {}}}));
+        (Family::Claude, Family::Pi) => {
+            if has("getOpenEditorTabs") && !has("getOpenEditors") {
+                out.push(json!({"name": "getOpenEditors", "description": "List the editor's open tabs (bridged from getOpenEditorTabs)", "inputSchema": {"type": "object", "properties": {}}}));
+            }
+            for (name, what) in ANSWERED_BY_BROKER {
+                if !has(name) {
+                    out.push(json!({"name": name, "description": what, "inputSchema": {"type": "object", "properties": {}}}));
+                }
+            }
         }
         _ => {}
     }
     out
+}
+
+/// Claude Code's tools that a pi-family editor lacks and the broker answers from what it
+/// knows (the last `selection_changed`, the lockfile's folders).
+const ANSWERED_BY_BROKER: [(&str, &str); 3] = [
+    ("getCurrentSelection", "The current selection in the editor (answered by pi-ide-broker from the editor's last selection_changed)"),
+    ("getLatestSelection", "The most recent selection in the editor (answered by pi-ide-broker from the editor's last selection_changed)"),
+    ("getWorkspaceFolders", "The editor's workspace folders (answered by pi-ide-broker from its lockfile)"),
+];
+
+/// A Claude-dialect call the broker answers itself on a pi-family editor that lacks the tool:
+/// the result in Claude Code's shape (one text item holding JSON), or `None` to forward it.
+/// `selection` is the editor's last `selection_changed` frame, `folders` its lockfile folders.
+pub fn answer_locally(
+    tool: &str,
+    editor_tools: &[String],
+    selection: Option<&str>,
+    folders: &[String],
+) -> Option<Value> {
+    if editor_tools.iter().any(|t| t == tool) {
+        return None;
+    }
+    let sel = selection
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .and_then(|v| v.get("params").cloned())
+        .filter(|p| p.get("filePath").is_some_and(Value::is_string));
+    let body = match tool {
+        "getCurrentSelection" | "getLatestSelection" => match sel {
+            Some(mut p) => {
+                if let Some(path) = p["filePath"].as_str().map(String::from) {
+                    p["fileUrl"] = json!(format!("file://{path}"));
+                }
+                if tool == "getCurrentSelection" {
+                    p["success"] = json!(true);
+                }
+                p
+            }
+            None if tool == "getCurrentSelection" => {
+                json!({"success": false, "message": "No active editor found"})
+            }
+            None => json!({"success": false, "message": "No selection available"}),
+        },
+        "getWorkspaceFolders" => {
+            let list: Vec<Value> = folders
+                .iter()
+                .map(|f| {
+                    let name = std::path::Path::new(f)
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| f.clone());
+                    json!({"name": name, "uri": format!("file://{f}"), "path": f})
+                })
+                .collect();
+            json!({"success": true, "folders": list, "rootPath": folders.first()})
+        }
+        _ => return None,
+    };
+    Some(text_result(body.to_string()))
 }
 
 fn text_result(text: String) -> Value {

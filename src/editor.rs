@@ -826,12 +826,17 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
                 Owner::Discard => {}
             }
         }
-        Incoming::Notification { method, msg } => match method.as_str() {
+        Incoming::Notification { method, mut msg } => match method.as_str() {
             "selection_changed" => {
                 editor
                     .last_selection_ms
                     .store(host.stamp(), Ordering::Relaxed);
+                let text = absolute_paths(editor, &mut msg).unwrap_or_else(|| text.to_string());
                 editor.selection.send_replace(Some(Arc::from(text)));
+            }
+            "at_mentioned" => {
+                let text = absolute_paths(editor, &mut msg).unwrap_or_else(|| text.to_string());
+                host.broadcast(editor, &text);
             }
             "request_cancelled" => {
                 let key = msg
@@ -858,6 +863,27 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
             }
         },
     }
+}
+
+/// claudecode sends `at_mentioned` (and could send selections) with `filePath` relative to
+/// its cwd, its first workspace folder: made absolute, since a session's cwd differs. Returns
+/// the rewritten frame, or `None` when the path was absolute already.
+fn absolute_paths(editor: &Editor, msg: &mut Map<String, Value>) -> Option<String> {
+    let params = msg.get_mut("params")?.as_object_mut()?;
+    let path = params.get("filePath")?.as_str()?;
+    if path.is_empty() || path.starts_with('/') {
+        return None;
+    }
+    let base = editor.lockfile().workspace_folders.first()?.clone();
+    let mut abs = std::path::PathBuf::from(base)
+        .join(path)
+        .display()
+        .to_string();
+    if path.ends_with('/') && !abs.ends_with('/') {
+        abs.push('/'); // a directory keeps its trailing slash
+    }
+    params.insert("filePath".into(), Value::String(abs));
+    Some(Value::Object(std::mem::take(msg)).to_string())
 }
 
 /// The shape of an editor's answer to one of our requests, borrowed from the frame.

@@ -589,6 +589,22 @@ fn forward(
     s.touch(reg.stamp());
     let mut msg = msg;
     let mut bridge = None;
+    if let (true, Family::Claude, Family::Pi, Some(t)) = (
+        method == "tools/call",
+        s.dialect,
+        editor.family,
+        tool.as_deref(),
+    ) {
+        let selection = editor.selection.borrow().clone();
+        let folders = editor.lockfile().workspace_folders;
+        let names = editor.tool_names().unwrap_or_default();
+        if let Some(result) =
+            crate::bridge::answer_locally(t, &names, selection.as_deref(), &folders)
+        {
+            s.outbox.deliver(jsonrpc::result(&id, result));
+            return;
+        }
+    }
     if method == "tools/call" && editor.family != s.dialect {
         let tools = editor.tool_names();
         match crate::bridge::outbound(

@@ -369,3 +369,99 @@ async fn plain_named_diffs_on_a_claude_editor_can_always_be_closed() {
     assert!(fe.pending_diffs().is_empty(), "{:?}", fe.pending_diffs());
     b.stop().await;
 }
+
+/// A Claude-dialect session on a pi-family editor gets Claude Code's selection and folder
+/// tools, answered by the broker in Claude Code's shapes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_sessions_on_a_pi_editor_get_selection_and_folder_tools() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/pi-ed/proj"]).await;
+    let mut a = Agent::connect(&b.socket, "cwd=/pi-ed/proj&dialect=claude")
+        .await
+        .unwrap();
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let list = a.request(json!(1), "tools/list", json!({})).await;
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for t in [
+        "getCurrentSelection",
+        "getLatestSelection",
+        "getWorkspaceFolders",
+    ] {
+        assert!(names.contains(&t), "{t} missing from {names:?}");
+    }
+    let call = |_id: i64, name: &str| json!({"name": name, "arguments": {}});
+    let body = |r: &Value| -> Value {
+        serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap_or("null")).unwrap()
+    };
+    let r = a
+        .request(json!(2), "tools/call", call(2, "getCurrentSelection"))
+        .await;
+    assert_eq!(
+        body(&r),
+        json!({"success": false, "message": "No active editor found"})
+    );
+    let r = a
+        .request(json!(3), "tools/call", call(3, "getLatestSelection"))
+        .await;
+    assert_eq!(
+        body(&r),
+        json!({"success": false, "message": "No selection available"})
+    );
+    fe.select("/pi-ed/proj/src/a.rs", "let a = 1;", 4);
+    a.until("selection", |v| v["method"] == "selection_changed")
+        .await;
+    let r = a
+        .request(json!(4), "tools/call", call(4, "getCurrentSelection"))
+        .await;
+    let sel = body(&r);
+    assert_eq!(sel["success"], true, "{sel}");
+    assert_eq!(sel["filePath"], "/pi-ed/proj/src/a.rs");
+    assert_eq!(sel["fileUrl"], "file:///pi-ed/proj/src/a.rs");
+    assert_eq!(sel["text"], "let a = 1;");
+    assert_eq!(sel["selection"]["start"]["line"], 4);
+    let r = a
+        .request(json!(5), "tools/call", call(5, "getWorkspaceFolders"))
+        .await;
+    assert_eq!(
+        body(&r),
+        json!({"success": true, "rootPath": "/pi-ed/proj",
+               "folders": [{"name": "proj", "uri": "file:///pi-ed/proj", "path": "/pi-ed/proj"}]})
+    );
+    b.stop().await;
+}
+
+/// claudecode's `at_mentioned` paths are relative to its cwd: sessions get them absolute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_mentioned_paths_reach_sessions_absolute() {
+    let b = TestBroker::start().await;
+    let (fe, _) = claude_editor(&b, "/cc-root").await;
+    let mut a = Agent::connect(&b.socket, "cwd=/cc-root/sub&dialect=claude")
+        .await
+        .unwrap();
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    fe.broadcast(
+        &json!({"jsonrpc": "2.0", "method": "at_mentioned", "params": {"filePath": "src/lib.rs", "lineStart": 2, "lineEnd": 4}})
+            .to_string(),
+    );
+    let m = a
+        .until("at_mentioned", |v| v["method"] == "at_mentioned")
+        .await;
+    assert_eq!(m["params"]["filePath"], "/cc-root/src/lib.rs", "{m}");
+    assert_eq!(m["params"]["lineStart"], 2);
+    fe.broadcast(
+        &json!({"jsonrpc": "2.0", "method": "at_mentioned", "params": {"filePath": "docs/"}})
+            .to_string(),
+    );
+    let m = a
+        .until("at_mentioned dir", |v| v["method"] == "at_mentioned")
+        .await;
+    assert_eq!(m["params"]["filePath"], "/cc-root/docs/", "{m}");
+    b.stop().await;
+}
