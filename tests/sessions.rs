@@ -651,8 +651,8 @@ async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
         .await;
     let mut args = pi_ide_broker::testkit::diff_args("/prog/f", "x", "long-tab");
     args = json!({"name": "openDiff", "arguments": args, "_meta": {"progressToken": "tok-1"}});
-    a.send_request(json!(9), "tools/call", args).await;
     let mut ev = fe.events();
+    a.send_request(json!(9), "tools/call", args).await;
     next_tool_call(&mut ev, "openDiff").await;
     let started = std::time::Instant::now();
     let user = tokio::spawn(async move {
