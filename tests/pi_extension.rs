@@ -303,6 +303,14 @@ async fn a_broker_restart_mid_session_reconnects_and_context_comes_back() {
     let mut pi = w.pi(&[]).await;
     let key = session_key(&mut pi).await;
     assert_eq!(attached_key(&w.broker, &key).await, id);
+    // The extension has the editor's state (the broker's replay) before the restart.
+    pi.until("the widget with the file", 0, |v| {
+        v["method"] == "setWidget"
+            && v["widgetLines"][0]
+                .as_str()
+                .is_some_and(|l| l.contains("In lib.rs"))
+    })
+    .await;
     let from = pi.mark();
     let kept = w.broker.stop_keep_dir().await;
     w.broker = TestBroker::start_in(kept, |_| {}).await;
@@ -340,6 +348,8 @@ async fn suggestions_from_the_editor_reach_this_pi_session_only() {
     let mut pi = w.pi(&[]).await;
     let key = session_key(&mut pi).await;
     assert_eq!(attached_key(&w.broker, &key).await, id);
+    // The extension knows it is attached (so its context hook calls the editor).
+    pi.toast(0, "Auto-connected to Neovim").await;
     pi.prompt("make me the active one").await;
     let _ = w.model.next_chat().await;
     let mut ev = ed.events();

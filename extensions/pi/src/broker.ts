@@ -4,9 +4,13 @@
 // that runs many pi sessions in one process (pi-web) gets one link per session.
 
 import { spawn } from "node:child_process";
-import { mkdirSync, openSync } from "node:fs";
+import { appendFileSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import WebSocket from "ws";
+
+/** `PI_IDE_BROKER_DEBUG=<file>`: every frame from the broker is appended to that file (cut
+ * at 300 chars); pi's own stdout/stderr belong to its UI. */
+const DEBUG_FILE = process.env.PI_IDE_BROKER_DEBUG;
 
 /** A JSON-RPC error from the broker or the editor, kept with its code. */
 export class RpcError extends Error {
@@ -240,6 +244,13 @@ export class BrokerLink {
 	}
 
 	private onMessage(text: string): void {
+		if (DEBUG_FILE) {
+			try {
+				appendFileSync(DEBUG_FILE, `${new Date().toISOString()} <- ${text.slice(0, 300)}\n`);
+			} catch {
+				// Debugging must never break the link.
+			}
+		}
 		let msg: any;
 		try {
 			msg = JSON.parse(text);
