@@ -21,7 +21,7 @@ pub fn notify(states: &[NotifyState]) {
     if std::env::var_os("NOTIFY_SOCKET").is_none() {
         return;
     }
-    if let Err(e) = sd_notify::notify(false, states) {
+    if let Err(e) = sd_notify::notify(states) {
         tracing::debug!(error = %e, "sd_notify failed");
     }
 }
