@@ -123,10 +123,8 @@ pub async fn serve(
         if config.lock_dirs().iter().any(|d| d.path == compat_dir) {
             tracing::warn!(dir = %compat_dir.display(), "the compat dir is also watched as a lock dir (is PI_IDE_LOCK_DIR exported to the broker or your editors?); set it for pi only, e.g. `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`");
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        reg.set_compat(tx);
         reg.tracker
-            .spawn(frontdoor::compat::run(reg.clone(), config.compat_dir(), rx));
+            .spawn(frontdoor::compat::run(reg.clone(), config.compat_dir()));
     }
     let reg_save = reg.clone();
     let saver = tokio::spawn(async move { reg_save.state.saver().await });

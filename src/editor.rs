@@ -6,7 +6,8 @@ use crate::config::Config;
 use crate::family::Family;
 use crate::jsonrpc::{self, Incoming};
 use crate::lockfile::{self, Lockfile, LockfileError};
-use crate::session::Outbox;
+use crate::outbox::Outbox;
+use crate::sync::lock;
 use dashmap::DashMap;
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
@@ -400,10 +401,6 @@ impl Editor {
     }
 }
 
-/// Locks a std mutex, recovering from poisoning (no invariant spans a panic here).
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// What the link task needs from the rest of the broker.
 pub trait LinkHost: Send + Sync + 'static {

@@ -16,6 +16,7 @@ pub mod jsonrpc;
 pub mod lockdir;
 pub mod lockfile;
 pub mod logging;
+pub mod outbox;
 pub mod registry;
 pub mod router;
 pub mod schema;
@@ -23,6 +24,7 @@ pub mod secret;
 pub mod service;
 pub mod session;
 pub mod state;
+pub mod sync;
 pub mod testkit;
 
 pub use config::Config;

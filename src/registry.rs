@@ -3,12 +3,13 @@
 //! DashMap guards are never held across an `.await`.
 
 use crate::config::Config;
-use crate::editor::{self, lock, Delegation, Editor, LinkHost};
+use crate::editor::{self, Delegation, Editor, LinkHost};
+use crate::sync::lock;
 use crate::identity::{self, Arrival, Assigned, Lineage, Process, Verdict};
 use crate::lockdir::LockEvent;
 use crate::lockfile::Lockfile;
 use crate::router::{self, Decision, EditorView};
-use crate::session::{Control, Session};
+use crate::session::handle::{Control, Session};
 use crate::state::StateStore;
 use dashmap::DashMap;
 use serde_json::{json, Map, Value};
@@ -26,6 +27,15 @@ fn lineage_of(l: &Lockfile) -> Lineage {
         ide_name: l.ide_name.clone(),
         folders: l.workspace_folders.clone(),
     }
+}
+
+/// What the registry tells its listeners (the compat door) about editors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EditorEvent {
+    /// This editor's link is ready (again, after a restart: the same id).
+    Ready(String),
+    /// This editor is gone for good (its grace period ended).
+    Gone(String),
 }
 
 /// The most lost editor records kept for successor detection.
@@ -62,10 +72,8 @@ pub struct Registry {
     /// Bumped on every change status would show (editor added/removed/state, attachments):
     /// tests and the service's STATUS line await it instead of polling.
     changes: tokio::sync::watch::Sender<u64>,
-    /// The compat door's event queue, when the door is enabled.
-    compat: std::sync::OnceLock<
-        tokio::sync::mpsc::UnboundedSender<crate::frontdoor::compat::CompatEvent>,
-    >,
+    /// Who listens to editors becoming ready or going for good (the compat door).
+    listeners: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<EditorEvent>>>,
     /// Ourselves, for handing `Arc<dyn LinkHost>` to link tasks.
     me: Weak<Registry>,
     /// Caps on connections in the handshake and on live sessions, for every door.
@@ -98,7 +106,7 @@ impl Registry {
             cancel,
             tracker: TaskTracker::new(),
             changes: tokio::sync::watch::Sender::new(0),
-            compat: std::sync::OnceLock::new(),
+            listeners: Mutex::new(Vec::new()),
             me: me.clone(),
         })
     }
@@ -116,18 +124,20 @@ impl Registry {
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = c;
     }
 
-    /// Connects the compat door (called once at start when it is enabled).
-    pub fn set_compat(
-        &self,
-        tx: tokio::sync::mpsc::UnboundedSender<crate::frontdoor::compat::CompatEvent>,
-    ) {
-        let _ = self.compat.set(tx);
+    /// A stream of editors becoming ready and going for good. A new listener is told first
+    /// of every editor ready now, so it never misses one that came up before it listened.
+    pub fn subscribe_editors(&self) -> tokio::sync::mpsc::UnboundedReceiver<EditorEvent> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut listeners = lock(&self.listeners);
+        for e in self.editors.iter().filter(|e| e.usable()) {
+            let _ = tx.send(EditorEvent::Ready(e.id.clone()));
+        }
+        listeners.push(tx);
+        rx
     }
 
-    fn tell_compat(&self, ev: crate::frontdoor::compat::CompatEvent) {
-        if let Some(tx) = self.compat.get() {
-            let _ = tx.send(ev);
-        }
+    fn publish(&self, ev: EditorEvent) {
+        lock(&self.listeners).retain(|tx| tx.send(ev.clone()).is_ok());
     }
 
     /// Records that something status shows has changed.
@@ -365,7 +375,7 @@ impl Registry {
         // Its sticky targets stay: a successor (even days later, after broker restarts)
         // inherits the id and with it every session key that chose it.
         tracing::info!(editor = %id, "editor gone; its sessions are routed again");
-        self.tell_compat(crate::frontdoor::compat::CompatEvent::Gone(id.to_string()));
+        self.publish(EditorEvent::Gone(id.to_string()));
         let orphans: Vec<Arc<Session>> = self
             .sessions
             .iter()
@@ -373,7 +383,7 @@ impl Registry {
             .map(|s| s.clone())
             .collect();
         for s in orphans {
-            if s.door == crate::session::Door::Compat {
+            if s.pinned {
                 // Its virtual lockfile is withdrawn: close it, as the editor itself would.
                 s.close();
                 continue;
@@ -427,7 +437,7 @@ impl Registry {
 
     /// First placement of a new session: an explicit editor, else routing.
     pub fn place_new_session(&self, s: &Arc<Session>, explicit: Option<&str>) {
-        if let (crate::session::Door::Compat, Some(id)) = (s.door, explicit) {
+        if let (true, Some(id)) = (s.pinned, explicit) {
             // A compat entry stands for one editor: pinned, even while it restarts.
             *lock(&s.editor) = Some(id.to_string());
             s.touch(self.stamp());
@@ -614,9 +624,7 @@ impl LinkHost for Registry {
     }
 
     fn editor_ready(&self, editor: &Arc<Editor>) {
-        self.tell_compat(crate::frontdoor::compat::CompatEvent::Ready(
-            editor.id.clone(),
-        ));
+        self.publish(EditorEvent::Ready(editor.id.clone()));
         let waiting: Vec<Arc<Session>> = self
             .sessions
             .iter()
@@ -659,7 +667,7 @@ impl LinkHost for Registry {
             .sessions
             .iter()
             .filter(|s| s.editor_id().as_deref() == Some(editor.id.as_str()))
-            .max_by_key(|s| s.last_active_ms.load(Ordering::Relaxed))
+            .max_by_key(|s| s.last_active.load(Ordering::Relaxed))
             .map(|s| s.clone())?;
         let facing = target.mint_delegated_id();
         lock(&target.delegated).insert(facing.clone(), (editor.id.clone(), id.clone()));

@@ -2,7 +2,7 @@
 //! file, written atomically (temp file + fsync + rename + fsync of the dir) by a saver task
 //! that coalesces changes.
 
-use crate::editor::lock;
+use crate::sync::lock;
 use crate::identity::Book;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@
 //! Files without the marker are never touched.
 
 use crate::family::Family;
-use crate::registry::Registry;
+use crate::registry::{EditorEvent, Registry};
 use crate::secret::Token;
 use crate::session::{self, Door, Intro};
 use serde_json::{json, Value};
@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_util::sync::CancellationToken;
@@ -28,15 +27,6 @@ pub const MARKER: &str = "piIdeBroker";
 /// A connection must complete its WebSocket upgrade within this long.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// What the registry tells the compat door.
-#[derive(Debug)]
-pub enum CompatEvent {
-    /// This editor is ready: publish (or refresh) its entry.
-    Ready(String),
-    /// This editor is gone for good: withdraw its entry.
-    Gone(String),
-}
-
 struct Entry {
     port: u16,
     path: PathBuf,
@@ -47,8 +37,8 @@ struct Entry {
 pub async fn run(
     reg: Arc<Registry>,
     dir: PathBuf,
-    mut events: mpsc::UnboundedReceiver<CompatEvent>,
 ) {
+    let mut events = reg.subscribe_editors();
     if let Err(e) = super::socket::secure_dir(&dir) {
         tracing::error!(error = %e, "compat door disabled");
         return;
@@ -61,7 +51,7 @@ pub async fn run(
             ev = events.recv() => match ev { Some(e) => e, None => break },
         };
         match ev {
-            CompatEvent::Ready(id) => {
+            EditorEvent::Ready(id) => {
                 if let Some(e) = entries.get(&id) {
                     // A successor: same port and token, refresh folders and name.
                     if let Err(err) = write_entry(&reg, &id, &e.path, None) {
@@ -79,7 +69,7 @@ pub async fn run(
                     }
                 }
             }
-            CompatEvent::Gone(id) => {
+            EditorEvent::Gone(id) => {
                 if let Some(e) = entries.remove(&id) {
                     tracing::info!(editor = %id, port = e.port, "compat entry withdrawn");
                     withdraw(&e);
@@ -265,6 +255,7 @@ async fn accept_loop(
                 key: None,
                 editor: Some(id),
                 inherit: None,
+                pinned: true,
                 dialect,
             };
             session::run(reg, ws, intro).await;

@@ -59,7 +59,7 @@ impl Limits {
             return Some(p);
         }
         let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut last = crate::editor::lock(&self.last_log);
+        let mut last = crate::sync::lock(&self.last_log);
         if last.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
             *last = Some(Instant::now());
             self.refused.store(0, Ordering::Relaxed);

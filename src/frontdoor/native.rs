@@ -189,6 +189,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
         key: None,
         editor: None,
         inherit: None,
+        pinned: false,
         dialect: Family::Pi,
     };
     for pair in query.split('&').filter(|p| !p.is_empty()) {

@@ -3,7 +3,7 @@
 //! `close_tab`, `selection_changed` broadcasts, editor-initiated `getSuggestions`, server pings,
 //! and a switch that freezes it (stops reading, so pings go unanswered).
 
-use crate::editor::lock;
+use crate::sync::lock;
 use crate::family::Family;
 use crate::jsonrpc::{self, Incoming};
 use futures_util::{SinkExt, StreamExt};

@@ -1,171 +1,26 @@
 //! One connected agent session, whatever door it came through: id rewriting both ways,
 //! the diffs and editor requests it owns, selection replay, notification fan-in.
 
-use crate::editor::{lock, Editor, Owner, Pending};
+use crate::editor::{Editor, Owner, Pending};
+use crate::outbox::{Outbox, OUTBOX_FRAMES};
+use crate::sync::lock;
 use crate::family::Family;
 use crate::jsonrpc::{self, Incoming};
 use crate::registry::Registry;
 use futures_util::{SinkExt, StreamExt};
-use serde::Serialize;
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 
-/// How many frames may wait for a session that is not reading before it is dropped.
-pub const OUTBOX_FRAMES: usize = 1024;
+pub use handle::{Control, Door, Intro, Session};
+use handle::Progress;
 
-/// Which front door a session came through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Door {
-    /// The broker's Unix socket (`/v1/session`).
-    Native,
-    /// A virtual lockfile's loopback listener (unmodified pi-ide).
-    Compat,
-    /// `pi-ide-broker mcp` (which itself dials the native socket).
-    Stdio,
-}
-
-/// How a session introduces itself.
-#[derive(Clone, Debug)]
-pub struct Intro {
-    /// The door.
-    pub door: Door,
-    /// Its working directory, as given.
-    pub cwd: String,
-    /// Stable key across pi's `/new`, `/resume`, `/reload` (and broker restarts).
-    pub key: Option<String>,
-    /// An explicit editor choice.
-    pub editor: Option<String>,
-    /// The key of the session this one replaces (pi's `/new`, `/fork`): its sticky target is
-    /// copied to `key` when `key` has none yet.
-    pub inherit: Option<String>,
-    /// The dialect the client speaks.
-    pub dialect: Family,
-}
-
-/// Frames for one session. Senders never block: a session whose queue is full is dropped,
-/// so a client that stops reading cannot slow an editor or other sessions.
-#[derive(Clone)]
-pub struct Outbox {
-    /// The session id, for log lines.
-    id: u64,
-    /// The queue the session task drains.
-    tx: mpsc::Sender<String>,
-    /// Cancelled to drop the session.
-    kill: CancellationToken,
-}
-
-impl Outbox {
-    /// Queues a frame; returns false if the session is gone or was just dropped as hopeless.
-    pub fn deliver(&self, text: String) -> bool {
-        match self.tx.try_send(text) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                if !self.kill.is_cancelled() {
-                    tracing::warn!(
-                        session = self.id,
-                        queued = OUTBOX_FRAMES,
-                        "session is not reading its socket; dropping it"
-                    );
-                    self.kill.cancel();
-                }
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        }
-    }
-}
-
-/// Attachment changes, told to the session task (which resubscribes and tells its client).
-#[derive(Debug)]
-pub enum Control {
-    /// Now attached to this editor.
-    Attached(String),
-    /// No longer attached, and why.
-    Detached(String),
-    /// The editor with the same id was replaced by its successor: resubscribe quietly.
-    Rebind,
-}
-
-/// A live session as the registry sees it.
-pub struct Session {
-    /// Broker-assigned id.
-    pub id: u64,
-    /// How it came in.
-    pub door: Door,
-    /// The cwd as given.
-    pub cwd_raw: String,
-    /// The cwd normalised for routing.
-    pub cwd: PathBuf,
-    /// Sticky key, if any.
-    pub key: Option<String>,
-    /// The dialect it speaks.
-    pub dialect: Family,
-    /// When it connected.
-    pub since: SystemTime,
-    /// The attached editor id.
-    pub editor: Mutex<Option<String>>,
-    /// True after `broker/detach`: do not auto-attach again.
-    pub detached_by_client: AtomicBool,
-    /// Stamp of its last request to its editor or attach: the most recently active session.
-    pub last_active_ms: AtomicU64,
-    /// Its frame queue.
-    pub outbox: Outbox,
-    /// Attachment changes for its task.
-    pub control: mpsc::UnboundedSender<Control>,
-    /// Editor-initiated requests it must answer: our id for it → (editor id, editor's id).
-    pub delegated: Mutex<HashMap<String, (String, Value)>>,
-    /// Mints ids for delegated requests.
-    next_delegated: AtomicU64,
-    /// Calls in flight that asked for progress: kept alive with `notifications/progress`.
-    progress: Mutex<Vec<Progress>>,
-}
-
-/// A call in flight whose client asked for progress (`_meta.progressToken`).
-struct Progress {
-    /// The editor it waits on.
-    editor: String,
-    /// The id the broker minted for it upstream.
-    upstream: u64,
-    /// The client's token, echoed exactly.
-    token: Value,
-    /// Notifications sent so far (the `progress` value, increasing).
-    sent: u64,
-}
-
-impl Session {
-    /// The attached editor id.
-    pub fn editor_id(&self) -> Option<String> {
-        lock(&self.editor).clone()
-    }
-
-    /// Records activity for "most recently active session on this editor".
-    pub fn touch(&self, stamp: u64) {
-        self.last_active_ms.store(stamp, Ordering::Relaxed);
-    }
-
-    /// Ends the session (its task closes the connection and cleans up).
-    pub fn close(&self) {
-        self.outbox.kill.cancel();
-    }
-
-    /// A fresh id for an editor-initiated request delivered to this session.
-    pub fn mint_delegated_id(&self) -> String {
-        format!(
-            "broker-{}",
-            self.next_delegated.fetch_add(1, Ordering::Relaxed) + 1
-        )
-    }
-}
+pub mod handle;
 
 /// Runs a session on an upgraded WebSocket until either side closes or the broker stops.
 pub async fn run<S>(reg: Arc<Registry>, ws: WebSocketStream<S>, intro: Intro)
@@ -184,27 +39,13 @@ where
     let kill = reg.cancel.child_token();
     let (tx, mut out_rx) = mpsc::channel(OUTBOX_FRAMES);
     let (control, mut ctl_rx) = mpsc::unbounded_channel();
-    let session = Arc::new(Session {
+    let session = Arc::new(Session::new(
         id,
-        door: intro.door,
-        cwd: crate::router::normalize(std::path::Path::new(&intro.cwd)),
-        cwd_raw: intro.cwd.clone(),
-        key: intro.key.clone(),
-        dialect: intro.dialect,
-        since: SystemTime::now(),
-        editor: Mutex::new(None),
-        detached_by_client: AtomicBool::new(false),
-        last_active_ms: AtomicU64::new(reg.stamp()),
-        outbox: Outbox {
-            id,
-            tx,
-            kill: kill.clone(),
-        },
+        &intro,
+        Outbox::new(id, tx, kill.clone()),
         control,
-        delegated: Mutex::new(HashMap::new()),
-        next_delegated: AtomicU64::new(0),
-        progress: Mutex::new(Vec::new()),
-    });
+        reg.stamp(),
+    ));
     tracing::info!(cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
     reg.sessions.insert(id, session.clone());
     if let (Some(key), Some(from)) = (intro.key.as_deref(), intro.inherit.as_deref()) {

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Prints the crate's module dependency graph (from `crate::` paths in src/) and fails when
+it has a cycle. Modules are top-level (`frontdoor::x` counts as `frontdoor::x`).
+Usage: python3 .ci/module-cycles.py [--graph]"""
+import os, re, sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+SKIP = {"main", "lib"}
+
+def module_of(path):
+    rel = os.path.relpath(path, ROOT)[:-3]
+    parts = rel.split(os.sep)
+    if parts[-1] in ("mod", "tests"):
+        parts = parts[:-1]
+    if parts and parts[0] in ("frontdoor", "session") and len(parts) > 1:
+        return parts[0] + "::" + parts[1]
+    return parts[0]
+
+def strip_comments(text):
+    return "\n".join(l.split("//")[0] for l in text.splitlines())
+
+def strip_tests(text):
+    # drop #[cfg(test)] mod tests { ... } blocks (they may use anything)
+    i = text.find("#[cfg(test)]")
+    return text if i < 0 else text[:i]
+
+graph = {}
+for dirpath, _, files in os.walk(ROOT):
+    for f in files:
+        if not f.endswith(".rs"):
+            continue
+        path = os.path.join(dirpath, f)
+        if os.path.basename(path) == "tests.rs":
+            continue
+        m = module_of(path)
+        if m in SKIP:
+            continue
+        text = strip_comments(strip_tests(open(path).read()))
+        deps = graph.setdefault(m, set())
+        for dep in re.findall(r"crate::((?:frontdoor::|session::(?=handle))?[a-z_]+)", text):
+            if dep in ("frontdoor",):
+                continue
+            if dep != m:
+                deps.add(dep)
+        # `super::x` inside frontdoor/ or session/ names a sibling
+        if "::" in m:
+            parent = m.split("::")[0]
+            for dep in re.findall(r"super::([a-z_]+)", text):
+                if dep in ("handle", "compat", "native", "socket", "stdio", "limits"):
+                    deps.add(parent + "::" + dep)
+                else:
+                    deps.add(parent)
+        # `use crate::{a, b::c}` groups
+        for group in re.findall(r"use crate::\{([^}]*)\}", text):
+            for item in group.split(","):
+                parts = [x.strip() for x in item.strip().split("::")]
+                name = "::".join(parts[:2]) if parts[0] in ("frontdoor", "session") and len(parts) > 1 and parts[1] not in ("self", "{") and parts[1][:1].islower() else parts[0]
+                if name and name != m and name != "frontdoor":
+                    deps.add(name)
+
+if "--graph" in sys.argv:
+    for m in sorted(graph):
+        print(f"{m} -> {', '.join(sorted(graph[m])) or '-'}")
+
+# cycle detection (Tarjan)
+index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
+def strong(v):
+    index[v] = low[v] = counter[0]; counter[0] += 1
+    stack.append(v); on.add(v)
+    for w in graph.get(v, ()):
+        if w not in graph:
+            continue
+        if w not in index:
+            strong(w); low[v] = min(low[v], low[w])
+        elif w in on:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        comp = []
+        while True:
+            w = stack.pop(); on.discard(w); comp.append(w)
+            if w == v:
+                break
+        if len(comp) > 1:
+            sccs.append(sorted(comp))
+sys.setrecursionlimit(10000)
+for v in sorted(graph):
+    if v not in index:
+        strong(v)
+if sccs:
+    for c in sccs:
+        print("cycle among:", ", ".join(c))
+    sys.exit(1)
+print("no import cycle between modules")

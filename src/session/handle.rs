@@ -1,0 +1,161 @@
+//! A live session as the rest of the broker sees it (the registry, the doors): who it is,
+//! what it is attached to, what it owes. The task that runs it is in `session`.
+
+use crate::family::Family;
+use crate::outbox::Outbox;
+use crate::sync::lock;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::SystemTime;
+use tokio::sync::mpsc;
+
+/// Which front door a session came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Door {
+    /// The broker's Unix socket (`/v1/session`).
+    Native,
+    /// A virtual lockfile's loopback listener (unmodified pi-ide).
+    Compat,
+    /// `pi-ide-broker mcp` (which itself dials the native socket).
+    Stdio,
+}
+
+/// How a session introduces itself.
+#[derive(Clone, Debug)]
+pub struct Intro {
+    /// The door.
+    pub door: Door,
+    /// Its working directory, as given.
+    pub cwd: String,
+    /// Stable key across pi's `/new`, `/resume`, `/reload` (and broker restarts).
+    pub key: Option<String>,
+    /// An explicit editor choice.
+    pub editor: Option<String>,
+    /// Pinned to `editor` for good (a compat entry stands for one editor): it follows that
+    /// editor's restarts, is never routed elsewhere, and ends when the editor is gone.
+    pub pinned: bool,
+    /// The key of the session this one replaces (pi's `/new`, `/fork`): its sticky target is
+    /// copied to `key` when `key` has none yet.
+    pub inherit: Option<String>,
+    /// The dialect the client speaks.
+    pub dialect: Family,
+}
+
+/// Attachment changes, told to the session task (which resubscribes and tells its client).
+#[derive(Debug)]
+pub enum Control {
+    /// Now attached to this editor.
+    Attached(String),
+    /// No longer attached, and why.
+    Detached(String),
+    /// The editor with the same id was replaced by its successor: resubscribe quietly.
+    Rebind,
+}
+
+/// A live session as the registry sees it.
+pub struct Session {
+    /// Broker-assigned id.
+    pub id: u64,
+    /// How it came in.
+    pub door: Door,
+    /// The cwd as given.
+    pub cwd_raw: String,
+    /// The cwd normalised for routing.
+    pub cwd: PathBuf,
+    /// Sticky key, if any.
+    pub key: Option<String>,
+    /// The dialect it speaks.
+    pub dialect: Family,
+    /// When it connected.
+    pub since: SystemTime,
+    /// The attached editor id.
+    pub editor: Mutex<Option<String>>,
+    /// See [`Intro::pinned`].
+    pub pinned: bool,
+    /// True after `broker/detach`: do not auto-attach again.
+    pub detached_by_client: AtomicBool,
+    /// Activity stamp (from `Registry::stamp`, not a time) of its last request to its editor
+    /// or attach: the most recently active session is the one with the highest.
+    pub last_active: AtomicU64,
+    /// Its frame queue.
+    pub outbox: Outbox,
+    /// Attachment changes for its task.
+    pub control: mpsc::UnboundedSender<Control>,
+    /// Editor-initiated requests it must answer: our id for it → (editor id, editor's id).
+    pub delegated: Mutex<HashMap<String, (String, Value)>>,
+    /// Mints ids for delegated requests.
+    next_delegated: AtomicU64,
+    /// Calls in flight that asked for progress: kept alive with `notifications/progress`.
+    pub(crate) progress: Mutex<Vec<Progress>>,
+}
+
+/// A call in flight whose client asked for progress (`_meta.progressToken`).
+pub(crate) struct Progress {
+    /// The editor it waits on.
+    pub(crate) editor: String,
+    /// The id the broker minted for it upstream.
+    pub(crate) upstream: u64,
+    /// The client's token, echoed exactly.
+    pub(crate) token: Value,
+    /// Notifications sent so far (the `progress` value, increasing).
+    pub(crate) sent: u64,
+}
+
+impl Session {
+    /// A new session, unattached, active as of `stamp`.
+    pub fn new(
+        id: u64,
+        intro: &Intro,
+        outbox: Outbox,
+        control: mpsc::UnboundedSender<Control>,
+        stamp: u64,
+    ) -> Self {
+        Session {
+            id,
+            door: intro.door,
+            cwd: crate::router::normalize(std::path::Path::new(&intro.cwd)),
+            cwd_raw: intro.cwd.clone(),
+            key: intro.key.clone(),
+            dialect: intro.dialect,
+            since: SystemTime::now(),
+            editor: Mutex::new(None),
+            pinned: intro.pinned,
+            detached_by_client: AtomicBool::new(false),
+            last_active: AtomicU64::new(stamp),
+            outbox,
+            control,
+            delegated: Mutex::new(HashMap::new()),
+            next_delegated: AtomicU64::new(0),
+            progress: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The attached editor id.
+    pub fn editor_id(&self) -> Option<String> {
+        lock(&self.editor).clone()
+    }
+
+    /// Records activity for "most recently active session on this editor".
+    pub fn touch(&self, stamp: u64) {
+        self.last_active.store(stamp, Ordering::Relaxed);
+    }
+
+    /// Ends the session (its task closes the connection and cleans up).
+    pub fn close(&self) {
+        self.outbox.drop_session();
+    }
+
+    /// A fresh id for an editor-initiated request delivered to this session.
+    pub fn mint_delegated_id(&self) -> String {
+        format!(
+            "broker-{}",
+            self.next_delegated.fetch_add(1, Ordering::Relaxed) + 1
+        )
+    }
+}
+
