@@ -25,6 +25,7 @@ pub mod service;
 pub mod session;
 pub mod state;
 pub mod sync;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use config::Config;
