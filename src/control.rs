@@ -1,7 +1,6 @@
 //! `status`: the JSON the daemon answers on `GET /v1/status` (built from the registry) and
 //! the table the CLI prints from it. The JSON field names are a contract: add, never rename.
 
-use crate::editor::Owner;
 use crate::registry::Registry;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -53,13 +52,11 @@ pub fn status(reg: &Registry) -> Value {
         .map(|s| {
             let mut in_flight: Vec<(bool, Value)> = Vec::new();
             for e in reg.editors.iter() {
-                for p in e.pending.iter() {
-                    if matches!(&p.owner, Owner::Session { session, .. } if *session == s.id) {
-                        in_flight.push((
-                            p.is_diff(),
-                            json!({"method": p.method, "tool": p.tool, "age_s": p.started.elapsed().as_secs()}),
-                        ));
-                    }
+                for (diff, method, tool, age) in e.calls_of(s.id) {
+                    in_flight.push((
+                        diff,
+                        json!({"method": method, "tool": tool, "age_s": age.as_secs()}),
+                    ));
                 }
             }
             // Pending diffs first, then oldest first.

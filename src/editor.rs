@@ -4,6 +4,7 @@
 
 use crate::config::Config;
 use crate::family::Family;
+use crate::health::{Action as HealthAction, Health};
 use crate::jsonrpc::{self, Incoming};
 use crate::lockfile::{self, Lockfile, LockfileError};
 use crate::outbox::Outbox;
@@ -12,6 +13,8 @@ use dashmap::DashMap;
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,8 +91,9 @@ pub struct Pending {
     pub tab_name: Option<String>,
     /// When it was sent.
     pub started: Instant,
-    /// The short-tool timeout timer, cancelled when the answer arrives.
-    pub timer: Option<tokio::task::AbortHandle>,
+    /// When a short tool gives up (`None` for diffs and the broker's own calls): the link's
+    /// deadline sweep answers it with a timeout error if the editor has not by then.
+    pub deadline: Option<tokio::time::Instant>,
     /// How to rewrite the answer for a session of the other dialect (`None`: pass through).
     pub bridge: Option<crate::bridge::Bridge>,
 }
@@ -152,8 +156,14 @@ pub struct Editor {
     pub link: Mutex<LinkInfo>,
     /// The writer queue of the live link; `None` while down.
     out: Mutex<Option<mpsc::Sender<Message>>>,
-    /// Requests in flight, by the id the broker minted.
-    pub pending: DashMap<u64, Pending>,
+    /// Requests in flight, by the id the broker minted (private: the invariants of the
+    /// pending table live in this module's methods).
+    pending: DashMap<u64, Pending>,
+    /// Deadlines of the short tools in flight, earliest first: one sweep per link, no timer
+    /// task per request.
+    deadlines: Mutex<BinaryHeap<Reverse<(tokio::time::Instant, u64)>>>,
+    /// Woken when a new deadline may be the earliest.
+    deadline_added: tokio::sync::Notify,
     /// The next id to mint (numbers below 2^53, safe for Lua doubles).
     next_id: AtomicU64,
     /// The latest `selection_changed` frame: coalesces for slow sessions and replays on attach.
@@ -161,7 +171,7 @@ pub struct Editor {
     /// Stamp of the last `selection_changed` (0 = never): the editor the user touched last.
     pub last_selection_ms: AtomicU64,
     /// Editor-initiated requests handed to a session, by the editor's id (as JSON text).
-    pub delegated: DashMap<String, Delegation>,
+    delegated: DashMap<String, Delegation>,
     /// Cancelled when the editor is gone; stops the link task.
     pub cancel: CancellationToken,
 }
@@ -203,6 +213,8 @@ impl Editor {
             }),
             out: Mutex::new(None),
             pending: DashMap::new(),
+            deadlines: Mutex::new(BinaryHeap::new()),
+            deadline_added: tokio::sync::Notify::new(),
             next_id: AtomicU64::new(1),
             selection: watch::Sender::new(None),
             last_selection_ms: AtomicU64::new(0),
@@ -262,7 +274,18 @@ impl Editor {
             }
         }
         let text = Value::Object(msg).to_string();
+        let deadline = pending.deadline;
         self.pending.insert(uid, pending);
+        if let Some(at) = deadline {
+            let earliest = {
+                let mut heap = lock(&self.deadlines);
+                heap.push(Reverse((at, uid)));
+                heap.peek().is_some_and(|Reverse((first, _))| *first == at)
+            };
+            if earliest {
+                self.deadline_added.notify_one();
+            }
+        }
         if let Err(e) = tx.try_send(Message::text(text)) {
             self.pending.remove(&uid);
             return Err(match e {
@@ -286,10 +309,78 @@ impl Editor {
     /// Removes a call from the pending table without answering it (its timer stopped).
     pub fn forget_pending(&self, upstream: u64) -> Option<Pending> {
         let (_, p) = self.pending.remove(&upstream)?;
-        if let Some(t) = &p.timer {
-            t.abort();
-        }
         Some(p)
+    }
+
+    /// True while the call sent upstream under `upstream` waits for its answer.
+    pub fn is_pending(&self, upstream: u64) -> bool {
+        self.pending.contains_key(&upstream)
+    }
+
+    /// Takes every call `session` has in flight out of the table (unanswered): the session
+    /// is gone.
+    pub fn take_calls_of(&self, session: u64) -> Vec<Pending> {
+        let mine: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|p| matches!(&p.owner, Owner::Session { session: s, .. } if *s == session))
+            .map(|p| *p.key())
+            .collect();
+        mine.into_iter()
+            .filter_map(|uid| self.pending.remove(&uid).map(|(_, p)| p))
+            .collect()
+    }
+
+    /// What `session` has in flight on this editor, for status: (is a diff, method, tool,
+    /// age).
+    pub fn calls_of(&self, session: u64) -> Vec<(bool, String, Option<String>, Duration)> {
+        self.pending
+            .iter()
+            .filter(|p| matches!(&p.owner, Owner::Session { session: s, .. } if *s == session))
+            .map(|p| (p.is_diff(), p.method.clone(), p.tool.clone(), p.started.elapsed()))
+            .collect()
+    }
+
+    /// Forgets an editor-initiated request (answered, or its session gone); false when it
+    /// was not pending any more (cancelled by the editor meanwhile).
+    pub fn forget_delegated(&self, editor_id: &Value) -> bool {
+        self.delegated.remove(&editor_id.to_string()).is_some()
+    }
+
+    /// The earliest short-tool deadline, if any.
+    fn next_deadline(&self) -> Option<tokio::time::Instant> {
+        lock(&self.deadlines).peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Answers every short tool whose deadline has passed with a timeout error (the answer,
+    /// if the editor sends one later, is dropped as late).
+    fn expire_deadlines(&self, now: tokio::time::Instant) {
+        loop {
+            let uid = {
+                let mut heap = lock(&self.deadlines);
+                match heap.peek() {
+                    Some(Reverse((at, uid))) if *at <= now => {
+                        let uid = *uid;
+                        heap.pop();
+                        uid
+                    }
+                    _ => return,
+                }
+            };
+            let Some((_, p)) = self.pending.remove(&uid) else {
+                continue; // answered in time
+            };
+            let label = p.tool.clone().unwrap_or_else(|| p.method.clone());
+            let ms = p.started.elapsed().as_millis();
+            tracing::warn!(editor = %self.id, call = %label, waited_ms = ms as u64, "editor did not answer in time");
+            if let Owner::Session { outbox, id, .. } = p.owner {
+                outbox.deliver(jsonrpc::error(
+                    &id,
+                    jsonrpc::TIMEOUT,
+                    &format!("editor {} did not answer {label} within {ms} ms", self.id),
+                ));
+            }
+        }
     }
 
     /// A broker-originated request whose answer nobody awaits.
@@ -311,7 +402,7 @@ impl Editor {
                 tool,
                 tab_name: None,
                 started: Instant::now(),
-                timer: None,
+                deadline: None,
                 bridge: None,
             },
         )
@@ -378,9 +469,6 @@ impl Editor {
             let Some((_, p)) = self.pending.remove(&uid) else {
                 continue;
             };
-            if let Some(t) = &p.timer {
-                t.abort();
-            }
             if let Owner::Session { outbox, id, .. } = p.owner {
                 let text = match &p.tab_name {
                     Some(tab) => jsonrpc::result(
@@ -396,6 +484,7 @@ impl Editor {
                 outbox.deliver(text);
             }
         }
+        lock(&self.deadlines).clear();
         // Editor-initiated requests die with the link; the editor fails them itself.
         self.delegated.clear();
     }
@@ -663,14 +752,8 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
         }
         let _ = sink.close().await;
     });
-    // Re-read on every timer tick, so a reloaded config reaches live links.
-    let mut health = config.health.clone();
-    let ms = Duration::from_millis;
-    // The first ping goes out at once, so status has an RTT from the start.
-    let mut next_ping = tokio::time::Instant::now();
-    let mut seq: u64 = 0;
-    let mut outstanding: std::collections::VecDeque<(u64, Instant)> = Default::default();
-    let mut unhealthy_since: Option<Instant> = None;
+    // Settings re-read on every tick, so a reloaded config reaches live links.
+    let mut health = Health::new(config.health.clone(), tokio::time::Instant::now());
     // Once cancelled, the link stays up (bounded) until the editor has answered the requests
     // the broker sent on its own behalf (close_tab for orphaned diffs): closing at once would
     // reset the connection and the editor could lose those frames unread.
@@ -685,47 +768,41 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                 break LinkEnd::Cancelled;
             }
         }
-        let mut deadline = match (outstanding.front(), unhealthy_since) {
-            (Some((_, sent)), None) => next_ping.min(tokio::time::Instant::from_std(
-                *sent + ms(health.timeout_ms),
-            )),
-            _ => next_ping,
-        };
+        let mut wake = health.next_wake();
+        if let Some(at) = editor.next_deadline() {
+            wake = wake.min(at);
+        }
         if let Some(until) = draining {
-            deadline = deadline.min(until);
+            wake = wake.min(until);
         }
         tokio::select! {
             _ = editor.cancel.cancelled(), if draining.is_none() => {
                 draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
             }
-            _ = tokio::time::sleep_until(deadline) => {
-                health = host.config().health.clone();
-                let (interval, timeout, drop_after) =
-                    (ms(health.interval_ms), ms(health.timeout_ms), ms(health.drop_after_ms));
-                let now = Instant::now();
-                if let (Some((_, sent)), None) = (outstanding.front(), unhealthy_since) {
-                    if now >= *sent + timeout {
-                        unhealthy_since = Some(*sent);
-                        editor.set_state(LinkState::Unhealthy);
-                        host.state_changed();
-                        tracing::warn!(timeout_ms = health.timeout_ms, "editor unhealthy: no pong");
+            // A short tool with an earlier deadline than we sleep to.
+            _ = editor.deadline_added.notified() => {}
+            _ = tokio::time::sleep_until(wake) => {
+                let now = tokio::time::Instant::now();
+                editor.expire_deadlines(now);
+                health.set_settings(host.config().health.clone());
+                let mut dropped = None;
+                for action in health.on_tick(now) {
+                    match action {
+                        HealthAction::Ping(payload) => {
+                            if tx.try_send(Message::Ping(payload.into())).is_err() {
+                                tracing::debug!("ping not queued: writer busy");
+                            }
+                        }
+                        HealthAction::Unhealthy => {
+                            editor.set_state(LinkState::Unhealthy);
+                            host.state_changed();
+                            tracing::warn!("editor unhealthy: no pong");
+                        }
+                        HealthAction::Drop(why) => dropped = Some(why),
                     }
                 }
-                if let Some(since) = unhealthy_since {
-                    if now >= since + drop_after {
-                        break LinkEnd::Closed(format!("no pong for {} ms", drop_after.as_millis()));
-                    }
-                }
-                if tokio::time::Instant::now() >= next_ping {
-                    seq += 1;
-                    if outstanding.len() >= 16 {
-                        outstanding.pop_back();
-                    }
-                    outstanding.push_back((seq, now));
-                    next_ping = tokio::time::Instant::now() + interval;
-                    if tx.try_send(Message::Ping(seq.to_be_bytes().to_vec().into())).is_err() {
-                        tracing::debug!("ping not queued: writer busy");
-                    }
+                if let Some(why) = dropped {
+                    break LinkEnd::Closed(why);
                 }
             }
             frame = stream.next() => {
@@ -736,20 +813,17 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                 };
                 match frame {
                     Message::Pong(p) => {
-                        let Some(n) = <[u8; 8]>::try_from(p.as_ref()).ok().map(u64::from_be_bytes) else { continue };
-                        if let Some(&(_, sent)) = outstanding.iter().find(|(s, _)| *s == n) {
-                            let first = lock(&editor.link).rtt.replace(sent.elapsed()).is_none();
+                        let pong = health.on_pong(p.as_ref(), tokio::time::Instant::now());
+                        if let Some(rtt) = pong.rtt {
+                            let first = lock(&editor.link).rtt.replace(rtt).is_none();
                             if first {
                                 host.state_changed();
                             }
-                            // Any pong proves the editor is reading now: older unanswered pings
-                            // (queued while it was frozen) do not count against it.
-                            outstanding.clear();
-                            if unhealthy_since.take().is_some() {
-                                editor.set_state(LinkState::Ready);
-                                host.state_changed();
-                                tracing::info!("editor healthy again");
-                            }
+                        }
+                        if pong.recovered {
+                            editor.set_state(LinkState::Ready);
+                            host.state_changed();
+                            tracing::info!("editor healthy again");
                         }
                     }
                     // tungstenite queued the pong; the next read (right away) flushes it.
@@ -802,9 +876,6 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
                 tracing::debug!(editor = %editor.id, %id, "answer to no pending request (late or cancelled)");
                 return;
             };
-            if let Some(t) = &p.timer {
-                t.abort();
-            }
             if let Some(b) = &p.bridge {
                 if let Some(crate::bridge::Followup::CloseTab(tab)) =
                     crate::bridge::inbound(b, &mut msg)
@@ -916,9 +987,6 @@ fn fast_reply(editor: &Editor, text: &str) -> Option<bool> {
         return None;
     }
     let (_, p) = editor.pending.remove(&reply.id)?;
-    if let Some(t) = &p.timer {
-        t.abort();
-    }
     if let Owner::Session { outbox, id, .. } = p.owner {
         let id = id.to_string();
         let mut out = String::with_capacity(text.len() + id.len() + 32);

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod editor;
 pub mod family;
 pub mod frontdoor;
+pub mod health;
 pub mod identity;
 pub mod jsonrpc;
 pub mod lockdir;

@@ -555,19 +555,7 @@ impl Registry {
         self.changed();
         let editors: Vec<Arc<Editor>> = self.editors.iter().map(|e| e.clone()).collect();
         for e in editors {
-            let mine: Vec<u64> = e
-                .pending
-                .iter()
-                .filter(|p| matches!(&p.owner, editor::Owner::Session { session, .. } if *session == s.id))
-                .map(|p| *p.key())
-                .collect();
-            for uid in mine {
-                let Some((_, p)) = e.pending.remove(&uid) else {
-                    continue;
-                };
-                if let Some(t) = &p.timer {
-                    t.abort();
-                }
+            for p in e.take_calls_of(s.id) {
                 if let Some(tab) = p.editor_tab() {
                     tracing::info!(session = s.id, editor = %e.id, "closing the diff of a departed session");
                     if let Err(err) = e.close_tab(tab) {
@@ -579,7 +567,7 @@ impl Registry {
         let owed: Vec<(String, Value)> = lock(&s.delegated).drain().map(|(_, v)| v).collect();
         for (eid, orig) in owed {
             if let Some(e) = self.editors.get(&eid) {
-                e.delegated.remove(&orig.to_string());
+                e.forget_delegated(&orig);
                 let _ = e.send_raw(crate::jsonrpc::error(
                     &orig,
                     crate::jsonrpc::SERVER_ERROR,
@@ -602,7 +590,7 @@ impl Registry {
         let Some(e) = self.editors.get(&eid).map(|e| e.clone()) else {
             return;
         };
-        if e.delegated.remove(&orig.to_string()).is_none() {
+        if !e.forget_delegated(&orig) {
             return; // cancelled by the editor meanwhile: a late reply is dropped, as editors do
         }
         msg.insert("id".into(), orig);

@@ -244,7 +244,7 @@ fn keep_alive(reg: &Registry, s: &Session) {
         let waiting = reg
             .editors
             .get(&p.editor)
-            .is_some_and(|e| e.pending.contains_key(&p.upstream));
+            .is_some_and(|e| e.is_pending(p.upstream));
         if waiting {
             p.sent += 1;
             s.outbox.deliver(jsonrpc::notification(
@@ -465,7 +465,6 @@ fn forward(
     } else if method == "tools/call" && editor.family == Family::Claude {
         bridge = crate::bridge::mark_claude_tab(s.id, &mut msg);
     }
-    let label = tool.clone().unwrap_or_else(|| method.clone());
     let progress_token = msg
         .get("params")
         .and_then(|p| p.get("_meta"))
@@ -481,7 +480,12 @@ fn forward(
         tool,
         tab_name: tab_name.clone(),
         started: Instant::now(),
-        timer: None,
+        // A diff waits for the user as long as it takes; anything else gets the short-tool
+        // timeout, swept by the editor's link.
+        deadline: (!is_diff).then(|| {
+            tokio::time::Instant::now()
+                + Duration::from_millis(reg.config().timeouts.short_tool_ms)
+        }),
         bridge,
     };
     let sent = editor.send_request(msg, pending);
@@ -493,30 +497,7 @@ fn forward(
             sent: 0,
         });
     }
-    match sent {
-        Ok(uid) if !is_diff => {
-            let ms = reg.config().timeouts.short_tool_ms;
-            let e = editor.clone();
-            let timer = tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                if let Some((_, p)) = e.pending.remove(&uid) {
-                    tracing::warn!(editor = %e.id, call = %label, timeout_ms = ms, "editor did not answer in time");
-                    if let Owner::Session { outbox, id, .. } = p.owner {
-                        outbox.deliver(jsonrpc::error(
-                            &id,
-                            jsonrpc::TIMEOUT,
-                            &format!("editor {} did not answer {label} within {ms} ms", e.id),
-                        ));
-                    }
-                }
-            });
-            if let Some(mut p) = editor.pending.get_mut(&uid) {
-                p.timer = Some(timer.abort_handle());
-            } else {
-                timer.abort();
-            }
-        }
-        Ok(_) => {}
+    match sent {        Ok(_) => {}
         Err(e) => refuse(e.to_string()),
     }
 }
