@@ -14,15 +14,15 @@ fn unix(t: SystemTime) -> u64 {
 
 /// The full status document.
 pub fn status(reg: &Registry) -> Value {
+    let all_sessions = reg.sessions();
     let mut editors: Vec<Value> = reg
-        .editors
+        .editors()
         .iter()
         .map(|e| {
             let l = e.lockfile();
             let link = e.link_info();
             let tools = e.tool_names().unwrap_or_default();
-            let sessions = reg
-                .sessions
+            let sessions = all_sessions
                 .iter()
                 .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
                 .count();
@@ -46,12 +46,11 @@ pub fn status(reg: &Registry) -> Value {
         })
         .collect();
     editors.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    let mut sessions: Vec<Value> = reg
-        .sessions
+    let mut sessions: Vec<Value> = all_sessions
         .iter()
         .map(|s| {
             let mut in_flight: Vec<(bool, Value)> = Vec::new();
-            for e in reg.editors.iter() {
+            for e in reg.editors() {
                 for (diff, method, tool, age) in e.calls_of(s.id) {
                     in_flight.push((
                         diff,
@@ -60,11 +59,14 @@ pub fn status(reg: &Registry) -> Value {
                 }
             }
             // Pending diffs first, then oldest first.
-            in_flight.sort_by(|a, b| b.0.cmp(&a.0).then(b.1["age_s"].as_u64().cmp(&a.1["age_s"].as_u64())));
+            in_flight.sort_by(|a, b| {
+                b.0.cmp(&a.0)
+                    .then(b.1["age_s"].as_u64().cmp(&a.1["age_s"].as_u64()))
+            });
             let editor = s.editor_id();
             let bridged = editor
                 .as_deref()
-                .and_then(|id| reg.editors.get(id).map(|e| e.family != s.dialect))
+                .and_then(|id| reg.editor(id).map(|e| e.family != s.dialect))
                 .unwrap_or(false);
             json!({
                 "id": s.id,

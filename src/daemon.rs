@@ -170,10 +170,10 @@ pub async fn serve(
     accept_stop.cancel();
     let _ = native.await;
     // An agent that sees a closed socket mid-diff would write the edit unreviewed.
-    for e in reg.editors.iter() {
+    for e in reg.editors() {
         e.reject_pending_diffs("broker is shutting down");
     }
-    for s in reg.sessions.iter() {
+    for s in reg.sessions() {
         let _ = s
             .control
             .send(Control::Detached("broker is shutting down".into()));

@@ -142,7 +142,7 @@ pub struct Editor {
     /// Dialect and auth header.
     pub family: Family,
     /// The lockfile as last read (token included, redacted in Debug).
-    pub lock: Mutex<Lockfile>,
+    lock: Mutex<Lockfile>,
     /// Workspace folders, normalised for routing.
     pub folders: Vec<PathBuf>,
     /// How many times this editor restarted (successor chain length).
@@ -153,7 +153,7 @@ pub struct Editor {
     /// followed it).
     pub previous_pid: Option<u32>,
     /// Link state for status and routing.
-    pub link: Mutex<LinkInfo>,
+    link: Mutex<LinkInfo>,
     /// The writer queue of the live link; `None` while down.
     out: Mutex<Option<mpsc::Sender<Message>>>,
     /// Requests in flight, by the id the broker minted (private: the invariants of the
@@ -167,13 +167,14 @@ pub struct Editor {
     /// The next id to mint (numbers below 2^53, safe for Lua doubles).
     next_id: AtomicU64,
     /// The latest `selection_changed` frame: coalesces for slow sessions and replays on attach.
-    pub selection: watch::Sender<Option<Arc<str>>>,
-    /// Stamp of the last `selection_changed` (0 = never): the editor the user touched last.
-    pub last_selection_ms: AtomicU64,
+    selection: watch::Sender<Option<Arc<str>>>,
+    /// Activity stamp (from `LinkHost::stamp`, not a time) of the last `selection_changed`
+    /// (0 = never): the editor the user touched last has the highest.
+    focus: AtomicU64,
     /// Editor-initiated requests handed to a session, by the editor's id (as JSON text).
     delegated: DashMap<String, Delegation>,
     /// Cancelled when the editor is gone; stops the link task.
-    pub cancel: CancellationToken,
+    cancel: CancellationToken,
 }
 
 /// Why a request could not be sent upstream.
@@ -217,10 +218,40 @@ impl Editor {
             deadline_added: tokio::sync::Notify::new(),
             next_id: AtomicU64::new(1),
             selection: watch::Sender::new(None),
-            last_selection_ms: AtomicU64::new(0),
+            focus: AtomicU64::new(0),
             delegated: DashMap::new(),
             cancel,
         }
+    }
+
+    /// Takes a re-read lockfile of this same editor (a new token).
+    pub fn set_lockfile(&self, l: Lockfile) {
+        *lock(&self.lock) = l;
+    }
+
+    /// Stops the link task: the editor is gone (or replaced).
+    pub fn stop(&self) {
+        self.cancel.cancel();
+    }
+
+    /// The latest `selection_changed` frame, if the editor sent one.
+    pub fn last_selection(&self) -> Option<Arc<str>> {
+        self.selection.borrow().clone()
+    }
+
+    /// A receiver of the editor's selection, marked changed when there is one already (so a
+    /// new subscriber gets it replayed).
+    pub fn subscribe_selection(&self) -> watch::Receiver<Option<Arc<str>>> {
+        let mut rx = self.selection.subscribe();
+        if rx.borrow().is_some() {
+            rx.mark_changed();
+        }
+        rx
+    }
+
+    /// The activity stamp of the user's last touch (`selection_changed`), if any.
+    pub fn focus_stamp(&self) -> Option<u64> {
+        Some(self.focus.load(Ordering::Relaxed)).filter(|v| *v > 0)
     }
 
     /// A copy of the lockfile as last read.
@@ -337,7 +368,14 @@ impl Editor {
         self.pending
             .iter()
             .filter(|p| matches!(&p.owner, Owner::Session { session: s, .. } if *s == session))
-            .map(|p| (p.is_diff(), p.method.clone(), p.tool.clone(), p.started.elapsed()))
+            .map(|p| {
+                (
+                    p.is_diff(),
+                    p.method.clone(),
+                    p.tool.clone(),
+                    p.started.elapsed(),
+                )
+            })
             .collect()
     }
 
@@ -489,7 +527,6 @@ impl Editor {
         self.delegated.clear();
     }
 }
-
 
 /// What the link task needs from the rest of the broker.
 pub trait LinkHost: Send + Sync + 'static {
@@ -896,9 +933,7 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
         }
         Incoming::Notification { method, mut msg } => match method.as_str() {
             "selection_changed" => {
-                editor
-                    .last_selection_ms
-                    .store(host.stamp(), Ordering::Relaxed);
+                editor.focus.store(host.stamp(), Ordering::Relaxed);
                 let text = absolute_paths(editor, &mut msg).unwrap_or_else(|| text.to_string());
                 editor.selection.send_replace(Some(Arc::from(text)));
             }

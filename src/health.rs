@@ -186,13 +186,22 @@ mod tests {
         let later = ping_of(&h.on_tick(t0 + Duration::from_millis(1000))).unwrap();
         let pong = h.on_pong(&later, t0 + Duration::from_millis(1100));
         assert!(pong.recovered && !h.is_unhealthy());
-        assert_eq!(h.on_pong(&first, t0 + Duration::from_millis(1200)).rtt, None);
+        assert_eq!(
+            h.on_pong(&first, t0 + Duration::from_millis(1200)).rtt,
+            None
+        );
         // Silent again, this time for good.
         let t1 = t0 + Duration::from_millis(2000);
         ping_of(&h.on_tick(t1)).unwrap();
-        assert_eq!(h.on_tick(t1 + Duration::from_millis(300)), vec![Action::Unhealthy]);
+        assert_eq!(
+            h.on_tick(t1 + Duration::from_millis(300)),
+            vec![Action::Unhealthy]
+        );
         assert_eq!(h.next_wake(), t1 + Duration::from_millis(1000));
         let end = t1 + Duration::from_millis(5000);
-        assert_eq!(h.on_tick(end), vec![Action::Drop("no pong for 5000 ms".into())]);
+        assert_eq!(
+            h.on_tick(end),
+            vec![Action::Drop("no pong for 5000 ms".into())]
+        );
     }
 }

@@ -40,7 +40,6 @@ impl Outbox {
     }
 }
 
-
 impl Outbox {
     /// An outbox for session `id` feeding `tx`; `kill` ends the session when it overflows.
     pub fn new(id: u64, tx: mpsc::Sender<String>, kill: CancellationToken) -> Self {

@@ -4,13 +4,13 @@
 
 use crate::config::Config;
 use crate::editor::{self, Delegation, Editor, LinkHost};
-use crate::sync::lock;
 use crate::identity::{self, Arrival, Assigned, Lineage, Process, Verdict};
 use crate::lockdir::LockEvent;
 use crate::lockfile::Lockfile;
 use crate::router::{self, Decision, EditorView};
 use crate::session::handle::{Control, Session};
 use crate::state::StateStore;
+use crate::sync::lock;
 use dashmap::DashMap;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -45,12 +45,12 @@ const MAX_LOST_EDITORS: usize = 256;
 pub struct Registry {
     /// Current config (replaced on reload).
     config: RwLock<Arc<Config>>,
-    /// Live editors by id.
-    pub editors: DashMap<String, Arc<Editor>>,
+    /// Live editors by id (private: reached through `editor`, `editors`).
+    editors: DashMap<String, Arc<Editor>>,
     /// Lockfile path → editor id.
     by_path: DashMap<PathBuf, String>,
-    /// Live sessions by id.
-    pub sessions: DashMap<u64, Arc<Session>>,
+    /// Live sessions by id (private: reached through `add_session`, `sessions`).
+    sessions: DashMap<u64, Arc<Session>>,
     /// Serialises editor add/remove (lock events and link tasks race otherwise).
     mutate: Mutex<()>,
     /// Sticky targets, persisted.
@@ -109,6 +109,27 @@ impl Registry {
             listeners: Mutex::new(Vec::new()),
             me: me.clone(),
         })
+    }
+
+    /// The live editor `id`.
+    pub fn editor(&self, id: &str) -> Option<Arc<Editor>> {
+        self.editors.get(id).map(|e| e.clone())
+    }
+
+    /// Every live editor (a snapshot: no map guard escapes).
+    pub fn editors(&self) -> Vec<Arc<Editor>> {
+        self.editors.iter().map(|e| e.clone()).collect()
+    }
+
+    /// Every live session (a snapshot).
+    pub fn sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions.iter().map(|s| s.clone()).collect()
+    }
+
+    /// Registers a connected session (before it is placed).
+    pub fn add_session(&self, s: Arc<Session>) {
+        self.sessions.insert(s.id, s);
+        self.changed();
     }
 
     /// The current config.
@@ -206,7 +227,7 @@ impl Registry {
                 {
                     if old.auth_token != lockfile.auth_token {
                         // Same editor, new token: the link task re-reads it on the next dial.
-                        *lock(&e.lock) = lockfile;
+                        e.set_lockfile(lockfile);
                     }
                     return None;
                 }
@@ -278,7 +299,7 @@ impl Registry {
         // old handle is replaced, the id stays.
         if let Some((_, old)) = self.editors.remove(&id) {
             self.by_path.retain(|_, v| *v != id);
-            old.cancel.cancel();
+            old.stop();
         }
         let (restarts, previous_port, previous_pid) = match assigned.verdict {
             Verdict::Successor {
@@ -346,7 +367,7 @@ impl Registry {
             return;
         };
         self.by_path.retain(|_, v| v != id);
-        e.cancel.cancel();
+        e.stop();
         self.changed();
         self.state
             .with_book(|b| b.lost(id, crate::state::unix_ms()));
@@ -400,8 +421,7 @@ impl Registry {
             .map(|e| EditorView {
                 id: e.id.clone(),
                 folders: e.folders.clone(),
-                last_selection_ms: Some(e.last_selection_ms.load(Ordering::Relaxed))
-                    .filter(|v| *v > 0),
+                focus: e.focus_stamp(),
                 usable: e.usable(),
             })
             .collect()

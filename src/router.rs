@@ -74,8 +74,8 @@ pub struct EditorView {
     pub id: String,
     /// Normalised workspace folders.
     pub folders: Vec<PathBuf>,
-    /// When the user last touched it (`selection_changed`), in ms since broker start.
-    pub last_selection_ms: Option<u64>,
+    /// Activity stamp of the user's last touch (`selection_changed`); higher is more recent.
+    pub focus: Option<u64>,
     /// Only editors whose link is usable are candidates.
     pub usable: bool,
 }
@@ -87,8 +87,8 @@ pub struct Candidate {
     pub id: String,
     /// The folder that matched.
     pub matched: FolderMatch,
-    /// See [`EditorView::last_selection_ms`].
-    pub last_selection_ms: Option<u64>,
+    /// See [`EditorView::focus`].
+    pub focus: Option<u64>,
 }
 
 /// Candidates for `cwd`, best first: strong before weak (weak only when no strong one
@@ -101,7 +101,7 @@ pub fn candidates(cwd: &Path, editors: &[EditorView], home: &Path) -> Vec<Candid
             best_folder(cwd, &e.folders, home).map(|m| Candidate {
                 id: e.id.clone(),
                 matched: m,
-                last_selection_ms: e.last_selection_ms,
+                focus: e.focus,
             })
         })
         .collect();
@@ -112,7 +112,7 @@ pub fn candidates(cwd: &Path, editors: &[EditorView], home: &Path) -> Vec<Candid
         b.matched
             .depth
             .cmp(&a.matched.depth)
-            .then(b.last_selection_ms.cmp(&a.last_selection_ms))
+            .then(b.focus.cmp(&a.focus))
             .then(a.id.cmp(&b.id))
     });
     all
@@ -141,9 +141,7 @@ pub fn decide(cands: &[Candidate], sticky: Option<&str>) -> Decision {
     };
     let tied: Vec<String> = cands
         .iter()
-        .filter(|c| {
-            c.matched.depth == first.matched.depth && c.last_selection_ms == first.last_selection_ms
-        })
+        .filter(|c| c.matched.depth == first.matched.depth && c.focus == first.focus)
         .map(|c| c.id.clone())
         .collect();
     if tied.len() > 1 {
@@ -162,7 +160,7 @@ mod tests {
         EditorView {
             id: id.into(),
             folders: folders.iter().map(PathBuf::from).collect(),
-            last_selection_ms: sel,
+            focus: sel,
             usable: true,
         }
     }

@@ -28,13 +28,13 @@ pub fn notify(states: &[NotifyState]) {
 
 /// "4 editors ready, 9 sessions"
 pub fn status_line(reg: &Registry) -> String {
-    let ready = reg
-        .editors
+    let editors = reg.editors();
+    let ready = editors
         .iter()
         .filter(|e| e.state() == crate::editor::LinkState::Ready)
         .count();
-    let total = reg.editors.len();
-    let sessions = reg.sessions.len();
+    let total = editors.len();
+    let sessions = reg.sessions().len();
     let mut s = format!("{ready} editor{} ready", if ready == 1 { "" } else { "s" });
     if total > ready {
         s.push_str(&format!(" ({} not ready)", total - ready));

@@ -2,8 +2,8 @@
 //! file, written atomically (temp file + fsync + rename + fsync of the dir) by a saver task
 //! that coalesces changes.
 
-use crate::sync::lock;
 use crate::identity::Book;
+use crate::sync::lock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -316,9 +316,7 @@ async fn selection_and_tools_are_cached_per_editor() {
     fe.select("/p/main.rs", "fn main", 3);
     let reg = b.handle.registry().clone();
     let sel = pi_ide_broker::testkit::eventually("cached selection", || {
-        reg.editors
-            .get(&id)
-            .and_then(|e| e.selection.borrow().clone())
+        reg.editor(&id).and_then(|e| e.last_selection())
     })
     .await;
     assert!(sel.contains("/p/main.rs"));

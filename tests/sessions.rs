@@ -321,9 +321,7 @@ async fn selection_is_replayed_on_attach() {
     fe.select("/p/lib.rs", "let x", 7);
     let reg = b.handle.registry().clone();
     pi_ide_broker::testkit::eventually("cached", || {
-        reg.editors
-            .get(&id)
-            .and_then(|e| e.selection.borrow().clone())
+        reg.editor(&id).and_then(|e| e.last_selection())
     })
     .await;
     let mut a = Agent::open(&b.socket, "/p", None).await;
@@ -511,14 +509,7 @@ async fn routing_nested_symlinked_and_ambiguous() {
     let reg = b.handle.registry().clone();
     let id2c = id2.clone();
     pi_ide_broker::testkit::eventually("focus recorded", || {
-        reg.editors
-            .get(&id2c)
-            .filter(|e| {
-                e.last_selection_ms
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    > 0
-            })
-            .map(|_| ())
+        reg.editor(&id2c).and_then(|e| e.focus_stamp()).map(|_| ())
     })
     .await;
     let mut tie = Agent::open(&b.socket, &same, None).await;

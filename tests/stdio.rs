@@ -73,9 +73,7 @@ async fn an_mcp_client_through_real_pipes() {
     // The selection must have reached the broker before the client asks for it.
     let reg = b.handle.registry().clone();
     eventually("selection cached", || {
-        reg.editors
-            .get(&id)
-            .and_then(|e| e.selection.borrow().clone())
+        reg.editor(&id).and_then(|e| e.last_selection())
     })
     .await;
     let mut ev = fe.events();

@@ -34,10 +34,7 @@ struct Entry {
 }
 
 /// Runs the compat door until the broker stops, then removes every entry.
-pub async fn run(
-    reg: Arc<Registry>,
-    dir: PathBuf,
-) {
+pub async fn run(reg: Arc<Registry>, dir: PathBuf) {
     let mut events = reg.subscribe_editors();
     if let Err(e) = super::socket::secure_dir(&dir) {
         tracing::error!(error = %e, "compat door disabled");
@@ -152,7 +149,7 @@ fn write_entry(
     path: &Path,
     token: Option<&Token>,
 ) -> std::io::Result<()> {
-    let Some(editor) = reg.editors.get(id).map(|e| e.clone()) else {
+    let Some(editor) = reg.editor(id) else {
         return Ok(());
     };
     let lock = editor.lockfile();
@@ -245,8 +242,7 @@ async fn accept_loop(
                 return;
             };
             let cwd = reg
-                .editors
-                .get(&id)
+                .editor(&id)
                 .and_then(|e| e.folders.first().map(|f| f.display().to_string()))
                 .unwrap_or_else(|| "/".into());
             let intro = Intro {

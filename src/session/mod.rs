@@ -2,11 +2,11 @@
 //! the diffs and editor requests it owns, selection replay, notification fan-in.
 
 use crate::editor::{Editor, Owner, Pending};
-use crate::outbox::{Outbox, OUTBOX_FRAMES};
-use crate::sync::lock;
 use crate::family::Family;
 use crate::jsonrpc::{self, Incoming};
+use crate::outbox::{Outbox, OUTBOX_FRAMES};
 use crate::registry::Registry;
+use crate::sync::lock;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -17,8 +17,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 
-pub use handle::{Control, Door, Intro, Session};
 use handle::Progress;
+pub use handle::{Control, Door, Intro, Session};
 
 pub mod handle;
 
@@ -47,7 +47,7 @@ where
         reg.stamp(),
     ));
     tracing::info!(cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
-    reg.sessions.insert(id, session.clone());
+    reg.add_session(session.clone());
     if let (Some(key), Some(from)) = (intro.key.as_deref(), intro.inherit.as_deref()) {
         reg.inherit_sticky(key, from);
     }
@@ -202,7 +202,7 @@ where
 
 /// `broker/attached` params: the editor id, and its name and folders as its lockfile says.
 fn attached_params(reg: &Registry, editor: &str) -> Value {
-    match reg.editors.get(editor) {
+    match reg.editor(editor) {
         Some(e) => {
             let l = e.lockfile();
             json!({"editor": editor, "ide_name": l.ide_name, "workspace_folders": l.workspace_folders, "family": e.family})
@@ -213,12 +213,7 @@ fn attached_params(reg: &Registry, editor: &str) -> Value {
 
 /// A receiver of the editor's selection, marked changed so the current one is replayed.
 fn subscribe(reg: &Registry, editor: &str) -> Option<watch::Receiver<Option<Arc<str>>>> {
-    let e = reg.editors.get(editor)?;
-    let mut rx = e.selection.subscribe();
-    if rx.borrow().is_some() {
-        rx.mark_changed();
-    }
-    Some(rx)
+    Some(reg.editor(editor)?.subscribe_selection())
 }
 
 /// The next selection frame, or `None` when the editor's handle is gone (resubscribe).
@@ -242,8 +237,7 @@ fn keep_alive(reg: &Registry, s: &Session) {
     let mut list = lock(&s.progress);
     list.retain_mut(|p| {
         let waiting = reg
-            .editors
-            .get(&p.editor)
+            .editor(&p.editor)
             .is_some_and(|e| e.is_pending(p.upstream));
         if waiting {
             p.sent += 1;
@@ -328,7 +322,7 @@ fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
 
 fn current_editor(reg: &Registry, s: &Session) -> Option<Arc<Editor>> {
     let id = s.editor_id()?;
-    reg.editors.get(&id).map(|e| e.clone())
+    reg.editor(&id)
 }
 
 fn on_request(
@@ -436,7 +430,7 @@ fn forward(
         editor.family,
         tool.as_deref(),
     ) {
-        let selection = editor.selection.borrow().clone();
+        let selection = editor.last_selection();
         let folders = editor.lockfile().workspace_folders;
         let names = editor.tool_names().unwrap_or_default();
         if let Some(result) =
@@ -483,8 +477,7 @@ fn forward(
         // A diff waits for the user as long as it takes; anything else gets the short-tool
         // timeout, swept by the editor's link.
         deadline: (!is_diff).then(|| {
-            tokio::time::Instant::now()
-                + Duration::from_millis(reg.config().timeouts.short_tool_ms)
+            tokio::time::Instant::now() + Duration::from_millis(reg.config().timeouts.short_tool_ms)
         }),
         bridge,
     };
@@ -497,7 +490,8 @@ fn forward(
             sent: 0,
         });
     }
-    match sent {        Ok(_) => {}
+    match sent {
+        Ok(_) => {}
         Err(e) => refuse(e.to_string()),
     }
 }

@@ -3,9 +3,9 @@
 //! `close_tab`, `selection_changed` broadcasts, editor-initiated `getSuggestions`, server pings,
 //! and a switch that freezes it (stops reading, so pings go unanswered).
 
-use crate::sync::lock;
 use crate::family::Family;
 use crate::jsonrpc::{self, Incoming};
+use crate::sync::lock;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
