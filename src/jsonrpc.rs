@@ -181,6 +181,20 @@ pub fn diff_rejected(tab_name: &str) -> Value {
     ]})
 }
 
+/// The broker's own methods on a session (README "Sessions"): one spelling for every door.
+pub mod broker {
+    /// Request: the candidate editors for the session's cwd, best first.
+    pub const EDITORS: &str = "broker/editors";
+    /// Request `{editor}`: attach to that editor (it becomes the sticky target).
+    pub const ATTACH: &str = "broker/attach";
+    /// Request: detach (and stay detached until `broker/attach`).
+    pub const DETACH: &str = "broker/detach";
+    /// Notification `{editor, ide_name, workspace_folders, family}`: now attached.
+    pub const ATTACHED: &str = "broker/attached";
+    /// Notification `{reason}`: no longer attached.
+    pub const DETACHED: &str = "broker/detached";
+}
+
 /// The `DIFF_REJECTED` the broker answers itself when a diff cannot reach the user (editor
 /// lost, broker stopping, no editor): the same shape, plus `_meta."pi-ide-broker/undelivered"`
 /// with the reason, so a client that knows it can tell "not reviewed" from "the user said no".

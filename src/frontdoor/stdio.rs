@@ -457,7 +457,7 @@ impl Link<'_> {
                         Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return Ok(Ended::Broker),
                         Some(Ok(_)) => continue,
                     };
-                    if flush_at.is_some() && text.contains("\"broker/attached\"") {
+                    if flush_at.is_some() && text.contains(&format!("\"{}\"", jsonrpc::broker::ATTACHED)) {
                         flush_at = Some(tokio::time::Instant::now());
                     }
                     for out in from_broker(door, &text) {
@@ -679,7 +679,7 @@ fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
                     .insert(iid.to_string(), Intercept::ListEditors(id));
                 vec![Out::Broker(jsonrpc::request(
                     &iid,
-                    "broker/editors",
+                    jsonrpc::broker::EDITORS,
                     json!({}),
                 ))]
             }
@@ -690,7 +690,7 @@ fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
                     .insert(iid.to_string(), Intercept::Context(id));
                 vec![Out::Broker(jsonrpc::request(
                     &iid,
-                    "broker/editors",
+                    jsonrpc::broker::EDITORS,
                     json!({}),
                 ))]
             }
@@ -751,15 +751,15 @@ fn from_broker(door: &mut Door, text: &str) -> Vec<Out> {
             }
             // Keeps the client's request timeout from cutting a diff the user still reads.
             "notifications/progress" => vec![Out::Client(text.to_string())],
-            "broker/attached" | "broker/detached" => {
-                if method == "broker/detached" {
+            jsonrpc::broker::ATTACHED | jsonrpc::broker::DETACHED => {
+                if method == jsonrpc::broker::DETACHED {
                     door.selection = None;
                     door.editor = None;
                 }
                 let iid = door.internal_id();
                 door.intercepts.insert(iid.to_string(), Intercept::Refresh);
                 vec![
-                    Out::Broker(jsonrpc::request(&iid, "broker/editors", json!({}))),
+                    Out::Broker(jsonrpc::request(&iid, jsonrpc::broker::EDITORS, json!({}))),
                     Out::Client(jsonrpc::notification(
                         "notifications/tools/list_changed",
                         json!({}),

@@ -74,11 +74,11 @@ where
                 let note = match c {
                     Control::Attached(e) => {
                         selection = subscribe(&reg, &e);
-                        Some(jsonrpc::notification("broker/attached", attached_params(&reg, &e)))
+                        Some(jsonrpc::notification(jsonrpc::broker::ATTACHED, attached_params(&reg, &e)))
                     }
                     Control::Detached(r) => {
                         selection = None;
-                        Some(jsonrpc::notification("broker/detached", json!({"reason": r})))
+                        Some(jsonrpc::notification(jsonrpc::broker::DETACHED, json!({"reason": r})))
                     }
                     Control::Rebind => {
                         selection = session.editor_id().and_then(|e| subscribe(&reg, &e));
@@ -146,7 +146,7 @@ where
             if let Control::Detached(r) = c {
                 let _ = sink
                     .feed(Message::text(jsonrpc::notification(
-                        "broker/detached",
+                        jsonrpc::broker::DETACHED,
                         json!({"reason": r}),
                     )))
                     .await;
@@ -366,8 +366,8 @@ fn on_request(
             ));
         }
         "ping" => reply(jsonrpc::result(&id, json!({}))),
-        "broker/editors" => reply(jsonrpc::result(&id, reg.editors_for(s))),
-        "broker/attach" => {
+        jsonrpc::broker::EDITORS => reply(jsonrpc::result(&id, reg.editors_for(s))),
+        jsonrpc::broker::ATTACH => {
             let Some(want) = param("editor").and_then(Value::as_str) else {
                 return reply(jsonrpc::error(
                     &id,
@@ -380,7 +380,7 @@ fn on_request(
                 Err(e) => reply(jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &e)),
             }
         }
-        "broker/detach" => {
+        jsonrpc::broker::DETACH => {
             reg.detach(s, "detached by client", true);
             reply(jsonrpc::result(&id, json!({})));
         }
