@@ -1,9 +1,13 @@
 //! `status`: the JSON the daemon answers on `GET /v1/status` (built from the registry) and
 //! the table the CLI prints from it. The JSON field names are a contract: add, never rename.
 
+use crate::editor::LinkState;
+use crate::family::Family;
 use crate::registry::Registry;
-use serde_json::{json, Value};
+use crate::session::Door;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 fn unix(t: SystemTime) -> u64 {
@@ -12,93 +16,209 @@ fn unix(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// The status document (`GET /v1/status`): what the daemon serialises and the CLI reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// The daemon itself.
+    pub broker: BrokerStatus,
+    /// Every editor with a validated lockfile, by id.
+    pub editors: Vec<EditorStatus>,
+    /// Every connected session, by id.
+    pub sessions: Vec<SessionStatus>,
+    /// Sticky targets, by session key.
+    #[serde(default)]
+    pub sticky: Vec<StickyStatus>,
+}
+
+/// The daemon's own line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BrokerStatus {
+    /// Its pid.
+    pub pid: u32,
+    /// Its version.
+    pub version: String,
+    /// Its socket.
+    pub socket: PathBuf,
+    /// Seconds since it started.
+    pub uptime_s: u64,
+}
+
+/// One editor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EditorStatus {
+    /// Its id (stable for its process and its successors).
+    pub id: String,
+    /// `ideName` from its lockfile.
+    pub ide_name: String,
+    /// Its family.
+    pub family: Family,
+    /// Its lockfile.
+    pub lockfile: PathBuf,
+    /// The port it listens on.
+    pub port: u16,
+    /// Its pid.
+    pub pid: u32,
+    /// Workspace folders as written.
+    pub workspace_folders: Vec<String>,
+    /// Link state.
+    pub state: LinkState,
+    /// Round trip of the last ping, in ms.
+    pub rtt_ms: Option<f64>,
+    /// Unix seconds since the link is up.
+    pub connected_since: Option<u64>,
+    /// How many successions its id has seen.
+    pub restarts: u32,
+    /// The port of the editor it succeeded.
+    #[serde(default)]
+    pub previous_port: Option<u16>,
+    /// The pid of the editor it succeeded.
+    #[serde(default)]
+    pub previous_pid: Option<u32>,
+    /// The names in its `tools/list`.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Sessions attached to it.
+    pub sessions: usize,
+}
+
+/// One session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    /// Broker-assigned id.
+    pub id: u64,
+    /// The door it came through.
+    pub door: Door,
+    /// Its cwd as given.
+    pub cwd: String,
+    /// Its sticky key.
+    pub key: Option<String>,
+    /// The attached editor.
+    pub editor: Option<String>,
+    /// Unix seconds since it connected.
+    pub since: u64,
+    /// The dialect it speaks.
+    pub dialect: Family,
+    /// True when its dialect differs from its editor's family.
+    #[serde(default)]
+    pub bridged: bool,
+    /// Calls waiting for the editor: diffs first, then oldest first.
+    #[serde(default)]
+    pub in_flight: Vec<InFlight>,
+}
+
+/// One call waiting for an editor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    /// The JSON-RPC method.
+    pub method: String,
+    /// The tool, for `tools/call`.
+    pub tool: Option<String>,
+    /// Seconds it has waited.
+    pub age_s: u64,
+}
+
+/// One sticky target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StickyStatus {
+    /// The session key.
+    pub key: String,
+    /// The editor id.
+    pub editor: String,
+    /// Unix seconds when it was set.
+    pub since: u64,
+}
+
 /// The full status document.
-pub fn status(reg: &Registry) -> Value {
+pub fn status(reg: &Registry) -> Status {
     let all_sessions = reg.sessions();
-    let mut editors: Vec<Value> = reg
-        .editors()
+    let all_editors = reg.editors();
+    let mut editors: Vec<EditorStatus> = all_editors
         .iter()
         .map(|e| {
             let l = e.lockfile();
             let link = e.link_info();
-            let tools = e.tool_names().unwrap_or_default();
-            let sessions = all_sessions
-                .iter()
-                .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
-                .count();
-            json!({
-                "id": e.id,
-                "ide_name": l.ide_name,
-                "family": e.family,
-                "lockfile": l.path,
-                "port": l.port,
-                "pid": l.pid,
-                "workspace_folders": l.workspace_folders,
-                "state": link.state,
-                "rtt_ms": link.rtt.map(|d| (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
-                "connected_since": link.connected_since.map(unix),
-                "restarts": e.restarts,
-                "previous_port": e.previous_port,
-                "previous_pid": e.previous_pid,
-                "tools": tools,
-                "sessions": sessions,
-            })
+            EditorStatus {
+                id: e.id.clone(),
+                ide_name: l.ide_name.clone(),
+                family: e.family,
+                lockfile: l.path.clone(),
+                port: l.port,
+                pid: l.pid,
+                workspace_folders: l.workspace_folders.clone(),
+                state: link.state,
+                rtt_ms: link
+                    .rtt
+                    .map(|d| (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
+                connected_since: link.connected_since.map(unix),
+                restarts: e.restarts,
+                previous_port: e.previous_port,
+                previous_pid: e.previous_pid,
+                tools: e.tool_names().unwrap_or_default(),
+                sessions: all_sessions
+                    .iter()
+                    .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
+                    .count(),
+            }
         })
         .collect();
-    editors.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    let mut sessions: Vec<Value> = all_sessions
+    editors.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut sessions: Vec<SessionStatus> = all_sessions
         .iter()
         .map(|s| {
-            let mut in_flight: Vec<(bool, Value)> = Vec::new();
-            for e in reg.editors() {
+            let mut in_flight: Vec<(bool, InFlight)> = Vec::new();
+            for e in &all_editors {
                 for (diff, method, tool, age) in e.calls_of(s.id) {
                     in_flight.push((
                         diff,
-                        json!({"method": method, "tool": tool, "age_s": age.as_secs()}),
+                        InFlight {
+                            method,
+                            tool,
+                            age_s: age.as_secs(),
+                        },
                     ));
                 }
             }
-            // Pending diffs first, then oldest first.
-            in_flight.sort_by(|a, b| {
-                b.0.cmp(&a.0)
-                    .then(b.1["age_s"].as_u64().cmp(&a.1["age_s"].as_u64()))
-            });
+            in_flight.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.age_s.cmp(&a.1.age_s)));
             let editor = s.editor_id();
             let bridged = editor
                 .as_deref()
                 .and_then(|id| reg.editor(id).map(|e| e.family != s.dialect))
                 .unwrap_or(false);
-            json!({
-                "id": s.id,
-                "door": s.door,
-                "cwd": s.cwd_raw,
-                "key": s.key,
-                "editor": editor,
-                "since": unix(s.since),
-                "dialect": s.dialect,
-                "bridged": bridged,
-                "in_flight": in_flight.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
-            })
+            SessionStatus {
+                id: s.id,
+                door: s.door,
+                cwd: s.cwd_raw.clone(),
+                key: s.key.clone(),
+                editor,
+                since: unix(s.since),
+                dialect: s.dialect,
+                bridged,
+                in_flight: in_flight.into_iter().map(|(_, v)| v).collect(),
+            }
         })
         .collect();
-    sessions.sort_by_key(|s| s["id"].as_u64());
-    let sticky: Vec<Value> = reg
+    sessions.sort_by_key(|s| s.id);
+    let sticky = reg
         .state
         .all_sticky()
         .into_iter()
-        .map(|(key, t)| json!({"key": key, "editor": t.editor, "since": t.since}))
+        .map(|(key, t)| StickyStatus {
+            key,
+            editor: t.editor,
+            since: t.since,
+        })
         .collect();
-    json!({
-        "broker": {
-            "pid": std::process::id(),
-            "version": env!("CARGO_PKG_VERSION"),
-            "socket": reg.socket,
-            "uptime_s": reg.started_at.elapsed().map(|d| d.as_secs()).unwrap_or(0),
+    Status {
+        broker: BrokerStatus {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            socket: reg.socket.clone(),
+            uptime_s: reg.started_at.elapsed().map(|d| d.as_secs()).unwrap_or(0),
         },
-        "editors": editors,
-        "sessions": sessions,
-        "sticky": sticky,
-    })
+        editors,
+        sessions,
+        sticky,
+    }
 }
 
 /// "3m12s"-style age.
@@ -111,57 +231,51 @@ fn age(secs: u64) -> String {
     }
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(x) => x.clone(),
-        other => other.to_string(),
-    }
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(T::to_string).unwrap_or_else(|| "-".into())
+}
+
+fn json_name<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
 }
 
 /// The table a person reads at a glance; `now` is unix seconds (a parameter for snapshot tests).
-pub fn render(status: &Value, now: u64) -> String {
+pub fn render(status: &Status, now: u64) -> String {
     let mut out = String::new();
-    let b = &status["broker"];
+    let b = &status.broker;
     let _ = writeln!(
         out,
         "pi-ide-broker {} · pid {} · up {} · socket {}",
-        s(&b["version"]),
-        s(&b["pid"]),
-        age(b["uptime_s"].as_u64().unwrap_or(0)),
-        s(&b["socket"])
+        b.version,
+        b.pid,
+        age(b.uptime_s),
+        b.socket.display()
     );
-    let empty = Vec::new();
-    let editors = status["editors"].as_array().unwrap_or(&empty);
-    let sessions = status["sessions"].as_array().unwrap_or(&empty);
-    if editors.is_empty() {
+    if status.editors.is_empty() {
         out.push_str("\nNo editors found. Start an editor with pi-ide or Claude Code integration; its lockfile appears in ~/.pi/ide or ~/.claude/ide.\n");
     } else {
-        let rows: Vec<[String; 10]> = editors
+        let rows: Vec<[String; 10]> = status
+            .editors
             .iter()
             .map(|e| {
-                let up = e["connected_since"]
-                    .as_u64()
-                    .map(|t| age(now.saturating_sub(t)))
-                    .unwrap_or_else(|| "-".into());
-                let rtt = e["rtt_ms"]
-                    .as_f64()
-                    .map(|r| format!("{r:.1}ms"))
-                    .unwrap_or_else(|| "-".into());
-                let ws = e["workspace_folders"]
-                    .as_array()
-                    .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
-                    .unwrap_or_default();
+                let ws = e.workspace_folders.join(", ");
                 [
-                    s(&e["id"]),
-                    s(&e["family"]),
-                    s(&e["port"]),
-                    s(&e["pid"]),
-                    s(&e["state"]),
-                    rtt,
-                    up,
-                    s(&e["restarts"]),
-                    s(&e["sessions"]),
+                    e.id.clone(),
+                    e.family.to_string(),
+                    e.port.to_string(),
+                    e.pid.to_string(),
+                    json_name(&e.state),
+                    e.rtt_ms
+                        .map(|r| format!("{r:.1}ms"))
+                        .unwrap_or_else(|| "-".into()),
+                    e.connected_since
+                        .map(|t| age(now.saturating_sub(t)))
+                        .unwrap_or_else(|| "-".into()),
+                    e.restarts.to_string(),
+                    e.sessions.to_string(),
                     if ws.is_empty() { "-".into() } else { ws },
                 ]
             })
@@ -198,15 +312,23 @@ pub fn render(status: &Value, now: u64) -> String {
         out.push('\n');
         out.push_str(&line(&header.map(String::from)));
         out.push('\n');
-        for (r, e) in rows.iter().zip(editors) {
+        for (r, e) in rows.iter().zip(&status.editors) {
             out.push_str(&line(r));
             out.push('\n');
-            for sess in sessions.iter().filter(|x| x["editor"] == e["id"]) {
+            for sess in status
+                .sessions
+                .iter()
+                .filter(|x| x.editor.as_deref() == Some(e.id.as_str()))
+            {
                 out.push_str(&session_line(sess, now));
             }
         }
     }
-    let loose: Vec<&Value> = sessions.iter().filter(|x| x["editor"].is_null()).collect();
+    let loose: Vec<&SessionStatus> = status
+        .sessions
+        .iter()
+        .filter(|x| x.editor.is_none())
+        .collect();
     if !loose.is_empty() {
         out.push_str("\nUnattached sessions:\n");
         for sess in loose {
@@ -216,30 +338,25 @@ pub fn render(status: &Value, now: u64) -> String {
     out
 }
 
-fn session_line(sess: &Value, now: u64) -> String {
+fn session_line(sess: &SessionStatus, now: u64) -> String {
     let mut l = format!(
         "  └ session {} · {} · {} · cwd {}",
-        s(&sess["id"]),
-        s(&sess["door"]),
-        s(&sess["dialect"]),
-        s(&sess["cwd"])
+        sess.id,
+        json_name(&sess.door),
+        sess.dialect,
+        sess.cwd
     );
-    if !sess["key"].is_null() {
-        let _ = write!(l, " · key {}", s(&sess["key"]));
+    if sess.key.is_some() {
+        let _ = write!(l, " · key {}", opt(&sess.key));
     }
-    if let Some(since) = sess["since"].as_u64() {
-        let _ = write!(l, " · for {}", age(now.saturating_sub(since)));
-    }
-    if let Some(f) = sess["in_flight"].as_array().filter(|f| !f.is_empty()) {
-        let items: Vec<String> = f
+    let _ = write!(l, " · for {}", age(now.saturating_sub(sess.since)));
+    if !sess.in_flight.is_empty() {
+        let items: Vec<String> = sess
+            .in_flight
             .iter()
             .map(|p| {
-                let name = if p["tool"].is_null() {
-                    s(&p["method"])
-                } else {
-                    s(&p["tool"])
-                };
-                format!("{name} ({})", age(p["age_s"].as_u64().unwrap_or(0)))
+                let name = p.tool.clone().unwrap_or_else(|| p.method.clone());
+                format!("{name} ({})", age(p.age_s))
             })
             .collect();
         let _ = write!(l, " · in flight: {}", items.join(", "));
@@ -252,9 +369,15 @@ fn session_line(sess: &Value, now: u64) -> String {
 mod tests {
     use super::*;
 
+    use serde_json::json;
+
+    fn parse(v: serde_json::Value) -> Status {
+        serde_json::from_value(v).expect("a status document")
+    }
+
     #[test]
     fn table_snapshot() {
-        let status = json!({
+        let status = parse(json!({
             "broker": {"pid": 42, "version": "0.1.0", "socket": "/run/user/1000/pi-ide-broker/sock", "uptime_s": 192},
             "editors": [
                 {"id": "neovim-3fa2c1", "ide_name": "Neovim", "family": "pi", "lockfile": "/h/.pi/ide/41234.lock",
@@ -270,7 +393,7 @@ mod tests {
                 {"id": 4, "door": "compat", "dialect": "pi", "cwd": "/tmp", "key": null, "editor": null, "since": 1190, "in_flight": []}
             ],
             "sticky": []
-        });
+        }));
         let expected = "\
 pi-ide-broker 0.1.0 · pid 42 · up 3m12s · socket /run/user/1000/pi-ide-broker/sock
 
@@ -287,7 +410,9 @@ Unattached sessions:
 
     #[test]
     fn empty_status_says_what_to_do() {
-        let status = json!({"broker": {"pid": 1, "version": "0.1.0", "socket": "/s", "uptime_s": 5}, "editors": [], "sessions": []});
+        let status = parse(
+            json!({"broker": {"pid": 1, "version": "0.1.0", "socket": "/s", "uptime_s": 5}, "editors": [], "sessions": []}),
+        );
         let t = render(&status, 0);
         assert!(t.contains("No editors found"), "{t}");
     }

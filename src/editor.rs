@@ -11,7 +11,7 @@ use crate::outbox::Outbox;
 use crate::sync::lock;
 use dashmap::DashMap;
 use futures_util::{SinkExt, StreamExt};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -34,7 +34,7 @@ pub const PROTOCOL_VERSION: &str = "2024-11-05";
 const OUTBOUND_QUEUE: usize = 4096;
 
 /// The link state shown in `status`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LinkState {
     /// Dialling, upgrading or in the MCP handshake.

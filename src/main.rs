@@ -203,7 +203,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             .duration_since(std::time::UNIX_EPOCH)
                             .map(|d| d.as_secs())
                             .unwrap_or(0);
-                        print!("{}", control::render(&status, now));
+                        let typed: control::Status = serde_json::from_value(status).context(
+                            "the daemon's status is not in the shape this pi-ide-broker reads; is it another version? try `status --json`",
+                        )?;
+                        print!("{}", control::render(&typed, now));
                     }
                     Ok(ExitCode::SUCCESS)
                 }

@@ -4,7 +4,7 @@
 use crate::family::Family;
 use crate::outbox::Outbox;
 use crate::sync::lock;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use tokio::sync::mpsc;
 
 /// Which front door a session came through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Door {
     /// The broker's Unix socket (`/v1/session`).

@@ -111,7 +111,9 @@ impl TestBroker {
         let mut changes = self.handle.registry().subscribe_changes();
         within(what, async {
             loop {
-                let st = pi_ide_broker::control::status(self.handle.registry());
+                let st =
+                    serde_json::to_value(pi_ide_broker::control::status(self.handle.registry()))
+                        .unwrap_or(Value::Null);
                 if pred(&st) {
                     return st;
                 }
