@@ -28,6 +28,20 @@ pub struct Status {
     /// Sticky targets, by session key.
     #[serde(default)]
     pub sticky: Vec<StickyStatus>,
+    /// Files in the lock dirs that are not usable lockfiles, and why.
+    #[serde(default)]
+    pub lockfiles_rejected: Vec<RejectedLockfile>,
+}
+
+/// A file the broker refused as a lockfile.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RejectedLockfile {
+    /// The file.
+    pub path: PathBuf,
+    /// Why, in words (e.g. "names pid 123, which is not running (stale lockfile)").
+    pub reason: String,
+    /// Unix seconds since it was refused for that reason.
+    pub since: u64,
 }
 
 /// The daemon's own line.
@@ -218,6 +232,15 @@ pub fn status(reg: &Registry) -> Status {
         editors,
         sessions,
         sticky,
+        lockfiles_rejected: reg
+            .rejected_lockfiles()
+            .into_iter()
+            .map(|(path, reason, since)| RejectedLockfile {
+                path,
+                reason,
+                since,
+            })
+            .collect(),
     }
 }
 
@@ -333,6 +356,13 @@ pub fn render(status: &Status, now: u64) -> String {
         out.push_str("\nUnattached sessions:\n");
         for sess in loose {
             out.push_str(&session_line(sess, now));
+        }
+    }
+    match status.lockfiles_rejected.len() {
+        0 => {}
+        1 => out.push_str("\n1 lockfile ignored — run `pi-ide-broker doctor`\n"),
+        n => {
+            let _ = writeln!(out, "\n{n} lockfiles ignored — run `pi-ide-broker doctor`");
         }
     }
     out

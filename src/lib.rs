@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod doctor;
 pub mod editor;
 pub mod family;
 pub mod frontdoor;

@@ -19,6 +19,11 @@ pub enum LockEvent {
     Upsert(Lockfile),
     /// A lockfile that was valid is gone (deleted, or no longer valid).
     Vanished(PathBuf),
+    /// A file was refused as a lockfile, and why (told once per reason; for `status` and
+    /// `doctor`, so nobody needs the log to learn why an editor is not seen).
+    Rejected(PathBuf, String),
+    /// A refused file is fine now, or gone.
+    Cleared(PathBuf),
 }
 
 /// Commands to a running watcher.
@@ -246,13 +251,21 @@ impl LockDirWatcher {
         for p in gone {
             self.vanish(&p);
         }
-        self.rejected.retain(|p, _| p.parent() != Some(dir));
+        let cleared: Vec<PathBuf> = self
+            .rejected
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .cloned()
+            .collect();
+        for p in cleared {
+            self.clear(&p);
+        }
     }
 
     fn check_file(&mut self, path: &Path, cfg: &LockDirConfig) {
         match lockfile::read(path, cfg.family) {
             Ok(lock) => {
-                self.rejected.remove(path);
+                self.clear(path);
                 if self.known.get(path) != Some(&lock) {
                     self.known.insert(path.to_path_buf(), lock.clone());
                     let _ = self.events.send(LockEvent::Upsert(lock));
@@ -260,7 +273,7 @@ impl LockDirWatcher {
             }
             Err(LockfileError::NotALockfile) => {}
             Err(LockfileError::Gone) => {
-                self.rejected.remove(path);
+                self.clear(path);
                 self.vanish(path);
             }
             Err(e) if e.is_transient() && !stale_partial(path) => {
@@ -274,10 +287,19 @@ impl LockDirWatcher {
                 };
                 if self.rejected.get(path) != Some(&reason) {
                     tracing::warn!(file = %path.display(), reason = %reason, "ignoring lockfile");
-                    self.rejected.insert(path.to_path_buf(), reason);
+                    self.rejected.insert(path.to_path_buf(), reason.clone());
+                    let _ = self
+                        .events
+                        .send(LockEvent::Rejected(path.to_path_buf(), reason));
                 }
                 self.vanish(path);
             }
+        }
+    }
+
+    fn clear(&mut self, path: &Path) {
+        if self.rejected.remove(path).is_some() {
+            let _ = self.events.send(LockEvent::Cleared(path.to_path_buf()));
         }
     }
 

@@ -66,6 +66,23 @@ enum Command {
         #[command(subcommand)]
         action: ServiceAction,
     },
+    /// Check everything between an agent and its editor, and say what to fix.
+    ///
+    /// The daemon, the service unit, the socket, the config file, every lock dir and every
+    /// lockfile in it (with why a refused one is refused), the compat dir, and the route of a
+    /// working directory: its candidates ranked with reasons, and the decision. Exit status 0
+    /// when everything needed works, 1 otherwise.
+    Doctor {
+        /// The working directory whose route is explained [default: the current directory].
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        /// Explain the route for this sticky key too.
+        #[arg(long, value_name = "KEY")]
+        session: Option<String>,
+        /// Print the report as JSON (for scripts).
+        #[arg(long)]
+        json: bool,
+    },
     /// Print where this configuration puts the socket, the state and the daemon log.
     ///
     /// For clients that start or dial the daemon themselves (the pi extension), so they
@@ -114,6 +131,34 @@ fn load_config(path: &Option<PathBuf>) -> anyhow::Result<(Config, Option<PathBuf
     Ok((config, path))
 }
 
+async fn doctor(
+    config_path: Option<PathBuf>,
+    cwd: Option<PathBuf>,
+    session: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let cwd = match cwd {
+        Some(c) => std::path::absolute(&c).with_context(|| format!("--cwd {}", c.display()))?,
+        None => std::env::current_dir().context("cannot read the current directory; pass --cwd")?,
+    };
+    let report = pi_ide_broker::doctor::run(&pi_ide_broker::doctor::Options {
+        config_path,
+        cwd,
+        key: session,
+    })
+    .await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", pi_ide_broker::doctor::render(&report));
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -136,6 +181,11 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // doctor reads the config itself: a broken file is one of the things it reports.
+    if let Command::Doctor { cwd, session, json } = cli.command {
+        let path = cli.config.clone().or_else(Config::default_path);
+        return doctor(path, cwd, session, json).await;
+    }
     let (config, config_path) = load_config(&cli.config)?;
     match cli.command {
         Command::Daemon => run_daemon(config, config_path).await,
@@ -176,6 +226,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Service { action } => service_cmd(action),
+        // Handled above, before the config is loaded.
+        Command::Doctor { .. } => Ok(ExitCode::FAILURE),
         Command::Paths { json } => {
             let paths = serde_json::json!({
                 "socket": config.socket_to_dial(),

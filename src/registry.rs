@@ -49,6 +49,8 @@ pub struct Registry {
     editors: DashMap<String, Arc<Editor>>,
     /// Lockfile path → editor id.
     by_path: DashMap<PathBuf, String>,
+    /// Files refused as lockfiles: path → (reason, unix seconds since).
+    rejected: Mutex<std::collections::BTreeMap<PathBuf, (String, u64)>>,
     /// Live sessions by id (private: reached through `add_session`, `sessions`).
     sessions: DashMap<u64, Arc<Session>>,
     /// Serialises editor add/remove (lock events and link tasks race otherwise).
@@ -95,6 +97,7 @@ impl Registry {
             config: RwLock::new(config),
             editors: DashMap::new(),
             by_path: DashMap::new(),
+            rejected: Mutex::new(std::collections::BTreeMap::new()),
             sessions: DashMap::new(),
             mutate: Mutex::new(()),
             state,
@@ -124,6 +127,14 @@ impl Registry {
     /// Every live session (a snapshot).
     pub fn sessions(&self) -> Vec<Arc<Session>> {
         self.sessions.iter().map(|s| s.clone()).collect()
+    }
+
+    /// Files refused as lockfiles, with why and since when (unix seconds).
+    pub fn rejected_lockfiles(&self) -> Vec<(PathBuf, String, u64)> {
+        lock(&self.rejected)
+            .iter()
+            .map(|(p, (r, t))| (p.clone(), r.clone(), *t))
+            .collect()
     }
 
     /// Registers a connected session (before it is placed).
@@ -199,6 +210,15 @@ impl Registry {
                     fresh.retain(|l| l.path != lock.path);
                     if let Some(new) = self.upsert(lock) {
                         fresh.push(new);
+                    }
+                }
+                LockEvent::Rejected(path, reason) => {
+                    lock(&self.rejected).insert(path, (reason, crate::state::unix_ms() / 1000));
+                    self.changed();
+                }
+                LockEvent::Cleared(path) => {
+                    if lock(&self.rejected).remove(&path).is_some() {
+                        self.changed();
                     }
                 }
                 LockEvent::Vanished(path) => {
@@ -441,6 +461,84 @@ impl Registry {
             }
         }
         router::decide(&cands, sticky.as_deref())
+    }
+
+    /// Why a session in `cwd` (with sticky `key`) would go where it goes: every editor whose
+    /// folders contain the cwd, ranked, with the reason for its rank, and the decision (for
+    /// `doctor` and `GET /v1/route`). Changes nothing.
+    pub fn explain_route(&self, cwd_raw: &str, key: Option<&str>) -> Value {
+        let cwd = router::normalize(std::path::Path::new(cwd_raw));
+        let views = self.views();
+        let sticky = key.and_then(|k| self.state.sticky(k));
+        let usable = router::candidates(&cwd, &views, &self.home);
+        let mut all = views.clone();
+        for v in &mut all {
+            v.usable = true;
+        }
+        let newest_focus = usable.iter().filter_map(|c| c.focus).max();
+        let ranked: Vec<Value> = router::candidates(&cwd, &all, &self.home)
+            .iter()
+            .filter_map(|c| {
+                let e = self.editor(&c.id)?;
+                let up = usable.iter().any(|u| u.id == c.id);
+                let mut why = vec![if c.matched.weak {
+                    format!(
+                        "weak match: {} is / or $HOME, used only when no other folder matches",
+                        c.matched.folder.display()
+                    )
+                } else {
+                    format!(
+                        "folder {} contains the cwd ({} path components deep)",
+                        c.matched.folder.display(),
+                        c.matched.depth
+                    )
+                }];
+                if c.focus.is_some() && c.focus == newest_focus {
+                    why.push("the editor you touched last".into());
+                }
+                if sticky.as_deref() == Some(c.id.as_str()) {
+                    why.push(format!(
+                        "sticky target of session key {}",
+                        key.unwrap_or_default()
+                    ));
+                }
+                if !up {
+                    why.push(format!("not a candidate now: its link is {:?}", e.state()));
+                }
+                Some(json!({
+                    "id": c.id,
+                    "ide_name": e.lockfile().ide_name,
+                    "folder": c.matched.folder,
+                    "depth": c.matched.depth,
+                    "weak": c.matched.weak,
+                    "state": e.state(),
+                    "why": why,
+                }))
+            })
+            .collect();
+        let (decision, settle) = match router::decide(&usable, sticky.as_deref()) {
+            Decision::Editor(id) => (json!({"editor": id}), Value::Null),
+            Decision::NoMatch => (
+                json!({"none": format!("no open editor has a workspace folder containing {}", cwd.display())}),
+                json!("open the project in an editor with pi-ide or Claude Code integration"),
+            ),
+            Decision::Ambiguous(ids) => (
+                json!({"ambiguous": ids}),
+                json!(format!(
+                    "move the cursor in the editor you want (the last focused wins), or choose one: /ide in pi, or broker/attach {{\"editor\": \"{}\"}}",
+                    ids.first().cloned().unwrap_or_default()
+                )),
+            ),
+        };
+        json!({
+            "cwd": cwd_raw,
+            "normalized": cwd,
+            "key": key,
+            "sticky": sticky,
+            "candidates": ranked,
+            "decision": decision,
+            "settle": settle,
+        })
     }
 
     /// pi's `/new` and `/fork`: the new session key starts with the sticky target of the key

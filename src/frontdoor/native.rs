@@ -97,6 +97,28 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>
                 serde_json::to_string_pretty(&crate::control::status(&reg)).unwrap_or_default();
             text(StatusCode::OK, body, "application/json")
         }
+        (&Method::GET, "/v1/route") => {
+            let mut cwd = None;
+            let mut key = None;
+            for pair in req.uri().query().unwrap_or("").split('&') {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                let v = percent_decode(v);
+                match k {
+                    "cwd" => cwd = v,
+                    "session" => key = v.filter(|v| !v.is_empty()),
+                    _ => {}
+                }
+            }
+            let Some(cwd) = cwd.filter(|c| c.starts_with('/')) else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "GET /v1/route needs cwd=<absolute dir> (and optionally session=<key>)",
+                );
+            };
+            let body = serde_json::to_string_pretty(&reg.explain_route(&cwd, key.as_deref()))
+                .unwrap_or_default();
+            text(StatusCode::OK, body, "application/json")
+        }
         (&Method::GET, "/v1/session") => {
             let Some(place) = reg.limits.session("native") else {
                 return error(
@@ -153,7 +175,7 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>
         }
         _ => error(
             StatusCode::NOT_FOUND,
-            "unknown endpoint; try GET /v1/status or GET /v1/session?cwd=<dir>",
+            "unknown endpoint; try GET /v1/status, GET /v1/route?cwd=<dir> or GET /v1/session?cwd=<dir>",
         ),
     }
 }

@@ -1,0 +1,560 @@
+//! `pi-ide-broker doctor`: checks everything between an agent and its editor and says, line
+//! by line, what works and what to do about what does not. It reads the same config, files and
+//! sockets the daemon does, and asks the daemon what it decided (`/v1/status`, `/v1/route`).
+
+use crate::config::{Config, LockDirConfig};
+use crate::control::Status;
+use crate::frontdoor::native::percent_encode;
+use crate::lockfile::{self, LockfileError};
+use serde::Serialize;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How a check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Works.
+    Ok,
+    /// Worth knowing, not in the way (a stale lockfile left by a crash, say).
+    Warn,
+    /// In the way: something a user needs does not work.
+    Fail,
+}
+
+/// One line of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// What was checked ("daemon", "socket", "lockfile /x/1234.lock", …).
+    pub what: String,
+    /// How it came out.
+    pub level: Level,
+    /// What was found.
+    pub message: String,
+    /// What to do, when something is to be done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Every check, in the order a person reads them.
+    pub checks: Vec<Check>,
+    /// The daemon's route explanation for the cwd (`GET /v1/route`), when it runs.
+    pub route: Option<Value>,
+    /// True when everything a user needs works (exit status 0).
+    pub ok: bool,
+}
+
+/// What to check.
+pub struct Options {
+    /// The config file (it may be missing: defaults).
+    pub config_path: Option<PathBuf>,
+    /// The working directory whose route is explained.
+    pub cwd: PathBuf,
+    /// A sticky key to explain the route for.
+    pub key: Option<String>,
+}
+
+struct Builder(Vec<Check>);
+
+impl Builder {
+    fn add(&mut self, what: impl Into<String>, level: Level, message: impl Into<String>) {
+        self.0.push(Check {
+            what: what.into(),
+            level,
+            message: message.into(),
+            fix: None,
+        });
+    }
+
+    fn fix(
+        &mut self,
+        what: impl Into<String>,
+        level: Level,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
+        self.0.push(Check {
+            what: what.into(),
+            level,
+            message: message.into(),
+            fix: Some(fix.into()),
+        });
+    }
+}
+
+/// Runs every check.
+pub async fn run(opts: &Options) -> Report {
+    let mut b = Builder(Vec::new());
+    let config = check_config(&mut b, opts.config_path.as_deref());
+    let socket = config.socket_to_dial();
+    let status = crate::client::get_json(&socket, "/v1/status")
+        .await
+        .ok()
+        .and_then(|v| serde_json::from_value::<Status>(v).ok());
+    check_daemon(&mut b, status.as_ref(), &socket);
+    check_service(&mut b);
+    if status.is_some() {
+        check_socket(&mut b, &socket);
+    }
+    for dir in config.lock_dirs() {
+        check_lock_dir(&mut b, &dir, status.as_ref()).await;
+    }
+    check_compat(&mut b, &config);
+    let route = match &status {
+        Some(_) => {
+            let mut path = format!(
+                "/v1/route?cwd={}",
+                percent_encode(&opts.cwd.display().to_string())
+            );
+            if let Some(k) = &opts.key {
+                path.push_str(&format!("&session={}", percent_encode(k)));
+            }
+            crate::client::get_json(&socket, &path).await.ok()
+        }
+        None => None,
+    };
+    if let Some(r) = &route {
+        check_route(&mut b, r, &opts.cwd);
+    }
+    let ok = b.0.iter().all(|c| c.level != Level::Fail);
+    Report {
+        checks: b.0,
+        route,
+        ok,
+    }
+}
+
+fn check_config(b: &mut Builder, path: Option<&Path>) -> Config {
+    let Some(path) = path else {
+        b.add("config", Level::Ok, "no config file location; defaults");
+        return Config::default();
+    };
+    if !path.exists() {
+        b.add(
+            "config",
+            Level::Ok,
+            format!("{} does not exist; defaults", path.display()),
+        );
+        return Config::default();
+    }
+    match Config::load(path) {
+        Ok(c) => {
+            let keys = set_keys(path);
+            let msg = if keys.is_empty() {
+                format!("{} parsed; every key at its default", path.display())
+            } else {
+                format!("{} parsed; sets {}", path.display(), keys.join(", "))
+            };
+            b.add("config", Level::Ok, msg);
+            c
+        }
+        Err(e) => {
+            b.fix(
+                "config",
+                Level::Fail,
+                e.to_string(),
+                format!(
+                    "fix {} (config.example.toml lists every key), or move it away to use defaults",
+                    path.display()
+                ),
+            );
+            Config::default()
+        }
+    }
+}
+
+/// The keys a config file sets (top-level keys and `table.key`), for "what differs from the
+/// defaults".
+fn set_keys(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in &table {
+        match v {
+            toml::Value::Table(t) => out.extend(t.keys().map(|sub| format!("{k}.{sub}"))),
+            _ => out.push(k.clone()),
+        }
+    }
+    out
+}
+
+fn check_daemon(b: &mut Builder, status: Option<&Status>, socket: &Path) {
+    match status {
+        Some(s) => b.add(
+            "daemon",
+            Level::Ok,
+            format!(
+                "running: pid {}, version {}, up {} s, socket {}",
+                s.broker.pid,
+                s.broker.version,
+                s.broker.uptime_s,
+                s.broker.socket.display()
+            ),
+        ),
+        None => b.fix(
+            "daemon",
+            Level::Fail,
+            format!("not running (nothing answers on {})", socket.display()),
+            "start it: `pi-ide-broker daemon`, or for good: `pi-ide-broker service install`",
+        ),
+    }
+}
+
+fn check_service(b: &mut Builder) {
+    let ask = |args: &[&str], cmd: &str| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    if cfg!(target_os = "macos") {
+        match ask(&["list", crate::service::LAUNCHD_LABEL], "launchctl") {
+            Some(out) if !out.is_empty() => b.add("service", Level::Ok, "launchd agent loaded"),
+            _ => b.fix(
+                "service",
+                Level::Warn,
+                "no launchd agent loaded",
+                "`pi-ide-broker service install` starts it at every login",
+            ),
+        }
+        return;
+    }
+    let unit = crate::service::SYSTEMD_NAME;
+    match (
+        ask(&["--user", "is-enabled", unit], "systemctl"),
+        ask(&["--user", "is-active", unit], "systemctl"),
+    ) {
+        (Some(en), Some(act)) if !en.is_empty() => {
+            let level = if en == "enabled" && act == "active" {
+                Level::Ok
+            } else {
+                Level::Warn
+            };
+            b.add(
+                "service",
+                level,
+                format!("systemd user unit {unit}: {en}, {act}"),
+            );
+        }
+        _ => b.fix(
+            "service",
+            Level::Warn,
+            "no systemd user unit installed (or no user systemd here)",
+            "`pi-ide-broker service install` starts the daemon at every login",
+        ),
+    }
+}
+
+fn mode_of(path: &Path) -> Option<(u32, u32)> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.permissions().mode() & 0o777, m.uid()))
+}
+
+fn check_socket(b: &mut Builder, socket: &Path) {
+    let me = rustix::process::getuid().as_raw();
+    match mode_of(socket) {
+        Some((mode, uid)) if uid == me && mode & 0o077 == 0 => b.add(
+            "socket",
+            Level::Ok,
+            format!("{} mode {mode:04o}, ours", socket.display()),
+        ),
+        Some((mode, uid)) => b.fix(
+            "socket",
+            Level::Fail,
+            format!(
+                "{} mode {mode:04o}, owner uid {uid} (we are {me})",
+                socket.display()
+            ),
+            "stop the daemon, remove the socket and its dir, start it again (it creates them 0600 / 0700)",
+        ),
+        None => b.add("socket", Level::Warn, format!("{} not found", socket.display())),
+    }
+}
+
+async fn check_lock_dir(b: &mut Builder, dir: &LockDirConfig, status: Option<&Status>) {
+    let what = format!("lock dir {}", dir.path.display());
+    let me = rustix::process::getuid().as_raw();
+    match mode_of(&dir.path) {
+        None => {
+            b.add(
+                what,
+                Level::Warn,
+                format!(
+                    "does not exist yet ({} family): no editor has written here",
+                    dir.family
+                ),
+            );
+            return;
+        }
+        Some((mode, _)) if mode & 0o002 != 0 => b.fix(
+            what,
+            Level::Fail,
+            format!("writable by every user (mode {mode:04o}); their lockfiles are refused"),
+            format!("chmod 700 {}", dir.path.display()),
+        ),
+        Some((mode, uid)) if uid != me => b.fix(
+            what,
+            Level::Warn,
+            format!("owned by uid {uid}, not us (mode {mode:04o}): was it created with sudo?"),
+            format!("sudo chown $USER {}", dir.path.display()),
+        ),
+        Some((mode, _)) => b.add(
+            what,
+            Level::Ok,
+            format!("{} family, mode {mode:04o}, ours", dir.family),
+        ),
+    }
+    let Ok(entries) = std::fs::read_dir(&dir.path) else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".lock"))
+        })
+        .collect();
+    files.sort();
+    for f in files {
+        check_lockfile(b, &f, dir, status).await;
+    }
+}
+
+async fn check_lockfile(
+    b: &mut Builder,
+    path: &Path,
+    dir: &LockDirConfig,
+    status: Option<&Status>,
+) {
+    let what = format!("lockfile {}", path.display());
+    let editor = status.and_then(|s| s.editors.iter().find(|e| e.lockfile == path));
+    if let Some(e) = editor {
+        let state = serde_json::to_value(e.state)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        if state == "ready" || state == "unhealthy" {
+            let level = if state == "ready" {
+                Level::Ok
+            } else {
+                Level::Warn
+            };
+            b.add(
+                what,
+                level,
+                format!(
+                    "{} {} (pid {}, port {}) is {state}: editor {}",
+                    e.ide_name,
+                    e.workspace_folders.join(", "),
+                    e.pid,
+                    e.port,
+                    e.id
+                ),
+            );
+            return;
+        }
+        // Known but not connected: find out why.
+        let open = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::net::TcpStream::connect(("127.0.0.1", e.port)),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
+        if open {
+            b.fix(
+                what,
+                Level::Fail,
+                format!(
+                    "port {} answers but the link is {state}: the editor refused our token or the handshake",
+                    e.port
+                ),
+                "restart the editor's IDE server (its lockfile is rewritten with a fresh token)",
+            );
+        } else {
+            b.fix(
+                what,
+                Level::Fail,
+                format!("port {} is closed (pid {} runs)", e.port, e.pid),
+                "the editor's server stopped; restart it (e.g. :PiStart in Neovim) or the editor",
+            );
+        }
+        return;
+    }
+    let remembered = status.and_then(|s| s.lockfiles_rejected.iter().find(|r| r.path == path));
+    let reason = match lockfile::read(path, dir.family) {
+        Ok(_) => match remembered {
+            Some(r) => Some(r.reason.clone()),
+            None if status.is_none() => None,
+            None => Some("not (yet) taken by the daemon".into()),
+        },
+        Err(LockfileError::NotALockfile) => return,
+        // The daemon's word wins over a read of a file still being written.
+        Err(e) if e.is_transient() => Some(
+            remembered
+                .map(|r| r.reason.clone())
+                .unwrap_or_else(|| e.to_string()),
+        ),
+        Err(e) => Some(e.to_string()),
+    };
+    match reason {
+        None => b.add(
+            what,
+            Level::Ok,
+            "a valid lockfile (the daemon is not running to use it)",
+        ),
+        Some(r) => {
+            let (level, fix) = fix_for(&r, path);
+            b.fix(what, level, r, fix);
+        }
+    }
+}
+
+/// What to do about a refused lockfile, and whether it is in the way.
+fn fix_for(reason: &str, path: &Path) -> (Level, String) {
+    let p = path.display();
+    if reason.contains("not running") || reason.contains("recycled") {
+        (
+            Level::Warn,
+            format!("a crashed editor left it; harmless, or remove it: rm {p}"),
+        )
+    } else if reason.contains("owned by uid") {
+        (
+            Level::Fail,
+            format!("the editor ran as another user (sudo?); run it as yourself, or sudo chown $USER {p}"),
+        )
+    } else if reason.contains("symlink") {
+        (
+            Level::Fail,
+            format!("symlinks are refused; have the editor write the file itself (rm {p})"),
+        )
+    } else if reason.contains("bytes") {
+        (
+            Level::Fail,
+            format!("not a real lockfile; remove it: rm {p}"),
+        )
+    } else {
+        (
+            Level::Fail,
+            format!("the editor wrote a broken lockfile; restart its IDE server, or rm {p}"),
+        )
+    }
+}
+
+fn check_compat(b: &mut Builder, config: &Config) {
+    if !config.compat.enabled {
+        b.add(
+            "compat",
+            Level::Ok,
+            "the compat door is off ([compat] enabled = false)",
+        );
+        return;
+    }
+    let dir = config.compat_dir();
+    let entries = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+                .count()
+        })
+        .unwrap_or(0);
+    b.fix(
+        "compat",
+        Level::Ok,
+        format!(
+            "{} holds {entries} entr{} for the published pi-ide extension",
+            dir.display(),
+            if entries == 1 { "y" } else { "ies" }
+        ),
+        format!(
+            "for pi with pi-ide only: PI_IDE_LOCK_DIR={} pi",
+            dir.display()
+        ),
+    );
+    if std::env::var_os("PI_IDE_LOCK_DIR").is_some_and(|v| Path::new(&v) == dir) {
+        b.fix(
+            "compat",
+            Level::Warn,
+            "PI_IDE_LOCK_DIR points at the compat dir in this shell: pi-ide.nvim started from here would write its lockfile there too",
+            "set it for pi only (alias pi='PI_IDE_LOCK_DIR=… pi'), not in your shell profile",
+        );
+    }
+}
+
+fn check_route(b: &mut Builder, route: &Value, cwd: &Path) {
+    let what = format!("route for {}", cwd.display());
+    let d = &route["decision"];
+    if let Some(id) = d["editor"].as_str() {
+        b.add(what, Level::Ok, format!("goes to editor {id}"));
+    } else if let Some(ids) = d["ambiguous"].as_array() {
+        let ids: Vec<&str> = ids.iter().filter_map(Value::as_str).collect();
+        b.fix(
+            what,
+            Level::Fail,
+            format!("ambiguous between {}", ids.join(", ")),
+            route["settle"].as_str().unwrap_or_default(),
+        );
+    } else {
+        b.fix(
+            what,
+            Level::Fail,
+            d["none"].as_str().unwrap_or("no editor").to_string(),
+            route["settle"].as_str().unwrap_or_default(),
+        );
+    }
+}
+
+/// The report for a person: one line per check, ✓ / ! / ✗, the fix indented under it, then the
+/// route's candidates.
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    for c in &r.checks {
+        let mark = match c.level {
+            Level::Ok => "✓",
+            Level::Warn => "!",
+            Level::Fail => "✗",
+        };
+        let _ = writeln!(out, "{mark} {}: {}", c.what, c.message);
+        if let Some(fix) = &c.fix {
+            let _ = writeln!(out, "    → {fix}");
+        }
+    }
+    if let Some(route) = &r.route {
+        let cands = route["candidates"].as_array().cloned().unwrap_or_default();
+        if !cands.is_empty() {
+            out.push_str("\nCandidates, best first:\n");
+            for (i, c) in cands.iter().enumerate() {
+                let why: Vec<&str> = c["why"]
+                    .as_array()
+                    .map(|w| w.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "  {}. {} ({}) — {}",
+                    i + 1,
+                    c["id"].as_str().unwrap_or("?"),
+                    c["ide_name"].as_str().unwrap_or("?"),
+                    why.join("; ")
+                );
+            }
+        }
+    }
+    out.push_str(if r.ok {
+        "\nEverything an agent needs to reach its editor works.\n"
+    } else {
+        "\nSomething above is in the way (✗); each has its fix.\n"
+    });
+    out
+}

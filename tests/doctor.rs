@@ -1,0 +1,292 @@
+//! `pi-ide-broker doctor` and the rejected lockfiles in `status --json`, against a real daemon
+//! (in process) and real files, with the CLI run as a process.
+
+mod common;
+
+use common::process::{broker_bin, write_config};
+use common::*;
+use pi_ide_broker::testkit::within;
+use serde_json::Value;
+use std::path::Path;
+use tokio::process::Command;
+
+/// Runs `doctor --json` with the test broker's config; returns (exit ok, report).
+async fn doctor(root: &Path, cwd: &str, extra: &str) -> (bool, Value) {
+    let cfg = write_config(root, extra);
+    let out = within(
+        "doctor",
+        Command::new(broker_bin())
+            .args([
+                "--config",
+                cfg.to_str().unwrap(),
+                "doctor",
+                "--json",
+                "--cwd",
+                cwd,
+            ])
+            .env_remove("PI_IDE_BROKER_SOCKET")
+            .env_remove("PI_IDE_LOCK_DIR")
+            .output(),
+    )
+    .await
+    .expect("run doctor");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(
+        report["ok"],
+        out.status.success(),
+        "exit status and ok agree"
+    );
+    (out.status.success(), report)
+}
+
+fn check<'a>(report: &'a Value, what: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c["what"].as_str().is_some_and(|w| w.contains(what)))
+        })
+        .unwrap_or_else(|| panic!("no check about {what}: {report:#}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refused_lockfile_is_explained_in_status_and_doctor() {
+    let b = TestBroker::start().await;
+    let dir = b.pi_dir.clone();
+    let me = std::process::id();
+    // Stale: a pid that does not run.
+    std::fs::write(
+        dir.join("1001.lock"),
+        r#"{"pid": 999999, "authToken": "0123456789abcdef"}"#,
+    )
+    .unwrap();
+    // Bad JSON, with its line and column.
+    std::fs::write(dir.join("1002.lock"), "{\"pid\": 12,\n  oops}").unwrap();
+    // Too big.
+    std::fs::write(dir.join("1003.lock"), vec![b' '; 70 * 1024]).unwrap();
+    // A symlink.
+    let target = b.dir.path().join("elsewhere.json");
+    std::fs::write(
+        &target,
+        format!(r#"{{"pid": {me}, "authToken": "0123456789abcdef"}}"#),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&target, dir.join("1004.lock")).unwrap();
+    // A recycled pid: a live process that started after the file was written.
+    let recycled = dir.join("1005.lock");
+    std::fs::write(
+        &recycled,
+        format!(r#"{{"pid": {me}, "authToken": "0123456789abcdef"}}"#),
+    )
+    .unwrap();
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&recycled)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    // Not ours (only root can make one).
+    let foreign = rustix::process::getuid().is_root().then(|| {
+        let p = dir.join("1006.lock");
+        std::fs::write(
+            &p,
+            format!(r#"{{"pid": {me}, "authToken": "0123456789abcdef"}}"#),
+        )
+        .unwrap();
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        p
+    });
+    let expect = 5 + usize::from(foreign.is_some());
+    let st = b
+        .wait_status("every refused file in status", |st| {
+            st["lockfiles_rejected"]
+                .as_array()
+                .is_some_and(|r| r.len() == expect)
+        })
+        .await;
+    let reason = |port: u16| -> String {
+        st["lockfiles_rejected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with(&format!("{port}.lock")))
+            })
+            .map(|r| r["reason"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    assert!(reason(1001).contains("not running"), "{}", reason(1001));
+    assert!(reason(1002).contains("line 2 column"), "{}", reason(1002));
+    assert!(reason(1003).contains("over the"), "{}", reason(1003));
+    assert!(reason(1004).contains("symlink"), "{}", reason(1004));
+    assert!(reason(1005).contains("recycled"), "{}", reason(1005));
+    if foreign.is_some() {
+        assert!(
+            reason(1006).contains("owned by uid 65534"),
+            "{}",
+            reason(1006)
+        );
+    }
+    // Port closed: a live pid (ours) but nothing listens on the port.
+    let closed = FakeEditor::start(Options::pi(&["/closed"])).await.unwrap();
+    let closed_port = closed.port;
+    closed.write_lockfile(&dir).unwrap();
+    b.wait_editor(closed_port, "ready").await;
+    closed.crash();
+    b.wait_editor(closed_port, "backoff").await;
+    // Token refused: the lockfile's token is not the editor's.
+    let liar = FakeEditor::start(Options::pi(&["/liar"])).await.unwrap();
+    let mut lie: Value = serde_json::from_str(&liar.lockfile_json()).unwrap();
+    lie["authToken"] = "not-the-editors-token".into();
+    std::fs::write(dir.join(format!("{}.lock", liar.port)), lie.to_string()).unwrap();
+    b.wait_editor(liar.port, "backoff").await;
+
+    let (ok, report) = doctor(b.dir.path(), "/nowhere", "").await;
+    assert!(!ok, "refused lockfiles and no route: exit 1");
+    let verdict = |port: u16| check(&report, &format!("{port}.lock")).clone();
+    assert_eq!(verdict(1001)["level"], "warn", "a stale file is harmless");
+    assert!(verdict(1001)["fix"].as_str().unwrap().contains("rm "));
+    assert!(verdict(1002)["message"]
+        .as_str()
+        .unwrap()
+        .contains("line 2 column"));
+    assert_eq!(verdict(1002)["level"], "fail");
+    assert!(verdict(1003)["message"]
+        .as_str()
+        .unwrap()
+        .contains("over the"));
+    assert!(verdict(1004)["message"]
+        .as_str()
+        .unwrap()
+        .contains("symlink"));
+    assert!(verdict(1005)["message"]
+        .as_str()
+        .unwrap()
+        .contains("recycled"));
+    if foreign.is_some() {
+        assert!(verdict(1006)["fix"].as_str().unwrap().contains("chown"));
+    }
+    assert!(
+        verdict(closed_port)["message"]
+            .as_str()
+            .unwrap()
+            .contains("port")
+            && verdict(closed_port)["message"]
+                .as_str()
+                .unwrap()
+                .contains("closed"),
+        "{}",
+        verdict(closed_port)
+    );
+    assert!(
+        verdict(liar.port)["message"]
+            .as_str()
+            .unwrap()
+            .contains("token"),
+        "{}",
+        verdict(liar.port)
+    );
+    // The table says how many were ignored.
+    let cfg = write_config(b.dir.path(), "");
+    let out = Command::new(broker_bin())
+        .args(["--config", cfg.to_str().unwrap(), "status"])
+        .env_remove("PI_IDE_BROKER_SOCKET")
+        .output()
+        .await
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(&format!(
+            "{expect} lockfiles ignored — run `pi-ide-broker doctor`"
+        )),
+        "{table}"
+    );
+    drop(liar);
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_route_is_explained_nested_home_symlinked_and_ambiguous() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let proj = root.join("proj");
+    let sub = proj.join("sub");
+    std::fs::create_dir_all(sub.join("deep")).unwrap();
+    let link = root.join("link-to-sub");
+    std::os::unix::fs::symlink(&sub, &link).unwrap();
+    let b = TestBroker::start_in(dir, |_| {}).await;
+    let (_outer, outer_id) = b.editor(&[&proj.display().to_string()]).await;
+    let (_inner, inner_id) = b.editor(&[&sub.display().to_string()]).await;
+    let home = pi_ide_broker::config::home_dir();
+    let (_home_ed, home_id) = b.editor(&[&home.display().to_string()]).await;
+
+    // Nested: the deeper folder wins; both are listed, deepest first.
+    let cwd = sub.join("deep").display().to_string();
+    let (_, r) = doctor(b.dir.path(), &cwd, "").await;
+    assert_eq!(r["route"]["decision"]["editor"], inner_id.as_str(), "{r:#}");
+    let ids: Vec<&str> = r["route"]["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(ids, vec![inner_id.as_str(), outer_id.as_str()], "{r:#}");
+    assert!(r["route"]["candidates"][0]["why"][0]
+        .as_str()
+        .unwrap()
+        .contains("contains the cwd"));
+
+    // A symlinked cwd is resolved before matching.
+    let (_, r) = doctor(b.dir.path(), &link.display().to_string(), "").await;
+    assert_eq!(r["route"]["decision"]["editor"], inner_id.as_str(), "{r:#}");
+
+    // $HOME opened as a workspace: a weak match, used only when nothing else matches.
+    let elsewhere = home.join("pi-ide-broker-doctor-test-no-such-dir");
+    let (ok, r) = doctor(b.dir.path(), &elsewhere.display().to_string(), "").await;
+    assert_eq!(r["route"]["decision"]["editor"], home_id.as_str(), "{r:#}");
+    assert!(r["route"]["candidates"][0]["why"][0]
+        .as_str()
+        .unwrap()
+        .contains("weak match"));
+    assert!(ok, "a healthy setup exits 0: {r:#}");
+
+    // Two editors on the same folder, neither touched: ambiguous, with the command that settles it.
+    let (_twin, _) = b.editor(&[&proj.display().to_string()]).await;
+    let (ok, r) = doctor(b.dir.path(), &proj.display().to_string(), "").await;
+    assert!(!ok);
+    assert_eq!(
+        r["route"]["decision"]["ambiguous"].as_array().map(Vec::len),
+        Some(2),
+        "{r:#}"
+    );
+    assert!(
+        r["route"]["settle"].as_str().unwrap().contains("/ide"),
+        "{r:#}"
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn doctor_exits_1_without_a_daemon_and_with_a_broken_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, r) = doctor(dir.path(), "/", "").await;
+    assert!(!ok);
+    assert_eq!(check(&r, "daemon")["level"], "fail");
+    assert!(check(&r, "daemon")["fix"]
+        .as_str()
+        .unwrap()
+        .contains("pi-ide-broker daemon"));
+    let (ok, r) = doctor(dir.path(), "/", "health = 12\n").await;
+    assert!(!ok);
+    let c = check(&r, "config");
+    assert_eq!(c["level"], "fail");
+    assert!(c["message"].as_str().unwrap().contains("health"), "{c}");
+}
