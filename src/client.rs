@@ -48,3 +48,47 @@ pub async fn get_json(socket: &Path, path: &str) -> Result<serde_json::Value, Cl
     }
     serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))
 }
+
+/// Follows `GET /v1/events`: calls `on_line` with every JSON line until the daemon ends the
+/// stream or stops (a stream cut by the daemon's exit is an end, not an error).
+pub async fn follow_events(
+    socket: &Path,
+    mut on_line: impl FnMut(serde_json::Value),
+) -> Result<(), ClientError> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    tokio::spawn(conn);
+    let req = hyper::Request::get("/v1/events")
+        .header(hyper::header::HOST, "pi-ide-broker")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    if !resp.status().is_success() {
+        return Err(ClientError::Protocol(format!("HTTP {}", resp.status())));
+    }
+    let mut body = resp.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Ok(());
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buf.extend_from_slice(&data);
+        while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=i).collect();
+            if let Ok(v) = serde_json::from_slice(&line) {
+                on_line(v);
+            }
+        }
+    }
+    Ok(())
+}

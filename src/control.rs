@@ -244,6 +244,91 @@ pub fn status(reg: &Registry) -> Status {
     }
 }
 
+/// What changed between two status documents, one line per change a person cares about
+/// (editors appearing, going, changing state; sessions connecting, attaching, leaving; calls
+/// in flight): what `status --watch` prints when its output is not a terminal.
+pub fn changes(prev: &Status, next: &Status) -> Vec<String> {
+    let mut out = Vec::new();
+    let state = |s: &LinkState| {
+        serde_json::to_value(s)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default()
+    };
+    for e in &next.editors {
+        match prev.editors.iter().find(|p| p.id == e.id) {
+            None => out.push(format!(
+                "editor {} appeared: {} {} (pid {}, port {}), {}",
+                e.id,
+                e.ide_name,
+                e.workspace_folders.join(", "),
+                e.pid,
+                e.port,
+                state(&e.state)
+            )),
+            Some(p) if p.state != e.state || p.port != e.port => out.push(format!(
+                "editor {} {} → {} (port {})",
+                e.id,
+                state(&p.state),
+                state(&e.state),
+                e.port
+            )),
+            Some(_) => {}
+        }
+    }
+    for p in &prev.editors {
+        if !next.editors.iter().any(|e| e.id == p.id) {
+            out.push(format!("editor {} gone", p.id));
+        }
+    }
+    for s in &next.sessions {
+        let before = prev.sessions.iter().find(|p| p.id == s.id);
+        if before.is_none() {
+            out.push(format!(
+                "session {} connected ({}, cwd {})",
+                s.id,
+                json_name(&s.door),
+                s.cwd
+            ));
+        }
+        match (
+            before.and_then(|p| p.editor.as_deref()),
+            s.editor.as_deref(),
+        ) {
+            (None, Some(e)) => out.push(format!("session {} attached to {e}", s.id)),
+            (Some(_), None) => out.push(format!("session {} detached", s.id)),
+            (Some(a), Some(b)) if a != b => out.push(format!("session {} moved to {b}", s.id)),
+            _ => {}
+        }
+        let was = before.map(|p| p.in_flight.len()).unwrap_or(0);
+        if was != s.in_flight.len() {
+            out.push(format!(
+                "session {}: {} call{} in flight",
+                s.id,
+                s.in_flight.len(),
+                if s.in_flight.len() == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    for p in &prev.sessions {
+        if !next.sessions.iter().any(|s| s.id == p.id) {
+            out.push(format!("session {} closed", p.id));
+        }
+    }
+    if prev.lockfiles_rejected.len() != next.lockfiles_rejected.len() {
+        out.push(format!(
+            "{} lockfile{} ignored — run `pi-ide-broker doctor`",
+            next.lockfiles_rejected.len(),
+            if next.lockfiles_rejected.len() == 1 {
+                ""
+            } else {
+                "s"
+            }
+        ));
+    }
+    out
+}
+
 /// "3m12s"-style age.
 fn age(secs: u64) -> String {
     match secs {

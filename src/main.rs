@@ -99,6 +99,10 @@ enum Command {
         /// Print the raw JSON of GET /v1/status instead of the table.
         #[arg(long)]
         json: bool,
+        /// Keep watching: redraw the table on every change (a terminal), or print one line
+        /// per change (a pipe or file). Driven by GET /v1/events; Ctrl-C ends it.
+        #[arg(long, conflicts_with = "json")]
+        watch: bool,
     },
 }
 
@@ -157,6 +161,82 @@ async fn doctor(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `status --watch`: the table redrawn on every change in a terminal (alternate screen, left
+/// clean on Ctrl-C), plain lines otherwise.
+async fn watch(socket: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use std::io::{IsTerminal, Write};
+    let tty = std::io::stdout().is_terminal();
+    let mut prev: Option<control::Status> = None;
+    if tty {
+        print!("\x1b[?1049h");
+    }
+    let follow = client::follow_events(socket, |line| {
+        let Ok(next) = serde_json::from_value::<control::Status>(line["status"].clone()) else {
+            return;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let mut out = std::io::stdout().lock();
+        if tty {
+            let _ = write!(
+                out,
+                "\x1b[2J\x1b[H{}\n(watching; Ctrl-C to quit)\n",
+                control::render(&next, now)
+            );
+        } else {
+            match &prev {
+                None => {
+                    let ready = next
+                        .editors
+                        .iter()
+                        .filter(|e| e.state == pi_ide_broker::editor::LinkState::Ready)
+                        .count();
+                    let _ = writeln!(
+                        out,
+                        "watching pi-ide-broker {} (pid {}): {} editors ({ready} ready), {} sessions",
+                        next.broker.version,
+                        next.broker.pid,
+                        next.editors.len(),
+                        next.sessions.len()
+                    );
+                }
+                Some(p) => {
+                    for l in control::changes(p, &next) {
+                        let _ = writeln!(out, "{l}");
+                    }
+                }
+            }
+        }
+        let _ = out.flush();
+        prev = Some(next);
+    });
+    let result = tokio::select! {
+        r = follow => r,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    };
+    if tty {
+        print!("\x1b[?1049l");
+        let _ = std::io::stdout().flush();
+    }
+    match result {
+        Ok(()) => {
+            if !tty {
+                println!("pi-ide-broker stopped");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(client::ClientError::NotRunning(s)) => {
+            eprintln!(
+                "pi-ide-broker is not running (nothing answers on {s}).\nStart it with `pi-ide-broker daemon`, or install the service with `pi-ide-broker service install`."
+            );
+            Ok(ExitCode::from(3))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn main() -> ExitCode {
@@ -244,7 +324,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { json } => {
+        Command::Status { watch: true, .. } => watch(&config.socket_to_dial()).await,
+        Command::Status { json, .. } => {
             let socket = config.socket_to_dial();
             match client::get_json(&socket, "/v1/status").await {
                 Ok(status) => {

@@ -290,3 +290,74 @@ async fn doctor_exits_1_without_a_daemon_and_with_a_broken_config() {
     assert_eq!(c["level"], "fail");
     assert!(c["message"].as_str().unwrap().contains("health"), "{c}");
 }
+
+/// `status --watch` in a pipe: a line per change, as it happens, driven by `/v1/events`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_watch_prints_each_change_as_it_happens() {
+    use common::process::Proc;
+    let b = TestBroker::start().await;
+    let cfg = write_config(b.dir.path(), "");
+    let mut cmd = Command::new(broker_bin());
+    cmd.args(["--config", cfg.to_str().unwrap(), "status", "--watch"])
+        .env_remove("PI_IDE_BROKER_SOCKET");
+    let mut w = Proc::spawn(&mut cmd);
+    w.wait_line(&["watching pi-ide-broker", "0 editors"]).await;
+    let t0 = std::time::Instant::now();
+    let fe = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/watched"]))
+        .await
+        .unwrap();
+    w.wait_line(&["editor", "appeared", &format!("port {}", fe.port)])
+        .await;
+    let appeared = t0.elapsed();
+    w.wait_line(&["editor", "ready", &format!("port {}", fe.port)])
+        .await;
+    let t1 = std::time::Instant::now();
+    let mut a = Agent::open(&b.socket, "/watched", None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    w.wait_line(&["session", "attached to"]).await;
+    let attached = t1.elapsed();
+    eprintln!(
+        "status --watch: editor line {} ms after its lockfile, attach line {} ms after the connect",
+        appeared.as_millis(),
+        attached.as_millis()
+    );
+    a.close().await;
+    w.wait_line(&["session", "closed"]).await;
+    b.stop().await;
+    // The daemon stopping ends the stream and the watch, with a word about it.
+    assert!(w.wait_exit().await.success());
+    assert!(w.seen.iter().any(|l| l == "pi-ide-broker stopped"), "{:?}", w.seen);
+}
+
+/// A client that opens `/v1/events` and never reads costs nothing and blocks nobody: the
+/// daemon goes on answering, and the stalled client still gets the latest state later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_stream_survives_a_client_that_stops_reading() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/busy"]).await;
+    let mut stalled = tokio::net::UnixStream::connect(&b.socket).await.unwrap();
+    stalled
+        .write_all(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Plenty of changes while it does not read.
+    for i in 0..300 {
+        let a = Agent::open(&b.socket, "/busy", Some(&format!("k{i}"))).await;
+        a.close().await;
+    }
+    let st = b.status().await;
+    assert_eq!(st["editors"].as_array().map(Vec::len), Some(1));
+    // It reads now: the stream is alive and carries status lines.
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = within("stalled client reads", stalled.read(&mut buf))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        text.contains("200 OK") && text.contains("\"seq\""),
+        "{text}"
+    );
+    b.stop().await;
+}

@@ -5,7 +5,8 @@
 use crate::family::Family;
 use crate::registry::Registry;
 use crate::session::{self, Door, Intro};
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -35,10 +36,7 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
                     continue; // dropped: closed at once
                 };
                 let reg2 = reg.clone();
-                reg.tracker.spawn(async move {
-                    connection(stream, reg2).await;
-                    drop(permit);
-                });
+                reg.tracker.spawn(connection(stream, reg2, permit));
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -49,10 +47,20 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
     }
 }
 
-async fn connection(stream: tokio::net::UnixStream, reg: Arc<Registry>) {
+async fn connection(
+    stream: tokio::net::UnixStream,
+    reg: Arc<Registry>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
     let cancel = reg.cancel.clone();
+    // The handshake place is held until the connection ends, or until it turns into a
+    // long-lived stream (`/v1/events`), which is no handshake any more.
+    let place = Arc::new(std::sync::Mutex::new(Some(permit)));
     let svc = hyper::service::service_fn(move |req| {
         let reg = reg.clone();
+        if req.uri().path() == "/v1/events" {
+            crate::sync::lock(&place).take();
+        }
         async move { Ok::<_, Infallible>(route(req, reg)) }
     });
     // A peer that opens the socket and sends nothing gets 10 s, not a task forever.
@@ -67,15 +75,18 @@ async fn connection(stream: tokio::net::UnixStream, reg: Arc<Registry>) {
     }
 }
 
-fn text(status: StatusCode, body: String, content_type: &'static str) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+/// Every answer's body: whole (status, errors) or streamed (`/v1/events`).
+type Body = BoxBody<Bytes, Infallible>;
+
+fn text(status: StatusCode, body: String, content_type: &'static str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
     *r.status_mut() = status;
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 
-fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+fn error(status: StatusCode, message: &str) -> Response<Body> {
     text(
         status,
         serde_json::json!({"error": message}).to_string(),
@@ -83,7 +94,7 @@ fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
     )
 }
 
-fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>> {
+fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
     if req.headers().contains_key(header::ORIGIN) {
         tracing::warn!("refused a request carrying an Origin header on the broker socket");
         return error(
@@ -97,6 +108,7 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>
                 serde_json::to_string_pretty(&crate::control::status(&reg)).unwrap_or_default();
             text(StatusCode::OK, body, "application/json")
         }
+        (&Method::GET, "/v1/events") => events(reg),
         (&Method::GET, "/v1/route") => {
             let mut cwd = None;
             let mut key = None;
@@ -157,7 +169,7 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>
                 }
                 drop(place);
             });
-            let mut r = Response::new(Full::new(Bytes::new()));
+            let mut r = Response::new(Full::new(Bytes::new()).boxed());
             *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
             let h = r.headers_mut();
             h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
@@ -175,9 +187,39 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Full<Bytes>
         }
         _ => error(
             StatusCode::NOT_FOUND,
-            "unknown endpoint; try GET /v1/status, GET /v1/route?cwd=<dir> or GET /v1/session?cwd=<dir>",
+            "unknown endpoint; try GET /v1/status, GET /v1/events, GET /v1/route?cwd=<dir> or GET /v1/session?cwd=<dir>",
         ),
     }
+}
+
+/// `GET /v1/events`: newline-delimited JSON, one line per change of what `status` shows
+/// (`{"seq": n, "status": {…}}`), the first at once. Changes coalesce: a client that reads
+/// slowly (or not at all) gets the latest state when it reads again, and costs nothing
+/// meanwhile.
+fn events(reg: Arc<Registry>) -> Response<Body> {
+    let changes = reg.subscribe_changes();
+    let cancel = reg.cancel.clone();
+    let stream = futures_util::stream::unfold(
+        (reg, changes, cancel, true),
+        |(reg, mut changes, cancel, first)| async move {
+            if !first {
+                tokio::select! {
+                    _ = cancel.cancelled() => return None,
+                    r = changes.changed() => r.ok()?,
+                }
+            }
+            let seq = *changes.borrow_and_update();
+            let line = serde_json::json!({"seq": seq, "status": crate::control::status(&reg)});
+            let frame = hyper::body::Frame::data(Bytes::from(format!("{line}\n")));
+            Some((Ok::<_, Infallible>(frame), (reg, changes, cancel, false)))
+        },
+    );
+    let mut r = Response::new(StreamBody::new(stream).boxed());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    r
 }
 
 fn websocket_key(req: &Request<Incoming>) -> Result<String, &'static str> {
