@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 /// agent session to the editor that has its project open.
 #[derive(Parser)]
 #[command(
-    version,
+    version = VERSION,
     propagate_version = true,
     after_help = "\
 Environment:
@@ -23,7 +23,9 @@ Environment:
   RUST_LOG               log filter (overrides the config's `log`)
 
 Quick start: `pi-ide-broker daemon` in one terminal, `pi-ide-broker status` in another.
-Point the pi-ide extension at the broker with `export PI_IDE_LOCK_DIR=~/.pi/ide-broker`."
+Something wrong? `pi-ide-broker doctor` checks everything and says what to fix.
+pi: `pi install ./extensions/pi` (README \"Use it with pi\"); the published pi-ide extension
+reaches the broker with `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`."
 )]
 struct Cli {
     /// Config file (TOML). A missing file means defaults.
@@ -33,6 +35,14 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// The version and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("PI_IDE_BROKER_COMMIT"),
+    ")"
+);
 
 #[derive(Subcommand)]
 enum Command {
@@ -83,6 +93,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// bash: `pi-ide-broker completions bash > ~/.local/share/bash-completion/completions/pi-ide-broker`;
+    /// zsh: into a dir on $fpath as `_pi-ide-broker`; fish: `~/.config/fish/completions/pi-ide-broker.fish`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), generated from the same definitions as --help.
+    ///
+    /// `pi-ide-broker man > ~/.local/share/man/man1/pi-ide-broker.1`, then `man pi-ide-broker`.
+    Man,
     /// Print where this configuration puts the socket, the state and the daemon log.
     ///
     /// For clients that start or dial the daemon themselves (the pi extension), so they
@@ -113,6 +135,9 @@ enum ServiceAction {
         /// Print what would be written and run, change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Have the service run with this config file (written into the unit; made absolute).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Stop the service and remove its unit.
     Uninstall {
@@ -306,6 +331,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Service { action } => service_cmd(action),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "pi-ide-broker", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(anyhow::Error::new(e).context("cannot write the man page to stdout"))
+                }
+                _ => Ok(ExitCode::SUCCESS),
+            }
+        }
         // Handled above, before the config is loaded.
         Command::Doctor { .. } => Ok(ExitCode::FAILURE),
         Command::Paths { json } => {
@@ -422,7 +461,22 @@ fn service_cmd(action: ServiceAction) -> anyhow::Result<ExitCode> {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| home.join(".config"));
-    let unit = service::unit(manager, &bin, &home, &config_home);
+    let unit_config = match &action {
+        ServiceAction::Install {
+            config: Some(c), ..
+        } => {
+            let c = std::path::absolute(c).with_context(|| format!("--config {}", c.display()))?;
+            if !c.exists() {
+                anyhow::bail!(
+                    "--config {}: no such file; write it first (config.example.toml lists every key)",
+                    c.display()
+                );
+            }
+            Some(c)
+        }
+        _ => None,
+    };
+    let unit = service::unit(manager, &bin, unit_config.as_deref(), &home, &config_home);
     let show = |cmds: &[Vec<String>]| {
         cmds.iter()
             .map(|c| c.join(" "))
@@ -430,7 +484,7 @@ fn service_cmd(action: ServiceAction) -> anyhow::Result<ExitCode> {
             .join("\n")
     };
     match action {
-        ServiceAction::Install { dry_run } => {
+        ServiceAction::Install { dry_run, .. } => {
             let cmds = service::commands(manager, &unit, true);
             if dry_run {
                 println!(

@@ -127,21 +127,47 @@ impl Manager {
     }
 }
 
-/// The unit for `manager`, pointing at `bin`, under `home`.
-pub fn unit(manager: Manager, bin: &Path, home: &Path, config_home: &Path) -> UnitFile {
+/// The unit for `manager`, pointing at `bin` (with `--config config` when given), under `home`.
+pub fn unit(
+    manager: Manager,
+    bin: &Path,
+    config: Option<&Path>,
+    home: &Path,
+    config_home: &Path,
+) -> UnitFile {
     match manager {
-        Manager::Systemd => UnitFile {
-            path: config_home.join("systemd").join("user").join(SYSTEMD_NAME),
-            content: SYSTEMD_UNIT
-                .replace("%h/.cargo/bin/pi-ide-broker", &bin.display().to_string()),
-        },
+        Manager::Systemd => {
+            let exec = match config {
+                // systemd splits ExecStart on spaces unless quoted.
+                Some(c) => format!(
+                    "{} --config \"{}\" daemon",
+                    bin.display(),
+                    c.display().to_string().replace('"', "\\\"")
+                ),
+                None => format!("{} daemon", bin.display()),
+            };
+            UnitFile {
+                path: config_home.join("systemd").join("user").join(SYSTEMD_NAME),
+                content: SYSTEMD_UNIT.replace("%h/.cargo/bin/pi-ide-broker daemon", &exec),
+            }
+        }
         Manager::Launchd => UnitFile {
             path: home
                 .join("Library")
                 .join("LaunchAgents")
                 .join(format!("{LAUNCHD_LABEL}.plist")),
             content: LAUNCHD_PLIST
-                .replace("__BIN__", &xml_escape(&bin.display().to_string()))
+                .replace(
+                    "<string>__BIN__</string>",
+                    &match config {
+                        Some(c) => format!(
+                            "<string>{}</string>\n\t\t<string>--config</string>\n\t\t<string>{}</string>",
+                            xml_escape(&bin.display().to_string()),
+                            xml_escape(&c.display().to_string())
+                        ),
+                        None => format!("<string>{}</string>", xml_escape(&bin.display().to_string())),
+                    },
+                )
                 .replace("__HOME__", &xml_escape(&home.display().to_string())),
         },
     }
@@ -196,6 +222,7 @@ mod tests {
         let u = unit(
             Manager::Systemd,
             Path::new("/opt/b/pi-ide-broker"),
+            None,
             Path::new("/home/u"),
             Path::new("/home/u/.config"),
         );
@@ -208,6 +235,7 @@ mod tests {
         let l = unit(
             Manager::Launchd,
             Path::new("/opt/b/pi-ide-broker"),
+            None,
             Path::new("/Users/u"),
             Path::new("/x"),
         );

@@ -168,3 +168,38 @@ async fn daemon_end_to_end_with_real_editor_processes() {
         );
     }
 }
+
+/// What a CLI people install ships with: a version that names its commit, completions and a
+/// man page from the same definitions as `--help`.
+#[test]
+fn version_completions_and_man_page() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pi-ide-broker"))
+            .args(args)
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let v = run(&["--version"]);
+    assert!(
+        v.starts_with(&format!("pi-ide-broker {} (", env!("CARGO_PKG_VERSION"))),
+        "{v}"
+    );
+    for (shell, needle) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef pi-ide-broker"),
+        ("fish", "complete -c pi-ide-broker"),
+    ] {
+        let script = run(&["completions", shell]);
+        assert!(script.contains(needle), "{shell}: {script}");
+        assert!(script.contains("doctor"), "{shell} completes subcommands");
+    }
+    let man = run(&["man"]);
+    assert!(man.contains(".TH pi-ide-broker 1"), "{man}");
+    assert!(man.contains("doctor"), "{man}");
+}

@@ -327,7 +327,11 @@ async fn status_watch_prints_each_change_as_it_happens() {
     b.stop().await;
     // The daemon stopping ends the stream and the watch, with a word about it.
     assert!(w.wait_exit().await.success());
-    assert!(w.seen.iter().any(|l| l == "pi-ide-broker stopped"), "{:?}", w.seen);
+    assert!(
+        w.seen.iter().any(|l| l == "pi-ide-broker stopped"),
+        "{:?}",
+        w.seen
+    );
 }
 
 /// A client that opens `/v1/events` and never reads costs nothing and blocks nobody: the

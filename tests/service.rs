@@ -283,8 +283,14 @@ fn unit_files_verify_and_parse() {
     let unit = pi_ide_broker::service::unit(
         pi_ide_broker::service::Manager::Systemd,
         &broker_bin(),
+        Some(&dir.path().join("my config.toml")),
         dir.path(),
         dir.path(),
+    );
+    assert!(
+        unit.content.contains(" --config \"") && unit.content.contains("my config.toml\" daemon"),
+        "{}",
+        unit.content
     );
     let svc = dir.path().join("pi-ide-broker.service");
     std::fs::write(&svc, &unit.content).unwrap();
@@ -308,12 +314,13 @@ fn unit_files_verify_and_parse() {
     let plist = pi_ide_broker::service::unit(
         pi_ide_broker::service::Manager::Launchd,
         &broker_bin(),
+        Some(&dir.path().join("my config.toml")),
         dir.path(),
         dir.path(),
     );
     let p = dir.path().join("agent.plist");
     std::fs::write(&p, &plist.content).unwrap();
-    match std::process::Command::new("python3").args(["-c", "import plistlib,sys; d=plistlib.load(open(sys.argv[1],'rb')); assert d['Label']=='dev.pi-ide-broker' and d['RunAtLoad'] and d['ProcessType']=='Interactive' and d['KeepAlive']=={'SuccessfulExit': False}, d"]).arg(&p).output() {
+    match std::process::Command::new("python3").args(["-c", "import plistlib,sys; d=plistlib.load(open(sys.argv[1],'rb')); assert d['Label']=='dev.pi-ide-broker' and d['RunAtLoad'] and d['ProcessType']=='Interactive' and d['KeepAlive']=={'SuccessfulExit': False} and d['ProgramArguments'][1:3]==['--config', sys.argv[2]] and d['ProgramArguments'][3]=='daemon', d"]).arg(&p).arg(dir.path().join("my config.toml")).output() {
         Ok(out) => assert!(out.status.success(), "plist: {}", String::from_utf8_lossy(&out.stderr)),
         Err(_) => eprintln!("SKIPPED plist parse: python3 is not installed here"),
     }
