@@ -448,7 +448,53 @@ async fn discovery(root: &Path, d: &Daemon) {
     );
 }
 
+/// `--relay SOCK PORT`: a bare byte relay (Unix socket → 127.0.0.1:PORT), one
+/// `copy_bidirectional` per connection on a current-thread runtime, like socat.
+fn relay_mode(sock: &str, port: u16) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let _ = std::fs::remove_file(sock);
+        let listener = tokio::net::UnixListener::bind(sock).unwrap();
+        println!("ready {sock}");
+        loop {
+            let (mut client, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                if let Ok(mut editor) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                    let _ = editor.set_nodelay(true);
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut editor).await;
+                }
+            });
+        }
+    });
+}
+
+/// `--editor DIR`: a fake editor on folder /real that burns 150 µs of CPU per answer, in a
+/// single-threaded process of its own (as a Lua editor's main loop is).
+fn editor_mode(dir: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut o = Options::pi(&["/real"]);
+        o.burn_us = 150;
+        let fe = FakeEditor::start_in(Path::new(dir), o).await.unwrap();
+        println!("ready {}", fe.port);
+        std::future::pending::<()>().await;
+    });
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--relay") {
+        return relay_mode(&args[i + 1], args[i + 2].parse().unwrap());
+    }
+    if let Some(i) = args.iter().position(|a| a == "--editor") {
+        return editor_mode(&args[i + 1]);
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -470,6 +516,40 @@ fn main() {
             .await
             .unwrap();
         d.wait_ready(1).await;
+        // Against the floor: a bare relay, in two scenarios.
+        let calls = if quick { 2_000 } else { 6_000 };
+        against_relay(
+            "Against a bare relay — fake scenario (in-process editor answering at once)",
+            fe.port, fe.token(), 0, calls, &d, "/bench", root,
+        )
+        .await;
+        let real_dir = root.join("pi-ide");
+        // This bench binary in editor mode: a single-threaded process of its own.
+        let mut real = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--editor")
+        .arg(&real_dir)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the editor process");
+        let mut out = tokio::io::BufReader::new(real.stdout.take().unwrap()).lines();
+        let real_port: u16 = out
+            .next_line()
+            .await
+            .unwrap()
+            .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
+            .expect("fake editor port");
+        let lock: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(real_dir.join(format!("{real_port}.lock"))).unwrap(),
+        )
+        .unwrap();
+        d.wait_ready(2).await;
+        against_relay(
+            "Against a bare relay — realistic scenario (editor: own single-threaded process, 150 µs CPU per answer; client: 100 µs CPU per call)",
+            real_port, lock["authToken"].as_str().unwrap(), 100, calls, &d, "/real", root,
+        )
+        .await;
+        drop(real);
         round_trips(root, &d, &fe).await;
         fan_outs(&d, &fe).await;
         discovery(root, &d).await;
@@ -484,4 +564,299 @@ fn main() {
         )
         .await;
     });
+}
+
+// ---------------------------------------------------------------------------------------
+// The floor: the broker against a bare relay process, in the same run, on the same editor.
+
+/// A relay process (`examples/relay`): Unix socket → the editor's TCP port.
+struct Relay {
+    _child: tokio::process::Child,
+    pid: u32,
+    sock: PathBuf,
+}
+
+impl Relay {
+    async fn start(sock: PathBuf, port: u16) -> Relay {
+        // This bench binary itself, in relay mode: its own process, as a relay would be.
+        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .arg("--relay")
+            .arg(&sock)
+            .arg(port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the relay process");
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let _ = lines.next_line().await;
+        let pid = child.id().unwrap();
+        Relay {
+            _child: child,
+            pid,
+            sock,
+        }
+    }
+}
+
+/// Context switches (voluntary + involuntary, summed over every thread) and CPU ticks
+/// (utime + stime, the whole process) of a process.
+fn ctx_cpu(pid: u32) -> (u64, u64) {
+    let mut ctx = 0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            ctx += status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+    }
+    (ctx, proc_stat(pid).1)
+}
+
+type AnyWs = tokio_tungstenite::WebSocketStream<Box<dyn Io>>;
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Path3 {
+    Direct,
+    Relay,
+    Broker,
+}
+
+/// One client connection of `path` kind, ready for calls.
+async fn open(
+    path: Path3,
+    port: u16,
+    token: &str,
+    relay: &Path,
+    broker: &Path,
+    cwd: &str,
+) -> AnyWs {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let (io, url): (Box<dyn Io>, String) = match path {
+        Path3::Direct => (
+            Box::new(
+                tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .unwrap(),
+            ),
+            format!("ws://127.0.0.1:{port}/"),
+        ),
+        Path3::Relay => (
+            Box::new(tokio::net::UnixStream::connect(relay).await.unwrap()),
+            format!("ws://127.0.0.1:{port}/"),
+        ),
+        Path3::Broker => (
+            Box::new(tokio::net::UnixStream::connect(broker).await.unwrap()),
+            format!("ws://localhost/v1/session?cwd={cwd}"),
+        ),
+    };
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut()
+        .insert("x-pi-ide-authorization", token.parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::client_async(req, io).await.unwrap();
+    if path == Path3::Broker {
+        let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {}});
+        ws.send(tokio_tungstenite::tungstenite::Message::text(
+            init.to_string(),
+        ))
+        .await
+        .unwrap();
+        while let Some(Ok(m)) = ws.next().await {
+            if m.to_text().unwrap_or("").contains("broker/attached") {
+                break;
+            }
+        }
+    }
+    ws
+}
+
+/// `n` echo calls, each after `burn_us` of client CPU (an agent doing its own work).
+async fn timed_ws(ws: &mut AnyWs, n: usize, burn_us: u64) -> Vec<Duration> {
+    use futures_util::{SinkExt, StreamExt};
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        pi_ide_broker::testkit::fake_editor::burn(burn_us);
+        let msg = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"i": i}}});
+        let t = Instant::now();
+        ws.send(tokio_tungstenite::tungstenite::Message::text(
+            msg.to_string(),
+        ))
+        .await
+        .unwrap();
+        loop {
+            let m = ws.next().await.unwrap().unwrap();
+            let v: serde_json::Value =
+                serde_json::from_str(m.to_text().unwrap_or("{}")).unwrap_or_default();
+            if v["id"] == i {
+                break;
+            }
+        }
+        out.push(t.elapsed());
+    }
+    out
+}
+
+struct Phase {
+    lat: Vec<Duration>,
+    ctx_per_call: f64,
+    cpu_us_per_call: f64,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn phase(
+    path: Path3,
+    sessions: usize,
+    calls: usize,
+    burn_us: u64,
+    port: u16,
+    token: &str,
+    relay: &Relay,
+    d: &Daemon,
+    cwd: &str,
+) -> Phase {
+    let per = calls / sessions;
+    let mut conns = Vec::new();
+    for _ in 0..sessions {
+        conns.push(open(path, port, token, &relay.sock, &d.socket(), cwd).await);
+    }
+    for c in conns.iter_mut() {
+        timed_ws(c, 20, 0).await; // warm-up
+    }
+    let watched = match path {
+        Path3::Broker => Some(d.pid),
+        Path3::Relay => Some(relay.pid),
+        Path3::Direct => None,
+    };
+    let before = watched.map(ctx_cpu);
+    let mut tasks = Vec::new();
+    for mut c in conns {
+        tasks.push(tokio::spawn(
+            async move { timed_ws(&mut c, per, burn_us).await },
+        ));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    let (ctx, cpu) = match (watched.map(ctx_cpu), before) {
+        (Some((c1, t1)), Some((c0, t0))) => (
+            (c1 - c0) as f64 / lat.len() as f64,
+            (t1 - t0) as f64 * 10_000.0 / lat.len() as f64,
+        ),
+        _ => (0.0, 0.0),
+    };
+    lat.sort();
+    Phase {
+        lat,
+        ctx_per_call: ctx,
+        cpu_us_per_call: cpu,
+    }
+}
+
+/// Direct, relay and broker, interleaved, for one scenario; prints one table.
+#[allow(clippy::too_many_arguments)]
+async fn against_relay(
+    title: &str,
+    port: u16,
+    token: &str,
+    burn_client_us: u64,
+    calls: usize,
+    d: &Daemon,
+    cwd: &str,
+    root: &Path,
+) {
+    let relay = Relay::start(root.join(format!("relay-{port}.sock")), port).await;
+    println!("\n{title}");
+    println!(
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9}",
+        "sessions",
+        "direct50",
+        "relay50",
+        "broker50",
+        "relay+50",
+        "broker+50",
+        "b/r 50",
+        "relay+99",
+        "broker+99",
+        "ctx r",
+        "ctx b",
+        "cpu r µs",
+        "cpu b µs"
+    );
+    for sessions in [1usize, 32] {
+        let mut d_lat = Vec::new();
+        let mut r = Vec::new();
+        let mut b = Vec::new();
+        // Two rounds, interleaved, so load drift hits all three paths alike.
+        for _ in 0..2 {
+            d_lat.extend(
+                phase(
+                    Path3::Direct,
+                    sessions,
+                    calls / 2,
+                    burn_client_us,
+                    port,
+                    token,
+                    &relay,
+                    d,
+                    cwd,
+                )
+                .await
+                .lat,
+            );
+            r.push(
+                phase(
+                    Path3::Relay,
+                    sessions,
+                    calls / 2,
+                    burn_client_us,
+                    port,
+                    token,
+                    &relay,
+                    d,
+                    cwd,
+                )
+                .await,
+            );
+            b.push(
+                phase(
+                    Path3::Broker,
+                    sessions,
+                    calls / 2,
+                    burn_client_us,
+                    port,
+                    token,
+                    &relay,
+                    d,
+                    cwd,
+                )
+                .await,
+            );
+        }
+        d_lat.sort();
+        let merge = |v: &[Phase]| {
+            let mut l: Vec<Duration> = v.iter().flat_map(|p| p.lat.clone()).collect();
+            l.sort();
+            let ctx = v.iter().map(|p| p.ctx_per_call).sum::<f64>() / v.len() as f64;
+            let cpu = v.iter().map(|p| p.cpu_us_per_call).sum::<f64>() / v.len() as f64;
+            (l, ctx, cpu)
+        };
+        let (rl, rctx, rcpu) = merge(&r);
+        let (bl, bctx, bcpu) = merge(&b);
+        let (d50, d99) = (us(pct(&d_lat, 0.5)), us(pct(&d_lat, 0.99)));
+        let (r50, r99) = (us(pct(&rl, 0.5)), us(pct(&rl, 0.99)));
+        let (b50, b99) = (us(pct(&bl, 0.5)), us(pct(&bl, 0.99)));
+        println!(
+            "{:<12} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>8.2}x {:>8.1}µs {:>8.1}µs {:>8.1} {:>8.1} {:>9.0} {:>9.0}",
+            sessions, d50, r50, b50, r50 - d50, b50 - d50,
+            (b50 - d50) / (r50 - d50).max(0.1),
+            r99 - d99, b99 - d99, rctx, bctx, rcpu, bcpu
+        );
+    }
+    println!("  (+ = added over direct; b/r = broker-added / relay-added; ctx and cpu per call, read from /proc)");
 }

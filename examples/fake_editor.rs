@@ -1,5 +1,6 @@
 //! A fake editor as a real process, for fault tests and measurements:
-//! `fake_editor --dir DIR [--family pi|claude] [--folder F]... [--name NAME] [--auto-accept]`.
+//! `fake_editor --dir DIR [--family pi|claude] [--folder F]... [--name NAME] [--auto-accept]
+//! [--burn-us N]` (N µs of CPU before each `echo` answer).
 //! Writes `<port>.lock` into DIR, prints `ready <port>` and serves until killed.
 
 use pi_ide_broker::family::Family;
@@ -25,6 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--name" => opts.ide_name = args.next().unwrap_or_default(),
             "--port" => opts.port = args.next().and_then(|p| p.parse().ok()).unwrap_or(0),
             "--auto-accept" => opts.auto_accept = true,
+            "--burn-us" => opts.burn_us = args.next().and_then(|p| p.parse().ok()).unwrap_or(0),
             other => return Err(format!("unknown argument {other}").into()),
         }
     }

@@ -266,10 +266,27 @@ async fn watch(socket: &std::path::Path) -> anyhow::Result<ExitCode> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // One thread for everything: a call crosses tasks (session → link → session), and on a
+    // multi-threaded runtime every such wake-up is a futex and a context switch when the
+    // other worker sleeps. The broker's work per frame is microseconds (no blocking calls in
+    // its tasks), so one thread serves hundreds of sessions with less CPU per call
+    // (`cargo bench` measures it against a bare relay). PI_IDE_BROKER_THREADS=N (N > 1) asks
+    // for a multi-threaded runtime instead.
+    let threads = std::env::var("PI_IDE_BROKER_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1);
+    let built = if threads > 1 {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let runtime = match built {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

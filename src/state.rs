@@ -165,11 +165,15 @@ impl StateStore {
 
     /// Writes the current state now.
     pub fn save(&self) -> std::io::Result<()> {
+        write_atomic(&self.path, &self.snapshot()?)
+    }
+
+    /// The file's bytes for the current state.
+    fn snapshot(&self) -> std::io::Result<Vec<u8>> {
         let mut snapshot = lock(&self.state).clone();
         snapshot.version = 2;
         snapshot.saved_at = unix_ms();
-        let text = serde_json::to_vec_pretty(&snapshot).map_err(std::io::Error::other)?;
-        write_atomic(&self.path, &text)
+        serde_json::to_vec_pretty(&snapshot).map_err(std::io::Error::other)
     }
 
     /// Saves after changes until the future is dropped. Changes within 100 ms share one write
@@ -179,7 +183,15 @@ impl StateStore {
         loop {
             self.dirty.notified().await;
             tokio::time::sleep(SAVE_COALESCE).await;
-            if let Err(e) = self.save() {
+            // fsync off the runtime's thread: sessions never wait for the disk.
+            let path = self.path.clone();
+            let written = match self.snapshot() {
+                Ok(bytes) => tokio::task::spawn_blocking(move || write_atomic(&path, &bytes))
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
                 tracing::warn!(file = %self.path.display(), error = %e, "cannot write state file");
             }
         }

@@ -77,6 +77,9 @@ pub struct Options {
     pub port: u16,
     /// Accept every diff at once with the proposed contents (for demos and transcripts).
     pub auto_accept: bool,
+    /// CPU each `echo` answer burns first, like a real editor's main loop (a Lua editor spends
+    /// about 150 µs on a getDiagnostics): for the bench's realistic scenario.
+    pub burn_us: u64,
 }
 
 impl Options {
@@ -90,6 +93,7 @@ impl Options {
             ping_interval: None,
             port: 0,
             auto_accept: false,
+            burn_us: 0,
         }
     }
 }
@@ -417,6 +421,14 @@ fn schema_of(family: Family, tool: &str) -> Value {
     }
 }
 
+/// Spins for `us` microseconds (CPU time, as real work would take).
+pub fn burn(us: u64) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_micros(us) {
+        std::hint::spin_loop();
+    }
+}
+
 fn text_result(text: impl Into<String>) -> Value {
     json!({"content": [{"type": "text", "text": text.into()}]})
 }
@@ -536,7 +548,10 @@ fn call_tool(shared: &Shared, conn: u64, id: &Value, tool: &str, args: &Value) -
                 (Family::Claude, _) => text_result(json!([{"uri": open, "diagnostics": [{"severity": "Error", "message": "boom"}, {"severity": "Info", "message": "fyi"}]}]).to_string()),
             }
         }
-        "echo" => text_result(args.to_string()),
+        "echo" => {
+            burn(shared.opts.burn_us);
+            text_result(args.to_string())
+        }
         "slow" => return None,
         "getOpenEditorTabs" => text_result(json!([{"uri": "file:///x.rs", "isActive": true, "isDirty": false, "languageId": "rust"}]).to_string()),
         "getOpenEditors" => text_result(json!({"tabs": [{"uri": "file:///x.rs", "isActive": true, "isPinned": false, "isPreview": false, "isDirty": true, "label": "x.rs", "groupIndex": 0, "viewColumn": 1, "isGroupActive": true, "fileName": "/x.rs", "languageId": "rust", "lineCount": 3, "isUntitled": false}]}).to_string()),
