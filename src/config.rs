@@ -42,6 +42,12 @@ pub struct Config {
     pub max_handshakes: usize,
     /// At most this many sessions may be connected at once; more are refused. Read at start.
     pub max_sessions: usize,
+    /// Agents that run elsewhere (a container, a dev box over `ssh -R`): each `[[remote]]`
+    /// maps an agent-side prefix to a host folder; a session says which remote it is.
+    pub remote: Vec<crate::pathmap::RemoteConfig>,
+    /// Other uids allowed on the socket (a container's root reaching a bind-mounted socket).
+    /// Default: only the owner.
+    pub allow_uids: Vec<u32>,
     /// A graceful stop (pending diffs rejected, sessions told, state flushed) takes at most this long.
     pub shutdown_timeout_ms: u64,
 }
@@ -142,6 +148,8 @@ impl Default for Config {
             shutdown_timeout_ms: 5_000,
             max_handshakes: 256,
             max_sessions: 4096,
+            remote: Vec::new(),
+            allow_uids: Vec::new(),
         }
     }
 }

@@ -55,6 +55,9 @@ pub struct BrokerStatus {
     pub socket: PathBuf,
     /// Seconds since it started.
     pub uptime_s: u64,
+    /// Other uids allowed on the socket (`allow_uids`).
+    #[serde(default)]
+    pub allow_uids: Vec<u32>,
 }
 
 /// One editor.
@@ -115,6 +118,12 @@ pub struct SessionStatus {
     /// True when its dialect differs from its editor's family.
     #[serde(default)]
     pub bridged: bool,
+    /// The `[[remote]]` it runs on, if elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    /// Its cwd on this machine (a remote session's cwd mapped), as routing uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cwd: Option<String>,
     /// Calls waiting for the editor: diffs first, then oldest first.
     #[serde(default)]
     pub in_flight: Vec<InFlight>,
@@ -207,6 +216,8 @@ pub fn status(reg: &Registry) -> Status {
                 since: unix(s.since),
                 dialect: s.dialect,
                 bridged,
+                remote: s.remote.as_ref().map(|(n, _)| n.clone()),
+                host_cwd: s.remote.as_ref().map(|_| s.cwd.display().to_string()),
                 in_flight: in_flight.into_iter().map(|(_, v)| v).collect(),
             }
         })
@@ -228,6 +239,7 @@ pub fn status(reg: &Registry) -> Status {
             version: env!("CARGO_PKG_VERSION").into(),
             socket: reg.socket.clone(),
             uptime_s: reg.started_at.elapsed().map(|d| d.as_secs()).unwrap_or(0),
+            allow_uids: reg.config().allow_uids.clone(),
         },
         editors,
         sessions,
@@ -463,6 +475,9 @@ fn session_line(sess: &SessionStatus, now: u64) -> String {
     );
     if sess.key.is_some() {
         let _ = write!(l, " · key {}", opt(&sess.key));
+    }
+    if let (Some(r), Some(h)) = (&sess.remote, &sess.host_cwd) {
+        let _ = write!(l, " · remote {r} (here {h})");
     }
     let _ = write!(l, " · for {}", age(now.saturating_sub(sess.since)));
     if !sess.in_flight.is_empty() {

@@ -96,6 +96,8 @@ pub struct Pending {
     pub deadline: Option<tokio::time::Instant>,
     /// How to rewrite the answer for a session of the other dialect (`None`: pass through).
     pub bridge: Option<crate::bridge::Bridge>,
+    /// A remote session's path map: paths in the answer go back as the agent sees them.
+    pub map: Option<Arc<crate::pathmap::PathMap>>,
 }
 
 impl Pending {
@@ -442,6 +444,7 @@ impl Editor {
                 started: Instant::now(),
                 deadline: None,
                 bridge: None,
+                map: None,
             },
         )
     }
@@ -920,6 +923,9 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
                     let _ = editor.close_tab(&tab);
                 }
             }
+            if let (Some(m), Some(result)) = (&p.map, msg.get_mut("result")) {
+                m.map_result_texts(result, false);
+            }
             match p.owner {
                 Owner::Session { outbox, id, .. } => {
                     msg.insert("id".into(), id);
@@ -1016,7 +1022,7 @@ fn fast_reply(editor: &Editor, text: &str) -> Option<bool> {
     };
     let owned = {
         let p = editor.pending.get(&reply.id)?;
-        matches!(p.owner, Owner::Session { .. }) && p.bridge.is_none()
+        matches!(p.owner, Owner::Session { .. }) && p.bridge.is_none() && p.map.is_none()
     };
     if !owned {
         return None;

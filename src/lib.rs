@@ -19,6 +19,7 @@ pub mod lockdir;
 pub mod lockfile;
 pub mod logging;
 pub mod outbox;
+pub mod pathmap;
 pub mod registry;
 pub mod router;
 pub mod schema;

@@ -67,6 +67,10 @@ enum Command {
         /// The protocol dialect the client speaks.
         #[arg(long, default_value = "pi", value_parser = ["pi", "claude"])]
         dialect: String,
+        /// This client runs on the `[[remote]]` of that name (a container, a dev box): its
+        /// paths are mapped to this machine's and back.
+        #[arg(long, value_name = "NAME")]
+        remote: Option<String>,
         /// Never start the daemon (fail if it is not running).
         #[arg(long, env = "PI_IDE_BROKER_NO_SPAWN", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0, default_missing_value = "true", default_value = "false")]
         no_spawn: bool,
@@ -105,6 +109,16 @@ enum Command {
     ///
     /// `pi-ide-broker man > ~/.local/share/man/man1/pi-ide-broker.1`, then `man pi-ide-broker`.
     Man,
+    /// Print how to reach this broker from a container or another machine.
+    ///
+    /// The `ssh -R` forward of this socket, the `docker run -v` bind mount, the devcontainer.json
+    /// mount, and the PI_IDE_BROKER_SOCKET to set on the other side; the [[remote]] path maps
+    /// configured. See the README, "Agents in containers, WSL and over SSH".
+    Remote {
+        /// The socket path on the other side.
+        #[arg(long, value_name = "PATH", default_value = "/tmp/pi-ide-broker.sock")]
+        remote_socket: PathBuf,
+    },
     /// Print where this configuration puts the socket, the state and the daemon log.
     ///
     /// For clients that start or dial the daemon themselves (the pi extension), so they
@@ -315,6 +329,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cwd,
             session,
             dialect,
+            remote,
             no_spawn,
         } => {
             // stdout is the protocol: logs go to stderr, quiet by default.
@@ -339,6 +354,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 config: config_path.filter(|p| p.exists()),
                 log_dir: config.state_dir(),
                 max_line: config.max_frame_bytes,
+                remote,
             };
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
             match pi_ide_broker::frontdoor::stdio::run(opts, stdin, tokio::io::stdout()).await {
@@ -348,6 +364,43 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Service { action } => service_cmd(action),
+        Command::Remote { remote_socket } => {
+            let here = config.socket_to_dial();
+            let there = remote_socket.display();
+            println!("# This broker's socket: {}", here.display());
+            println!(
+                "# Over SSH (the agent runs on the remote host; this machine has the editor):"
+            );
+            println!("ssh -R {there}:{} user@devbox", here.display());
+            println!("#   then, on devbox: export PI_IDE_BROKER_SOCKET={there}");
+            println!("#   (sshd needs StreamLocalBindUnlink yes to reuse the path)");
+            println!("# Docker (the agent runs in a container):");
+            println!(
+                "docker run -v {}:{there} -e PI_IDE_BROKER_SOCKET={there} …",
+                here.display()
+            );
+            println!("# devcontainer.json:");
+            println!(
+                "\"mounts\": [\"source={},target={there},type=bind\"], \"containerEnv\": {{\"PI_IDE_BROKER_SOCKET\": \"{there}\"}}",
+                here.display()
+            );
+            println!("# A container's root is another uid: allow it with allow_uids = [0] in the config.");
+            if config.remote.is_empty() {
+                println!("# No [[remote]] path maps yet; add one per mounted folder, e.g.:");
+                println!("#   [[remote]]\n#   name = \"box\"\n#   agent = \"/workspaces/app\"\n#   host = \"/home/me/src/app\"");
+            } else {
+                for r in &config.remote {
+                    println!(
+                        "# remote {:?}: {} (agent) = {} (here)",
+                        r.name,
+                        r.agent.display(),
+                        r.host.display()
+                    );
+                }
+                println!("# Agents say which remote they are: pi-ide-broker mcp --remote NAME, or remote=NAME on /v1/session.");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "pi-ide-broker", &mut std::io::stdout());

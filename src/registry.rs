@@ -758,7 +758,7 @@ impl LinkHost for Registry {
     fn broadcast(&self, editor: &Arc<Editor>, text: &str) {
         for s in self.sessions.iter() {
             if s.editor_id().as_deref() == Some(editor.id.as_str()) {
-                s.outbox.deliver(text.to_string());
+                s.outbox.deliver(s.to_agent(text));
             }
         }
     }
@@ -775,6 +775,9 @@ impl LinkHost for Registry {
             .filter(|s| s.editor_id().as_deref() == Some(editor.id.as_str()))
             .max_by_key(|s| s.last_active.load(Ordering::Relaxed))
             .map(|s| s.clone())?;
+        if let (Some(m), Some(params)) = (target.map(), msg.get_mut("params")) {
+            m.map_json(params, false);
+        }
         let facing = target.mint_delegated_id();
         lock(&target.delegated).insert(facing.clone(), (editor.id.clone(), id.clone()));
         msg.insert("id".into(), Value::String(facing.clone()));

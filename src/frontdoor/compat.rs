@@ -252,6 +252,7 @@ async fn accept_loop(
                 editor: Some(id),
                 inherit: None,
                 pinned: true,
+                remote: None,
                 dialect,
             };
             session::run(reg, ws, intro).await;

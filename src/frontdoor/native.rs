@@ -28,7 +28,7 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
         };
         match accepted {
             Ok((stream, _)) => {
-                if let Err(why) = super::socket::peer_is_us(&stream) {
+                if let Err(why) = super::socket::peer_allowed(&stream, &reg.config().allow_uids) {
                     tracing::warn!(reason = %why, "refused a connection on the broker socket");
                     continue;
                 }
@@ -142,6 +142,14 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
                 Ok(i) => i,
                 Err(e) => return error(StatusCode::BAD_REQUEST, &e),
             };
+            if let Some(r) = &intro.remote {
+                if !reg.config().remote.iter().any(|x| &x.name == r) {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("no [[remote]] named {r:?} in the broker's config; add one (name, agent, host) or drop remote="),
+                    );
+                }
+            }
             let key = match websocket_key(&req) {
                 Ok(k) => k,
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
@@ -254,6 +262,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
         editor: None,
         inherit: None,
         pinned: false,
+        remote: None,
         dialect: Family::Pi,
     };
     for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -265,6 +274,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
             "session" if !v.is_empty() => intro.key = Some(v),
             "editor" if !v.is_empty() => intro.editor = Some(v),
             "inherit" if !v.is_empty() => intro.inherit = Some(v),
+            "remote" if !v.is_empty() => intro.remote = Some(v),
             "dialect" => {
                 intro.dialect = match v.as_str() {
                     "pi" => Family::Pi,

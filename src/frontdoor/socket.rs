@@ -226,10 +226,18 @@ fn take_fd3() -> std::os::fd::OwnedFd {
 
 /// True if the connecting peer runs as our uid.
 pub fn peer_is_us(stream: &tokio::net::UnixStream) -> Result<(), String> {
+    peer_allowed(stream, &[])
+}
+
+/// The peer is us, or one of the uids the config allows (`allow_uids`).
+pub fn peer_allowed(stream: &tokio::net::UnixStream, allow: &[u32]) -> Result<(), String> {
     let me = rustix::process::getuid().as_raw();
     match stream.peer_cred() {
-        Ok(c) if c.uid() == me => Ok(()),
-        Ok(c) => Err(format!("peer uid {} is not ours ({me})", c.uid())),
+        Ok(c) if c.uid() == me || allow.contains(&c.uid()) => Ok(()),
+        Ok(c) => Err(format!(
+            "peer uid {} is neither ours ({me}) nor in allow_uids",
+            c.uid()
+        )),
         Err(e) => Err(format!("cannot read peer credentials: {e}")),
     }
 }

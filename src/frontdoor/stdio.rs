@@ -35,6 +35,8 @@ pub struct Options {
     /// The longest line read from stdin (`max_frame_bytes`); longer ones are discarded up to
     /// their newline and answered with an error, so memory stays bounded.
     pub max_line: usize,
+    /// The `[[remote]]` this client runs on (its paths are mapped), if elsewhere.
+    pub remote: Option<String>,
 }
 
 /// One line of stdin, or the news that one was too long.
@@ -151,12 +153,16 @@ pub async fn connect(
     spawn: bool,
 ) -> Result<WebSocketStream<UnixStream>, StdioError> {
     let query = format!(
-        "cwd={}&dialect={}&door=stdio{}",
+        "cwd={}&dialect={}&door=stdio{}{}",
         percent_encode(&opts.cwd),
         percent_encode(&opts.dialect),
         opts.key
             .as_deref()
             .map(|k| format!("&session={}", percent_encode(k)))
+            .unwrap_or_default(),
+        opts.remote
+            .as_deref()
+            .map(|r| format!("&remote={}", percent_encode(r)))
             .unwrap_or_default()
     );
     let url = format!("ws://localhost/v1/session?{query}");

@@ -36,6 +36,8 @@ pub struct Intro {
     pub key: Option<String>,
     /// An explicit editor choice.
     pub editor: Option<String>,
+    /// The `[[remote]]` it runs on, if elsewhere: its paths are mapped both ways.
+    pub remote: Option<String>,
     /// Pinned to `editor` for good (a compat entry stands for one editor): it follows that
     /// editor's restarts, is never routed elsewhere, and ends when the editor is gone.
     pub pinned: bool,
@@ -77,6 +79,8 @@ pub struct Session {
     pub editor: Mutex<Option<String>>,
     /// See [`Intro::pinned`].
     pub pinned: bool,
+    /// Its remote's name, and the path map that goes with it.
+    pub remote: Option<(String, std::sync::Arc<crate::pathmap::PathMap>)>,
     /// True after `broker/detach`: do not auto-attach again.
     pub detached_by_client: AtomicBool,
     /// Activity stamp (from `Registry::stamp`, not a time) of its last request to its editor
@@ -114,17 +118,24 @@ impl Session {
         outbox: Outbox,
         control: mpsc::UnboundedSender<Control>,
         stamp: u64,
+        map: Option<crate::pathmap::PathMap>,
     ) -> Self {
+        // A remote agent's cwd is routed as the host folder it is.
+        let host_cwd = map
+            .as_ref()
+            .and_then(|m| m.to_host(&intro.cwd).ok().flatten())
+            .unwrap_or_else(|| intro.cwd.clone());
         Session {
             id,
             door: intro.door,
-            cwd: crate::router::normalize(std::path::Path::new(&intro.cwd)),
+            cwd: crate::router::normalize(std::path::Path::new(&host_cwd)),
             cwd_raw: intro.cwd.clone(),
             key: intro.key.clone(),
             dialect: intro.dialect,
             since: SystemTime::now(),
             editor: Mutex::new(None),
             pinned: intro.pinned,
+            remote: intro.remote.clone().zip(map.map(std::sync::Arc::new)),
             detached_by_client: AtomicBool::new(false),
             last_active: AtomicU64::new(stamp),
             outbox,
@@ -132,6 +143,27 @@ impl Session {
             delegated: Mutex::new(HashMap::new()),
             next_delegated: AtomicU64::new(0),
             progress: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The path map of its remote, if it runs elsewhere.
+    pub fn map(&self) -> Option<&crate::pathmap::PathMap> {
+        self.remote.as_ref().map(|(_, m)| m.as_ref())
+    }
+
+    /// A frame for this session with its paths as the agent sees them (unchanged when the
+    /// session is local, or nothing in it maps).
+    pub fn to_agent(&self, text: &str) -> String {
+        let Some(m) = self.map() else {
+            return text.to_string();
+        };
+        let Ok(mut v) = serde_json::from_str::<Value>(text) else {
+            return text.to_string();
+        };
+        if m.map_json(&mut v, false) > 0 {
+            v.to_string()
+        } else {
+            text.to_string()
         }
     }
 

@@ -39,12 +39,17 @@ where
     let kill = reg.cancel.child_token();
     let (tx, mut out_rx) = mpsc::channel(OUTBOX_FRAMES);
     let (control, mut ctl_rx) = mpsc::unbounded_channel();
+    let map = intro
+        .remote
+        .as_deref()
+        .and_then(|r| crate::pathmap::PathMap::for_remote(&reg.config().remote, r));
     let session = Arc::new(Session::new(
         id,
         &intro,
         Outbox::new(id, tx, kill.clone()),
         control,
         reg.stamp(),
+        map,
     ));
     tracing::info!(cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
     reg.add_session(session.clone());
@@ -100,7 +105,7 @@ where
                 true
             }
             changed = selection_changed(&mut selection), if held.is_none() => match changed {
-                Some(text) => guarded(&kill, sink.send(Message::text(text.to_string()))).await,
+                Some(text) => guarded(&kill, sink.send(Message::text(session.to_agent(&text)))).await,
                 None => {
                     selection = session.editor_id().and_then(|e| subscribe(&reg, &e));
                     true
@@ -464,6 +469,11 @@ fn forward(
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get("progressToken"))
         .cloned();
+    if let Some(map) = s.map() {
+        if let Some(args) = msg.get_mut("params").and_then(|p| p.get_mut("arguments")) {
+            map.map_json(args, true);
+        }
+    }
     let pending = Pending {
         owner: Owner::Session {
             session: s.id,
@@ -480,6 +490,7 @@ fn forward(
             tokio::time::Instant::now() + Duration::from_millis(reg.config().timeouts.short_tool_ms)
         }),
         bridge,
+        map: s.remote.as_ref().map(|(_, m)| m.clone()),
     };
     let sent = editor.send_request(msg, pending);
     if let (Ok(uid), Some(token)) = (&sent, progress_token) {
