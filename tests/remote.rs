@@ -163,3 +163,153 @@ async fn other_uids_get_in_only_when_listed() {
         b.stop().await;
     }
 }
+
+/// A real OpenSSH server on a high loopback port, with throwaway keys, and an `ssh -R`
+/// streamlocal forward of the broker's socket to another path: the agent's socket "on the
+/// dev box". Returns `None` (after saying why) where sshd cannot run at all.
+struct SshForward {
+    _sshd: tokio::process::Child,
+    _ssh: tokio::process::Child,
+    remote: std::path::PathBuf,
+}
+
+async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<SshForward> {
+    let sshd = std::path::Path::new("/usr/sbin/sshd");
+    let have = |c: &str| std::process::Command::new(c).arg("-V").output().is_ok();
+    if !sshd.exists() || !have("ssh") || !rustix::process::getuid().is_root() {
+        eprintln!("SKIPPED ssh test: needs /usr/sbin/sshd, ssh and root (bash .ci/run installs openssh-server and openssh-client)");
+        return None;
+    }
+    for key in ["host_key", "user_key"] {
+        let ok = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(dir.join(key))
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ssh-keygen failed");
+    }
+    std::fs::copy(dir.join("user_key.pub"), dir.join("authorized_keys")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = dir.join("sshd_config");
+    std::fs::write(
+        &cfg,
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
+             PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nAllowStreamLocalForwarding yes\n\
+             StreamLocalBindUnlink yes\nPidFile {d}/sshd.pid\nLogLevel ERROR\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let _ = std::fs::create_dir_all("/run/sshd");
+    let sshd = tokio::process::Command::new(sshd)
+        .arg("-f")
+        .arg(&cfg)
+        .args(["-D", "-e"])
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start sshd");
+    within("sshd listening", async {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let remote = dir.join("devbox.sock");
+    let ssh = tokio::process::Command::new("ssh")
+        .args([
+            "-N",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
+        .args([
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-o",
+            "LogLevel=ERROR",
+        ])
+        .arg("-i")
+        .arg(dir.join("user_key"))
+        .args(["-p", &port.to_string(), "-R"])
+        .arg(format!("{}:{}", remote.display(), local.display()))
+        .arg("root@127.0.0.1")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start ssh");
+    pi_ide_broker::testkit::eventually("the forwarded socket", || remote.exists().then_some(()))
+        .await;
+    Some(SshForward {
+        _sshd: sshd,
+        _ssh: ssh,
+        remote,
+    })
+}
+
+/// Through a real `ssh -R` forward: an agent whose cwd exists only on the "dev box" side is
+/// routed to the host folder's editor, its openDiff reaches the editor with host paths, and
+/// the editor's selection reaches it with its own paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_over_ssh_reaches_the_hosts_editor_with_mapped_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let host = root.join("src/app");
+    std::fs::create_dir_all(&host).unwrap();
+    let ssh_dir = root.join("ssh");
+    std::fs::create_dir_all(&ssh_dir).unwrap();
+    let host_s = host.display().to_string();
+    let h = host_s.clone();
+    let b = TestBroker::start_in(dir, move |c| {
+        c.remote = vec![RemoteConfig {
+            name: "devbox".into(),
+            agent: "/home/dev/app".into(),
+            host: h.clone().into(),
+        }];
+    })
+    .await;
+    let Some(fwd) = ssh_forward(&ssh_dir, &b.socket).await else {
+        return;
+    };
+    let (fe, id) = b.editor(&[&host_s]).await;
+    let mut ev = fe.events();
+    let mut a = Agent::connect(
+        &fwd.remote,
+        "cwd=/home/dev/app/src&remote=devbox&session=ssh",
+    )
+    .await
+    .expect("a session through the ssh forward");
+    let att = a
+        .until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    assert_eq!(att["params"]["editor"], id.as_str());
+    a.call_tool(
+        json!("d"),
+        "openDiff",
+        pi_ide_broker::testkit::diff_args("/home/dev/app/src/main.rs", "fn main() {}\n", "ssh-tab"),
+    )
+    .await;
+    let args = next_tool_call(&mut ev, "openDiff").await;
+    assert_eq!(args["old_file_path"], format!("{host_s}/src/main.rs"));
+    assert!(fe.reject_diff("ssh-tab"));
+    let r = a.answer(&json!("d")).await;
+    assert_eq!(r["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(r["result"]["content"][1]["text"], "ssh-tab");
+    fe.select(&format!("{host_s}/src/main.rs"), "fn main", 0);
+    let sel = a
+        .until("selection", |v| v["method"] == "selection_changed")
+        .await;
+    assert_eq!(sel["params"]["filePath"], "/home/dev/app/src/main.rs");
+    drop(fwd);
+    b.stop().await;
+}
