@@ -100,7 +100,17 @@ pub async fn run(opts: &Options) -> Report {
     check_daemon(&mut b, status.as_ref(), &socket);
     check_service(&mut b);
     if status.is_some() {
-        check_socket(&mut b, &socket);
+        check_socket(&mut b, &socket, &config.allow_uids);
+    }
+    if !config.allow_uids.is_empty() {
+        b.add(
+            "allow_uids",
+            Level::Ok,
+            format!(
+                "besides you, uids {:?} may use the socket",
+                config.allow_uids
+            ),
+        );
     }
     for dir in config.lock_dirs() {
         check_lock_dir(&mut b, &dir, status.as_ref()).await;
@@ -262,13 +272,22 @@ fn mode_of(path: &Path) -> Option<(u32, u32)> {
         .map(|m| (m.permissions().mode() & 0o777, m.uid()))
 }
 
-fn check_socket(b: &mut Builder, socket: &Path) {
+fn check_socket(b: &mut Builder, socket: &Path, allow: &[u32]) {
     let me = rustix::process::getuid().as_raw();
     match mode_of(socket) {
         Some((mode, uid)) if uid == me && mode & 0o077 == 0 => b.add(
             "socket",
             Level::Ok,
             format!("{} mode {mode:04o}, ours", socket.display()),
+        ),
+        // Opened up on purpose for other uids (a container's root): say who may use it.
+        Some((mode, uid)) if uid == me && !allow.is_empty() => b.add(
+            "socket",
+            Level::Warn,
+            format!(
+                "{} mode {mode:04o}; other uids allowed: {allow:?} (allow_uids)",
+                socket.display()
+            ),
         ),
         Some((mode, uid)) => b.fix(
             "socket",

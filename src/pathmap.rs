@@ -19,6 +19,19 @@ pub struct RemoteConfig {
     pub host: PathBuf,
 }
 
+/// The keys whose string values are paths or file URIs, in every editor's shapes.
+const PATH_KEYS: [&str; 9] = [
+    "filePath",
+    "fileUrl",
+    "uri",
+    "path",
+    "rootPath",
+    "fileName",
+    "old_file_path",
+    "new_file_path",
+    "cwd",
+];
+
 /// Why a path cannot be mapped.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MapError {
@@ -121,17 +134,6 @@ impl PathMap {
     /// `cwd`) and every object key that is a file URI (getDiagnostics' map), anywhere in `v`.
     /// File contents are never looked at: only those keys. Returns how many values changed.
     pub fn map_json(&self, v: &mut Value, to_host: bool) -> usize {
-        const KEYS: [&str; 9] = [
-            "filePath",
-            "fileUrl",
-            "uri",
-            "path",
-            "rootPath",
-            "fileName",
-            "old_file_path",
-            "new_file_path",
-            "cwd",
-        ];
         let mut n = 0;
         match v {
             Value::Object(map) => {
@@ -147,7 +149,7 @@ impl PathMap {
                     }
                 }
                 for (k, val) in map.iter_mut() {
-                    if let (true, Value::String(s)) = (KEYS.contains(&k.as_str()), &*val) {
+                    if let (true, Value::String(s)) = (PATH_KEYS.contains(&k.as_str()), &*val) {
                         let mapped = if s.starts_with("file://") {
                             self.uri(s, to_host)
                         } else {
@@ -170,6 +172,29 @@ impl PathMap {
             _ => {}
         }
         n
+    }
+
+    /// The first path or file URI under a path key of `v` that no prefix covers (it passes
+    /// through unchanged; the session logs it once).
+    pub fn first_unmapped(&self, v: &Value, to_host: bool) -> Option<String> {
+        match v {
+            Value::Object(map) => map.iter().find_map(|(k, val)| match val {
+                Value::String(s)
+                    if PATH_KEYS.contains(&k.as_str())
+                        && (s.starts_with('/') || s.starts_with("file:///")) =>
+                {
+                    let mapped = if s.starts_with("file://") {
+                        self.uri(s, to_host)
+                    } else {
+                        self.map(s, to_host)
+                    };
+                    matches!(mapped, Ok(None)).then(|| s.clone())
+                }
+                other => self.first_unmapped(other, to_host),
+            }),
+            Value::Array(items) => items.iter().find_map(|i| self.first_unmapped(i, to_host)),
+            _ => None,
+        }
     }
 
     /// A tool result whose text items hold JSON (diagnostics, tabs, folders, selections):
@@ -350,6 +375,15 @@ mod tests {
         );
         let mut saved = json!({"content": [{"type": "text", "text": "FILE_SAVED"}, {"type": "text", "text": "let p = \"/home/me/src/app\";"}]});
         assert_eq!(m.map_result_texts(&mut saved, false), 0);
+        assert_eq!(
+            m.first_unmapped(&json!({"a": [{"uri": "file:///etc/x"}]}), true)
+                .as_deref(),
+            Some("file:///etc/x")
+        );
+        assert_eq!(
+            m.first_unmapped(&json!({"filePath": "/workspaces/app/a"}), true),
+            None
+        );
         let mut args = json!({"old_file_path": "/workspaces/app/a.rs", "new_file_path": "/workspaces/app/a.rs", "new_file_contents": "/workspaces/app", "tab_name": "t"});
         assert_eq!(m.map_json(&mut args, true), 2);
         assert_eq!(args["new_file_contents"], "/workspaces/app");

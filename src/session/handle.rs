@@ -81,6 +81,8 @@ pub struct Session {
     pub pinned: bool,
     /// Its remote's name, and the path map that goes with it.
     pub remote: Option<(String, std::sync::Arc<crate::pathmap::PathMap>)>,
+    /// A path outside every prefix was logged for this session already.
+    pub unmapped_said: AtomicBool,
     /// True after `broker/detach`: do not auto-attach again.
     pub detached_by_client: AtomicBool,
     /// Activity stamp (from `Registry::stamp`, not a time) of its last request to its editor
@@ -136,6 +138,7 @@ impl Session {
             editor: Mutex::new(None),
             pinned: intro.pinned,
             remote: intro.remote.clone().zip(map.map(std::sync::Arc::new)),
+            unmapped_said: AtomicBool::new(false),
             detached_by_client: AtomicBool::new(false),
             last_active: AtomicU64::new(stamp),
             outbox,

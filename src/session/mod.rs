@@ -472,6 +472,14 @@ fn forward(
     if let Some(map) = s.map() {
         if let Some(args) = msg.get_mut("params").and_then(|p| p.get_mut("arguments")) {
             map.map_json(args, true);
+            if let Some(p) = map.first_unmapped(args, true) {
+                if !s
+                    .unmapped_said
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::info!(session = s.id, path = %p, "a path outside every [[remote]] prefix passes through unchanged (logged once per session)");
+                }
+            }
         }
     }
     let pending = Pending {
