@@ -293,9 +293,153 @@ fn release(s: &Session, held: &mut Option<Vec<String>>) {
     }
 }
 
+/// A `tools/call` as the hot path reads it: borrowed from the frame, nothing copied.
+#[derive(serde::Deserialize)]
+struct FastCall<'a> {
+    jsonrpc: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    id: &'a serde_json::value::RawValue,
+    method: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    params: &'a serde_json::value::RawValue,
+}
+
+/// The params of a [`FastCall`].
+#[derive(serde::Deserialize)]
+struct FastParams<'a> {
+    name: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    arguments: &'a serde_json::value::RawValue,
+    #[serde(rename = "_meta", borrow, default)]
+    meta: Option<FastMeta<'a>>,
+}
+
+/// `_meta` of a [`FastParams`].
+#[derive(serde::Deserialize)]
+struct FastMeta<'a> {
+    #[serde(rename = "progressToken", borrow, default)]
+    progress_token: Option<&'a serde_json::value::RawValue>,
+}
+
+/// An `openDiff`'s tab name (its contents are skipped, not copied).
+#[derive(serde::Deserialize)]
+struct DiffTab<'a> {
+    tab_name: std::borrow::Cow<'a, str>,
+}
+
+/// The hot path: a well-formed `tools/call` of a local session to an editor of its own dialect
+/// goes upstream with the client's params bytes spliced in, without building a JSON tree (a
+/// multi-megabyte `openDiff` included). `false` when the slow path must handle it (anything
+/// unusual: it validates, bridges, maps and answers errors).
+fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
+    let Ok(call) = serde_json::from_str::<FastCall>(text) else {
+        return false;
+    };
+    let id_text = call.id.get();
+    if call.jsonrpc != "2.0"
+        || call.method != "tools/call"
+        || !(id_text.starts_with('"')
+            || id_text.starts_with(|c: char| c == '-' || c.is_ascii_digit()))
+        || s.map().is_some()
+    {
+        return false;
+    }
+    let Ok(params) = serde_json::from_str::<FastParams>(call.params.get()) else {
+        return false;
+    };
+    if !params.arguments.get().starts_with('{') {
+        return false;
+    }
+    let Some(editor) = current_editor(reg, s) else {
+        return false;
+    };
+    let tool = params.name.as_ref();
+    if editor.family != s.dialect
+        || (editor.family == Family::Claude && matches!(tool, "openDiff" | "close_tab"))
+    {
+        return false;
+    }
+    let tab_name = if tool == "openDiff" {
+        match serde_json::from_str::<DiffTab>(params.arguments.get()) {
+            Ok(d) => Some(d.tab_name.into_owned()),
+            Err(_) => return false,
+        }
+    } else {
+        None
+    };
+    let Ok(id) = serde_json::from_str::<Value>(id_text) else {
+        return false;
+    };
+    s.touch(reg.stamp());
+    let is_diff = tab_name.is_some();
+    let pending = Pending {
+        owner: Owner::Session {
+            session: s.id,
+            outbox: s.outbox.clone(),
+            id: id.clone(),
+        },
+        method: "tools/call".into(),
+        tool: Some(tool.to_string()),
+        tab_name: tab_name.clone(),
+        started: Instant::now(),
+        deadline: (!is_diff).then(|| {
+            tokio::time::Instant::now() + Duration::from_millis(reg.config().timeouts.short_tool_ms)
+        }),
+        bridge: None,
+        map: None,
+    };
+    let raw_params = call.params.get();
+    let sent = editor.send_built(
+        |uid| {
+            let mut out = String::with_capacity(raw_params.len() + 64);
+            out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+            out.push_str(&uid.to_string());
+            out.push_str(",\"method\":\"tools/call\",\"params\":");
+            out.push_str(raw_params);
+            out.push('}');
+            out
+        },
+        pending,
+    );
+    match sent {
+        Ok(uid) => {
+            let token = params
+                .meta
+                .and_then(|m| m.progress_token)
+                .and_then(|t| serde_json::from_str::<Value>(t.get()).ok());
+            if let Some(token) = token {
+                lock(&s.progress).push(Progress {
+                    editor: editor.id.clone(),
+                    upstream: uid,
+                    token,
+                    sent: 0,
+                });
+            }
+        }
+        Err(e) => refuse_call(s, &id, tab_name.as_deref(), e.to_string()),
+    }
+    true
+}
+
+/// A call that cannot reach an editor: a diff is a rejection (never an error: on an error pi
+/// applies the edit unreviewed), anything else an error.
+fn refuse_call(s: &Session, id: &Value, tab_name: Option<&str>, why: String) {
+    let text = match tab_name {
+        Some(tab) => {
+            tracing::info!(session = s.id, reason = %why, "openDiff answered DIFF_REJECTED");
+            jsonrpc::result(id, jsonrpc::diff_undelivered(tab, &why))
+        }
+        None => jsonrpc::error(id, jsonrpc::NO_EDITOR, &why),
+    };
+    s.outbox.deliver(text);
+}
+
 /// Handles one frame from the client; true when it was a request (answered or forwarded, so
 /// the handshake is over).
 fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
+    if fast_forward(reg, s, text) {
+        return true;
+    }
     match jsonrpc::classify(text) {
         Err(r) => {
             tracing::info!(session = s.id, error = %r.message, "invalid message from session");
@@ -410,18 +554,7 @@ fn forward(
             .unwrap_or_default()
             .to_string()
     });
-    // A diff that cannot reach an editor is a rejection, never an error: on an error pi
-    // applies the edit unreviewed.
-    let refuse = |why: String| {
-        let text = match &tab_name {
-            Some(tab) => {
-                tracing::info!(session = s.id, reason = %why, "openDiff answered DIFF_REJECTED");
-                jsonrpc::result(&id, jsonrpc::diff_undelivered(tab, &why))
-            }
-            None => jsonrpc::error(&id, jsonrpc::NO_EDITOR, &why),
-        };
-        s.outbox.deliver(text);
-    };
+    let refuse = |why: String| refuse_call(s, &id, tab_name.as_deref(), why);
     let Some(editor) = current_editor(reg, s) else {
         refuse(reg.unattached_reason(s));
         return;
