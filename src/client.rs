@@ -18,21 +18,7 @@ pub enum ClientError {
 
 /// Fetches `path` (e.g. `/v1/status`) from the daemon at `socket` and parses it as JSON.
 pub async fn get_json(socket: &Path, path: &str) -> Result<serde_json::Value, ClientError> {
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| ClientError::Protocol(e.to_string()))?;
-    tokio::spawn(conn);
-    let req = hyper::Request::get(path)
-        .header(hyper::header::HOST, "pi-ide-broker")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| ClientError::Protocol(e.to_string()))?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let resp = get(socket, path).await?;
     let status = resp.status();
     let body = resp
         .into_body()
@@ -55,21 +41,7 @@ pub async fn follow_events(
     socket: &Path,
     mut on_line: impl FnMut(serde_json::Value),
 ) -> Result<(), ClientError> {
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| ClientError::Protocol(e.to_string()))?;
-    tokio::spawn(conn);
-    let req = hyper::Request::get("/v1/events")
-        .header(hyper::header::HOST, "pi-ide-broker")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| ClientError::Protocol(e.to_string()))?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let resp = get(socket, "/v1/events").await?;
     if !resp.status().is_success() {
         return Err(ClientError::Protocol(format!("HTTP {}", resp.status())));
     }
@@ -91,4 +63,26 @@ pub async fn follow_events(
         }
     }
     Ok(())
+}
+
+/// Sends `GET path` over the socket; the response with its body still to read.
+async fn get(
+    socket: &Path,
+    path: &str,
+) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    tokio::spawn(conn);
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, "pi-ide-broker")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))
 }

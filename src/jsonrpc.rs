@@ -204,6 +204,18 @@ pub fn diff_undelivered(tab_name: &str, why: &str) -> Value {
     v
 }
 
+/// The `tab_name` of an `openDiff` call (`None` for any other message; `""` when missing).
+pub fn diff_tab(msg: &Map<String, Value>) -> Option<String> {
+    (tool_name(msg) == Some("openDiff")).then(|| {
+        msg.get("params")
+            .and_then(|p| p.get("arguments"))
+            .and_then(|a| a.get("tab_name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    })
+}
+
 /// `params.name` of a `tools/call`, if any.
 pub fn tool_name(msg: &Map<String, Value>) -> Option<&str> {
     msg.get("params")?.get("name")?.as_str()

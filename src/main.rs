@@ -202,6 +202,14 @@ async fn doctor(
     })
 }
 
+/// Says that no daemon answers and how to start one; exit status 3.
+fn not_running(socket: &str) -> ExitCode {
+    eprintln!(
+        "pi-ide-broker is not running (nothing answers on {socket}).\nStart it with `pi-ide-broker daemon`, or install the service with `pi-ide-broker service install`."
+    );
+    ExitCode::from(3)
+}
+
 /// `status --watch`: the table redrawn on every change in a terminal (alternate screen, left
 /// clean on Ctrl-C), plain lines otherwise.
 async fn watch(socket: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -268,12 +276,7 @@ async fn watch(socket: &std::path::Path) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Err(client::ClientError::NotRunning(s)) => {
-            eprintln!(
-                "pi-ide-broker is not running (nothing answers on {s}).\nStart it with `pi-ide-broker daemon`, or install the service with `pi-ide-broker service install`."
-            );
-            Ok(ExitCode::from(3))
-        }
+        Err(client::ClientError::NotRunning(s)) => Ok(not_running(&s)),
         Err(e) => Err(e.into()),
     }
 }
@@ -452,12 +455,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(client::ClientError::NotRunning(s)) => {
-                    eprintln!(
-                        "pi-ide-broker is not running (nothing answers on {s}).\nStart it with `pi-ide-broker daemon`, or install the service with `pi-ide-broker service install`."
-                    );
-                    Ok(ExitCode::from(3))
-                }
+                Err(client::ClientError::NotRunning(s)) => Ok(not_running(&s)),
                 Err(e) => Err(e.into()),
             }
         }

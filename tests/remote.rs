@@ -117,23 +117,9 @@ async fn a_remote_sessions_paths_are_mapped_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_uids_get_in_only_when_listed() {
-    let probe = common::process::example_bin("connect_probe");
-    let as_nobody = |path: std::path::PathBuf| {
-        let probe = probe.clone();
-        async move {
-            let out = tokio::process::Command::new("setpriv")
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(&probe)
-                .arg(path)
-                .output();
-            let out = within("probe as another uid", out).await.ok()?;
-            Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        }
-    };
-    let usable = rustix::process::getuid().as_raw() == 0
-        && as_nobody("/nonexistent".into())
-            .await
-            .is_some_and(|o| o.starts_with("connect-failed"));
+    let as_nobody =
+        |path: std::path::PathBuf| async move { common::process::probe_as_nobody(&path).await };
+    let usable = common::process::other_uid_usable().await;
     if !usable {
         eprintln!("SKIPPED allow_uids test: needs root, setpriv, and a build dir other users can execute from");
         return;

@@ -647,14 +647,7 @@ fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
         Err(r) => return vec![Out::Client(jsonrpc::rejection(&r))],
     };
     // Everything below but `initialize` goes to the broker: remember it until answered.
-    let tab = (jsonrpc::tool_name(&msg) == Some("openDiff")).then(|| {
-        msg.get("params")
-            .and_then(|p| p.get("arguments"))
-            .and_then(|a| a.get("tab_name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    });
+    let tab = jsonrpc::diff_tab(&msg);
     match method.as_str() {
         "initialize" => {
             let version = msg

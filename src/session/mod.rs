@@ -545,15 +545,8 @@ fn forward(
     msg: Map<String, Value>,
 ) {
     let tool = jsonrpc::tool_name(&msg).map(String::from);
-    let is_diff = tool.as_deref() == Some("openDiff");
-    let tab_name = is_diff.then(|| {
-        msg.get("params")
-            .and_then(|p| p.get("arguments"))
-            .and_then(|a| a.get("tab_name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    });
+    let tab_name = jsonrpc::diff_tab(&msg);
+    let is_diff = tab_name.is_some();
     let refuse = |why: String| refuse_call(s, &id, tab_name.as_deref(), why);
     let Some(editor) = current_editor(reg, s) else {
         refuse(reg.unattached_reason(s));

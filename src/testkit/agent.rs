@@ -16,14 +16,7 @@ pub struct Agent {
 impl Agent {
     /// Connects with a query string such as `cwd=/p&session=k`.
     pub async fn connect(socket: &Path, query: &str) -> Result<Agent, String> {
-        let stream = UnixStream::connect(socket)
-            .await
-            .map_err(|e| e.to_string())?;
-        let url = format!("ws://localhost/v1/session?{query}");
-        let (ws, _) = tokio_tungstenite::client_async(url, stream)
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut a = Agent { ws };
+        let mut a = Agent::connect_raw(socket, query).await?;
         // As an MCP client does: the broker holds its notices until this is answered.
         a.send_request(
             json!("agent-init"),

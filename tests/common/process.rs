@@ -152,3 +152,23 @@ pub async fn start_editor(dir: &Path, args: &[&str]) -> (Proc, u16) {
         .expect("port");
     (p, port)
 }
+
+/// Runs `examples/connect_probe SOCKET` as uid 65534 (setpriv) and returns what it printed:
+/// `connect-failed <errno>`, `dropped` or `answered <bytes>`. `None` when it cannot run.
+pub async fn probe_as_nobody(socket: &Path) -> Option<String> {
+    let out = tokio::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(example_bin("connect_probe"))
+        .arg(socket)
+        .output();
+    let out = within("probe as another uid", out).await.ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// True where another uid can be tried: root, setpriv, and a build dir others can run from.
+pub async fn other_uid_usable() -> bool {
+    rustix::process::getuid().as_raw() == 0
+        && probe_as_nobody(Path::new("/nonexistent"))
+            .await
+            .is_some_and(|o| o.starts_with("connect-failed"))
+}
