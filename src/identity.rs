@@ -140,6 +140,12 @@ pub struct Assigned {
     pub id: String,
     /// Why.
     pub verdict: Verdict,
+    /// How many successions its id has seen (from its record).
+    pub restarts: u32,
+    /// The pid of the editor its id last passed from, if any (from its record).
+    pub previous_pid: Option<u32>,
+    /// The port of that editor.
+    pub previous_port: Option<u16>,
 }
 
 /// The outcome of resolving a batch of arrivals.
@@ -254,6 +260,9 @@ impl Book {
                     process: a.process,
                     id: id.clone(),
                     verdict: Verdict::Same,
+                    restarts: r.restarts,
+                    previous_pid: r.previous_pid,
+                    previous_port: r.previous_port,
                 })
             })
             .collect();
@@ -337,8 +346,12 @@ impl Book {
                         (id, Verdict::New)
                     }
                 };
+                let r = self.records.get(&id);
                 assigned[i] = Some(Assigned {
                     process: a.process,
+                    restarts: r.map(|r| r.restarts).unwrap_or(0),
+                    previous_pid: r.and_then(|r| r.previous_pid),
+                    previous_port: r.and_then(|r| r.previous_port),
                     id,
                     verdict,
                 });

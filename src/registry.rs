@@ -321,29 +321,20 @@ impl Registry {
             self.by_path.retain(|_, v| *v != id);
             old.stop();
         }
-        let (restarts, previous_port, previous_pid) = match assigned.verdict {
+        match assigned.verdict {
             Verdict::Successor {
                 previous_pid,
                 previous_port,
             } => {
-                let restarts = self.state.book().get(&id).map(|r| r.restarts).unwrap_or(1);
-                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, previous_pid, previous_port, restarts, ide = %lockfile.ide_name, "editor restarted (successor)");
-                (restarts, Some(previous_port), Some(previous_pid))
+                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, previous_pid, previous_port, restarts = assigned.restarts, ide = %lockfile.ide_name, "editor restarted (successor)")
             }
             Verdict::Same => {
-                let r = self.state.book().get(&id).cloned();
-                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, family = %lockfile.family, ide = %lockfile.ide_name, "editor appeared (known process)");
-                (
-                    r.as_ref().map(|r| r.restarts).unwrap_or(0),
-                    r.as_ref().and_then(|r| r.previous_port),
-                    r.as_ref().and_then(|r| r.previous_pid),
-                )
+                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, family = %lockfile.family, ide = %lockfile.ide_name, "editor appeared (known process)")
             }
             Verdict::New => {
-                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, family = %lockfile.family, ide = %lockfile.ide_name, "editor appeared");
-                (0, None, None)
+                tracing::info!(editor = %id, port = lockfile.port, pid = lockfile.pid, family = %lockfile.family, ide = %lockfile.ide_name, "editor appeared")
             }
-        };
+        }
         let folders = lockfile
             .workspace_folders
             .iter()
@@ -355,9 +346,9 @@ impl Registry {
             lockfile,
             folders,
             editor::Succession {
-                restarts,
-                previous_port,
-                previous_pid,
+                restarts: assigned.restarts,
+                previous_port: assigned.previous_port,
+                previous_pid: assigned.previous_pid,
             },
             self.cancel.child_token(),
         ));

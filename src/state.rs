@@ -147,11 +147,6 @@ impl StateStore {
         r
     }
 
-    /// A copy of the editor identity book.
-    pub fn book(&self) -> Book {
-        lock(&self.state).editors.clone()
-    }
-
     /// Forgets every target pointing at `editor`.
     pub fn remove_editor(&self, editor: &str) {
         let mut s = lock(&self.state);
