@@ -371,23 +371,15 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
         return false;
     };
     s.touch(reg.stamp());
-    let is_diff = tab_name.is_some();
-    let pending = Pending {
-        owner: Owner::Session {
-            session: s.id,
-            outbox: s.outbox.clone(),
-            id: id.clone(),
-        },
-        method: "tools/call".into(),
-        tool: Some(tool.to_string()),
-        tab_name: tab_name.clone(),
-        started: Instant::now(),
-        deadline: (!is_diff).then(|| {
-            tokio::time::Instant::now() + Duration::from_millis(reg.config().timeouts.short_tool_ms)
-        }),
-        bridge: None,
-        map: None,
-    };
+    let pending = call_pending(
+        reg,
+        s,
+        &id,
+        "tools/call".into(),
+        Some(tool.to_string()),
+        tab_name.clone(),
+        None,
+    );
     let raw_params = call.params.get();
     let sent = editor.send_built(
         |uid| {
@@ -401,13 +393,58 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
         },
         pending,
     );
+    let token = params
+        .meta
+        .and_then(|m| m.progress_token)
+        .and_then(|t| serde_json::from_str::<Value>(t.get()).ok());
+    settle_call(s, &editor, sent, token, &id, tab_name.as_deref());
+    true
+}
+
+/// The `Pending` of a session's call: its answer goes back under `id`; a short tool gets the
+/// short-tool deadline (a diff waits for the user as long as it takes); a remote session's
+/// answer has its paths mapped back.
+fn call_pending(
+    reg: &Registry,
+    s: &Session,
+    id: &Value,
+    method: String,
+    tool: Option<String>,
+    tab_name: Option<String>,
+    bridge: Option<crate::bridge::Bridge>,
+) -> Pending {
+    let is_diff = tab_name.is_some();
+    Pending {
+        owner: Owner::Session {
+            session: s.id,
+            outbox: s.outbox.clone(),
+            id: id.clone(),
+        },
+        method,
+        tool,
+        tab_name,
+        started: Instant::now(),
+        deadline: (!is_diff).then(|| {
+            tokio::time::Instant::now() + Duration::from_millis(reg.config().timeouts.short_tool_ms)
+        }),
+        bridge,
+        map: s.remote.as_ref().map(|(_, m)| m.clone()),
+    }
+}
+
+/// After a session's call was handed to its editor: kept alive with progress when the client
+/// asked for it, or refused when it could not be sent.
+fn settle_call(
+    s: &Session,
+    editor: &Editor,
+    sent: Result<u64, crate::editor::SendError>,
+    progress_token: Option<Value>,
+    id: &Value,
+    tab_name: Option<&str>,
+) {
     match sent {
         Ok(uid) => {
-            let token = params
-                .meta
-                .and_then(|m| m.progress_token)
-                .and_then(|t| serde_json::from_str::<Value>(t.get()).ok());
-            if let Some(token) = token {
+            if let Some(token) = progress_token {
                 lock(&s.progress).push(Progress {
                     editor: editor.id.clone(),
                     upstream: uid,
@@ -416,9 +453,8 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
                 });
             }
         }
-        Err(e) => refuse_call(s, &id, tab_name.as_deref(), e.to_string()),
+        Err(e) => refuse_call(s, id, tab_name, e.to_string()),
     }
-    true
 }
 
 /// A call that cannot reach an editor: a diff is a rejection (never an error: on an error pi
@@ -546,7 +582,6 @@ fn forward(
 ) {
     let tool = jsonrpc::tool_name(&msg).map(String::from);
     let tab_name = jsonrpc::diff_tab(&msg);
-    let is_diff = tab_name.is_some();
     let refuse = |why: String| refuse_call(s, &id, tab_name.as_deref(), why);
     let Some(editor) = current_editor(reg, s) else {
         refuse(reg.unattached_reason(s));
@@ -608,35 +643,7 @@ fn forward(
             }
         }
     }
-    let pending = Pending {
-        owner: Owner::Session {
-            session: s.id,
-            outbox: s.outbox.clone(),
-            id: id.clone(),
-        },
-        method,
-        tool,
-        tab_name: tab_name.clone(),
-        started: Instant::now(),
-        // A diff waits for the user as long as it takes; anything else gets the short-tool
-        // timeout, swept by the editor's link.
-        deadline: (!is_diff).then(|| {
-            tokio::time::Instant::now() + Duration::from_millis(reg.config().timeouts.short_tool_ms)
-        }),
-        bridge,
-        map: s.remote.as_ref().map(|(_, m)| m.clone()),
-    };
+    let pending = call_pending(reg, s, &id, method, tool, tab_name.clone(), bridge);
     let sent = editor.send_request(msg, pending);
-    if let (Ok(uid), Some(token)) = (&sent, progress_token) {
-        lock(&s.progress).push(Progress {
-            editor: editor.id.clone(),
-            upstream: *uid,
-            token,
-            sent: 0,
-        });
-    }
-    match sent {
-        Ok(_) => {}
-        Err(e) => refuse(e.to_string()),
-    }
+    settle_call(s, &editor, sent, progress_token, &id, tab_name.as_deref());
 }
