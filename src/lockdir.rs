@@ -228,35 +228,21 @@ impl LockDirWatcher {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!(dir = %cfg.path.display(), error = %e, "cannot list lock dir"),
         }
-        let gone: Vec<PathBuf> = self
-            .known
-            .keys()
-            .filter(|p| p.parent() == Some(cfg.path.as_path()) && !present.contains(*p))
-            .cloned()
-            .collect();
-        for p in gone {
-            self.vanish(&p);
-        }
-        self.rejected
-            .retain(|p, _| p.parent() != Some(cfg.path.as_path()) || present.contains(p));
+        self.forget(|p| p.parent() == Some(cfg.path.as_path()) && !present.contains(p));
     }
 
     fn forget_dir(&mut self, dir: &Path) {
-        let gone: Vec<PathBuf> = self
-            .known
-            .keys()
-            .filter(|p| p.parent() == Some(dir))
-            .cloned()
-            .collect();
+        self.forget(|p| p.parent() == Some(dir));
+    }
+
+    /// Every known lockfile and every refused file that `which` picks is forgotten, each with
+    /// its event (`Vanished`, `Cleared`), so the registry's view never keeps a file we dropped.
+    fn forget(&mut self, which: impl Fn(&Path) -> bool) {
+        let gone: Vec<PathBuf> = self.known.keys().filter(|p| which(p)).cloned().collect();
         for p in gone {
             self.vanish(&p);
         }
-        let cleared: Vec<PathBuf> = self
-            .rejected
-            .keys()
-            .filter(|p| p.parent() == Some(dir))
-            .cloned()
-            .collect();
+        let cleared: Vec<PathBuf> = self.rejected.keys().filter(|p| which(p)).cloned().collect();
         for p in cleared {
             self.clear(&p);
         }
@@ -334,4 +320,55 @@ fn stale_partial(path: &Path) -> bool {
 /// `path` if it is a directory, else its nearest ancestor that is.
 fn nearest_existing(path: &Path) -> Option<PathBuf> {
     path.ancestors().find(|p| p.is_dir()).map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::family::Family;
+
+    fn watcher(dir: &Path) -> (LockDirWatcher, mpsc::UnboundedReceiver<LockEvent>) {
+        let (events, rx) = mpsc::unbounded_channel();
+        let w = LockDirWatcher {
+            dirs: vec![LockDirConfig {
+                path: dir.to_path_buf(),
+                family: Family::Pi,
+            }],
+            // Never pumped: these tests see only what a rescan finds (as on a file system
+            // without inotify, or after the kernel's event queue overflowed).
+            watcher: notify::recommended_watcher(|_| {}).unwrap(),
+            watched: HashSet::new(),
+            known: HashMap::new(),
+            rejected: HashMap::new(),
+            events,
+        };
+        (w, rx)
+    }
+
+    #[test]
+    fn a_refused_file_that_a_rescan_misses_is_cleared_with_its_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("1234.lock");
+        std::fs::write(&bad, "not json at all").unwrap();
+        let (mut w, mut rx) = watcher(dir.path());
+        w.rescan_all();
+        assert!(matches!(rx.try_recv(), Ok(LockEvent::Rejected(p, _)) if p == bad));
+        std::fs::remove_file(&bad).unwrap();
+        w.rescan_all();
+        assert!(matches!(rx.try_recv(), Ok(LockEvent::Cleared(p)) if p == bad));
+        assert!(w.rejected.is_empty());
+    }
+
+    #[test]
+    fn a_dropped_dir_forgets_its_refused_files_with_their_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("1234.lock");
+        std::fs::write(&bad, "not json at all").unwrap();
+        let (mut w, mut rx) = watcher(dir.path());
+        w.rescan_all();
+        assert!(matches!(rx.try_recv(), Ok(LockEvent::Rejected(..))));
+        w.set_dirs(Vec::new());
+        assert!(matches!(rx.try_recv(), Ok(LockEvent::Cleared(p)) if p == bad));
+        assert!(rx.try_recv().is_err(), "nothing else");
+    }
 }
