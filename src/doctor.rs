@@ -4,8 +4,8 @@
 
 use crate::config::{Config, LockDirConfig};
 use crate::control::Status;
-use crate::frontdoor::native::percent_encode;
 use crate::lockfile::{self, LockfileError};
+use crate::percent::encode_query;
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -120,10 +120,10 @@ pub async fn run(opts: &Options) -> Report {
         Some(_) => {
             let mut path = format!(
                 "/v1/route?cwd={}",
-                percent_encode(&opts.cwd.display().to_string())
+                encode_query(&opts.cwd.display().to_string())
             );
             if let Some(k) = &opts.key {
-                path.push_str(&format!("&session={}", percent_encode(k)));
+                path.push_str(&format!("&session={}", encode_query(k)));
             }
             crate::client::get_json(&socket, &path).await.ok()
         }

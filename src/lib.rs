@@ -20,6 +20,7 @@ pub mod lockfile;
 pub mod logging;
 pub mod outbox;
 pub mod pathmap;
+pub mod percent;
 pub mod registry;
 pub mod router;
 pub mod schema;

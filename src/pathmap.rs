@@ -122,11 +122,14 @@ impl PathMap {
         let Some(rest) = uri.strip_prefix("file://") else {
             return Ok(None);
         };
-        let decoded = percent_decode(rest);
+        let decoded = crate::percent::decode_path(rest);
         let Some(mapped) = self.map(&decoded, to_host)? else {
             return Ok(None);
         };
-        Ok(Some(format!("file://{}", percent_encode_path(&mapped))))
+        Ok(Some(format!(
+            "file://{}",
+            crate::percent::encode_path(&mapped)
+        )))
     }
 
     /// Maps, in place, every value under a key that holds a path or a file URI (`filePath`,
@@ -222,40 +225,6 @@ impl PathMap {
         }
         n
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            if let Some(v) = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Encodes what a file URI's path must not carry raw (space, `%`, `#`, `?`, non-ASCII).
-fn percent_encode_path(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"/-_.~!$&'()*+,;=:@".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

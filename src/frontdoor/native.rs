@@ -114,7 +114,7 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
             let mut key = None;
             for pair in req.uri().query().unwrap_or("").split('&') {
                 let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                let v = percent_decode(v);
+                let v = crate::percent::decode_query(v);
                 match k {
                     "cwd" => cwd = v,
                     "session" => key = v.filter(|v| !v.is_empty()),
@@ -267,7 +267,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
     };
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_decode(v)
+        let v = crate::percent::decode_query(v)
             .ok_or_else(|| format!("query parameter {k} is not valid percent-encoded UTF-8"))?;
         match k {
             "cwd" => intro.cwd = v,
@@ -297,44 +297,6 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
     Ok(intro)
 }
 
-/// Decodes `%XX` escapes and `+` (as a space).
-pub fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Encodes a query value (everything but unreserved characters and `/`).
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,12 +313,5 @@ mod tests {
         assert!(parse_intro("cwd=rel/x").unwrap_err().contains("absolute"));
         assert!(parse_intro("cwd=/x&dialect=vim").is_err());
         assert!(parse_intro("cwd=%ZZ").is_err());
-    }
-
-    #[test]
-    fn percent_round_trip() {
-        for s in ["/a b/ç/%/+&=", "", "/plain"] {
-            assert_eq!(percent_decode(&percent_encode(s)).as_deref(), Some(s));
-        }
     }
 }

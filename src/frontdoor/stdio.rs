@@ -3,8 +3,8 @@
 //! code), offers the attached editor's tools plus `list_editors` and `editor_context`, and
 //! starts the daemon when none answers.
 
-use crate::frontdoor::native::percent_encode;
 use crate::jsonrpc;
+use crate::percent::encode_query;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -154,15 +154,15 @@ pub async fn connect(
 ) -> Result<WebSocketStream<UnixStream>, StdioError> {
     let query = format!(
         "cwd={}&dialect={}&door=stdio{}{}",
-        percent_encode(&opts.cwd),
-        percent_encode(&opts.dialect),
+        encode_query(&opts.cwd),
+        encode_query(&opts.dialect),
         opts.key
             .as_deref()
-            .map(|k| format!("&session={}", percent_encode(k)))
+            .map(|k| format!("&session={}", encode_query(k)))
             .unwrap_or_default(),
         opts.remote
             .as_deref()
-            .map(|r| format!("&remote={}", percent_encode(r)))
+            .map(|r| format!("&remote={}", encode_query(r)))
             .unwrap_or_default()
     );
     let url = format!("ws://localhost/v1/session?{query}");

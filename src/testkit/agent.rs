@@ -47,12 +47,9 @@ impl Agent {
 
     /// Connects with `cwd` and optional `session` key.
     pub async fn open(socket: &Path, cwd: &str, key: Option<&str>) -> Agent {
-        let mut q = format!("cwd={}", crate::frontdoor::native::percent_encode(cwd));
+        let mut q = format!("cwd={}", crate::percent::encode_query(cwd));
         if let Some(k) = key {
-            q.push_str(&format!(
-                "&session={}",
-                crate::frontdoor::native::percent_encode(k)
-            ));
+            q.push_str(&format!("&session={}", crate::percent::encode_query(k)));
         }
         super::within("agent connect", Agent::connect(socket, &q))
             .await
