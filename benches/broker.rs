@@ -793,50 +793,23 @@ async fn against_relay(
         let mut r = Vec::new();
         let mut b = Vec::new();
         // Two rounds, interleaved, so load drift hits all three paths alike.
+        let run = |path| {
+            phase(
+                path,
+                sessions,
+                calls / 2,
+                burn_client_us,
+                port,
+                token,
+                &relay,
+                d,
+                cwd,
+            )
+        };
         for _ in 0..2 {
-            d_lat.extend(
-                phase(
-                    Path3::Direct,
-                    sessions,
-                    calls / 2,
-                    burn_client_us,
-                    port,
-                    token,
-                    &relay,
-                    d,
-                    cwd,
-                )
-                .await
-                .lat,
-            );
-            r.push(
-                phase(
-                    Path3::Relay,
-                    sessions,
-                    calls / 2,
-                    burn_client_us,
-                    port,
-                    token,
-                    &relay,
-                    d,
-                    cwd,
-                )
-                .await,
-            );
-            b.push(
-                phase(
-                    Path3::Broker,
-                    sessions,
-                    calls / 2,
-                    burn_client_us,
-                    port,
-                    token,
-                    &relay,
-                    d,
-                    cwd,
-                )
-                .await,
-            );
+            d_lat.extend(run(Path3::Direct).await.lat);
+            r.push(run(Path3::Relay).await);
+            b.push(run(Path3::Broker).await);
         }
         d_lat.sort();
         let merge = |v: &[Phase]| {

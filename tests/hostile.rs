@@ -347,41 +347,24 @@ async fn a_fragmented_message_is_reassembled_and_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_uid_cannot_use_the_native_socket() {
     // The probe runs as uid 65534 and says exactly how far it got.
-    let as_nobody =
-        |path: std::path::PathBuf| async move { common::process::probe_as_nobody(&path).await };
-    let usable = common::process::other_uid_usable().await;
-    if !usable {
-        eprintln!("SKIPPED other-uid test: needs root, setpriv, and a build dir other users can execute from");
+    if !common::process::other_uid_or_skip("other-uid test").await {
         return;
     }
     let b = TestBroker::start().await;
     let eacces = rustix::io::Errno::ACCESS.raw_os_error();
     assert_eq!(
-        as_nobody(b.socket.clone()).await.as_deref(),
+        common::process::probe_as_nobody(&b.socket).await.as_deref(),
         Some(format!("connect-failed {eacces}").as_str()),
         "the 0700 dir keeps other users from even connecting"
     );
     // Open the path up (a misconfiguration): the connection is made, and the broker's peer
     // uid check drops it without a byte of answer.
-    let opened: Vec<std::path::PathBuf> = b
-        .socket
-        .ancestors()
-        .skip(1)
-        .take_while(|p| p.starts_with(b.dir.path()))
-        .map(|p| p.to_path_buf())
-        .collect();
-    for d in &opened {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).unwrap();
-    }
-    std::fs::set_permissions(&b.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    common::process::expose_socket(&b.socket, b.dir.path(), true);
     assert_eq!(
-        as_nobody(b.socket.clone()).await.as_deref(),
+        common::process::probe_as_nobody(&b.socket).await.as_deref(),
         Some("dropped")
     );
-    for d in &opened {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
-    std::fs::set_permissions(&b.socket, std::fs::Permissions::from_mode(0o600)).unwrap();
+    common::process::expose_socket(&b.socket, b.dir.path(), false);
     assert!(
         b.status().await["editors"].is_array(),
         "still serving its own user"

@@ -10,7 +10,6 @@ use pi_ide_broker::pathmap::RemoteConfig;
 use pi_ide_broker::testkit::fake_editor::{next_tool_call, wait_for, Event};
 use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};
-use std::os::unix::fs::PermissionsExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_sessions_paths_are_mapped_both_ways() {
@@ -117,28 +116,16 @@ async fn a_remote_sessions_paths_are_mapped_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_uids_get_in_only_when_listed() {
-    let as_nobody =
-        |path: std::path::PathBuf| async move { common::process::probe_as_nobody(&path).await };
-    let usable = common::process::other_uid_usable().await;
-    if !usable {
-        eprintln!("SKIPPED allow_uids test: needs root, setpriv, and a build dir other users can execute from");
+    if !common::process::other_uid_or_skip("allow_uids test").await {
         return;
     }
     for (allow, want_answer) in [(vec![], false), (vec![65534u32], true)] {
         let b = TestBroker::start_with(|c| c.allow_uids = allow.clone()).await;
         // A bind mount or an ssh forward hands the socket to the other uid: open the path.
-        let opened: Vec<std::path::PathBuf> = b
-            .socket
-            .ancestors()
-            .skip(1)
-            .take_while(|p| p.starts_with(b.dir.path()))
-            .map(|p| p.to_path_buf())
-            .collect();
-        for d in &opened {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).unwrap();
-        }
-        std::fs::set_permissions(&b.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let got = as_nobody(b.socket.clone()).await.unwrap_or_default();
+        common::process::expose_socket(&b.socket, b.dir.path(), true);
+        let got = common::process::probe_as_nobody(&b.socket)
+            .await
+            .unwrap_or_default();
         if want_answer {
             assert!(got.starts_with("answered"), "listed uid: {got}");
             let st = b.status().await;

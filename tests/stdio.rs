@@ -56,6 +56,13 @@ impl Mcp {
     }
 }
 
+/// Runs `cmd` to its end, asserts that it failed, and returns its stderr.
+async fn stderr_of_failure(what: &str, cmd: &mut Command) -> String {
+    let out = within(what, cmd.output()).await.unwrap();
+    assert!(!out.status.success(), "{what} should have failed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn tool_names(v: &Value) -> Vec<String> {
     v["result"]["tools"]
         .as_array()
@@ -194,18 +201,14 @@ async fn without_an_editor_it_still_answers_and_says_why() {
 async fn no_daemon_and_no_spawn_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(dir.path(), "");
-    let out = within(
+    let err = stderr_of_failure(
         "mcp",
         Command::new(broker_bin())
             .args(["--config", cfg.to_str().unwrap(), "mcp", "--no-spawn"])
             .env_remove("PI_IDE_BROKER_SOCKET")
-            .stdin(Stdio::null())
-            .output(),
+            .stdin(Stdio::null()),
     )
-    .await
-    .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    .await;
     assert!(
         err.contains("cannot reach pi-ide-broker") && err.contains("pi-ide-broker daemon"),
         "{err}"
@@ -360,20 +363,16 @@ async fn a_stripped_environment_finds_the_running_daemon_and_never_starts_a_seco
     // Another daemon of this user, started with yet another environment, does not start.
     let other_runtime = root.join("xdg2");
     std::fs::create_dir_all(&other_runtime).unwrap();
-    let out = within(
+    let err = stderr_of_failure(
         "second daemon",
         Command::new(broker_bin())
             .arg("daemon")
             .env_clear()
             .env("HOME", &home)
             .env("PATH", &path)
-            .env("XDG_RUNTIME_DIR", &other_runtime)
-            .output(),
+            .env("XDG_RUNTIME_DIR", &other_runtime),
     )
-    .await
-    .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    .await;
     assert!(
         err.contains("already running") && err.contains(&runtime.display().to_string()),
         "{err}"

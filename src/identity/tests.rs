@@ -25,6 +25,13 @@ fn alive_set(pids: &[u32]) -> impl Fn(&Process) -> bool + '_ {
     move |p| pids.contains(&p.pid)
 }
 
+/// Resolves one arrival alone and returns the id it got.
+fn admit(book: &mut Book, a: Arrival, alive: &[u32], now: u64) -> String {
+    book.resolve(&[a], &alive_set(alive), now).assigned[0]
+        .id
+        .clone()
+}
+
 /// Saves and loads the book as a broker restart does.
 fn restart(book: &Book, saved_at: u64) -> Book {
     let text = serde_json::to_string(book).unwrap();
@@ -91,16 +98,8 @@ fn a_sibling_never_inherits_from_a_live_editor() {
 fn the_most_recently_lost_predecessor_is_inherited() {
     let mut book = Book::default();
     let all = [100, 200];
-    let a = book
-        .resolve(&[arrival(0, 100)], &alive_set(&all), 1)
-        .assigned[0]
-        .id
-        .clone();
-    let b = book
-        .resolve(&[arrival(0, 200)], &alive_set(&all), 2)
-        .assigned[0]
-        .id
-        .clone();
+    let a = admit(&mut book, arrival(0, 100), &all, 1);
+    let b = admit(&mut book, arrival(0, 200), &all, 2);
     book.lost(&a, 10);
     book.lost(&b, 20);
     let r = book.resolve(&[arrival(0, 300)], &alive_set(&[300]), 30);
@@ -115,16 +114,8 @@ fn ambiguous_succession_is_never_guessed() {
     // Two editors lost at the same instant (the broker was down), one newcomer.
     let mut book = Book::default();
     let all = [100, 200];
-    let a = book
-        .resolve(&[arrival(0, 100)], &alive_set(&all), 1)
-        .assigned[0]
-        .id
-        .clone();
-    let b = book
-        .resolve(&[arrival(0, 200)], &alive_set(&all), 2)
-        .assigned[0]
-        .id
-        .clone();
+    let a = admit(&mut book, arrival(0, 100), &all, 1);
+    let b = admit(&mut book, arrival(0, 200), &all, 2);
     let mut book2 = restart(&book, 5);
     let r = book2.resolve(&[arrival(0, 300)], &alive_set(&[300]), 6);
     assert_eq!(r.assigned[0].verdict, Verdict::New);
@@ -136,11 +127,7 @@ fn ambiguous_succession_is_never_guessed() {
     assert!(![a.as_str(), b.as_str()].contains(&r.assigned[0].id.as_str()));
     // One lost editor, two newcomers in the same scan.
     let mut book3 = Book::default();
-    let c = book3
-        .resolve(&[arrival(1, 500)], &alive_set(&[500]), 1)
-        .assigned[0]
-        .id
-        .clone();
+    let c = admit(&mut book3, arrival(1, 500), &[500], 1);
     let mut book3 = restart(&book3, 2);
     let r = book3.resolve(
         &[arrival(1, 600), arrival(1, 700)],
@@ -168,20 +155,12 @@ fn one_process_in_two_families_is_two_editors() {
 #[test]
 fn old_records_are_pruned() {
     let mut book = Book::default();
-    let a = book
-        .resolve(&[arrival(0, 100)], &alive_set(&[100]), 1)
-        .assigned[0]
-        .id
-        .clone();
+    let a = admit(&mut book, arrival(0, 100), &[100], 1);
     book.lost(&a, 10);
     assert!(book.prune(1000, 5000, 16).is_empty());
     assert_eq!(book.prune(10_000, 5000, 16), vec![a]);
     for pid in 1..40 {
-        let id = book
-            .resolve(&[arrival(pid as u8, pid)], &alive_set(&[pid]), 1)
-            .assigned[0]
-            .id
-            .clone();
+        let id = admit(&mut book, arrival(pid as u8, pid), &[pid], 1);
         book.lost(&id, u64::from(pid));
     }
     let gone = book.prune(50, 1_000_000, 16);

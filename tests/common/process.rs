@@ -172,3 +172,30 @@ pub async fn other_uid_usable() -> bool {
             .await
             .is_some_and(|o| o.starts_with("connect-failed"))
 }
+
+/// [`other_uid_usable`], saying that `test` is SKIPPED, and why, where it is not.
+pub async fn other_uid_or_skip(test: &str) -> bool {
+    let usable = other_uid_usable().await;
+    if !usable {
+        eprintln!(
+            "SKIPPED {test}: needs root, setpriv, and a build dir other users can execute from"
+        );
+    }
+    usable
+}
+
+/// Opens the broker's socket, and the dirs above it inside `root`, to other users (dirs 0711,
+/// socket 0666), as a bind mount or an ssh forward hands it over; `open = false` closes them
+/// again (0700, 0600).
+pub fn expose_socket(socket: &Path, root: &Path, open: bool) {
+    use std::os::unix::fs::PermissionsExt;
+    let (dirs, sock) = if open { (0o711, 0o666) } else { (0o700, 0o600) };
+    for d in socket
+        .ancestors()
+        .skip(1)
+        .take_while(|p| p.starts_with(root))
+    {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(dirs)).unwrap();
+    }
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(sock)).unwrap();
+}
