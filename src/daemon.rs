@@ -85,20 +85,27 @@ pub async fn serve(
     };
     let state = StateStore::load(&config.state_dir());
     let state_file = state.path().to_path_buf();
-    let cancel = CancellationToken::new();
-    let reg = Registry::new(config.clone(), state, socket.clone(), cancel.clone());
+    let reg = Registry::new(
+        config.clone(),
+        state,
+        socket.clone(),
+        CancellationToken::new(),
+    );
 
+    // Every task below runs on the registry's tracker and stops on its tokens; the stop
+    // order at the end of this function is the only place they are stopped.
+    let tasks = &reg.tracker;
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (scanned_tx, scanned_rx) = oneshot::channel();
-    let watcher = lockdir::spawn(
+    tasks.spawn(lockdir::watch(
         config.lock_dirs(),
         ev_tx,
         cmd_rx,
         Duration::from_millis(config.rescan_interval_ms.max(100)),
         scanned_tx,
-        cancel.clone(),
-    )?;
+        reg.cancel.clone(),
+    )?);
     // The first scan is admitted as one batch: every editor's id is decided knowing all the
     // others, never by the order in which the dirs were listed.
     let _ = scanned_rx.await;
@@ -107,36 +114,19 @@ pub async fn serve(
         first.push(ev);
     }
     reg.apply_batch(first);
-    let reg_sup = reg.clone();
-    let supervisor = tokio::spawn(async move {
-        while let Some(ev) = ev_rx.recv().await {
-            let mut batch = vec![ev];
-            while let Ok(more) = ev_rx.try_recv() {
-                batch.push(more);
-            }
-            reg_sup.apply_batch(batch);
-        }
-    });
+    // Ends when the watcher does (it drops the sender).
+    tasks.spawn(supervise(reg.clone(), ev_rx));
 
     if config.compat.enabled {
         let compat_dir = config.compat_dir();
         if config.lock_dirs().iter().any(|d| d.path == compat_dir) {
             tracing::warn!(dir = %compat_dir.display(), "the compat dir is also watched as a lock dir (is PI_IDE_LOCK_DIR exported to the broker or your editors?); set it for pi only, e.g. `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`");
         }
-        reg.tracker
-            .spawn(frontdoor::compat::run(reg.clone(), config.compat_dir()));
+        tasks.spawn(frontdoor::compat::run(reg.clone(), config.compat_dir()));
     }
     let reg_save = reg.clone();
-    let saver = tokio::spawn(async move { reg_save.state.saver().await });
-    let accept_stop = CancellationToken::new();
-    let reg_native = reg.clone();
-    let stop = accept_stop.clone();
-    let native = tokio::spawn(async move {
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            _ = frontdoor::native::serve(listener, reg_native) => {}
-        }
-    });
+    tasks.spawn(async move { reg_save.state.saver(&reg_save.cancel).await });
+    tasks.spawn(frontdoor::native::serve(listener, reg.clone()));
 
     // Clients whose environment points elsewhere (no XDG_RUNTIME_DIR) find us through this.
     let running = serde_json::json!({"socket": socket, "pid": std::process::id()});
@@ -167,9 +157,11 @@ pub async fn serve(
         sd_notify::NotifyState::Status("stopping"),
     ]);
     tracing::info!("stopping");
-    accept_stop.cancel();
-    let _ = native.await;
-    // An agent that sees a closed socket mid-diff would write the edit unreviewed.
+    // The stop order:
+    // 1. the doors stop accepting, so no session arrives while the others are told;
+    reg.accepting.cancel();
+    // 2. every pending diff is answered (an agent that sees a closed socket mid-diff would
+    //    write the edit unreviewed) and every session is told why it is detached;
     for e in reg.editors() {
         e.reject_pending_diffs("broker is shutting down");
     }
@@ -178,7 +170,9 @@ pub async fn serve(
             .control
             .send(Control::Detached("broker is shutting down".into()));
     }
-    cancel.cancel();
+    // 3. everything else stops: links drain what they owe the editor, sessions flush and
+    //    close, the watcher, its supervisor, the saver (between writes) and the service pings;
+    reg.cancel.cancel();
     reg.tracker.close();
     let limit = Duration::from_millis(config.shutdown_timeout_ms);
     if tokio::time::timeout(limit, reg.tracker.wait())
@@ -190,15 +184,25 @@ pub async fn serve(
             "some tasks did not stop in time"
         );
     }
-    saver.abort();
+    // 4. the state is saved once more, with no saver left to race;
     if let Err(e) = reg.state.save() {
         tracing::warn!(error = %e, "cannot write state file on shutdown");
     }
+    // 5. the socket and the running record go, then the claims (on return).
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(&record);
-    let _ = watcher.await;
-    supervisor.abort();
     drop(claim_guard);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Applies lock dir events to the registry, a burst at a time, until the watcher stops.
+async fn supervise(reg: Arc<Registry>, mut events: mpsc::UnboundedReceiver<lockdir::LockEvent>) {
+    while let Some(ev) = events.recv().await {
+        let mut batch = vec![ev];
+        while let Ok(more) = events.try_recv() {
+            batch.push(more);
+        }
+        reg.apply_batch(batch);
+    }
 }

@@ -33,15 +33,16 @@ pub enum LockDirCommand {
     SetDirs(Vec<LockDirConfig>, oneshot::Sender<()>),
 }
 
-/// Spawns the watcher task. `ready` fires once every dir has been listed for the first time.
-pub fn spawn(
+/// The watcher task, for the caller to run on its tracker. `ready` fires once every dir has
+/// been listed for the first time; the task ends when `cancel` fires, dropping `events`.
+pub fn watch(
     dirs: Vec<LockDirConfig>,
     events: mpsc::UnboundedSender<LockEvent>,
     commands: mpsc::UnboundedReceiver<LockDirCommand>,
     rescan_interval: Duration,
     ready: oneshot::Sender<()>,
     cancel: CancellationToken,
-) -> Result<tokio::task::JoinHandle<()>, notify::Error> {
+) -> Result<impl std::future::Future<Output = ()> + Send + 'static, notify::Error> {
     let (fs_tx, fs_rx) = mpsc::unbounded_channel();
     let watcher = notify::recommended_watcher(move |res| {
         let _ = fs_tx.send(res);
@@ -54,9 +55,7 @@ pub fn spawn(
         rejected: HashMap::new(),
         events,
     };
-    Ok(tokio::spawn(async move {
-        w.run(fs_rx, commands, rescan_interval, ready, cancel).await
-    }))
+    Ok(async move { w.run(fs_rx, commands, rescan_interval, ready, cancel).await })
 }
 
 struct LockDirWatcher {

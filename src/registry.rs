@@ -67,8 +67,11 @@ pub struct Registry {
     pub socket: PathBuf,
     /// `$HOME`, normalised: a weak folder for routing.
     home: PathBuf,
-    /// Cancelled on shutdown.
+    /// Cancelled on shutdown: every task of the broker stops.
     pub cancel: CancellationToken,
+    /// Cancelled first on shutdown (a child of `cancel`): every door stops accepting, so no
+    /// session arrives while the others are told the broker is going.
+    pub accepting: CancellationToken,
     /// Every task the broker spawns, waited for on shutdown.
     pub tracker: TaskTracker,
     /// Bumped on every change status would show (editor added/removed/state, attachments):
@@ -106,6 +109,7 @@ impl Registry {
             started_at: SystemTime::now(),
             socket,
             home: router::normalize(&crate::config::home_dir()),
+            accepting: cancel.child_token(),
             cancel,
             tracker: TaskTracker::new(),
             changes: tokio::sync::watch::Sender::new(0),

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// How long changes are gathered before the state file is written.
 const SAVE_COALESCE: std::time::Duration = std::time::Duration::from_millis(100);
@@ -171,13 +172,21 @@ impl StateStore {
         serde_json::to_vec_pretty(&snapshot).map_err(std::io::Error::other)
     }
 
-    /// Saves after changes until the future is dropped. Changes within 100 ms share one write
+    /// Saves after changes until `stop` fires. Changes within 100 ms share one write
     /// (an editor flapping its lockfile must not turn into an fsync per event); a graceful
     /// stop saves once more, so nothing is lost but on a crash within that window.
-    pub async fn saver(&self) {
+    pub async fn saver(&self, stop: &CancellationToken) {
         loop {
-            self.dirty.notified().await;
-            tokio::time::sleep(SAVE_COALESCE).await;
+            // Stops only between writes: a write in progress is finished, never torn by
+            // the final save on shutdown.
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.dirty.notified() => {}
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(SAVE_COALESCE) => {}
+            }
             // fsync off the runtime's thread: sessions never wait for the disk.
             let path = self.path.clone();
             let written = match self.snapshot() {

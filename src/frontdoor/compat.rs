@@ -128,7 +128,7 @@ async fn publish(reg: &Arc<Registry>, id: &str, dir: &Path) -> std::io::Result<E
     let token = Token::generate()?;
     let path = dir.join(format!("{port}.lock"));
     write_entry(reg, id, &path, Some(&token))?;
-    let stop = reg.cancel.child_token();
+    let stop = reg.accepting.child_token();
     let entry = Entry {
         port,
         path,

@@ -19,11 +19,11 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 
-/// Accepts connections until the broker stops. Peers of another uid are refused.
+/// Accepts connections until the broker stops accepting. Peers of another uid are refused.
 pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
     loop {
         let accepted = tokio::select! {
-            _ = reg.cancel.cancelled() => return,
+            _ = reg.accepting.cancelled() => return,
             r = listener.accept() => r,
         };
         match accepted {
