@@ -785,6 +785,7 @@ fn frame_text(frame: Message) -> Option<String> {
 /// The live link: a writer task drains the queue; this loop reads every frame, pings on the
 /// health interval and marks the link unhealthy (then drops it) when pongs stop.
 async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Config) -> LinkEnd {
+    let quick_ack = crate::quickack::QuickAck::new(ws.get_ref());
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
     *lock(&editor.out) = Some(tx.clone());
@@ -892,6 +893,11 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                     other => {
                         if let Some(text) = frame_text(other) {
                             handle_editor_frame(editor, host, &text);
+                        }
+                        // More answers owed: the editor may be holding the next one (Nagle)
+                        // until this one is acknowledged.
+                        if !editor.pending.is_empty() {
+                            quick_ack.now();
                         }
                     }
                 }

@@ -21,6 +21,7 @@ pub mod logging;
 pub mod outbox;
 pub mod pathmap;
 pub mod percent;
+pub mod quickack;
 pub mod registry;
 pub mod router;
 pub mod schema;

@@ -1,0 +1,36 @@
+//! Prompt ACKs on an editor link.
+//!
+//! Editors built on libuv (the Lua ones: pi-ide.nvim, claudecode.nvim) leave Nagle's algorithm
+//! on. A direct client has one call in flight per connection, so that costs it nothing; the
+//! broker multiplexes many sessions onto one connection, and there the editor holds each small
+//! answer until the one before it is acknowledged, while Linux delays an ACK that has no data
+//! to ride on by up to 40 ms. Acknowledging at once while answers are still owed releases the
+//! next answer a loopback round trip later instead.
+
+use std::os::fd::{AsFd, OwnedFd};
+use tokio::net::TcpStream;
+
+/// A handle on an editor link's socket for sending ACKs at once.
+pub struct QuickAck {
+    /// A duplicate of the link's socket (the stream itself is owned by the WebSocket).
+    fd: Option<OwnedFd>,
+}
+
+impl QuickAck {
+    /// A handle on `stream`'s socket (a no-op if it cannot be duplicated).
+    pub fn new(stream: &TcpStream) -> Self {
+        QuickAck {
+            fd: stream.as_fd().try_clone_to_owned().ok(),
+        }
+    }
+
+    /// Sends any delayed ACK now. One `setsockopt`; callers do it only while answers are owed.
+    pub fn now(&self) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(fd) = &self.fd {
+            let _ = rustix::net::sockopt::set_tcp_quickack(fd, true);
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let _ = &self.fd;
+    }
+}
