@@ -519,8 +519,8 @@ fn main() {
         // Against the floor: a bare relay, in two scenarios.
         let calls = if quick { 2_000 } else { 6_000 };
         against_relay(
-            "Against a bare relay — fake scenario (in-process editor answering at once)",
-            fe.port, fe.token(), 0, calls, &d, "/bench", root,
+            "Against a bare relay — fake scenario (in-process editor answering at once; clients and editor pinned to core 0, relay and broker to core 1)",
+            fe.port, fe.token(), 0, calls, &d, "/bench", root, true,
         )
         .await;
         let real_dir = root.join("pi-ide");
@@ -546,7 +546,7 @@ fn main() {
         d.wait_ready(2).await;
         against_relay(
             "Against a bare relay — realistic scenario (editor: own single-threaded process, 150 µs CPU per answer; client: 100 µs CPU per call)",
-            real_port, lock["authToken"].as_str().unwrap(), 100, calls, &d, "/real", root,
+            real_port, lock["authToken"].as_str().unwrap(), 100, calls, &d, "/real", root, false,
         )
         .await;
         drop(real);
@@ -598,10 +598,10 @@ impl Relay {
     }
 }
 
-/// Context switches (voluntary + involuntary, summed over every thread) and CPU ticks
-/// (utime + stime, the whole process) of a process.
+/// Context switches (voluntary + involuntary) and CPU time in ns (`schedstat`: exact, where
+/// `stat`'s ticks are 10 ms), each summed over every thread of a process.
 fn ctx_cpu(pid: u32) -> (u64, u64) {
-    let mut ctx = 0;
+    let (mut ctx, mut cpu_ns) = (0, 0);
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for t in tasks.flatten() {
             let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
@@ -610,9 +610,27 @@ fn ctx_cpu(pid: u32) -> (u64, u64) {
                 .filter(|l| l.contains("ctxt_switches"))
                 .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
                 .sum::<u64>();
+            cpu_ns += std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0);
         }
     }
-    (ctx, proc_stat(pid).1)
+    (ctx, cpu_ns)
+}
+
+/// Pins every thread of `pid` to `cpus` (e.g. "1"), with util-linux's `taskset`.
+fn pin(pid: u32, cpus: &str) {
+    let ok = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "taskset could not pin pid {pid} to cpu {cpus}; placement is left to the scheduler"
+        );
+    }
 }
 
 type AnyWs = tokio_tungstenite::WebSocketStream<Box<dyn Io>>;
@@ -746,7 +764,7 @@ async fn phase(
     let (ctx, cpu) = match (watched.map(ctx_cpu), before) {
         (Some((c1, t1)), Some((c0, t0))) => (
             (c1 - c0) as f64 / lat.len() as f64,
-            (t1 - t0) as f64 * 10_000.0 / lat.len() as f64,
+            (t1 - t0) as f64 / 1000.0 / lat.len() as f64,
         ),
         _ => (0.0, 0.0),
     };
@@ -769,8 +787,20 @@ async fn against_relay(
     d: &Daemon,
     cwd: &str,
     root: &Path,
+    pinned: bool,
 ) {
     let relay = Relay::start(root.join(format!("relay-{port}.sock")), port).await;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Pinned: this process (clients and the in-process editor) on core 0, the middle process
+    // (relay or broker) on core 1, so both middles meet the same placement. Left to the
+    // scheduler, a middle woken on an idle vCPU pays ~150-200 µs more per call in some runs
+    // and not in others, which swamps what is measured.
+    let pinned = pinned && cores >= 2;
+    if pinned {
+        pin(std::process::id(), "0");
+        pin(relay.pid, "1");
+        pin(d.pid, "1");
+    }
     println!("\n{title}");
     println!(
         "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9}",
@@ -792,12 +822,12 @@ async fn against_relay(
         let mut d_lat = Vec::new();
         let mut r = Vec::new();
         let mut b = Vec::new();
-        // Two rounds, interleaved, so load drift hits all three paths alike.
+        // Four rounds, interleaved, so load drift hits all three paths alike.
         let run = |path| {
             phase(
                 path,
                 sessions,
-                calls / 2,
+                calls / 4,
                 burn_client_us,
                 port,
                 token,
@@ -806,7 +836,7 @@ async fn against_relay(
                 cwd,
             )
         };
-        for _ in 0..2 {
+        for _ in 0..4 {
             d_lat.extend(run(Path3::Direct).await.lat);
             r.push(run(Path3::Relay).await);
             b.push(run(Path3::Broker).await);
@@ -825,11 +855,16 @@ async fn against_relay(
         let (r50, r99) = (us(pct(&rl, 0.5)), us(pct(&rl, 0.99)));
         let (b50, b99) = (us(pct(&bl, 0.5)), us(pct(&bl, 0.99)));
         println!(
-            "{:<12} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>8.2}x {:>8.1}µs {:>8.1}µs {:>8.1} {:>8.1} {:>9.0} {:>9.0}",
+            "{:<12} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>8.2}x {:>8.1}µs {:>8.1}µs {:>8.1} {:>8.1} {:>9.1} {:>9.1}",
             sessions, d50, r50, b50, r50 - d50, b50 - d50,
             (b50 - d50) / (r50 - d50).max(0.1),
             r99 - d99, b99 - d99, rctx, bctx, rcpu, bcpu
         );
     }
     println!("  (+ = added over direct; b/r = broker-added / relay-added; ctx and cpu per call, read from /proc)");
+    if pinned {
+        let all = format!("0-{}", cores - 1);
+        pin(std::process::id(), &all);
+        pin(d.pid, &all);
+    }
 }
