@@ -2,12 +2,10 @@
 //! a fake model, the real broker, the fake editor. Skipped (with a message) where pi is not
 //! installed; `.ci/run` installs it and makes its absence a failure.
 
-mod common;
-
-use common::fake_model::{all_text, FakeModel, Reply};
-use common::pi::{find_pi, pi_home, Pi, PiInstall};
-use common::process;
-use common::*;
+use crate::common::fake_model::{all_text, FakeModel, Reply};
+use crate::common::pi::{find_pi, pi_home, Pi, PiInstall};
+use crate::common::process;
+use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -389,7 +387,7 @@ async fn extension_unit_tests_pass() {
     let Some(pi) = find_pi() else {
         return;
     };
-    let dir = common::pi::extension_dir();
+    let dir = crate::common::pi::extension_dir();
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("test"))
         .expect("extensions/pi/test")
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -1,9 +1,7 @@
 //! Issue: a real user service — sd-notify, socket activation, reload, graceful stop, units.
 
-mod common;
-
-use common::process::*;
-use common::*;
+use crate::common::process::*;
+use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
 use pi_ide_broker::testkit::{eventually, within};
@@ -295,7 +293,7 @@ fn unit_files_verify_and_parse() {
     let svc = dir.path().join("pi-ide-broker.service");
     std::fs::write(&svc, &unit.content).unwrap();
     let sock = dir.path().join("pi-ide-broker.socket");
-    std::fs::write(&sock, include_str!("../systemd/pi-ide-broker.socket")).unwrap();
+    std::fs::write(&sock, include_str!("../../systemd/pi-ide-broker.socket")).unwrap();
     match std::process::Command::new("systemd-analyze")
         .arg("verify")
         .arg(&svc)
@@ -349,7 +347,7 @@ async fn service_install_dry_run_snapshot() {
     let text = text.replace(&bin, "$BIN");
     let expected = format!(
         "would write $HOME/cfg/systemd/user/pi-ide-broker.service:\n{}\nwould run:\nsystemctl --user daemon-reload\nsystemctl --user enable --now pi-ide-broker.service\n",
-        include_str!("../systemd/pi-ide-broker.service").replace("%h/.cargo/bin/pi-ide-broker", "$BIN")
+        include_str!("../../systemd/pi-ide-broker.service").replace("%h/.cargo/bin/pi-ide-broker", "$BIN")
     );
     assert_eq!(text, expected);
     assert!(

@@ -1,10 +1,8 @@
 //! Issue: faults with real processes and real signals — editors killed and frozen, sessions
 //! churning, lockfiles flapping, the broker itself killed under load.
 
-mod common;
-
-use common::process::*;
-use common::*;
+use crate::common::process::*;
+use crate::common::*;
 use pi_ide_broker::testkit::pi_client::find_candidates;
 use pi_ide_broker::testkit::{eventually, within};
 use rustix::process::Signal;

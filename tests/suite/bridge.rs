@@ -1,8 +1,6 @@
 //! Issue: pi-family sessions on Claude-family editors (and back), through the real doors.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pi_ide_broker::family::Family;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};

@@ -1,8 +1,6 @@
 //! Issue: broker core — discovery, one health-checked link per editor, status.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pi_ide_broker::testkit::{fake_editor::Event, within};
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -277,7 +275,7 @@ async fn socket_and_dir_modes_and_stale_socket_replacement() {
         "the replaced socket answers"
     );
     // A second daemon on the same socket is refused, naming the running one.
-    let cfg = common::test_config(b.dir.path());
+    let cfg = crate::common::test_config(b.dir.path());
     let second = pi_ide_broker::serve(cfg, tokio_util::sync::CancellationToken::new(), |_, _| {});
     let err = within("second daemon", second)
         .await
@@ -296,7 +294,7 @@ async fn a_world_writable_socket_dir_is_refused() {
     let run = dir.path().join("run");
     std::fs::create_dir(&run).unwrap();
     std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let cfg = common::test_config(dir.path());
+    let cfg = crate::common::test_config(dir.path());
     let r = within(
         "serve",
         pi_ide_broker::serve(cfg, tokio_util::sync::CancellationToken::new(), |_, _| {}),

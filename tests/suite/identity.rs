@@ -1,10 +1,8 @@
 //! Editor identity with real editor processes: ids that hold across broker restarts whatever
 //! the listing order, successors recognised however fast the restart, siblings never swapped.
 
-mod common;
-
-use common::process::{start_editor, Proc};
-use common::*;
+use crate::common::process::{start_editor, Proc};
+use crate::common::*;
 use rustix::process::Signal;
 use serde_json::{json, Value};
 use std::path::Path;

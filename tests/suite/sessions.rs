@@ -1,8 +1,6 @@
 //! Issue: many agent sessions, one link per editor — routing, sticky targets, multiplexing.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::{next_tool_call, wait_for, Event};
 use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};

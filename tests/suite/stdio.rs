@@ -1,9 +1,7 @@
 //! Issue: the stdio door — `pi-ide-broker mcp` driven through real pipes of a child process.
 
-mod common;
-
-use common::process::{broker_bin, write_config};
-use common::*;
+use crate::common::process::{broker_bin, write_config};
+use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};
@@ -324,7 +322,7 @@ async fn no_daemon_and_no_spawn_answers_every_request_with_the_reason() {
 /// second daemon for the same user refuses to start, whatever socket it would use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stripped_environment_finds_the_running_daemon_and_never_starts_a_second() {
-    use common::process::{start_editor, Proc};
+    use crate::common::process::{start_editor, Proc};
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
     let home = root.join("home");
@@ -443,7 +441,7 @@ async fn an_endless_line_on_stdin_is_discarded_with_bounded_memory() {
 /// away waits and is answered once it is back, and stdout carries nothing but JSON-RPC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stdio_door_survives_a_broker_restart() {
-    use common::process::{start_daemon, start_editor};
+    use crate::common::process::{start_daemon, start_editor};
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let cfg = write_config(root, "");

@@ -3,9 +3,7 @@
 //! (The transport here is the socket itself, as a bind mount or an `ssh -R` forward delivers
 //! it; no sshd is started.)
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pi_ide_broker::pathmap::RemoteConfig;
 use pi_ide_broker::testkit::fake_editor::{next_tool_call, wait_for, Event};
 use pi_ide_broker::testkit::within;
@@ -116,14 +114,14 @@ async fn a_remote_sessions_paths_are_mapped_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_uids_get_in_only_when_listed() {
-    if !common::process::other_uid_or_skip("allow_uids test").await {
+    if !crate::common::process::other_uid_or_skip("allow_uids test").await {
         return;
     }
     for (allow, want_answer) in [(vec![], false), (vec![65534u32], true)] {
         let b = TestBroker::start_with(|c| c.allow_uids = allow.clone()).await;
         // A bind mount or an ssh forward hands the socket to the other uid: open the path.
-        common::process::expose_socket(&b.socket, b.dir.path(), true);
-        let got = common::process::probe_as_nobody(&b.socket)
+        crate::common::process::expose_socket(&b.socket, b.dir.path(), true);
+        let got = crate::common::process::probe_as_nobody(&b.socket)
             .await
             .unwrap_or_default();
         if want_answer {

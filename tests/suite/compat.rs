@@ -1,8 +1,6 @@
 //! Issue: the compat door — the unmodified pi-ide extension through virtual lockfiles.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};

@@ -1,8 +1,6 @@
 //! The real binary: `daemon`, `status`, exit codes, log lines, and secrets kept out of output.
 
-mod common;
-
-use common::process::*;
+use crate::common::process::*;
 use pi_ide_broker::testkit::within;
 use rustix::process::Signal;
 use serde_json::Value;

@@ -1,10 +1,8 @@
 //! `pi-ide-broker doctor` and the rejected lockfiles in `status --json`, against a real daemon
 //! (in process) and real files, with the CLI run as a process.
 
-mod common;
-
-use common::process::{broker_bin, write_config};
-use common::*;
+use crate::common::process::{broker_bin, write_config};
+use crate::common::*;
 use pi_ide_broker::testkit::within;
 use serde_json::Value;
 use std::path::Path;
@@ -294,7 +292,7 @@ async fn doctor_exits_1_without_a_daemon_and_with_a_broken_config() {
 /// `status --watch` in a pipe: a line per change, as it happens, driven by `/v1/events`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_watch_prints_each_change_as_it_happens() {
-    use common::process::Proc;
+    use crate::common::process::Proc;
     let b = TestBroker::start().await;
     let cfg = write_config(b.dir.path(), "");
     let mut cmd = Command::new(broker_bin());

@@ -1,0 +1,19 @@
+//! Every integration suite in one test binary: the crate and its dependencies are linked once
+//! instead of once per suite (13 links on a 2-core machine). Run one suite with
+//! `cargo test --test suite <module>::`, e.g. `cargo test --test suite stdio::`.
+
+mod common;
+
+mod bridge;
+mod broker_core;
+mod cli;
+mod compat;
+mod doctor;
+mod faults;
+mod hostile;
+mod identity;
+mod pi_extension;
+mod remote;
+mod service;
+mod sessions;
+mod stdio;
