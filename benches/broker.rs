@@ -2,6 +2,11 @@
 //! same fake editor. Prints one table per measurement (p50/p99 and the broker's overhead).
 //! The broker runs as its own (release) process, as it does for users; the fake editor and
 //! the clients run in this process.
+//!
+//! Options (after `cargo bench --bench broker --`): `--quick` (fewer calls), `--relay-only`
+//! (only the tables against the bare relay), `--realistic-only` (only the realistic one),
+//! `--sessions N` (only that many sessions in those tables). `PI_IDE_BROKER_BENCH_DAEMON=<binary>` measures
+//! another build of the daemon with this same harness.
 
 use pi_ide_broker::testkit::agent::Agent;
 use pi_ide_broker::testkit::fake_editor::{FakeEditor, Options};
@@ -87,7 +92,10 @@ impl Daemon {
             ),
         )
         .unwrap();
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_pi-ide-broker"))
+        // Another build can be measured with this same harness (e.g. an older commit's).
+        let exe = std::env::var_os("PI_IDE_BROKER_BENCH_DAEMON")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_pi-ide-broker").into());
+        let mut child = tokio::process::Command::new(exe)
             .arg("--config")
             .arg(&cfg)
             .arg("daemon")
@@ -496,6 +504,16 @@ fn main() {
         return editor_mode(&args[i + 1]);
     }
     let quick = std::env::args().any(|a| a == "--quick");
+    // Only the tables against the relay (for profiling and A/B runs of two builds).
+    let relay_only = std::env::args().any(|a| a == "--relay-only");
+    let realistic_only = std::env::args().any(|a| a == "--realistic-only");
+    let sessions: Vec<usize> = match args.iter().position(|a| a == "--sessions") {
+        Some(i) => vec![args
+            .get(i + 1)
+            .and_then(|n| n.parse().ok())
+            .expect("--sessions takes a number")],
+        None => vec![1, 32],
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -518,11 +536,13 @@ fn main() {
         d.wait_ready(1).await;
         // Against the floor: a bare relay, in two scenarios.
         let calls = if quick { 2_000 } else { 6_000 };
-        against_relay(
-            "Against a bare relay — fake scenario (in-process editor answering at once; clients and editor pinned to core 0, relay and broker to core 1)",
-            fe.port, fe.token(), 0, calls, &d, "/bench", root, true,
-        )
-        .await;
+        if !realistic_only {
+            against_relay(
+                "Against a bare relay — fake scenario (in-process editor answering at once; clients and editor pinned to core 0, relay and broker to core 1)",
+                fe.port, fe.token(), 0, calls, &d, "/bench", root, true, &sessions,
+            )
+            .await;
+        }
         let real_dir = root.join("pi-ide");
         // This bench binary in editor mode: a single-threaded process of its own.
         let mut real = tokio::process::Command::new(std::env::current_exe().unwrap())
@@ -546,10 +566,13 @@ fn main() {
         d.wait_ready(2).await;
         against_relay(
             "Against a bare relay — realistic scenario (editor: own single-threaded process, 150 µs CPU per answer; client: 100 µs CPU per call)",
-            real_port, lock["authToken"].as_str().unwrap(), 100, calls, &d, "/real", root, false,
+            real_port, lock["authToken"].as_str().unwrap(), 100, calls, &d, "/real", root, false, &sessions,
         )
         .await;
         drop(real);
+        if relay_only || realistic_only {
+            return;
+        }
         round_trips(root, &d, &fe).await;
         fan_outs(&d, &fe).await;
         discovery(root, &d).await;
@@ -788,6 +811,7 @@ async fn against_relay(
     cwd: &str,
     root: &Path,
     pinned: bool,
+    session_counts: &[usize],
 ) {
     let relay = Relay::start(root.join(format!("relay-{port}.sock")), port).await;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -818,7 +842,7 @@ async fn against_relay(
         "cpu r µs",
         "cpu b µs"
     );
-    for sessions in [1usize, 32] {
+    for &sessions in session_counts {
         let mut d_lat = Vec::new();
         let mut r = Vec::new();
         let mut b = Vec::new();
