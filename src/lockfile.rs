@@ -143,7 +143,8 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
     if size > MAX_LOCKFILE_BYTES {
         return Err(LockfileError::TooLarge(size));
     }
-    let mut text = String::new();
+    // Sized to the file, so a lockfile is read in one call.
+    let mut text = String::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
     std::fs::File::from(fd)
         .take(MAX_LOCKFILE_BYTES + 1)
         .read_to_string(&mut text)
@@ -241,15 +242,22 @@ pub fn process_start_unix(pid: u32) -> Option<i64> {
         .nth(19)?
         .parse()
         .ok()?;
-    let boot: i64 = std::fs::read_to_string("/proc/stat")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
     // USER_HZ is 100 on every Linux architecture Rust targets.
-    Some(boot + start_ticks / 100)
+    Some(boot_time()? + start_ticks / 100)
+}
+
+/// When this machine booted, in unix seconds (`btime` of `/proc/stat`), read once.
+fn boot_time() -> Option<i64> {
+    static BOOT: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
+    *BOOT.get_or_init(|| {
+        std::fs::read_to_string("/proc/stat")
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("btime "))?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 /// `kill(pid, 0)`: alive, or alive but not ours (EPERM), as pi-ide decides.

@@ -198,9 +198,21 @@ impl FakeEditor {
 
     /// Writes `<dir>/<port>.lock` atomically (temp + rename), mode 0600.
     pub fn write_lockfile(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{}.lock", self.port));
-        crate::state::write_atomic(&path, self.lockfile_json().as_bytes())?;
+        // As the editors write theirs: whole, then renamed into place, and never synced (an
+        // fsync here would put this disk's latency into every discovery the bench times).
+        let tmp = dir.join(format!(".{}.lock.tmp", self.port));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?
+            .write_all(self.lockfile_json().as_bytes())?;
+        std::fs::rename(&tmp, &path)?;
         *lock(&self.lockfile) = Some(path.clone());
         Ok(path)
     }
