@@ -3,9 +3,10 @@
 //! The broker runs as its own (release) process, as it does for users; the fake editor and
 //! the clients run in this process.
 //!
-//! Options (after `cargo bench --bench broker --`): `--quick` (fewer calls), `--relay-only`
-//! (only the tables against the bare relay), `--realistic-only` (only the realistic one),
-//! `--sessions N` (only that many sessions in those tables). `PI_IDE_BROKER_BENCH_DAEMON=<binary>` measures
+//! Options (after `cargo bench --bench broker --`): `--quick` (fewer calls), `--only LIST`
+//! (some of fake,realistic,roundtrip,fanout,discovery,scale), `--sessions N` (only that many
+//! sessions in the tables against the relay). `PI_IDE_BROKER_BENCH_LOG` sets the daemon's log
+//! filter (default `warn`; its lines are printed prefixed with `broker:`). `PI_IDE_BROKER_BENCH_DAEMON=<binary>` measures
 //! another build of the daemon with this same harness.
 
 use pi_ide_broker::testkit::agent::Agent;
@@ -87,8 +88,9 @@ impl Daemon {
         std::fs::write(
             &cfg,
             format!(
-                "socket = \"{r}/run/sock\"\nstate_dir = \"{r}/state\"\nlog = \"warn\"\n[compat]\nlock_dir = \"{r}/compat\"\n[[lock_dirs]]\npath = \"{r}/pi-ide\"\nfamily = \"pi\"\n",
-                r = root.display()
+                "socket = \"{r}/run/sock\"\nstate_dir = \"{r}/state\"\nlog = \"{log}\"\n[compat]\nlock_dir = \"{r}/compat\"\n[[lock_dirs]]\npath = \"{r}/pi-ide\"\nfamily = \"pi\"\n",
+                r = root.display(),
+                log = std::env::var("PI_IDE_BROKER_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
             ),
         )
         .unwrap();
@@ -504,9 +506,15 @@ fn main() {
         return editor_mode(&args[i + 1]);
     }
     let quick = std::env::args().any(|a| a == "--quick");
-    // Only the tables against the relay (for profiling and A/B runs of two builds).
-    let relay_only = std::env::args().any(|a| a == "--relay-only");
-    let realistic_only = std::env::args().any(|a| a == "--realistic-only");
+    // Only some sections (for profiling and A/B runs of two builds).
+    let only: Option<Vec<String>> = args.iter().position(|a| a == "--only").map(|i| {
+        args.get(i + 1)
+            .expect("--only takes a list: fake,realistic,roundtrip,fanout,discovery,scale")
+            .split(',')
+            .map(String::from)
+            .collect()
+    });
+    let runs = |section: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == section));
     let sessions: Vec<usize> = match args.iter().position(|a| a == "--sessions") {
         Some(i) => vec![args
             .get(i + 1)
@@ -536,56 +544,63 @@ fn main() {
         d.wait_ready(1).await;
         // Against the floor: a bare relay, in two scenarios.
         let calls = if quick { 2_000 } else { 6_000 };
-        if !realistic_only {
+        if runs("fake") {
             against_relay(
                 "Against a bare relay — fake scenario (in-process editor answering at once; clients and editor pinned to core 0, relay and broker to core 1)",
                 fe.port, fe.token(), 0, calls, &d, "/bench", root, true, &sessions,
             )
             .await;
         }
-        let real_dir = root.join("pi-ide");
-        // This bench binary in editor mode: a single-threaded process of its own.
-        let mut real = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .arg("--editor")
-        .arg(&real_dir)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the editor process");
-        let mut out = tokio::io::BufReader::new(real.stdout.take().unwrap()).lines();
-        let real_port: u16 = out
-            .next_line()
-            .await
-            .unwrap()
-            .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
-            .expect("fake editor port");
-        let lock: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(real_dir.join(format!("{real_port}.lock"))).unwrap(),
-        )
-        .unwrap();
-        d.wait_ready(2).await;
-        against_relay(
-            "Against a bare relay — realistic scenario (editor: own single-threaded process, 150 µs CPU per answer; client: 100 µs CPU per call)",
-            real_port, lock["authToken"].as_str().unwrap(), 100, calls, &d, "/real", root, false, &sessions,
-        )
-        .await;
-        drop(real);
-        if relay_only || realistic_only {
-            return;
+        if runs("realistic") {
+            let real_dir = root.join("pi-ide");
+            // This bench binary in editor mode: a single-threaded process of its own.
+            let mut real = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .arg("--editor")
+            .arg(&real_dir)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the editor process");
+            let mut out = tokio::io::BufReader::new(real.stdout.take().unwrap()).lines();
+            let real_port: u16 = out
+                .next_line()
+                .await
+                .unwrap()
+                .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
+                .expect("fake editor port");
+            let lock: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(real_dir.join(format!("{real_port}.lock"))).unwrap(),
+            )
+            .unwrap();
+            d.wait_ready(2).await;
+            against_relay(
+                "Against a bare relay — realistic scenario (editor: own single-threaded process, 150 µs CPU per answer; client: 100 µs CPU per call)",
+                real_port, lock["authToken"].as_str().unwrap(), 100, calls, &d, "/real", root, false, &sessions,
+            )
+            .await;
+            drop(real);
         }
-        round_trips(root, &d, &fe).await;
-        fan_outs(&d, &fe).await;
-        discovery(root, &d).await;
+        if runs("roundtrip") {
+            round_trips(root, &d, &fe).await;
+        }
+        if runs("fanout") {
+            fan_outs(&d, &fe).await;
+        }
+        if runs("discovery") {
+            discovery(root, &d).await;
+        }
         drop(d);
-        // Scale on a fresh daemon, so earlier runs' allocations do not count.
-        let dir2 = tempfile::tempdir().unwrap();
-        let d2 = Daemon::start(dir2.path()).await;
-        scale(
-            dir2.path(),
-            &d2,
-            Duration::from_secs(if quick { 5 } else { 30 }),
-        )
-        .await;
+        if runs("scale") {
+            // Scale on a fresh daemon, so earlier runs' allocations do not count.
+            let dir2 = tempfile::tempdir().unwrap();
+            let d2 = Daemon::start(dir2.path()).await;
+            scale(
+                dir2.path(),
+                &d2,
+                Duration::from_secs(if quick { 5 } else { 30 }),
+            )
+            .await;
+        }
     });
 }
 

@@ -14,7 +14,7 @@ bench=$(cargo bench --bench broker --no-run 2>&1 | grep -o 'target/release/deps/
 daemon=$(realpath "${1:-target/release/pi-ide-broker}")
 out=target/profile
 mkdir -p "$out"
-PI_IDE_BROKER_BENCH_DAEMON="$daemon" "$bench" --quick --realistic-only --sessions 32 >"$out/bench.txt" 2>&1 &
+PI_IDE_BROKER_BENCH_DAEMON="$daemon" "$bench" --quick --only realistic --sessions 32 >"$out/bench.txt" 2>&1 &
 bench_pid=$!
 pid=""
 for _ in $(seq 200); do
@@ -23,7 +23,7 @@ for _ in $(seq 200); do
   sleep 0.05
 done
 [ -n "$pid" ] || { echo "the bench did not start a daemon" >&2; kill "$bench_pid"; exit 1; }
-perf record -q -F 4999 -e cpu-clock -p "$pid" -o "$out/perf.data" 2>/dev/null &
+perf record -q -g -F 4999 -e cpu-clock -p "$pid" -o "$out/perf.data" 2>/dev/null &
 perf_pid=$!
 wait "$bench_pid"
 kill -INT "$perf_pid" 2>/dev/null || true
