@@ -817,6 +817,12 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
     // the broker sent on its own behalf (close_tab for orphaned diffs): closing at once would
     // reset the connection and the editor could lose those frames unread.
     let mut draining: Option<tokio::time::Instant> = None;
+    // Made once and reset only when the wake time moves: a new timer (or a new registration
+    // with the token) per frame would cost a timer-wheel insert and removal per call.
+    let cancelled = editor.cancel.cancelled();
+    tokio::pin!(cancelled);
+    let sleep = tokio::time::sleep_until(health.next_wake());
+    tokio::pin!(sleep);
     let end = loop {
         if let Some(until) = draining {
             let owed = editor
@@ -834,13 +840,16 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
         if let Some(until) = draining {
             wake = wake.min(until);
         }
+        if sleep.deadline() != wake {
+            sleep.as_mut().reset(wake);
+        }
         tokio::select! {
-            _ = editor.cancel.cancelled(), if draining.is_none() => {
+            _ = &mut cancelled, if draining.is_none() => {
                 draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
             }
             // A short tool with an earlier deadline than we sleep to.
             _ = editor.deadline_added.notified() => {}
-            _ = tokio::time::sleep_until(wake) => {
+            _ = &mut sleep => {
                 let now = tokio::time::Instant::now();
                 editor.expire_deadlines(now);
                 health.set_settings(host.config().health.clone());

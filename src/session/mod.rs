@@ -69,12 +69,15 @@ where
     let mut progress_tick =
         tokio::time::interval_at(tokio::time::Instant::now() + progress_every, progress_every);
     progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Made once: a fresh future per turn would register with (and leave) the token each time.
+    let killed = kill.cancelled();
+    tokio::pin!(killed);
     let reason = loop {
         // Every write also races the kill switch: a client that stops reading blocks the
         // write, and must not keep its task (and memory) alive once it is dropped.
         let written = tokio::select! {
             biased;
-            _ = kill.cancelled() => break "dropped or shutting down",
+            _ = &mut killed => break "dropped or shutting down",
             Some(c) = ctl_rx.recv() => {
                 let note = match c {
                     Control::Attached(e) => {
@@ -177,6 +180,12 @@ async fn guarded<E>(
     write: impl std::future::Future<Output = Result<(), E>>,
 ) -> bool {
     tokio::pin!(write);
+    // Most writes complete at once: only a pending one races the kill switch.
+    if let std::task::Poll::Ready(r) =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(write.as_mut().poll(cx))).await
+    {
+        return r.is_ok();
+    }
     tokio::select! {
         r = &mut write => r.is_ok(),
         _ = kill.cancelled() => {
