@@ -679,7 +679,10 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 enum Path3 {
     Direct,
     Relay,
+    /// The native door (`/v1/session` on the Unix socket).
     Broker,
+    /// The compat door (the virtual lockfile's loopback port), as pi-ide reaches the broker.
+    Compat,
 }
 
 /// One client connection of `path` kind, ready for calls.
@@ -690,6 +693,7 @@ async fn open(
     relay: &Path,
     broker: &Path,
     cwd: &str,
+    compat: &pi_ide_broker::testkit::pi_client::Candidate,
 ) -> AnyWs {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -710,6 +714,19 @@ async fn open(
             Box::new(tokio::net::UnixStream::connect(broker).await.unwrap()),
             format!("ws://localhost/v1/session?cwd={cwd}"),
         ),
+        Path3::Compat => (
+            Box::new(
+                tokio::net::TcpStream::connect(("127.0.0.1", compat.port))
+                    .await
+                    .unwrap(),
+            ),
+            format!("ws://127.0.0.1:{}/", compat.port),
+        ),
+    };
+    let token = if path == Path3::Compat {
+        compat.token.as_str()
+    } else {
+        token
     };
     let mut req = url.into_client_request().unwrap();
     req.headers_mut()
@@ -774,17 +791,18 @@ async fn phase(
     relay: &Relay,
     d: &Daemon,
     cwd: &str,
+    compat: &pi_ide_broker::testkit::pi_client::Candidate,
 ) -> Phase {
     let per = calls / sessions;
     let mut conns = Vec::new();
     for _ in 0..sessions {
-        conns.push(open(path, port, token, &relay.sock, &d.socket(), cwd).await);
+        conns.push(open(path, port, token, &relay.sock, &d.socket(), cwd, compat).await);
     }
     for c in conns.iter_mut() {
         timed_ws(c, 20, 0).await; // warm-up
     }
     let watched = match path {
-        Path3::Broker => Some(d.pid),
+        Path3::Broker | Path3::Compat => Some(d.pid),
         Path3::Relay => Some(relay.pid),
         Path3::Direct => None,
     };
@@ -840,6 +858,7 @@ async fn against_relay(
         pin(relay.pid, "1");
         pin(d.pid, "1");
     }
+    let compat = compat_candidate(root, cwd).await;
     println!("\n{title}");
     println!(
         "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9}",
@@ -859,9 +878,8 @@ async fn against_relay(
     );
     for &sessions in session_counts {
         let mut d_lat = Vec::new();
-        let mut r = Vec::new();
-        let mut b = Vec::new();
-        // Four rounds, interleaved, so load drift hits all three paths alike.
+        let (mut r, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        // Four rounds, interleaved, so load drift hits every path alike.
         let run = |path| {
             phase(
                 path,
@@ -873,12 +891,14 @@ async fn against_relay(
                 &relay,
                 d,
                 cwd,
+                &compat,
             )
         };
         for _ in 0..4 {
             d_lat.extend(run(Path3::Direct).await.lat);
             r.push(run(Path3::Relay).await);
             b.push(run(Path3::Broker).await);
+            c.push(run(Path3::Compat).await);
         }
         d_lat.sort();
         let merge = |v: &[Phase]| {
@@ -889,18 +909,20 @@ async fn against_relay(
             (l, ctx, cpu)
         };
         let (rl, rctx, rcpu) = merge(&r);
-        let (bl, bctx, bcpu) = merge(&b);
         let (d50, d99) = (us(pct(&d_lat, 0.5)), us(pct(&d_lat, 0.99)));
         let (r50, r99) = (us(pct(&rl, 0.5)), us(pct(&rl, 0.99)));
-        let (b50, b99) = (us(pct(&bl, 0.5)), us(pct(&bl, 0.99)));
-        println!(
-            "{:<12} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>8.2}x {:>8.1}µs {:>8.1}µs {:>8.1} {:>8.1} {:>9.1} {:>9.1}",
-            sessions, d50, r50, b50, r50 - d50, b50 - d50,
-            (b50 - d50) / (r50 - d50).max(0.1),
-            r99 - d99, b99 - d99, rctx, bctx, rcpu, bcpu
-        );
+        for (door, v) in [("native", &b), ("compat", &c)] {
+            let (bl, bctx, bcpu) = merge(v);
+            let (b50, b99) = (us(pct(&bl, 0.5)), us(pct(&bl, 0.99)));
+            println!(
+                "{:<12} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>8.2}x {:>8.1}µs {:>8.1}µs {:>8.1} {:>8.1} {:>9.1} {:>9.1}",
+                format!("{sessions} {door}"), d50, r50, b50, r50 - d50, b50 - d50,
+                (b50 - d50) / (r50 - d50).max(0.1),
+                r99 - d99, b99 - d99, rctx, bctx, rcpu, bcpu
+            );
+        }
     }
-    println!("  (+ = added over direct; b/r = broker-added / relay-added; ctx and cpu per call, read from /proc)");
+    println!("  (native / compat: the broker's door; + = added over direct; b/r = broker-added / relay-added; ctx and cpu per call, read from /proc)");
     if pinned {
         let all = format!("0-{}", cores - 1);
         pin(std::process::id(), &all);
