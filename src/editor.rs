@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::family::Family;
 use crate::health::{Action as HealthAction, Health};
 use crate::jsonrpc::{self, Incoming};
+use crate::linkout::{LinkOut, Refused};
 use crate::lockfile::{self, Lockfile, LockfileError};
 use crate::outbox::Outbox;
 use crate::sync::lock;
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -156,8 +157,8 @@ pub struct Editor {
     pub previous_pid: Option<u32>,
     /// Link state for status and routing.
     link: Mutex<LinkInfo>,
-    /// The writer queue of the live link; `None` while down.
-    out: Mutex<Option<mpsc::Sender<Message>>>,
+    /// The write half of the live link; `None` while down.
+    out: Mutex<Option<LinkOut<WsSink, Message>>>,
     /// Requests in flight, by the id the broker minted (private: the invariants of the
     /// pending table live in this module's methods).
     pending: DashMap<u64, Pending>,
@@ -320,7 +321,6 @@ impl Editor {
         build: impl FnOnce(u64) -> String,
         pending: Pending,
     ) -> Result<u64, SendError> {
-        let tx = self.writer()?;
         let uid = self.next_id.fetch_add(1, Ordering::Relaxed);
         let text = build(uid);
         let deadline = pending.deadline;
@@ -335,12 +335,9 @@ impl Editor {
                 self.deadline_added.notify_one();
             }
         }
-        if let Err(e) = tx.try_send(Message::text(text)) {
+        if let Err(e) = self.send_frame(Message::text(text)) {
             self.pending.remove(&uid);
-            return Err(match e {
-                mpsc::error::TrySendError::Full(_) => SendError::Busy(self.id.clone()),
-                mpsc::error::TrySendError::Closed(_) => SendError::Down(self.id.clone(), "closing"),
-            });
+            return Err(e);
         }
         Ok(uid)
     }
@@ -476,15 +473,16 @@ impl Editor {
 
     /// Sends a frame that needs no answer (notification, or a response to the editor).
     pub fn send_raw(&self, text: String) -> Result<(), SendError> {
-        self.writer()?
-            .try_send(Message::text(text))
-            .map_err(|_| SendError::Busy(self.id.clone()))
+        self.send_frame(Message::text(text))
     }
 
-    fn writer(&self) -> Result<mpsc::Sender<Message>, SendError> {
+    /// Puts one frame on the link: written now by the calling task when the link is idle,
+    /// else queued for the link task (see `linkout`).
+    fn send_frame(&self, frame: Message) -> Result<(), SendError> {
         let state = self.state();
-        lock(&self.out).clone().ok_or_else(|| {
-            SendError::Down(
+        let mut out = lock(&self.out);
+        let Some(out) = out.as_mut() else {
+            return Err(SendError::Down(
                 self.id.clone(),
                 match state {
                     LinkState::Connecting => "connecting",
@@ -492,8 +490,20 @@ impl Editor {
                     LinkState::Ready => "ready",
                     LinkState::Unhealthy => "unhealthy",
                 },
-            )
+            ));
+        };
+        out.send(frame).map_err(|r| match r {
+            Refused::Full => SendError::Busy(self.id.clone()),
+            Refused::Broken => SendError::Down(self.id.clone(), "closing"),
         })
+    }
+
+    /// The link task's turn at the write half: `Ready` with the error once the socket failed.
+    fn drive_out(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<String> {
+        match lock(&self.out).as_mut().map(|o| o.poll_drive(cx)) {
+            Some(std::task::Poll::Ready(Err(e))) => std::task::Poll::Ready(e),
+            _ => std::task::Poll::Pending,
+        }
     }
 
     /// Answers every pending `openDiff` with `DIFF_REJECTED` (the session's own tab name)
@@ -680,6 +690,7 @@ pub fn ws_config(config: &Config) -> WebSocketConfig {
 }
 
 type Ws = WebSocketStream<TcpStream>;
+type WsSink = futures_util::stream::SplitSink<Ws, Message>;
 
 /// Dial, upgrade with the family's auth header, `initialize`, `notifications/initialized`,
 /// `tools/list`. On success the link info holds the cached results.
@@ -782,35 +793,19 @@ fn frame_text(frame: Message) -> Option<String> {
     }
 }
 
-/// The live link: a writer task drains the queue; this loop reads every frame, pings on the
-/// health interval and marks the link unhealthy (then drops it) when pongs stop.
+/// The live link: this loop reads every frame, writes what senders had to queue (see
+/// `linkout`), pings on the health interval and marks the link unhealthy (then drops it) when
+/// pongs stop.
 async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Config) -> LinkEnd {
     let quick_ack = crate::quickack::QuickAck::new(ws.get_ref());
-    let (mut sink, mut stream) = ws.split();
-    let (tx, mut rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
-    *lock(&editor.out) = Some(tx.clone());
+    let (sink, mut stream) = ws.split();
+    *lock(&editor.out) = Some(LinkOut::new(sink, OUTBOUND_QUEUE));
     // Ready only now that requests can be queued: a session attached on this news must be
     // able to send at once.
     editor.set_state(LinkState::Ready);
     tracing::info!(restarts = editor.restarts, "editor ready");
     host.state_changed();
     host.editor_ready(editor);
-    let writer = tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            if sink.feed(m).await.is_err() {
-                return;
-            }
-            while let Ok(m) = rx.try_recv() {
-                if sink.feed(m).await.is_err() {
-                    return;
-                }
-            }
-            if sink.flush().await.is_err() {
-                return;
-            }
-        }
-        let _ = sink.close().await;
-    });
     // Settings re-read on every tick, so a reloaded config reaches live links.
     let mut health = Health::new(config.health.clone(), tokio::time::Instant::now());
     // Once cancelled, the link stays up (bounded) until the editor has answered the requests
@@ -849,6 +844,10 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
             }
             // A short tool with an earlier deadline than we sleep to.
             _ = editor.deadline_added.notified() => {}
+            // Frames queued while the socket was full (or sent before this task first ran).
+            why = std::future::poll_fn(|cx| editor.drive_out(cx)) => {
+                break LinkEnd::Closed(format!("write failed: {why}"));
+            }
             _ = &mut sleep => {
                 let now = tokio::time::Instant::now();
                 editor.expire_deadlines(now);
@@ -857,8 +856,8 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                 for action in health.on_tick(now) {
                     match action {
                         HealthAction::Ping(payload) => {
-                            if tx.try_send(Message::Ping(payload.into())).is_err() {
-                                tracing::debug!("ping not queued: writer busy");
+                            if editor.send_frame(Message::Ping(payload.into())).is_err() {
+                                tracing::debug!("ping not sent: the link's queue is full");
                             }
                         }
                         HealthAction::Unhealthy => {
@@ -913,13 +912,16 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
             }
         }
     };
-    *lock(&editor.out) = None;
-    drop(tx);
-    if let LinkEnd::Cancelled = end {
-        // Let queued frames (e.g. close_tab on shutdown) reach the editor first.
-        let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
-    } else {
-        writer.abort();
+    let out = lock(&editor.out).take();
+    if let (LinkEnd::Cancelled, Some(mut out)) = (&end, out) {
+        // Let queued frames (e.g. close_tab on shutdown) reach the editor first, then close.
+        let _ = tokio::time::timeout(Duration::from_secs(1), async move {
+            let drained = std::future::poll_fn(|cx| out.poll_drive(cx)).await;
+            if drained.is_ok() {
+                let _ = out.into_sink().close().await;
+            }
+        })
+        .await;
     }
     end
 }

@@ -15,6 +15,7 @@ pub mod frontdoor;
 pub mod health;
 pub mod identity;
 pub mod jsonrpc;
+pub mod linkout;
 pub mod lockdir;
 pub mod lockfile;
 pub mod logging;

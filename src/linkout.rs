@@ -1,0 +1,278 @@
+//! The write half of an editor link, shared by every task that sends upstream.
+//!
+//! A frame is written to the socket by the sending task itself when the link is idle (nothing
+//! queued, the socket takes it at once), so a call wakes no writer task on its way to the
+//! editor. Otherwise it is queued, and the link task, woken, writes the queue in order. A frame
+//! is written directly only when nothing is queued before it, so frames reach the editor in the
+//! order they were sent.
+
+use futures_util::Sink;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+/// Why a frame was not taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The queue is full (the editor is not reading).
+    Full,
+    /// The socket failed; the link task is ending the link.
+    Broken,
+}
+
+/// The write half of a link: its sink, the frames waiting for it, and the link task's waker.
+pub struct LinkOut<S, T> {
+    sink: S,
+    queue: VecDeque<T>,
+    cap: usize,
+    /// The link task's waker, known once it has driven this once.
+    waker: Option<Waker>,
+    /// The socket failed (the error, for the link task to report).
+    broken: Option<String>,
+}
+
+impl<S, T> LinkOut<S, T>
+where
+    S: Sink<T> + Unpin,
+    S::Error: std::fmt::Display,
+{
+    /// A write half over `sink` holding at most `cap` queued frames.
+    pub fn new(sink: S, cap: usize) -> Self {
+        LinkOut {
+            sink,
+            queue: VecDeque::new(),
+            cap,
+            waker: None,
+            broken: None,
+        }
+    }
+
+    /// Sends `frame`: written now if nothing is queued and the socket takes it, else queued
+    /// for the link task. Never waits.
+    pub fn send(&mut self, frame: T) -> Result<(), Refused> {
+        if self.broken.is_some() {
+            return Err(Refused::Broken);
+        }
+        let frame = match (self.queue.is_empty(), self.waker.clone()) {
+            (true, Some(waker)) => match self.write_now(frame, &waker) {
+                Ok(()) => return Ok(()),
+                Err(Some(frame)) => frame,
+                Err(None) => return Err(Refused::Broken),
+            },
+            _ => frame,
+        };
+        if self.queue.len() >= self.cap {
+            return Err(Refused::Full);
+        }
+        self.queue.push_back(frame);
+        if let Some(w) = &self.waker {
+            w.wake_by_ref();
+        }
+        Ok(())
+    }
+
+    /// Writes one frame with the link task's waker (a write the socket cannot finish now is
+    /// finished by the link task when the socket wakes it). Gives the frame back when the sink
+    /// is not ready; `Err(None)` when the socket failed.
+    fn write_now(&mut self, frame: T, waker: &Waker) -> Result<(), Option<T>> {
+        let mut cx = Context::from_waker(waker);
+        let fail = |me: &mut Self, e: S::Error| {
+            me.broken = Some(e.to_string());
+            waker.wake_by_ref();
+        };
+        match Pin::new(&mut self.sink).poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(e)) => {
+                fail(self, e);
+                return Err(None);
+            }
+            Poll::Pending => return Err(Some(frame)),
+        }
+        if let Err(e) = Pin::new(&mut self.sink).start_send(frame) {
+            fail(self, e);
+            return Err(None);
+        }
+        match Pin::new(&mut self.sink).poll_flush(&mut cx) {
+            Poll::Ready(Err(e)) => {
+                fail(self, e);
+                Err(None)
+            }
+            // Pending: the rest is written when the socket wakes the link task.
+            _ => Ok(()),
+        }
+    }
+
+    /// The link task's turn: remembers its waker, writes the queue and flushes. `Ready(Ok)`
+    /// once everything is on the socket, `Ready(Err)` once the socket failed, `Pending` while
+    /// the socket is full (the link task is woken when it has room).
+    pub fn poll_drive(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
+        if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            self.waker = Some(cx.waker().clone());
+        }
+        if let Some(e) = &self.broken {
+            return Poll::Ready(Err(e.clone()));
+        }
+        while !self.queue.is_empty() {
+            match Pin::new(&mut self.sink).poll_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return self.failed(e),
+                Poll::Pending => return Poll::Pending,
+            }
+            if let Some(frame) = self.queue.pop_front() {
+                if let Err(e) = Pin::new(&mut self.sink).start_send(frame) {
+                    return self.failed(e);
+                }
+            }
+        }
+        match Pin::new(&mut self.sink).poll_flush(cx) {
+            Poll::Ready(Err(e)) => self.failed(e),
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn failed(&mut self, e: S::Error) -> Poll<Result<(), String>> {
+        let e = e.to_string();
+        self.broken = Some(e.clone());
+        Poll::Ready(Err(e))
+    }
+
+    /// Frames still queued.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The sink, to close it once the link ends (whatever is still queued is dropped).
+    pub fn into_sink(self) -> S {
+        self.sink
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use std::task::Wake;
+
+    /// A sink that takes `room` frames before it is full (until `drain`), records the order,
+    /// and counts wake-ups of the waker it was polled with.
+    #[derive(Default)]
+    struct Socket {
+        written: Vec<u32>,
+        buffered: Vec<u32>,
+        room: usize,
+        fail: bool,
+    }
+    struct Shared(Arc<Mutex<Socket>>);
+    impl Sink<u32> for Shared {
+        type Error = String;
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), String>> {
+            let s = self.0.lock().unwrap();
+            if s.fail {
+                return Poll::Ready(Err("reset".into()));
+            }
+            if s.buffered.len() >= s.room {
+                Poll::Pending
+            } else {
+                Poll::Ready(Ok(()))
+            }
+        }
+        fn start_send(self: Pin<&mut Self>, item: u32) -> Result<(), String> {
+            self.0.lock().unwrap().buffered.push(item);
+            Ok(())
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), String>> {
+            let mut s = self.0.lock().unwrap();
+            if s.fail {
+                return Poll::Ready(Err("reset".into()));
+            }
+            let b = std::mem::take(&mut s.buffered);
+            s.written.extend(b);
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
+            self.poll_flush(cx)
+        }
+    }
+
+    struct Count(Mutex<usize>);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            *self.0.lock().unwrap() += 1;
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            *self.0.lock().unwrap() += 1;
+        }
+    }
+
+    fn setup(room: usize) -> (LinkOut<Shared, u32>, Arc<Mutex<Socket>>, Arc<Count>, Waker) {
+        let socket = Arc::new(Mutex::new(Socket {
+            room,
+            ..Default::default()
+        }));
+        let out = LinkOut::new(Shared(socket.clone()), 3);
+        let count = Arc::new(Count(Mutex::new(0)));
+        let waker = Waker::from(count.clone());
+        (out, socket, count, waker)
+    }
+
+    #[test]
+    fn an_idle_link_is_written_by_the_sender_without_waking_the_link_task() {
+        let (mut out, socket, count, waker) = setup(10);
+        // Before the link task has driven it once, frames wait for it.
+        out.send(1).unwrap();
+        assert!(socket.lock().unwrap().written.is_empty());
+        assert_eq!(
+            out.poll_drive(&mut Context::from_waker(&waker)),
+            Poll::Ready(Ok(()))
+        );
+        assert_eq!(socket.lock().unwrap().written, vec![1]);
+        out.send(2).unwrap();
+        out.send(3).unwrap();
+        assert_eq!(socket.lock().unwrap().written, vec![1, 2, 3]);
+        assert_eq!(out.queued(), 0);
+        assert_eq!(*count.0.lock().unwrap(), 0, "no wake-up for a direct write");
+    }
+
+    #[test]
+    fn a_full_socket_queues_in_order_and_the_link_task_writes_the_rest() {
+        let (mut out, socket, count, waker) = setup(0);
+        let mut cx = Context::from_waker(&waker);
+        assert!(out.poll_drive(&mut cx).is_ready(), "nothing to write yet");
+        out.send(1).unwrap();
+        out.send(2).unwrap();
+        assert!(socket.lock().unwrap().written.is_empty());
+        assert!(*count.0.lock().unwrap() >= 1, "the link task was woken");
+        // The socket has room again, but 1 and 2 are queued: 3 waits behind them.
+        socket.lock().unwrap().room = 10;
+        out.send(3).unwrap();
+        assert!(socket.lock().unwrap().written.is_empty());
+        assert_eq!(out.poll_drive(&mut cx), Poll::Ready(Ok(())));
+        assert_eq!(socket.lock().unwrap().written, vec![1, 2, 3]);
+        // The cap holds while the socket is full.
+        socket.lock().unwrap().room = 0;
+        for i in 4..7 {
+            out.send(i).unwrap();
+        }
+        assert_eq!(out.send(7), Err(Refused::Full));
+        assert_eq!(out.queued(), 3);
+        assert!(
+            out.poll_drive(&mut cx).is_pending(),
+            "still waiting for room"
+        );
+    }
+
+    #[test]
+    fn a_failed_socket_refuses_later_frames_and_ends_the_link() {
+        let (mut out, socket, count, waker) = setup(10);
+        assert!(out.poll_drive(&mut Context::from_waker(&waker)).is_ready());
+        socket.lock().unwrap().fail = true;
+        assert_eq!(out.send(1), Err(Refused::Broken));
+        assert_eq!(*count.0.lock().unwrap(), 1, "the link task is told");
+        assert_eq!(out.send(2), Err(Refused::Broken));
+        assert_eq!(
+            out.poll_drive(&mut Context::from_waker(&waker)),
+            Poll::Ready(Err("reset".into()))
+        );
+    }
+}
