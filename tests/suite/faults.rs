@@ -370,3 +370,60 @@ async fn the_broker_killed_under_load_restarts_with_sticky_targets_and_compat_en
     daemon.signal(Signal::TERM);
     assert!(daemon.wait_exit().await.success());
 }
+
+/// A frozen editor stops reading. The broker's writes fill the socket, the rest waits in the
+/// link's queue, and nothing is lost or reordered: once the editor thaws it receives every call
+/// in the order the session sent them, and every call is answered.
+#[tokio::test]
+async fn calls_to_a_frozen_editor_wait_in_order_and_all_arrive_when_it_thaws() {
+    let b = TestBroker::start_with(|c| {
+        c.timeouts.short_tool_ms = 120_000;
+        c.health.drop_after_ms = 120_000;
+    })
+    .await;
+    let (fe, _) = b.editor(&["/q"]).await;
+    let mut a = Agent::open(&b.socket, "/q", None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let mut ev = fe.events();
+    fe.freeze(true);
+    // 24 MiB, more than loopback's socket buffers hold between the broker and the editor.
+    const CALLS: u64 = 24;
+    let pad = "x".repeat(1 << 20);
+    for i in 0..CALLS {
+        a.call_tool(json!(i), "echo", json!({"i": i, "pad": pad}))
+            .await;
+    }
+    fe.freeze(false);
+    let mut received = Vec::new();
+    while received.len() < CALLS as usize {
+        let args = fake_editor::wait_for(
+            &mut ev,
+            "the next call",
+            |e| matches!(e, fake_editor::Event::Call { tool: Some(t), .. } if t == "echo"),
+        )
+        .await;
+        if let fake_editor::Event::Call { args, .. } = args {
+            received.push(args["i"].as_u64().unwrap_or(u64::MAX));
+        }
+    }
+    assert_eq!(received, (0..CALLS).collect::<Vec<_>>(), "order kept");
+    let mut answered = Vec::new();
+    while answered.len() < CALLS as usize {
+        let r = a.until("an answer", |v| v.get("id").is_some()).await;
+        assert!(
+            r.get("result").is_some(),
+            "call {} failed: {}",
+            r["id"],
+            r.get("error").unwrap_or(&Value::Null)
+        );
+        answered.push(r["id"].as_u64().unwrap_or(u64::MAX));
+    }
+    answered.sort_unstable();
+    assert_eq!(
+        answered,
+        (0..CALLS).collect::<Vec<_>>(),
+        "every call answered once"
+    );
+    b.stop().await;
+}
