@@ -72,7 +72,15 @@ where
     // Made once: a fresh future per turn would register with (and leave) the token each time.
     let killed = kill.cancelled();
     tokio::pin!(killed);
+    let mut progress_armed = false;
     let reason = loop {
+        // The progress clock runs only while a call waits with a progress token, so a thousand
+        // idle sessions cost no wake-ups; it starts a full period after such a call arrives.
+        let wants_progress = !lock(&session.progress).is_empty();
+        if wants_progress && !progress_armed {
+            progress_tick.reset();
+        }
+        progress_armed = wants_progress;
         // Every write also races the kill switch: a client that stops reading blocks the
         // write, and must not keep its task (and memory) alive once it is dropped.
         let written = tokio::select! {
@@ -103,7 +111,7 @@ where
                 }
             }
             Some(text) = out_rx.recv() => guarded(&kill, write_batch(&mut sink, text, &mut out_rx)).await,
-            _ = progress_tick.tick() => {
+            _ = progress_tick.tick(), if wants_progress => {
                 keep_alive(&reg, &session);
                 true
             }
