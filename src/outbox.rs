@@ -1,30 +1,59 @@
-//! A session's outgoing frame queue, the one thing an editor link touches of a session:
-//! delivery never blocks, so a session that stops reading cannot slow an editor or others.
+//! A session's outgoing frames, the one thing an editor link touches of a session.
+//!
+//! Delivery never blocks. When nothing is queued, the delivering task writes the frame to the
+//! session's socket itself, so an editor's answer reaches the agent without waking the session
+//! task. Otherwise the frame is queued for the session task (see `linkout`). A session whose
+//! queue is full is dropped, so a client that stops reading cannot slow an editor or other
+//! sessions.
 
-use tokio::sync::mpsc;
+use crate::linkout::{LinkOut, Refused};
+use crate::sync::lock;
+use futures_util::Sink;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 
 /// How many frames may wait for a session that is not reading before it is dropped.
 pub const OUTBOX_FRAMES: usize = 1024;
 
-/// Frames for one session. Senders never block: a session whose queue is full is dropped,
-/// so a client that stops reading cannot slow an editor or other sessions.
+/// The write half of a session's WebSocket, whatever door it came through.
+pub type SessionSink = Pin<Box<dyn Sink<Message, Error = tungstenite::Error> + Send>>;
+
+/// Frames for one session. Senders never block: a session whose queue is full is dropped.
 #[derive(Clone)]
 pub struct Outbox {
     /// The session id, for log lines.
     id: u64,
-    /// The queue the session task drains.
-    tx: mpsc::Sender<String>,
+    /// The session's socket and its queue; `None` once the session has closed it.
+    out: Arc<Mutex<Option<LinkOut<SessionSink, Message>>>>,
     /// Cancelled to drop the session.
     kill: CancellationToken,
 }
 
 impl Outbox {
-    /// Queues a frame; returns false if the session is gone or was just dropped as hopeless.
+    /// An outbox for session `id` writing to `sink`; `kill` ends the session when it
+    /// overflows or its socket fails.
+    pub fn new(id: u64, sink: SessionSink, kill: CancellationToken) -> Self {
+        Outbox {
+            id,
+            out: Arc::new(Mutex::new(Some(LinkOut::new(sink, OUTBOX_FRAMES)))),
+            kill,
+        }
+    }
+
+    /// Sends a frame: written now if nothing is queued, else queued for the session task.
+    /// Returns false if the session is gone, was just dropped as hopeless, or its socket
+    /// failed.
     pub fn deliver(&self, text: String) -> bool {
-        match self.tx.try_send(text) {
+        let mut out = lock(&self.out);
+        let Some(out) = out.as_mut() else {
+            return false;
+        };
+        match out.send(Message::text(text)) {
             Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(Refused::Full) => {
                 if !self.kill.is_cancelled() {
                     tracing::warn!(
                         session = self.id,
@@ -35,19 +64,28 @@ impl Outbox {
                 }
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            // The session task hears of it from its own turn at the queue.
+            Err(Refused::Broken) => false,
         }
-    }
-}
-
-impl Outbox {
-    /// An outbox for session `id` feeding `tx`; `kill` ends the session when it overflows.
-    pub fn new(id: u64, tx: mpsc::Sender<String>, kill: CancellationToken) -> Self {
-        Outbox { id, tx, kill }
     }
 
     /// Ends the session (its task closes the connection and cleans up).
     pub fn drop_session(&self) {
         self.kill.cancel();
+    }
+
+    /// The session task's turn: writes what is queued. `Ready` with the error once the socket
+    /// failed; `Pending` otherwise.
+    pub fn poll_write(&self, cx: &mut Context<'_>) -> Poll<String> {
+        match lock(&self.out).as_mut().map(|o| o.poll_drive(cx)) {
+            Some(Poll::Ready(Err(e))) => Poll::Ready(e),
+            _ => Poll::Pending,
+        }
+    }
+
+    /// Takes the socket's write half out, for a last flush and the close: later deliveries
+    /// are refused.
+    pub fn close(&self) -> Option<LinkOut<SessionSink, Message>> {
+        lock(&self.out).take()
     }
 }

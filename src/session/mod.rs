@@ -4,7 +4,7 @@
 use crate::editor::{Editor, Owner, Pending};
 use crate::family::Family;
 use crate::jsonrpc::{self, Incoming};
-use crate::outbox::{Outbox, OUTBOX_FRAMES};
+use crate::outbox::Outbox;
 use crate::registry::Registry;
 use crate::sync::lock;
 use futures_util::{SinkExt, StreamExt};
@@ -15,7 +15,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
-use tokio_util::sync::CancellationToken;
 
 use handle::Progress;
 pub use handle::{Control, Door, Intro, Session};
@@ -37,7 +36,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let kill = reg.cancel.child_token();
-    let (tx, mut out_rx) = mpsc::channel(OUTBOX_FRAMES);
+    let (sink, mut stream) = ws.split();
     let (control, mut ctl_rx) = mpsc::unbounded_channel();
     let map = intro
         .remote
@@ -46,7 +45,7 @@ where
     let session = Arc::new(Session::new(
         id,
         &intro,
-        Outbox::new(id, tx, kill.clone()),
+        Outbox::new(id, Box::pin(sink), kill.clone()),
         control,
         reg.stamp(),
         map,
@@ -58,7 +57,6 @@ where
     }
     reg.place_new_session(&session, intro.editor.as_deref());
 
-    let (mut sink, mut stream) = ws.split();
     let mut selection: Option<watch::Receiver<Option<Arc<str>>>> = None;
     // Handshake first: until the client's first request (`initialize`, for an MCP client) has
     // been answered, attachment notices wait here and the selection replay waits in its watch;
@@ -81,9 +79,8 @@ where
             progress_tick.reset();
         }
         progress_armed = wants_progress;
-        // Every write also races the kill switch: a client that stops reading blocks the
-        // write, and must not keep its task (and memory) alive once it is dropped.
-        let written = tokio::select! {
+        // Writes never wait: a client that stops reading fills its outbox and is dropped.
+        tokio::select! {
             biased;
             _ = &mut killed => break "dropped or shutting down",
             Some(c) = ctl_rx.recv() => {
@@ -102,25 +99,24 @@ where
                     }
                 };
                 match (note, held.as_mut()) {
-                    (Some(n), Some(h)) => {
-                        h.push(n);
-                        true
+                    (Some(n), Some(h)) => h.push(n),
+                    (Some(n), None) => {
+                        session.outbox.deliver(n);
                     }
-                    (Some(n), None) => guarded(&kill, sink.send(Message::text(n))).await,
-                    (None, _) => true,
+                    (None, _) => {}
                 }
             }
-            Some(text) = out_rx.recv() => guarded(&kill, write_batch(&mut sink, text, &mut out_rx)).await,
-            _ = progress_tick.tick(), if wants_progress => {
-                keep_alive(&reg, &session);
-                true
+            // Frames others had to queue (the socket was full, or this task had not run yet).
+            why = std::future::poll_fn(|cx| session.outbox.poll_write(cx)) => {
+                tracing::info!(error = %why, "session write failed");
+                break "write failed";
             }
+            _ = progress_tick.tick(), if wants_progress => keep_alive(&reg, &session),
             changed = selection_changed(&mut selection), if held.is_none() => match changed {
-                Some(text) => guarded(&kill, sink.send(Message::text(session.to_agent(&text)))).await,
-                None => {
-                    selection = session.editor_id().and_then(|e| subscribe(&reg, &e));
-                    true
+                Some(text) => {
+                    session.outbox.deliver(session.to_agent(&text));
                 }
+                None => selection = session.editor_id().and_then(|e| subscribe(&reg, &e)),
             },
             frame = stream.next() => {
                 match frame {
@@ -147,79 +143,31 @@ where
                     Some(Ok(Message::Close(_))) => break "closed by client",
                     Some(Ok(_)) => {}
                 }
-                true
             }
-        };
-        if !written {
-            break "write failed";
         }
     };
     tracing::debug!(session = id, reason, "session loop ended; flushing");
     // Whatever is still queued (a DIFF_REJECTED on shutdown, a detach notice) gets a bounded
     // last chance to reach the client.
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        while let Ok(c) = ctl_rx.try_recv() {
-            if let Control::Detached(r) = c {
-                let _ = sink
-                    .feed(Message::text(jsonrpc::notification(
-                        jsonrpc::broker::DETACHED,
-                        json!({"reason": r}),
-                    )))
-                    .await;
-            }
+    while let Ok(c) = ctl_rx.try_recv() {
+        if let Control::Detached(r) = c {
+            session.outbox.deliver(jsonrpc::notification(
+                jsonrpc::broker::DETACHED,
+                json!({"reason": r}),
+            ));
         }
-        while let Ok(t) = out_rx.try_recv() {
-            if sink.feed(Message::text(t)).await.is_err() {
-                break;
+    }
+    if let Some(mut out) = session.outbox.close() {
+        let _ = tokio::time::timeout(Duration::from_secs(1), async move {
+            if std::future::poll_fn(|cx| out.poll_drive(cx)).await.is_ok() {
+                let _ = out.into_sink().close().await;
             }
-        }
-        let _ = sink.close().await;
-    })
-    .await;
+        })
+        .await;
+    }
     tracing::debug!(session = id, "flushed");
     reg.end_session(&session);
     tracing::info!(reason, "session closed");
-}
-
-/// Runs a write; if the session is killed meanwhile, the write in progress gets a bounded
-/// last second (on shutdown it may carry a DIFF_REJECTED) and the session ends.
-async fn guarded<E>(
-    kill: &CancellationToken,
-    write: impl std::future::Future<Output = Result<(), E>>,
-) -> bool {
-    tokio::pin!(write);
-    // Most writes complete at once: only a pending one races the kill switch.
-    if let std::task::Poll::Ready(r) =
-        std::future::poll_fn(|cx| std::task::Poll::Ready(write.as_mut().poll(cx))).await
-    {
-        return r.is_ok();
-    }
-    tokio::select! {
-        r = &mut write => r.is_ok(),
-        _ = kill.cancelled() => {
-            let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
-            false
-        }
-    }
-}
-
-/// Writes one frame and whatever else is queued already, then flushes once.
-async fn write_batch<S>(
-    sink: &mut futures_util::stream::SplitSink<WebSocketStream<S>, Message>,
-    first: String,
-    rest: &mut mpsc::Receiver<String>,
-) -> Result<(), tokio_tungstenite::tungstenite::Error>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    sink.feed(Message::text(first)).await?;
-    for _ in 0..64 {
-        match rest.try_recv() {
-            Ok(more) => sink.feed(Message::text(more)).await?,
-            Err(_) => break,
-        }
-    }
-    sink.flush().await
 }
 
 /// `broker/attached` params: the editor id, and its name and folders as its lockfile says.
