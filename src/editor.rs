@@ -899,8 +899,16 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                         break LinkEnd::Closed(format!("closed by editor ({})", c.map(|c| c.code.to_string()).unwrap_or_else(|| "no code".into())));
                     }
                     other => {
-                        if let Some(text) = frame_text(other) {
-                            handle_editor_frame(editor, host, &text);
+                        // Read in place: the answer's bytes are copied once, into the
+                        // session's frame, not first into a String of their own.
+                        match &other {
+                            Message::Text(t) => handle_editor_frame(editor, host, t.as_str()),
+                            Message::Binary(b) => {
+                                if let Ok(t) = std::str::from_utf8(b) {
+                                    handle_editor_frame(editor, host, t);
+                                }
+                            }
+                            _ => {}
                         }
                         // More answers owed: the editor may be holding the next one (Nagle)
                         // until this one is acknowledged.
