@@ -765,10 +765,10 @@ async fn call(
             .await
             .ok_or_else(|| DialError::Other("closed during handshake".into()))?
             .map_err(|e| DialError::Other(e.to_string()))?;
-        let Some(text) = frame_text(frame) else {
+        let Some(text) = frame_str(&frame) else {
             continue;
         };
-        if let Ok(Incoming::Response { id, msg }) = jsonrpc::classify(&text) {
+        if let Ok(Incoming::Response { id, msg }) = jsonrpc::classify(text) {
             if id.as_u64() == Some(uid) {
                 return match msg.get("result") {
                     Some(r) => Ok(r.clone()),
@@ -780,15 +780,16 @@ async fn call(
             }
             continue;
         }
-        handle_editor_frame(editor, host, &text);
+        handle_editor_frame(editor, host, text);
     }
 }
 
-/// The text of a data frame (binary frames are treated as text, as the editors do).
-fn frame_text(frame: Message) -> Option<String> {
+/// The text of a data frame, read in place (binary frames are treated as text, as the
+/// editors do).
+fn frame_str(frame: &Message) -> Option<&str> {
     match frame {
-        Message::Text(t) => Some(t.as_str().to_owned()),
-        Message::Binary(b) => String::from_utf8(b.to_vec()).ok(),
+        Message::Text(t) => Some(t.as_str()),
+        Message::Binary(b) => std::str::from_utf8(b).ok(),
         _ => None,
     }
 }
@@ -901,14 +902,8 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                     other => {
                         // Read in place: the answer's bytes are copied once, into the
                         // session's frame, not first into a String of their own.
-                        match &other {
-                            Message::Text(t) => handle_editor_frame(editor, host, t.as_str()),
-                            Message::Binary(b) => {
-                                if let Ok(t) = std::str::from_utf8(b) {
-                                    handle_editor_frame(editor, host, t);
-                                }
-                            }
-                            _ => {}
+                        if let Some(text) = frame_str(&other) {
+                            handle_editor_frame(editor, host, text);
                         }
                         // More answers owed: the editor may be holding the next one (Nagle)
                         // until this one is acknowledged.
