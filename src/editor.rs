@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::family::Family;
 use crate::health::{Action as HealthAction, Health};
 use crate::jsonrpc::{self, Incoming};
-use crate::linkout::{LinkOut, Refused};
+use crate::linkout::{LinkOut, Refused, Shared};
 use crate::lockfile::{self, Lockfile, LockfileError};
 use crate::outbox::Outbox;
 use crate::sync::lock;
@@ -158,7 +158,7 @@ pub struct Editor {
     /// Link state for status and routing.
     link: Mutex<LinkInfo>,
     /// The write half of the live link; `None` while down.
-    out: Mutex<Option<LinkOut<WsSink, Message>>>,
+    out: Shared<WsSink, Message>,
     /// Requests in flight, by the id the broker minted (private: the invariants of the
     /// pending table live in this module's methods).
     pending: DashMap<u64, Pending>,
@@ -215,7 +215,7 @@ impl Editor {
                 initialize: None,
                 tools: None,
             }),
-            out: Mutex::new(None),
+            out: Shared::new(None),
             pending: DashMap::new(),
             deadlines: Mutex::new(BinaryHeap::new()),
             deadline_added: tokio::sync::Notify::new(),
@@ -479,31 +479,20 @@ impl Editor {
     /// Puts one frame on the link: written now by the calling task when the link is idle,
     /// else queued for the link task (see `linkout`).
     fn send_frame(&self, frame: Message) -> Result<(), SendError> {
-        let state = self.state();
-        let mut out = lock(&self.out);
-        let Some(out) = out.as_mut() else {
-            return Err(SendError::Down(
+        self.out.send(frame).map_err(|r| match r {
+            Refused::Full => SendError::Busy(self.id.clone()),
+            Refused::Broken => SendError::Down(self.id.clone(), "closing"),
+            // Read only on this path: a send that goes through takes no other lock.
+            Refused::Gone => SendError::Down(
                 self.id.clone(),
-                match state {
+                match self.state() {
                     LinkState::Connecting => "connecting",
                     LinkState::Backoff => "backoff",
                     LinkState::Ready => "ready",
                     LinkState::Unhealthy => "unhealthy",
                 },
-            ));
-        };
-        out.send(frame).map_err(|r| match r {
-            Refused::Full => SendError::Busy(self.id.clone()),
-            Refused::Broken => SendError::Down(self.id.clone(), "closing"),
+            ),
         })
-    }
-
-    /// The link task's turn at the write half: `Ready` with the error once the socket failed.
-    fn drive_out(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<String> {
-        match lock(&self.out).as_mut().map(|o| o.poll_drive(cx)) {
-            Some(std::task::Poll::Ready(Err(e))) => std::task::Poll::Ready(e),
-            _ => std::task::Poll::Pending,
-        }
     }
 
     /// Answers every pending `openDiff` with `DIFF_REJECTED` (the session's own tab name)
@@ -634,7 +623,7 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
             Ok(Ok(ws)) => {
                 backoff.reset();
                 let end = run_link(&editor, &*host, ws, &config).await;
-                *lock(&editor.out) = None;
+                editor.out.take();
                 {
                     let mut l = lock(&editor.link);
                     l.connected_since = None;
@@ -800,7 +789,7 @@ fn frame_str(frame: &Message) -> Option<&str> {
 async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Config) -> LinkEnd {
     let quick_ack = crate::quickack::QuickAck::new(ws.get_ref());
     let (sink, mut stream) = ws.split();
-    *lock(&editor.out) = Some(LinkOut::new(sink, OUTBOUND_QUEUE));
+    editor.out.install(LinkOut::new(sink, OUTBOUND_QUEUE));
     // Ready only now that requests can be queued: a session attached on this news must be
     // able to send at once.
     editor.set_state(LinkState::Ready);
@@ -846,7 +835,7 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
             // A short tool with an earlier deadline than we sleep to.
             _ = editor.deadline_added.notified() => {}
             // Frames queued while the socket was full (or sent before this task first ran).
-            why = std::future::poll_fn(|cx| editor.drive_out(cx)) => {
+            why = std::future::poll_fn(|cx| editor.out.poll_broken(cx)) => {
                 break LinkEnd::Closed(format!("write failed: {why}"));
             }
             _ = &mut sleep => {
@@ -915,16 +904,10 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
             }
         }
     };
-    let out = lock(&editor.out).take();
-    if let (LinkEnd::Cancelled, Some(mut out)) = (&end, out) {
+    let out = editor.out.take();
+    if let (LinkEnd::Cancelled, Some(out)) = (&end, out) {
         // Let queued frames (e.g. close_tab on shutdown) reach the editor first, then close.
-        let _ = tokio::time::timeout(Duration::from_secs(1), async move {
-            let drained = std::future::poll_fn(|cx| out.poll_drive(cx)).await;
-            if drained.is_ok() {
-                let _ = out.into_sink().close().await;
-            }
-        })
-        .await;
+        out.finish(Duration::from_secs(1)).await;
     }
     end
 }

@@ -6,18 +6,23 @@
 //! is written directly only when nothing is queued before it, so frames reach the editor in the
 //! order they were sent.
 
-use futures_util::Sink;
+use crate::sync::lock;
+use futures_util::{Sink, SinkExt};
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 /// Why a frame was not taken.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refused {
     /// The queue is full (the editor is not reading).
     Full,
-    /// The socket failed; the link task is ending the link.
+    /// The socket failed; its owner is ending the connection.
     Broken,
+    /// There is no socket (the link is down, or the session has closed it).
+    Gone,
 }
 
 /// The write half of a link: its sink, the frames waiting for it, and the link task's waker.
@@ -142,9 +147,56 @@ where
         self.queue.len()
     }
 
-    /// The sink, to close it once the link ends (whatever is still queued is dropped).
-    pub fn into_sink(self) -> S {
-        self.sink
+    /// Writes what is queued, then closes the sink, within `limit` (a peer that does not
+    /// read gets no longer than that).
+    pub async fn finish(mut self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, async move {
+            if std::future::poll_fn(|cx| self.poll_drive(cx)).await.is_ok() {
+                let _ = self.sink.close().await;
+            }
+        })
+        .await;
+    }
+}
+
+/// A [`LinkOut`] shared by the tasks that send on one socket (behind a lock held only for a
+/// non-blocking write); empty while there is no socket.
+pub struct Shared<S, T>(Mutex<Option<LinkOut<S, T>>>);
+
+impl<S, T> Shared<S, T>
+where
+    S: Sink<T> + Unpin,
+    S::Error: std::fmt::Display,
+{
+    /// Shared over `out`, or empty.
+    pub fn new(out: Option<LinkOut<S, T>>) -> Self {
+        Shared(Mutex::new(out))
+    }
+
+    /// Puts a (new) socket in place.
+    pub fn install(&self, out: LinkOut<S, T>) {
+        *lock(&self.0) = Some(out);
+    }
+
+    /// [`LinkOut::send`], or [`Refused::Gone`] when there is no socket.
+    pub fn send(&self, frame: T) -> Result<(), Refused> {
+        lock(&self.0)
+            .as_mut()
+            .map_or(Err(Refused::Gone), |o| o.send(frame))
+    }
+
+    /// The owning task's turn in its `select!`: writes what is queued. `Ready` only with the
+    /// error once the socket failed.
+    pub fn poll_broken(&self, cx: &mut Context<'_>) -> Poll<String> {
+        match lock(&self.0).as_mut().map(|o| o.poll_drive(cx)) {
+            Some(Poll::Ready(Err(e))) => Poll::Ready(e),
+            _ => Poll::Pending,
+        }
+    }
+
+    /// Takes the socket out (the connection is ending): later sends get [`Refused::Gone`].
+    pub fn take(&self) -> Option<LinkOut<S, T>> {
+        lock(&self.0).take()
     }
 }
 

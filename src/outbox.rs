@@ -6,11 +6,10 @@
 //! queue is full is dropped, so a client that stops reading cannot slow an editor or other
 //! sessions.
 
-use crate::linkout::{LinkOut, Refused};
-use crate::sync::lock;
+use crate::linkout::{LinkOut, Refused, Shared};
 use futures_util::Sink;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
@@ -27,7 +26,7 @@ pub struct Outbox {
     /// The session id, for log lines.
     id: u64,
     /// The session's socket and its queue; `None` once the session has closed it.
-    out: Arc<Mutex<Option<LinkOut<SessionSink, Message>>>>,
+    out: Arc<Shared<SessionSink, Message>>,
     /// Cancelled to drop the session.
     kill: CancellationToken,
 }
@@ -38,7 +37,7 @@ impl Outbox {
     pub fn new(id: u64, sink: SessionSink, kill: CancellationToken) -> Self {
         Outbox {
             id,
-            out: Arc::new(Mutex::new(Some(LinkOut::new(sink, OUTBOX_FRAMES)))),
+            out: Arc::new(Shared::new(Some(LinkOut::new(sink, OUTBOX_FRAMES)))),
             kill,
         }
     }
@@ -47,11 +46,7 @@ impl Outbox {
     /// Returns false if the session is gone, was just dropped as hopeless, or its socket
     /// failed.
     pub fn deliver(&self, text: String) -> bool {
-        let mut out = lock(&self.out);
-        let Some(out) = out.as_mut() else {
-            return false;
-        };
-        match out.send(Message::text(text)) {
+        match self.out.send(Message::text(text)) {
             Ok(()) => true,
             Err(Refused::Full) => {
                 if !self.kill.is_cancelled() {
@@ -64,8 +59,8 @@ impl Outbox {
                 }
                 false
             }
-            // The session task hears of it from its own turn at the queue.
-            Err(Refused::Broken) => false,
+            // Broken: the session task hears of it from its own turn at the queue.
+            Err(Refused::Broken | Refused::Gone) => false,
         }
     }
 
@@ -77,15 +72,12 @@ impl Outbox {
     /// The session task's turn: writes what is queued. `Ready` with the error once the socket
     /// failed; `Pending` otherwise.
     pub fn poll_write(&self, cx: &mut Context<'_>) -> Poll<String> {
-        match lock(&self.out).as_mut().map(|o| o.poll_drive(cx)) {
-            Some(Poll::Ready(Err(e))) => Poll::Ready(e),
-            _ => Poll::Pending,
-        }
+        self.out.poll_broken(cx)
     }
 
     /// Takes the socket's write half out, for a last flush and the close: later deliveries
     /// are refused.
     pub fn close(&self) -> Option<LinkOut<SessionSink, Message>> {
-        lock(&self.out).take()
+        self.out.take()
     }
 }

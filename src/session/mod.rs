@@ -7,7 +7,7 @@ use crate::jsonrpc::{self, Incoming};
 use crate::outbox::Outbox;
 use crate::registry::Registry;
 use crate::sync::lock;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -157,13 +157,8 @@ where
             ));
         }
     }
-    if let Some(mut out) = session.outbox.close() {
-        let _ = tokio::time::timeout(Duration::from_secs(1), async move {
-            if std::future::poll_fn(|cx| out.poll_drive(cx)).await.is_ok() {
-                let _ = out.into_sink().close().await;
-            }
-        })
-        .await;
+    if let Some(out) = session.outbox.close() {
+        out.finish(Duration::from_secs(1)).await;
     }
     tracing::debug!(session = id, "flushed");
     reg.end_session(&session);
