@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -161,7 +162,7 @@ pub struct Editor {
     out: Shared<WsSink, Message>,
     /// Requests in flight, by the id the broker minted (private: the invariants of the
     /// pending table live in this module's methods).
-    pending: DashMap<u64, Pending>,
+    pending: DashMap<u64, Pending, crate::idhash::IdHash>,
     /// Deadlines of the short tools in flight, earliest first: one sweep per link, no timer
     /// task per request.
     deadlines: Mutex<BinaryHeap<Reverse<(tokio::time::Instant, u64)>>>,
@@ -216,7 +217,7 @@ impl Editor {
                 tools: None,
             }),
             out: Shared::new(None),
-            pending: DashMap::new(),
+            pending: DashMap::default(),
             deadlines: Mutex::new(BinaryHeap::new()),
             deadline_added: tokio::sync::Notify::new(),
             next_id: AtomicU64::new(1),
@@ -806,6 +807,8 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
     // with the token) per frame would cost a timer-wheel insert and removal per call.
     let cancelled = editor.cancel.cancelled();
     tokio::pin!(cancelled);
+    let deadline_added = editor.deadline_added.notified();
+    tokio::pin!(deadline_added);
     let sleep = tokio::time::sleep_until(health.next_wake());
     tokio::pin!(sleep);
     let end = loop {
@@ -833,7 +836,9 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                 draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
             }
             // A short tool with an earlier deadline than we sleep to.
-            _ = editor.deadline_added.notified() => {}
+            _ = &mut deadline_added => {
+                deadline_added.set(editor.deadline_added.notified());
+            }
             // Frames queued while the socket was full (or sent before this task first ran).
             why = std::future::poll_fn(|cx| editor.out.poll_broken(cx)) => {
                 break LinkEnd::Closed(format!("write failed: {why}"));
@@ -1016,48 +1021,32 @@ fn absolute_paths(editor: &Editor, msg: &mut Map<String, Value>) -> Option<Strin
     Some(Value::Object(std::mem::take(msg)).to_string())
 }
 
-/// The shape of an editor's answer to one of our requests, borrowed from the frame.
-#[derive(serde::Deserialize)]
-struct Reply<'a> {
-    id: u64,
-    #[serde(borrow, default)]
-    method: Option<&'a serde_json::value::RawValue>,
-    #[serde(borrow, default)]
-    result: Option<&'a serde_json::value::RawValue>,
-    #[serde(borrow, default)]
-    error: Option<&'a serde_json::value::RawValue>,
-}
-
 /// The hot path: an answer for a session of the editor's own dialect goes back with the
 /// session's id and the editor's `result`/`error` bytes untouched, without building a tree.
 /// `Some(true)` when handled, `None` when the slow path must look at it.
 fn fast_reply(editor: &Editor, text: &str) -> Option<bool> {
-    let reply: Reply = serde_json::from_str(text).ok()?;
-    if reply.method.is_some() {
+    let [id, method, result, error] =
+        crate::jsonscan::members(text, ["id", "method", "result", "error"])?;
+    if method.is_some() {
         return None;
     }
-    let (key, body) = match (reply.result, reply.error) {
+    let uid = crate::jsonscan::plain_u64(id?)?;
+    let (key, body) = match (result, error) {
         (Some(r), None) => ("result", r),
         (None, Some(e)) => ("error", e),
         _ => return None,
     };
-    let owned = {
-        let p = editor.pending.get(&reply.id)?;
+    let (_, p) = editor.pending.remove_if(&uid, |_, p| {
         matches!(p.owner, Owner::Session { .. }) && p.bridge.is_none() && p.map.is_none()
-    };
-    if !owned {
-        return None;
-    }
-    let (_, p) = editor.pending.remove(&reply.id)?;
+    })?;
     if let Owner::Session { outbox, id, .. } = p.owner {
-        let id = id.to_string();
-        let mut out = String::with_capacity(text.len() + id.len() + 32);
+        let mut out = String::with_capacity(text.len() + 64);
         out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-        out.push_str(&id);
+        let _ = write!(out, "{id}");
         out.push_str(",\"");
         out.push_str(key);
         out.push_str("\":");
-        out.push_str(body.get());
+        out.push_str(body);
         out.push('}');
         outbox.deliver(out);
     }

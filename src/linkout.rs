@@ -34,6 +34,9 @@ pub struct LinkOut<S, T> {
     waker: Option<Waker>,
     /// The socket failed (the error, for the link task to report).
     broken: Option<String>,
+    /// A flush did not finish: the sink holds bytes the link task must flush when the socket
+    /// has room. Without it, the link task's turn has nothing to do.
+    unflushed: bool,
 }
 
 impl<S, T> LinkOut<S, T>
@@ -49,6 +52,7 @@ where
             cap,
             waker: None,
             broken: None,
+            unflushed: false,
         }
     }
 
@@ -102,8 +106,12 @@ where
                 fail(self, e);
                 Err(None)
             }
-            // Pending: the rest is written when the socket wakes the link task.
-            _ => Ok(()),
+            Poll::Ready(Ok(())) => Ok(()),
+            // The rest is written when the socket wakes the link task.
+            Poll::Pending => {
+                self.unflushed = true;
+                Ok(())
+            }
         }
     }
 
@@ -116,6 +124,9 @@ where
         }
         if let Some(e) = &self.broken {
             return Poll::Ready(Err(e.clone()));
+        }
+        if self.queue.is_empty() && !self.unflushed {
+            return Poll::Ready(Ok(()));
         }
         while !self.queue.is_empty() {
             match Pin::new(&mut self.sink).poll_ready(cx) {
@@ -131,8 +142,14 @@ where
         }
         match Pin::new(&mut self.sink).poll_flush(cx) {
             Poll::Ready(Err(e)) => self.failed(e),
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
-            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) => {
+                self.unflushed = false;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                self.unflushed = true;
+                Poll::Pending
+            }
         }
     }
 
@@ -214,6 +231,9 @@ mod tests {
         buffered: Vec<u32>,
         room: usize,
         fail: bool,
+        /// Flushes do not finish (the kernel's buffer is full).
+        stuck: bool,
+        flushes: usize,
     }
     struct Shared(Arc<Mutex<Socket>>);
     impl Sink<u32> for Shared {
@@ -235,8 +255,12 @@ mod tests {
         }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), String>> {
             let mut s = self.0.lock().unwrap();
+            s.flushes += 1;
             if s.fail {
                 return Poll::Ready(Err("reset".into()));
+            }
+            if s.stuck {
+                return Poll::Pending;
             }
             let b = std::mem::take(&mut s.buffered);
             s.written.extend(b);
@@ -312,6 +336,26 @@ mod tests {
             out.poll_drive(&mut cx).is_pending(),
             "still waiting for room"
         );
+    }
+
+    #[test]
+    fn the_link_task_flushes_only_what_a_sender_left_unflushed() {
+        let (mut out, socket, _, waker) = setup(10);
+        let mut cx = Context::from_waker(&waker);
+        assert!(out.poll_drive(&mut cx).is_ready());
+        out.send(1).unwrap();
+        let flushes = socket.lock().unwrap().flushes;
+        // Nothing queued, nothing left in the sink: the link task's turn costs no flush.
+        assert_eq!(out.poll_drive(&mut cx), Poll::Ready(Ok(())));
+        assert_eq!(socket.lock().unwrap().flushes, flushes);
+        // A sender's flush that could not finish is finished by the link task.
+        socket.lock().unwrap().stuck = true;
+        out.send(2).unwrap();
+        assert_eq!(socket.lock().unwrap().written, vec![1]);
+        assert!(out.poll_drive(&mut cx).is_pending());
+        socket.lock().unwrap().stuck = false;
+        assert_eq!(out.poll_drive(&mut cx), Poll::Ready(Ok(())));
+        assert_eq!(socket.lock().unwrap().written, vec![1, 2]);
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub struct Registry {
     /// Current config (replaced on reload).
     config: RwLock<Arc<Config>>,
     /// Live editors by id (private: reached through `editor`, `editors`).
-    editors: DashMap<String, Arc<Editor>>,
+    editors: DashMap<String, Arc<Editor>, crate::idhash::IdHash>,
     /// Lockfile path → editor id.
     by_path: DashMap<PathBuf, String>,
     /// Files refused as lockfiles: path → (reason, unix seconds since).
@@ -98,7 +98,7 @@ impl Registry {
         Arc::new_cyclic(|me| Registry {
             limits,
             config: RwLock::new(config),
-            editors: DashMap::new(),
+            editors: DashMap::default(),
             by_path: DashMap::new(),
             rejected: Mutex::new(std::collections::BTreeMap::new()),
             sessions: DashMap::new(),

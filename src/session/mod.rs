@@ -9,6 +9,7 @@ use crate::registry::Registry;
 use crate::sync::lock;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -253,76 +254,48 @@ fn release(s: &Session, held: &mut Option<Vec<String>>) {
     }
 }
 
-/// A `tools/call` as the hot path reads it: borrowed from the frame, nothing copied.
-#[derive(serde::Deserialize)]
-struct FastCall<'a> {
-    jsonrpc: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    id: &'a serde_json::value::RawValue,
-    method: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    params: &'a serde_json::value::RawValue,
-}
-
-/// The params of a [`FastCall`].
-#[derive(serde::Deserialize)]
-struct FastParams<'a> {
-    name: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    arguments: &'a serde_json::value::RawValue,
-    #[serde(rename = "_meta", borrow, default)]
-    meta: Option<FastMeta<'a>>,
-}
-
-/// `_meta` of a [`FastParams`].
-#[derive(serde::Deserialize)]
-struct FastMeta<'a> {
-    #[serde(rename = "progressToken", borrow, default)]
-    progress_token: Option<&'a serde_json::value::RawValue>,
-}
-
-/// An `openDiff`'s tab name (its contents are skipped, not copied).
-#[derive(serde::Deserialize)]
-struct DiffTab<'a> {
-    tab_name: std::borrow::Cow<'a, str>,
-}
-
 /// The hot path: a well-formed `tools/call` of a local session to an editor of its own dialect
 /// goes upstream with the client's params bytes spliced in, without building a JSON tree (a
 /// multi-megabyte `openDiff` included). `false` when the slow path must handle it (anything
 /// unusual: it validates, bridges, maps and answers errors).
 fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
-    let Ok(call) = serde_json::from_str::<FastCall>(text) else {
+    use crate::jsonscan::{members, plain_str};
+    let Some([Some(jsonrpc), Some(method), Some(id_text), Some(raw_params)]) =
+        members(text, ["jsonrpc", "method", "id", "params"])
+    else {
         return false;
     };
-    let id_text = call.id.get();
-    if call.jsonrpc != "2.0"
-        || call.method != "tools/call"
+    if jsonrpc != "\"2.0\""
+        || method != "\"tools/call\""
         || !(id_text.starts_with('"')
             || id_text.starts_with(|c: char| c == '-' || c.is_ascii_digit()))
         || s.map().is_some()
     {
         return false;
     }
-    let Ok(params) = serde_json::from_str::<FastParams>(call.params.get()) else {
+    let Some([Some(name), Some(arguments), meta]) =
+        members(raw_params, ["name", "arguments", "_meta"])
+    else {
         return false;
     };
-    if !params.arguments.get().starts_with('{') {
+    let Some(tool) = plain_str(name) else {
+        return false;
+    };
+    if !arguments.starts_with('{') {
         return false;
     }
     let Some(editor) = current_editor(reg, s) else {
         return false;
     };
-    let tool = params.name.as_ref();
     if editor.family != s.dialect
         || (editor.family == Family::Claude && matches!(tool, "openDiff" | "close_tab"))
     {
         return false;
     }
     let tab_name = if tool == "openDiff" {
-        match serde_json::from_str::<DiffTab>(params.arguments.get()) {
-            Ok(d) => Some(d.tab_name.into_owned()),
-            Err(_) => return false,
+        match members(arguments, ["tab_name"]).and_then(|[t]| plain_str(t?)) {
+            Some(t) => Some(t.to_string()),
+            None => return false,
         }
     } else {
         None
@@ -340,12 +313,11 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
         tab_name.clone(),
         None,
     );
-    let raw_params = call.params.get();
     let sent = editor.send_built(
         |uid| {
             let mut out = String::with_capacity(raw_params.len() + 64);
             out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-            out.push_str(&uid.to_string());
+            let _ = write!(out, "{uid}");
             out.push_str(",\"method\":\"tools/call\",\"params\":");
             out.push_str(raw_params);
             out.push('}');
@@ -353,12 +325,17 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
         },
         pending,
     );
-    let token = params
-        .meta
-        .and_then(|m| m.progress_token)
-        .and_then(|t| serde_json::from_str::<Value>(t.get()).ok());
+    let token = meta
+        .and_then(|m| members(m, ["progressToken"]))
+        .and_then(|[t]| serde_json::from_str::<Value>(t?).ok())
+        .filter(is_progress_token);
     settle_call(s, &editor, sent, token, &id, tab_name.as_deref());
     true
+}
+
+/// A progress token as MCP defines one (a string or a number); anything else is ignored.
+fn is_progress_token(token: &Value) -> bool {
+    token.is_string() || token.is_number()
 }
 
 /// The `Pending` of a session's call: its answer goes back under `id`; a short tool gets the
@@ -589,6 +566,7 @@ fn forward(
         .get("params")
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get("progressToken"))
+        .filter(|t| is_progress_token(t))
         .cloned();
     if let Some(map) = s.map() {
         if let Some(args) = msg.get_mut("params").and_then(|p| p.get_mut("arguments")) {

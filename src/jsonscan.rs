@@ -1,0 +1,433 @@
+//! One validating pass over a JSON object that hands out its top-level members as borrowed
+//! text, for the hot paths: a call is forwarded and an answer returned by reading a few
+//! members and passing the rest on as bytes, without building a tree or copying a string.
+//!
+//! The scan accepts exactly what `serde_json` accepts into a struct of the wanted members
+//! (checked against it by a property test): it refuses a wanted member given twice, and it
+//! declines nesting deeper than [`MAX_DEPTH`]. Callers then take their slow path, which
+//! parses with `serde_json` and answers any error.
+
+use std::borrow::Cow;
+
+/// Deepest nesting the scan follows (`serde_json` refuses deeper than 128 as well).
+pub const MAX_DEPTH: u32 = 127;
+
+/// Scans `text`, which must be one JSON object and nothing else, and returns the raw text of
+/// each member named in `wanted` (`None` for the absent ones), in `wanted`'s order. `None`
+/// when the text is not valid JSON, not an object, names a wanted member twice, or nests too
+/// deep.
+pub fn members<'a, const N: usize>(
+    text: &'a str,
+    wanted: [&str; N],
+) -> Option<[Option<&'a str>; N]> {
+    let mut out = [None; N];
+    let mut s = Scan {
+        text,
+        b: text.as_bytes(),
+        i: 0,
+    };
+    s.ws();
+    s.eat(b'{')?;
+    s.ws();
+    if s.peek() == Some(b'}') {
+        s.i += 1;
+    } else {
+        loop {
+            let key = s.key()?;
+            s.ws();
+            s.eat(b':')?;
+            s.ws();
+            let start = s.i;
+            s.value()?;
+            if let Some(k) = wanted.iter().position(|w| *w == key.as_ref()) {
+                if out[k].is_some() {
+                    return None;
+                }
+                out[k] = text.get(start..s.i);
+            }
+            s.ws();
+            match s.next()? {
+                b',' => s.ws(),
+                b'}' => break,
+                _ => return None,
+            }
+        }
+    }
+    s.ws();
+    (s.i == s.b.len()).then_some(out)
+}
+
+/// The text of a JSON string literal without its quotes, when it has no escapes (`None`
+/// otherwise, or when `raw` is not a string).
+pub fn plain_str(raw: &str) -> Option<&str> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
+}
+
+/// A JSON number that is a plain non-negative integer (`17`, not `17.0` or `1e1`).
+pub fn plain_u64(raw: &str) -> Option<u64> {
+    if raw.is_empty() || !raw.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    raw.parse().ok()
+}
+
+struct Scan<'a> {
+    text: &'a str,
+    b: &'a [u8],
+    i: usize,
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// Where in `w` (eight bytes, little-endian) the first `"`, `\` or control character (below
+/// 0x20) is: the bytes a string scan must stop at. A flag can be wrong only above a true one,
+/// so the lowest is exact.
+fn first_special(w: u64) -> Option<usize> {
+    let quote = w ^ (ONES * u64::from(b'"'));
+    let slash = w ^ (ONES * u64::from(b'\\'));
+    let zero_in = |v: u64| v.wrapping_sub(ONES) & !v;
+    let flags = (zero_in(quote) | zero_in(slash) | (w.wrapping_sub(ONES * 0x20) & !w)) & HIGH;
+    (flags != 0).then(|| flags.trailing_zeros() as usize / 8)
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let c = self.peek()?;
+        self.i += 1;
+        Some(c)
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.next()? == c).then_some(())
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// A member name, borrowed unless it has escapes (then decoded: rare, so serde_json's
+    /// decoder serves).
+    fn key(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.i;
+        let escaped = self.string()?;
+        let raw = self.text.get(start..self.i)?;
+        if escaped {
+            serde_json::from_str(raw).ok().map(Cow::Owned)
+        } else {
+            raw.get(1..raw.len() - 1).map(Cow::Borrowed)
+        }
+    }
+
+    /// A string, from its opening quote to past its closing one. `Some(true)` when it had
+    /// escapes. The text is UTF-8 already (it came from a `&str`).
+    fn string(&mut self) -> Option<bool> {
+        self.eat(b'"')?;
+        let mut escaped = false;
+        loop {
+            // Eight bytes at a time to the next byte that needs a look.
+            while let Some(chunk) = self.b.get(self.i..self.i + 8) {
+                let w = u64::from_le_bytes(chunk.try_into().ok()?);
+                match first_special(w) {
+                    Some(at) => {
+                        self.i += at;
+                        break;
+                    }
+                    None => self.i += 8,
+                }
+            }
+            match self.next()? {
+                b'"' => return Some(escaped),
+                b'\\' => {
+                    escaped = true;
+                    match self.next()? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                        b'u' => {
+                            for _ in 0..4 {
+                                if !self.next()?.is_ascii_hexdigit() {
+                                    return None;
+                                }
+                            }
+                        }
+                        _ => return None,
+                    }
+                }
+                c if c < 0x20 => return None,
+                _ => {}
+            }
+        }
+    }
+
+    fn digits(&mut self) -> Option<()> {
+        let start = self.i;
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.i += 1;
+        }
+        (self.i > start).then_some(())
+    }
+
+    fn number(&mut self) -> Option<()> {
+        if self.peek() == Some(b'-') {
+            self.i += 1;
+        }
+        match self.next()? {
+            b'0' => {}
+            b'1'..=b'9' => {
+                while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+                    self.i += 1;
+                }
+            }
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            self.digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            self.digits()?;
+        }
+        Some(())
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.i + word.len();
+        (self.b.get(self.i..end)? == word).then(|| self.i = end)
+    }
+
+    /// One value of any kind, nesting followed without recursion: a bit per open container
+    /// (set for an object) says what closes it and whether members need names.
+    fn value(&mut self) -> Option<()> {
+        let mut objects: u128 = 0;
+        let mut depth: u32 = 0;
+        loop {
+            // A value starts here.
+            self.ws();
+            let opened = match self.peek()? {
+                c @ (b'{' | b'[') => {
+                    self.i += 1;
+                    self.ws();
+                    let close = if c == b'{' { b'}' } else { b']' };
+                    if self.peek() == Some(close) {
+                        self.i += 1;
+                        false
+                    } else {
+                        depth += 1;
+                        if depth > MAX_DEPTH {
+                            return None;
+                        }
+                        objects = (objects << 1) | u128::from(c == b'{');
+                        if c == b'{' {
+                            self.string()?;
+                            self.ws();
+                            self.eat(b':')?;
+                        }
+                        true
+                    }
+                }
+                b'"' => {
+                    self.string()?;
+                    false
+                }
+                b't' => self.literal(b"true").map(|_| false)?,
+                b'f' => self.literal(b"false").map(|_| false)?,
+                b'n' => self.literal(b"null").map(|_| false)?,
+                _ => self.number().map(|_| false)?,
+            };
+            if opened {
+                continue;
+            }
+            // A value ended: close containers until one wants another member.
+            loop {
+                if depth == 0 {
+                    return Some(());
+                }
+                self.ws();
+                let in_object = objects & 1 == 1;
+                match self.next()? {
+                    b',' => {
+                        if in_object {
+                            self.ws();
+                            self.string()?;
+                            self.ws();
+                            self.eat(b':')?;
+                        }
+                        break;
+                    }
+                    b'}' if in_object => {}
+                    b']' if !in_object => {}
+                    _ => return None,
+                }
+                depth -= 1;
+                objects >>= 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn members_are_the_raw_text_of_each_wanted_name() {
+        let t =
+            r#" {"jsonrpc":"2.0", "id" : "a\"b", "params":{"x":[1,2.5e-3,{"y":null}]},"z":true} "#;
+        let [id, params, missing] = members(t, ["id", "params", "nope"]).unwrap();
+        assert_eq!(id, Some(r#""a\"b""#));
+        assert_eq!(params, Some(r#"{"x":[1,2.5e-3,{"y":null}]}"#));
+        assert_eq!(missing, None);
+        assert_eq!(members("{}", ["a"]), Some([None]));
+    }
+
+    #[test]
+    fn refuses_a_wanted_name_twice_and_declines_deep_nesting() {
+        assert_eq!(members(r#"{"id":1,"id":2}"#, ["id"]), None);
+        assert_eq!(members(r#"{"i\u0064":1,"id":2}"#, ["id"]), None);
+        // An escaped name is decoded.
+        assert_eq!(members(r#"{"i\u0064":1}"#, ["id"]), Some([Some("1")]));
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(members(&deep, ["a"]), None);
+        // Not a wanted name: twice is fine, as serde_json takes it.
+        assert!(members(r#"{"x":1,"x":2}"#, ["id"]).is_some());
+    }
+
+    #[test]
+    fn refuses_what_json_refuses() {
+        for bad in [
+            "",
+            "[]",
+            "{",
+            "{\"a\"}",
+            "{\"a\":}",
+            "{\"a\":1,}",
+            "{\"a\":1} x",
+            "{\"a\":01}",
+            "{\"a\":1.}",
+            "{\"a\":-}",
+            "{\"a\":tru}",
+            "{\"a\":\"\t\"}",
+            "{\"a\":\"\\x\"}",
+            "{\"a\":\"\\u12g4\"}",
+            "{\"a\":[1,]}",
+            "{\"a\":[1 2]}",
+            "{\"a\":{\"b\" 1}}",
+            "{\"a\":\"unterminated}",
+            "{\"a\":[}",
+            "{'a':1}",
+            "{\"a\":NaN}",
+        ] {
+            assert_eq!(members(bad, ["a"]), None, "{bad:?}");
+            assert!(serde_json::from_str::<serde_json::Value>(bad).map_or(true, |v| !v.is_object()));
+        }
+    }
+
+    #[test]
+    fn plain_values() {
+        assert_eq!(plain_str(r#""tools/call""#), Some("tools/call"));
+        assert_eq!(plain_str(r#""a\nb""#), None);
+        assert_eq!(plain_str("17"), None);
+        assert_eq!(plain_u64("17"), Some(17));
+        for no in ["", "-1", "1.0", "1e2", "\"1\"", "99999999999999999999999"] {
+            assert_eq!(plain_u64(no), None, "{no}");
+        }
+    }
+
+    /// JSON-ish text: mostly valid JSON, with now and then a byte broken, so both sides of
+    /// every rule are reached.
+    fn jsonish() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            "-?(0|[1-9][0-9]{0,3})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+            "\"([a-z\u{e9}\u{1F600} /]|\\\\[\"\\\\/bfnrt]|\\\\u[0-9a-fA-F]{4})*\"",
+        ];
+        let value = leaf.prop_recursive(5, 40, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(("[a-z]{1,3}", inner), 0..4).prop_map(|m| {
+                    let m: Vec<String> = m
+                        .into_iter()
+                        .map(|(k, v)| format!("\"{k}\" : {v}"))
+                        .collect();
+                    format!("{{ {} }}", m.join(" ,"))
+                }),
+            ]
+        });
+        let object = prop::collection::vec(("[a-d]{1,2}", value), 0..5).prop_map(|m| {
+            let m: Vec<String> = m.into_iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            format!("{{{}}}", m.join(","))
+        });
+        (
+            object,
+            any::<u16>(),
+            0u8..4,
+            prop::sample::select(vec!['"', '\\', ',', '}', ']', '1', '.', ' ', '\u{1}']),
+        )
+            .prop_map(|(mut s, at, how, c)| {
+                let at = usize::from(at) % (s.len() + 1);
+                if s.is_char_boundary(at) {
+                    match how {
+                        0 => s.insert(at, c),
+                        1 if at < s.len() && s.is_char_boundary(at + 1) => {
+                            s.remove(at);
+                        }
+                        _ => {}
+                    }
+                }
+                s
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// The word-at-a-time search stops exactly where a byte-by-byte one would.
+        #[test]
+        fn first_special_is_exact(bytes in prop::array::uniform8(prop_oneof![any::<u8>(), Just(b'"'), Just(b'\\'), 0u8..0x21, 0x7fu8..0x82])) {
+            let want = bytes.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
+            prop_assert_eq!(first_special(u64::from_le_bytes(bytes)), want);
+        }
+
+        /// The scan and serde_json, reading the same members into a struct (as `RawValue`s,
+        /// which like the scan let a lone surrogate escape through), accept the same texts
+        /// and find the same members.
+        #[test]
+        fn agrees_with_serde_json(text in jsonish()) {
+            use serde_json::value::RawValue;
+            #[derive(serde::Deserialize)]
+            struct Abc<'a> {
+                #[serde(borrow, default)]
+                a: Option<&'a RawValue>,
+                #[serde(borrow, default)]
+                b: Option<&'a RawValue>,
+                #[serde(borrow, default)]
+                c: Option<&'a RawValue>,
+            }
+            let ours = members(&text, ["a", "b", "c"]);
+            let theirs = serde_json::from_str::<Abc>(&text).ok();
+            match (ours, theirs) {
+                (Some(got), Some(t)) => {
+                    // serde reads a member that is `null` into an `Option` as `None`.
+                    let got = got.map(|r| r.filter(|r| *r != "null"));
+                    prop_assert_eq!(got, [t.a, t.b, t.c].map(|r| r.map(RawValue::get)));
+                }
+                (Some(_), None) => prop_assert!(false, "scan accepted what serde_json refuses"),
+                (None, Some(_)) => prop_assert!(false, "scan refused what serde_json accepts"),
+                (None, None) => {}
+            }
+        }
+    }
+}
