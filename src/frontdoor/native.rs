@@ -164,15 +164,30 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
             let reg2 = reg.clone();
             reg.tracker.spawn(async move {
                 match on_upgrade.await {
-                    Ok(up) => {
-                        let ws = WebSocketStream::from_raw_socket(
-                            TokioIo::new(up),
-                            Role::Server,
-                            Some(config),
-                        )
-                        .await;
-                        session::run(reg2, ws, intro).await;
-                    }
+                    // The session gets the socket itself back from hyper (with any bytes
+                    // the client sent behind its request), so its reads and writes do not
+                    // pass through hyper's upgrade layers.
+                    Ok(up) => match up.downcast::<TokioIo<tokio::net::UnixStream>>() {
+                        Ok(parts) => {
+                            let ws = WebSocketStream::from_partially_read(
+                                parts.io.into_inner(),
+                                parts.read_buf.to_vec(),
+                                Role::Server,
+                                Some(config),
+                            )
+                            .await;
+                            session::run(reg2, ws, intro).await;
+                        }
+                        Err(up) => {
+                            let ws = WebSocketStream::from_raw_socket(
+                                TokioIo::new(up),
+                                Role::Server,
+                                Some(config),
+                            )
+                            .await;
+                            session::run(reg2, ws, intro).await;
+                        }
+                    },
                     Err(e) => tracing::info!(error = %e, "session upgrade failed"),
                 }
                 drop(place);

@@ -10,6 +10,8 @@ use crate::sync::lock;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -58,7 +60,7 @@ where
     }
     reg.place_new_session(&session, intro.editor.as_deref());
 
-    let mut selection: Option<watch::Receiver<Option<Arc<str>>>> = None;
+    let mut selection = SelectionFeed::default();
     // Handshake first: until the client's first request (`initialize`, for an MCP client) has
     // been answered, attachment notices wait here and the selection replay waits in its watch;
     // then they follow the answer, in order. A pi-ide client that attaches its message handler
@@ -87,15 +89,15 @@ where
             Some(c) = ctl_rx.recv() => {
                 let note = match c {
                     Control::Attached(e) => {
-                        selection = subscribe(&reg, &e);
+                        selection.follow(subscribe(&reg, &e));
                         Some(jsonrpc::notification(jsonrpc::broker::ATTACHED, attached_params(&reg, &e)))
                     }
                     Control::Detached(r) => {
-                        selection = None;
+                        selection.follow(None);
                         Some(jsonrpc::notification(jsonrpc::broker::DETACHED, json!({"reason": r})))
                     }
                     Control::Rebind => {
-                        selection = session.editor_id().and_then(|e| subscribe(&reg, &e));
+                        selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e)));
                         None
                     }
                 };
@@ -113,11 +115,11 @@ where
                 break "write failed";
             }
             _ = progress_tick.tick(), if wants_progress => keep_alive(&reg, &session),
-            changed = selection_changed(&mut selection), if held.is_none() => match changed {
+            changed = selection.changed(), if held.is_none() => match changed {
                 Some(text) => {
                     session.outbox.deliver(session.to_agent(&text));
                 }
-                None => selection = session.editor_id().and_then(|e| subscribe(&reg, &e)),
+                None => selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e))),
             },
             frame = stream.next() => {
                 match frame {
@@ -182,18 +184,50 @@ fn subscribe(reg: &Registry, editor: &str) -> Option<watch::Receiver<Option<Arc<
     Some(reg.editor(editor)?.subscribe_selection())
 }
 
-/// The next selection frame, or `None` when the editor's handle is gone (resubscribe).
-async fn selection_changed(rx: &mut Option<watch::Receiver<Option<Arc<str>>>>) -> Option<Arc<str>> {
-    match rx {
-        None => std::future::pending().await,
-        Some(r) => loop {
-            if r.changed().await.is_err() {
-                return None;
-            }
-            if let Some(t) = r.borrow_and_update().clone() {
-                return Some(t);
-            }
-        },
+/// The editor's selection as a session follows it. The wait for the next one is one future
+/// kept across turns of the session loop: a fresh `changed()` per turn would join and leave
+/// the watch's waiters on every frame the session handles.
+#[derive(Default)]
+struct SelectionFeed {
+    next: Option<NextSelection>,
+}
+
+type SelectionRx = watch::Receiver<Option<Arc<str>>>;
+
+/// The wait for the next selection; gives the receiver back with it.
+type NextSelection = Pin<Box<dyn Future<Output = (SelectionRx, Option<Arc<str>>)> + Send>>;
+
+impl SelectionFeed {
+    /// Follows `rx` from now on (nothing when `None`).
+    fn follow(&mut self, rx: Option<SelectionRx>) {
+        self.next = rx.map(|rx| Box::pin(next_selection(rx)) as _);
+    }
+
+    /// The next selection frame; `None` when the editor's handle is gone (resubscribe).
+    /// Pending forever while nothing is followed.
+    async fn changed(&mut self) -> Option<Arc<str>> {
+        let Some(next) = self.next.as_mut() else {
+            return std::future::pending().await;
+        };
+        let (rx, text) = next.await;
+        if text.is_some() {
+            self.follow(Some(rx));
+        } else {
+            self.next = None;
+        }
+        text
+    }
+}
+
+async fn next_selection(mut rx: SelectionRx) -> (SelectionRx, Option<Arc<str>>) {
+    loop {
+        if rx.changed().await.is_err() {
+            return (rx, None);
+        }
+        let latest = rx.borrow_and_update().clone();
+        if latest.is_some() {
+            return (rx, latest);
+        }
     }
 }
 
@@ -259,7 +293,7 @@ fn release(s: &Session, held: &mut Option<Vec<String>>) {
 /// multi-megabyte `openDiff` included). `false` when the slow path must handle it (anything
 /// unusual: it validates, bridges, maps and answers errors).
 fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
-    use crate::jsonscan::{members, plain_str};
+    use crate::jsonscan::{members, plain_str, plain_u64};
     let Some([Some(jsonrpc), Some(method), Some(id_text), Some(raw_params)]) =
         members(text, ["jsonrpc", "method", "id", "params"])
     else {
@@ -300,8 +334,14 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
     } else {
         None
     };
-    let Ok(id) = serde_json::from_str::<Value>(id_text) else {
-        return false;
+    // The common ids without a parser: a plain string or a plain integer.
+    let id = match (plain_str(id_text), plain_u64(id_text)) {
+        (Some(text), _) => Value::String(text.to_string()),
+        (_, Some(n)) => Value::from(n),
+        _ => match serde_json::from_str::<Value>(id_text) {
+            Ok(id) => id,
+            Err(_) => return false,
+        },
     };
     s.touch(reg.stamp());
     let pending = call_pending(

@@ -543,3 +543,34 @@ async fn connection_floods_are_capped_on_both_doors() {
     assert!(r.get("result").is_some(), "{r}");
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
+    // A client may write its `initialize` right behind the upgrade request, in one write:
+    // hyper has read those bytes by the time the session takes the socket over.
+    use tokio::io::AsyncReadExt;
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/pipe"]).await;
+    let mut s = tokio::net::UnixStream::connect(&b.socket).await.unwrap();
+    let mut bytes = b"GET /v1/session?cwd=/pipe HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".to_vec();
+    let payload = br#"{"jsonrpc":"2.0","id":"piped","method":"initialize","params":{}}"#;
+    let mask = [3u8, 1, 4, 1];
+    bytes.extend_from_slice(&[0x81, 0x80 | payload.len() as u8]);
+    bytes.extend_from_slice(&mask);
+    bytes.extend(payload.iter().enumerate().map(|(i, c)| c ^ mask[i % 4]));
+    s.write_all(&bytes).await.unwrap();
+    let mut seen = Vec::new();
+    within("the answer to the piped initialize", async {
+        while !(String::from_utf8_lossy(&seen).contains(r#""piped""#)
+            && String::from_utf8_lossy(&seen).contains("protocolVersion"))
+        {
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    assert!(seen.starts_with(b"HTTP/1.1 101"));
+    b.stop().await;
+}
