@@ -169,13 +169,17 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
                     // pass through hyper's upgrade layers.
                     Ok(up) => match up.downcast::<TokioIo<tokio::net::UnixStream>>() {
                         Ok(parts) => {
+                            let hyper::upgrade::Parts { io, read_buf, .. } = parts;
                             let ws = WebSocketStream::from_partially_read(
-                                parts.io.into_inner(),
-                                parts.read_buf.to_vec(),
+                                io.into_inner(),
+                                read_buf.to_vec(),
                                 Role::Server,
                                 Some(config),
                             )
                             .await;
+                            // hyper's read buffer, which `read_buf` keeps alive, is not the
+                            // session's to hold (4 KiB a session).
+                            drop(read_buf);
                             session::run(reg2, ws, intro).await;
                         }
                         Err(up) => {
