@@ -7,7 +7,8 @@
 //! (some of fake,realistic,roundtrip,fanout,discovery,scale), `--sessions N` (only that many
 //! sessions in the tables against the relay). `PI_IDE_BROKER_BENCH_LOG` sets the daemon's log
 //! filter (default `warn`; its lines are printed prefixed with `broker:`). `PI_IDE_BROKER_BENCH_DAEMON=<binary>` measures
-//! another build of the daemon with this same harness.
+//! another build of the daemon with this same harness. `benches/instructions.sh` counts the
+//! daemon's and a relay's instructions per call (callgrind), which do not move with load.
 
 use pi_ide_broker::testkit::agent::Agent;
 use pi_ide_broker::testkit::fake_editor::{FakeEditor, Options};
@@ -497,10 +498,54 @@ fn editor_mode(dir: &str) {
     });
 }
 
+/// `--calls N SOCK [PORT TOKEN]`: `N` echo calls, one at a time, through the broker's native
+/// door at `SOCK` (a session on /real, as `--editor` serves), or with `PORT TOKEN` through a
+/// relay at `SOCK` to that editor. For `benches/instructions.sh`, which counts the middle
+/// process's instructions under callgrind.
+fn calls_mode(sock: &str, n: usize, relay: Option<(u16, String)>) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let io: Box<dyn Io> = Box::new(tokio::net::UnixStream::connect(sock).await.unwrap());
+        let (url, token) = match &relay {
+            Some((port, token)) => (format!("ws://127.0.0.1:{port}/"), token.clone()),
+            None => (
+                "ws://localhost/v1/session?cwd=/real".to_string(),
+                String::new(),
+            ),
+        };
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut()
+            .insert("x-pi-ide-authorization", token.parse().unwrap());
+        let (mut ws, _) = tokio_tungstenite::client_async(req, io).await.unwrap();
+        if relay.is_none() {
+            let init =
+                json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {}});
+            ws.send(Message::text(init.to_string())).await.unwrap();
+            while let Some(Ok(m)) = ws.next().await {
+                if m.to_text().unwrap_or("").contains("broker/attached") {
+                    break;
+                }
+            }
+        }
+        timed_ws(&mut ws, n, 0).await;
+    });
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--relay") {
         return relay_mode(&args[i + 1], args[i + 2].parse().unwrap());
+    }
+    if let Some(i) = args.iter().position(|a| a == "--calls") {
+        let relay = args
+            .get(i + 3)
+            .map(|port| (port.parse().unwrap(), args[i + 4].clone()));
+        return calls_mode(&args[i + 2], args[i + 1].parse().unwrap(), relay);
     }
     if let Some(i) = args.iter().position(|a| a == "--editor") {
         return editor_mode(&args[i + 1]);

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# User-space instructions per call, counted by callgrind: the daemon's native door and a bare
+# relay process, each carrying the same echo calls (one at a time) to the same editor process.
+# Instruction counts do not move with the machine's load, where the timing tables move 2-5x,
+# so this is the figure to compare two builds of the hot path by.
+#
+#   benches/instructions.sh [daemon binary]      (default: this checkout's release build)
+#   CALLS=N (default 2000) calls are counted, after 200 that warm up.
+#
+# Needs valgrind (Debian: apt-get install valgrind).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "valgrind not found: install it (Debian: apt-get install valgrind)" >&2; exit 1; }
+bench=$(cargo bench --bench broker --no-run 2>&1 | grep -o 'target/release/deps/broker-[0-9a-f]*' | tail -1)
+[ -n "$bench" ] || { echo "cannot find the bench binary in cargo's output" >&2; exit 1; }
+daemon=$(realpath "${1:-target/release/pi-ide-broker}")
+calls=${CALLS:-2000}
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+mkdir -p "$dir/pi-ide"
+cat >"$dir/config.toml" <<CONF
+socket = "$dir/run/sock"
+state_dir = "$dir/state"
+log = "warn"
+[compat]
+lock_dir = "$dir/compat"
+[[lock_dirs]]
+path = "$dir/pi-ide"
+family = "pi"
+CONF
+
+# Waits until FILE has a line starting with WORD; prints that line's second field.
+wait_word() {
+  for _ in $(seq 600); do
+    if line=$(grep -m1 "^$2" "$1" 2>/dev/null); then echo "$line" | cut -d' ' -f2; return; fi
+    sleep 0.1
+  done
+  echo "timed out waiting for '$2' in $1" >&2; exit 1
+}
+
+# Counts the instructions of the callgrind process PID over $calls calls made by `--calls ARGS`.
+count() {
+  local pid=$1; shift
+  "$bench" --calls 200 "$@" >/dev/null
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  "$bench" --calls "$calls" "$@" >/dev/null
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  local total
+  total=$(callgrind_annotate "$dir/cg.$pid.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  [ -n "$total" ] || { echo "no callgrind dump from pid $pid" >&2; exit 1; }
+  echo $((total / calls))
+}
+
+"$bench" --editor "$dir/pi-ide" >"$dir/editor.out" &
+pids+=($!)
+port=$(wait_word "$dir/editor.out" ready)
+token=$(sed -n 's/.*"authToken":"\([^"]*\)".*/\1/p' "$dir/pi-ide/$port.lock")
+
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$daemon" --config "$dir/config.toml" daemon 2>"$dir/daemon.err" &
+daemon_pid=$!
+pids+=("$daemon_pid")
+for _ in $(seq 600); do
+  "$daemon" --config "$dir/config.toml" status 2>/dev/null | grep -q " ready " && break
+  sleep 0.1
+done
+broker=$(count "$daemon_pid" "$dir/run/sock")
+
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$bench" --relay "$dir/relay.sock" "$port" >"$dir/relay.out" 2>"$dir/relay.err" &
+relay_pid=$!
+pids+=("$relay_pid")
+wait_word "$dir/relay.out" ready >/dev/null
+relay=$(count "$relay_pid" "$dir/relay.sock" "$port" "$token")
+
+printf 'user-space instructions per call (%s calls, callgrind)\n' "$calls"
+printf '  %-28s %8s\n' "bare relay" "$relay" "broker, native door" "$broker"
+awk -v b="$broker" -v r="$relay" 'BEGIN { printf "  %-28s %8.2fx\n", "broker / relay", b / r }'
