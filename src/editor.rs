@@ -14,9 +14,9 @@ use dashmap::DashMap;
 use futures_util::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1040,14 +1040,22 @@ fn fast_reply(editor: &Editor, text: &str) -> Option<bool> {
         matches!(p.owner, Owner::Session { .. }) && p.bridge.is_none() && p.map.is_none()
     })?;
     if let Owner::Session { outbox, id, .. } = p.owner {
-        let mut out = String::with_capacity(text.len() + 64);
-        out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-        let _ = write!(out, "{id}");
-        out.push_str(",\"");
-        out.push_str(key);
-        out.push_str("\":");
-        out.push_str(body);
-        out.push('}');
+        // The id's JSON text, borrowed where it can be, so the frame is allocated once at its
+        // exact size (a `String` whose length is its capacity becomes the frame's bytes
+        // without another allocation).
+        let plain = |s: &str| !s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20);
+        let (quote, id_text) = match &id {
+            Value::Number(n) => ("", Cow::Borrowed(n.as_str())),
+            Value::String(s) if plain(s) => ("\"", Cow::Borrowed(s.as_str())),
+            other => ("", Cow::Owned(other.to_string())),
+        };
+        const HEAD: &str = "{\"jsonrpc\":\"2.0\",\"id\":";
+        let len = HEAD.len() + 2 * quote.len() + id_text.len() + key.len() + body.len() + 5;
+        let mut out = String::with_capacity(len);
+        for part in [HEAD, quote, &id_text, quote, ",\"", key, "\":", body, "}"] {
+            out.push_str(part);
+        }
+        debug_assert_eq!(out.len(), len);
         outbox.deliver(out);
     }
     Some(true)

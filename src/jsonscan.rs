@@ -9,7 +9,8 @@
 
 use std::borrow::Cow;
 
-/// Deepest nesting the scan follows (`serde_json` refuses deeper than 128 as well).
+/// Deepest nesting the scan follows. Deeper text goes to the slow path, whose
+/// `serde_json::Value` parse refuses nesting deeper than 128.
 pub const MAX_DEPTH: u32 = 127;
 
 /// Scans `text`, which must be one JSON object and nothing else, and returns the raw text of

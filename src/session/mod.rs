@@ -355,12 +355,19 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
     );
     let sent = editor.send_built(
         |uid| {
-            let mut out = String::with_capacity(raw_params.len() + 64);
-            out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+            // Allocated once at its exact size: a `String` whose length is its capacity
+            // becomes the frame's bytes without another allocation.
+            const HEAD: &str = "{\"jsonrpc\":\"2.0\",\"id\":";
+            const MID: &str = ",\"method\":\"tools/call\",\"params\":";
+            let digits = uid.checked_ilog10().map_or(1, |d| d as usize + 1);
+            let len = HEAD.len() + digits + MID.len() + raw_params.len() + 1;
+            let mut out = String::with_capacity(len);
+            out.push_str(HEAD);
             let _ = write!(out, "{uid}");
-            out.push_str(",\"method\":\"tools/call\",\"params\":");
+            out.push_str(MID);
             out.push_str(raw_params);
             out.push('}');
+            debug_assert_eq!(out.len(), len);
             out
         },
         pending,
