@@ -832,16 +832,9 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
             sleep.as_mut().reset(wake);
         }
         tokio::select! {
+            biased;
             _ = &mut cancelled, if draining.is_none() => {
                 draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
-            }
-            // A short tool with an earlier deadline than we sleep to.
-            _ = &mut deadline_added => {
-                deadline_added.set(editor.deadline_added.notified());
-            }
-            // Frames queued while the socket was full (or sent before this task first ran).
-            why = std::future::poll_fn(|cx| editor.out.poll_broken(cx)) => {
-                break LinkEnd::Closed(format!("write failed: {why}"));
             }
             _ = &mut sleep => {
                 let now = tokio::time::Instant::now();
@@ -867,6 +860,11 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                     break LinkEnd::Closed(why);
                 }
             }
+            // The editor's frames before the other wake-ups: a wake-up for an answer then polls
+            // only the cancellation and the timer (cheap while not due) before handling it.
+            // The timer goes first so a flood of frames cannot starve the health checks and
+            // the deadline sweep (tokio's budget stops the stream, and the timer with it, once
+            // per turn; whatever comes first in the next turn wins).
             frame = stream.next() => {
                 let frame = match frame {
                     None => break LinkEnd::Closed("connection closed".into()),
@@ -906,6 +904,14 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                         }
                     }
                 }
+            }
+            // A short tool with an earlier deadline than we sleep to.
+            _ = &mut deadline_added => {
+                deadline_added.set(editor.deadline_added.notified());
+            }
+            // Frames queued while the socket was full (or sent before this task first ran).
+            why = std::future::poll_fn(|cx| editor.out.poll_broken(cx)) => {
+                break LinkEnd::Closed(format!("write failed: {why}"));
             }
         }
     };

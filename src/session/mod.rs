@@ -86,6 +86,36 @@ where
         tokio::select! {
             biased;
             _ = &mut killed => break "dropped or shutting down",
+            // The client's frames before the other branches: a wake-up for a frame then polls
+            // nothing else before handling it (the rest are polled once, on the way back to
+            // sleep). A client that writes without pause delays only its own session's notices
+            // and progress; a drop is still seen first.
+            frame = stream.next() => {
+                match frame {
+                    None => break "closed by client",
+                    Some(Err(e)) => {
+                        tracing::info!(error = %e, "session connection error");
+                        break "connection error";
+                    }
+                    Some(Ok(Message::Text(t))) => {
+                        if on_client_text(&reg, &session, t.as_str()) {
+                            release(&session, &mut held);
+                        }
+                    }
+                    Some(Ok(Message::Binary(b))) => match std::str::from_utf8(&b) {
+                        Ok(t) => {
+                            if on_client_text(&reg, &session, t) {
+                                release(&session, &mut held);
+                            }
+                        }
+                        Err(_) => {
+                            session.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8"));
+                        }
+                    },
+                    Some(Ok(Message::Close(_))) => break "closed by client",
+                    Some(Ok(_)) => {}
+                }
+            }
             Some(c) = ctl_rx.recv() => {
                 let note = match c {
                     Control::Attached(e) => {
@@ -121,32 +151,6 @@ where
                 }
                 None => selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e))),
             },
-            frame = stream.next() => {
-                match frame {
-                    None => break "closed by client",
-                    Some(Err(e)) => {
-                        tracing::info!(error = %e, "session connection error");
-                        break "connection error";
-                    }
-                    Some(Ok(Message::Text(t))) => {
-                        if on_client_text(&reg, &session, t.as_str()) {
-                            release(&session, &mut held);
-                        }
-                    }
-                    Some(Ok(Message::Binary(b))) => match std::str::from_utf8(&b) {
-                        Ok(t) => {
-                            if on_client_text(&reg, &session, t) {
-                                release(&session, &mut held);
-                            }
-                        }
-                        Err(_) => {
-                            session.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8"));
-                        }
-                    },
-                    Some(Ok(Message::Close(_))) => break "closed by client",
-                    Some(Ok(_)) => {}
-                }
-            }
         }
     };
     tracing::debug!(session = id, reason, "session loop ended; flushing");
