@@ -21,41 +21,28 @@ pub fn members<'a, const N: usize>(
     text: &'a str,
     wanted: [&str; N],
 ) -> Option<[Option<&'a str>; N]> {
-    let mut out = [None; N];
+    members_in::<N, 0>(text, wanted, N, []).map(|(out, _)| out)
+}
+
+/// [`members`], and in the same pass the members `inner` of the object that is member
+/// `wanted[at]` (`None` for them when that member is absent or not an object): a request's
+/// params are read without a second pass over them.
+#[allow(clippy::type_complexity)]
+pub fn members_in<'a, const N: usize, const M: usize>(
+    text: &'a str,
+    wanted: [&str; N],
+    at: usize,
+    inner: [&str; M],
+) -> Option<([Option<&'a str>; N], Option<[Option<&'a str>; M]>)> {
     let mut s = Scan {
         text,
         b: text.as_bytes(),
         i: 0,
     };
     s.ws();
-    s.eat(b'{')?;
+    let found = s.object(wanted, at, inner)?;
     s.ws();
-    if s.peek() == Some(b'}') {
-        s.i += 1;
-    } else {
-        loop {
-            let key = s.key()?;
-            s.ws();
-            s.eat(b':')?;
-            s.ws();
-            let start = s.i;
-            s.value()?;
-            if let Some(k) = wanted.iter().position(|w| *w == key.as_ref()) {
-                if out[k].is_some() {
-                    return None;
-                }
-                out[k] = text.get(start..s.i);
-            }
-            s.ws();
-            match s.next()? {
-                b',' => s.ws(),
-                b'}' => break,
-                _ => return None,
-            }
-        }
-    }
-    s.ws();
-    (s.i == s.b.len()).then_some(out)
+    (s.i == s.b.len()).then_some(found)
 }
 
 /// The text of a JSON string literal without its quotes, when it has no escapes (`None`
@@ -111,6 +98,50 @@ impl<'a> Scan<'a> {
     fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.i += 1;
+        }
+    }
+
+    /// An object from its `{`: the raw text of the members named in `wanted`, and of those
+    /// named in `inner` inside the object that is member `wanted[at]`.
+    #[allow(clippy::type_complexity)]
+    fn object<const N: usize, const M: usize>(
+        &mut self,
+        wanted: [&str; N],
+        at: usize,
+        inner: [&str; M],
+    ) -> Option<([Option<&'a str>; N], Option<[Option<&'a str>; M]>)> {
+        let mut out = [None; N];
+        let mut nested = None;
+        self.eat(b'{')?;
+        self.ws();
+        if self.peek() == Some(b'}') {
+            self.i += 1;
+            return Some((out, nested));
+        }
+        loop {
+            let key = self.key()?;
+            self.ws();
+            self.eat(b':')?;
+            self.ws();
+            let start = self.i;
+            let k = wanted.iter().position(|w| *w == key.as_ref());
+            if k == Some(at) && self.peek() == Some(b'{') {
+                nested = Some(self.object::<M, 0>(inner, M, [])?.0);
+            } else {
+                self.value()?;
+            }
+            if let Some(k) = k {
+                if out[k].is_some() {
+                    return None;
+                }
+                out[k] = self.text.get(start..self.i);
+            }
+            self.ws();
+            match self.next()? {
+                b',' => self.ws(),
+                b'}' => return Some((out, nested)),
+                _ => return None,
+            }
         }
     }
 
@@ -293,6 +324,29 @@ mod tests {
     }
 
     #[test]
+    fn members_in_reads_an_inner_object_in_the_same_pass() {
+        let t = r#"{"id":1,"params":{"name":"echo","arguments":{"name":"inner"}},"x":[]}"#;
+        let (outer, inner) = members_in(t, ["id", "params"], 1, ["name", "arguments"]).unwrap();
+        assert_eq!(
+            outer,
+            [
+                Some("1"),
+                Some(r#"{"name":"echo","arguments":{"name":"inner"}}"#)
+            ]
+        );
+        assert_eq!(
+            inner,
+            Some([Some(r#""echo""#), Some(r#"{"name":"inner"}"#)])
+        );
+        // Not an object: no inner members, the outer ones as ever.
+        let (outer, inner) = members_in(r#"{"params":[1]}"#, ["params"], 0, ["name"]).unwrap();
+        assert_eq!((outer, inner), ([Some("[1]")], None));
+        // An inner wanted name twice is refused like an outer one.
+        assert!(members_in(r#"{"p":{"n":1,"n":2}}"#, ["p"], 0, ["n"]).is_none());
+        assert!(members_in(r#"{"p":{"n":1,}}"#, ["p"], 0, ["n"]).is_none());
+    }
+
+    #[test]
     fn refuses_a_wanted_name_twice_and_declines_deep_nesting() {
         assert_eq!(members(r#"{"id":1,"id":2}"#, ["id"]), None);
         assert_eq!(members(r#"{"i\u0064":1,"id":2}"#, ["id"]), None);
@@ -400,6 +454,28 @@ mod tests {
         fn first_special_is_exact(bytes in prop::array::uniform8(prop_oneof![any::<u8>(), Just(b'"'), Just(b'\\'), 0u8..0x21, 0x7fu8..0x82])) {
             let want = bytes.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
             prop_assert_eq!(first_special(u64::from_le_bytes(bytes)), want);
+        }
+
+        /// Reading an inner object in the same pass finds what a second pass over it finds,
+        /// and changes nothing outside it.
+        #[test]
+        fn members_in_agrees_with_two_passes(text in jsonish()) {
+            let once = members_in(&text, ["a", "b", "c"], 0, ["a", "b"]);
+            let outer = members(&text, ["a", "b", "c"]);
+            match (once, outer) {
+                (Some((got, inner)), Some(want)) => {
+                    prop_assert_eq!(got, want);
+                    let second = want[0].filter(|a| a.starts_with('{')).and_then(|a| members(a, ["a", "b"]));
+                    prop_assert_eq!(inner, second);
+                }
+                (None, Some(want)) => {
+                    // Only an inner wanted name given twice refuses the one-pass read.
+                    let a = want[0].filter(|a| a.starts_with('{'));
+                    prop_assert!(a.is_some_and(|a| members(a, ["a", "b"]).is_none()));
+                }
+                (Some(_), None) => prop_assert!(false, "one pass accepted what the scan refuses"),
+                (None, None) => {}
+            }
         }
 
         /// The scan and serde_json, reading the same members into a struct (as `RawValue`s,

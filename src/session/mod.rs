@@ -297,9 +297,15 @@ fn release(s: &Session, held: &mut Option<Vec<String>>) {
 /// multi-megabyte `openDiff` included). `false` when the slow path must handle it (anything
 /// unusual: it validates, bridges, maps and answers errors).
 fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
-    use crate::jsonscan::{members, plain_str, plain_u64};
-    let Some([Some(jsonrpc), Some(method), Some(id_text), Some(raw_params)]) =
-        members(text, ["jsonrpc", "method", "id", "params"])
+    use crate::jsonscan::{members, members_in, plain_str, plain_u64};
+    // One pass: the call's members, and the members of its params.
+    let Some(([Some(jsonrpc), Some(method), Some(id_text), Some(raw_params)], Some(params))) =
+        members_in(
+            text,
+            ["jsonrpc", "method", "id", "params"],
+            3,
+            ["name", "arguments", "_meta"],
+        )
     else {
         return false;
     };
@@ -311,9 +317,7 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
     {
         return false;
     }
-    let Some([Some(name), Some(arguments), meta]) =
-        members(raw_params, ["name", "arguments", "_meta"])
-    else {
+    let [Some(name), Some(arguments), meta] = params else {
         return false;
     };
     let Some(tool) = plain_str(name) else {
