@@ -9,11 +9,8 @@
 #
 # Needs valgrind (Debian: apt-get install valgrind).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-command -v valgrind >/dev/null || { echo "valgrind not found: install it (Debian: apt-get install valgrind)" >&2; exit 1; }
-bench=$(cargo bench --bench broker --no-run 2>&1 | grep -o 'target/release/deps/broker-[0-9a-f]*' | tail -1)
-[ -n "$bench" ] || { echo "cannot find the bench binary in cargo's output" >&2; exit 1; }
-daemon=$(realpath "${1:-target/release/pi-ide-broker}")
+. "$(dirname "$0")/common.sh"
+bench_setup valgrind "Debian: apt-get install valgrind" "${1:-}"
 calls=${CALLS:-2000}
 dir=$(mktemp -d)
 pids=()

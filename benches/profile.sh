@@ -7,11 +7,8 @@
 #
 # Needs `perf` (Debian: linux-perf). Output in target/profile/: bench.txt, perf.data, report.txt.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-command -v perf >/dev/null || { echo "perf not found: install it (Debian: apt-get install linux-perf)" >&2; exit 1; }
-bench=$(cargo bench --bench broker --no-run 2>&1 | grep -o 'target/release/deps/broker-[0-9a-f]*' | tail -1)
-[ -n "$bench" ] || { echo "cannot find the bench binary in cargo's output" >&2; exit 1; }
-daemon=$(realpath "${1:-target/release/pi-ide-broker}")
+. "$(dirname "$0")/common.sh"
+bench_setup perf "Debian: apt-get install linux-perf" "${1:-}"
 out=target/profile
 mkdir -p "$out"
 PI_IDE_BROKER_BENCH_DAEMON="$daemon" "$bench" --quick --only realistic --sessions 32 >"$out/bench.txt" 2>&1 &
