@@ -807,6 +807,8 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
     // with the token) per frame would cost a timer-wheel insert and removal per call.
     let cancelled = editor.cancel.cancelled();
     tokio::pin!(cancelled);
+    // Polled only once it has woken the task: the link is cancelled once in its life.
+    let mut cancelled = crate::woken::WhenWoken::new(cancelled);
     let deadline_added = editor.deadline_added.notified();
     tokio::pin!(deadline_added);
     let sleep = tokio::time::sleep_until(health.next_wake());

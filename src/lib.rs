@@ -35,6 +35,7 @@ pub mod state;
 pub mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod woken;
 
 pub use config::Config;
 pub use daemon::{serve, Ready};

@@ -73,6 +73,11 @@ where
     // Made once: a fresh future per turn would register with (and leave) the token each time.
     let killed = kill.cancelled();
     tokio::pin!(killed);
+    // Polled only once it has woken the task: a drop comes once in a session's life.
+    let mut killed = crate::woken::WhenWoken::new(killed);
+    // The same for the registry's notices: they come seldom, and the frames often.
+    let mut controls =
+        crate::woken::WhenWoken::new(std::future::poll_fn(|cx| ctl_rx.poll_recv(cx)));
     let mut progress_armed = false;
     let reason = loop {
         // The progress clock runs only while a call waits with a progress token, so a thousand
@@ -116,7 +121,7 @@ where
                     Some(Ok(_)) => {}
                 }
             }
-            Some(c) = ctl_rx.recv() => {
+            Some(c) = &mut controls => {
                 let note = match c {
                     Control::Attached(e) => {
                         selection.follow(subscribe(&reg, &e));
@@ -153,6 +158,7 @@ where
             },
         }
     };
+    drop(controls);
     tracing::debug!(session = id, reason, "session loop ended; flushing");
     // Whatever is still queued (a DIFF_REJECTED on shutdown, a detach notice) gets a bounded
     // last chance to reach the client.
