@@ -503,35 +503,27 @@ fn editor_mode(dir: &str) {
 /// relay at `SOCK` to that editor. For `benches/instructions.sh`, which counts the middle
 /// process's instructions under callgrind.
 fn calls_mode(sock: &str, n: usize, relay: Option<(u16, String)>) {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let io: Box<dyn Io> = Box::new(tokio::net::UnixStream::connect(sock).await.unwrap());
-        let (url, token) = match &relay {
-            Some((port, token)) => (format!("ws://127.0.0.1:{port}/"), token.clone()),
-            None => (
-                "ws://localhost/v1/session?cwd=/real".to_string(),
-                String::new(),
-            ),
+        let path = if relay.is_some() {
+            Path3::Relay
+        } else {
+            Path3::Broker
         };
-        let mut req = url.into_client_request().unwrap();
-        req.headers_mut()
-            .insert("x-pi-ide-authorization", token.parse().unwrap());
-        let (mut ws, _) = tokio_tungstenite::client_async(req, io).await.unwrap();
-        if relay.is_none() {
-            let init =
-                json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {}});
-            ws.send(Message::text(init.to_string())).await.unwrap();
-            while let Some(Ok(m)) = ws.next().await {
-                if m.to_text().unwrap_or("").contains("broker/attached") {
-                    break;
-                }
-            }
-        }
+        let (port, token) = relay.unwrap_or((0, String::new()));
+        // No compat door here: `open` needs a candidate only for that path.
+        let no_compat = pi_ide_broker::testkit::pi_client::Candidate {
+            port: 0,
+            pid: 0,
+            token: String::new(),
+            ide_name: String::new(),
+            folders: Vec::new(),
+        };
+        let sock = Path::new(sock);
+        let mut ws = open(path, port, &token, sock, sock, "/real", &no_compat).await;
         timed_ws(&mut ws, n, 0).await;
     });
 }

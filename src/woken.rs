@@ -110,15 +110,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_inner_future_is_polled_only_after_it_woke_the_task() {
+    /// A closed gate behind `WhenWoken`, its switch, and the waker it holds once polled.
+    #[allow(clippy::type_complexity)]
+    fn gate() -> (
+        WhenWoken<Gate>,
+        Arc<AtomicBool>,
+        Arc<std::sync::Mutex<Option<Waker>>>,
+    ) {
         let open = Arc::new(AtomicBool::new(false));
         let slot = Arc::new(std::sync::Mutex::new(None::<Waker>));
-        let mut f = WhenWoken::new(Gate {
+        let f = WhenWoken::new(Gate {
             polls: 0,
             open: open.clone(),
             waker: slot.clone(),
         });
+        (f, open, slot)
+    }
+
+    #[test]
+    fn the_inner_future_is_polled_only_after_it_woke_the_task() {
+        let (mut f, open, slot) = gate();
         let task = Arc::new(Task(AtomicUsize::new(0)));
         let waker = Waker::from(task.clone());
         let mut cx = Context::from_waker(&waker);
@@ -136,13 +147,7 @@ mod tests {
 
     #[test]
     fn a_new_task_waker_registers_again() {
-        let open = Arc::new(AtomicBool::new(false));
-        let slot = Arc::new(std::sync::Mutex::new(None::<Waker>));
-        let mut f = WhenWoken::new(Gate {
-            polls: 0,
-            open,
-            waker: slot.clone(),
-        });
+        let (mut f, _open, slot) = gate();
         let first = Waker::from(Arc::new(Task(AtomicUsize::new(0))));
         let second_task = Arc::new(Task(AtomicUsize::new(0)));
         let second = Waker::from(second_task.clone());

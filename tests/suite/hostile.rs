@@ -10,6 +10,17 @@ use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use tokio::io::AsyncWriteExt;
 
+/// A client's frame as a peer writes it by hand: `first` (FIN bit and opcode), the masked
+/// length (under 126 bytes) and the masked `payload`.
+fn masked_frame(first: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126, "a one-byte length only");
+    let mask = [9u8, 8, 7, 6];
+    let mut f = vec![first, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
 /// Reads (notifications only) until the broker closes the connection.
 async fn closes(a: &mut Agent) -> bool {
     loop {
@@ -306,12 +317,8 @@ async fn invalid_utf8_in_a_text_frame_closes_only_that_session() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/u"]).await;
     let mut bad = Agent::open(&b.socket, "/u", None).await;
-    // A masked text frame (FIN, opcode 1) with 2 bytes that are not UTF-8.
-    let payload = [0xc3u8, 0x28];
-    let mask = [9u8, 8, 7, 6];
-    let mut f = vec![0x81u8, 0x80 | payload.len() as u8];
-    f.extend_from_slice(&mask);
-    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    // A text frame (FIN, opcode 1) with 2 bytes that are not UTF-8.
+    let f = masked_frame(0x81, &[0xc3, 0x28]);
     bad.raw_mut().get_mut().write_all(&f).await.unwrap();
     assert!(closes(&mut bad).await);
     still_serving(&b, "/u").await;
@@ -327,16 +334,9 @@ async fn a_fragmented_message_is_reassembled_and_answered() {
         .await;
     let msg = br#"{"jsonrpc":"2.0","id":"frag","method":"tools/call","params":{"name":"echo","arguments":{}}}"#;
     let (first, rest) = msg.split_at(20);
-    let frame = |fin_opcode: u8, payload: &[u8]| {
-        let mask = [1u8, 2, 3, 4];
-        let mut f = vec![fin_opcode, 0x80 | payload.len() as u8];
-        f.extend_from_slice(&mask);
-        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        f
-    };
     let stream = a.raw_mut().get_mut();
-    stream.write_all(&frame(0x01, first)).await.unwrap(); // text, FIN=0
-    stream.write_all(&frame(0x80, rest)).await.unwrap(); // continuation, FIN=1
+    stream.write_all(&masked_frame(0x01, first)).await.unwrap(); // text, FIN=0
+    stream.write_all(&masked_frame(0x80, rest)).await.unwrap(); // continuation, FIN=1
     let r = a.until("the answer", |v| v["id"] == "frag").await;
     assert!(r.get("result").is_some(), "{r}");
     b.stop().await;
@@ -553,11 +553,10 @@ async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
     let (_fe, _) = b.editor(&["/pipe"]).await;
     let mut s = tokio::net::UnixStream::connect(&b.socket).await.unwrap();
     let mut bytes = b"GET /v1/session?cwd=/pipe HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".to_vec();
-    let payload = br#"{"jsonrpc":"2.0","id":"piped","method":"initialize","params":{}}"#;
-    let mask = [3u8, 1, 4, 1];
-    bytes.extend_from_slice(&[0x81, 0x80 | payload.len() as u8]);
-    bytes.extend_from_slice(&mask);
-    bytes.extend(payload.iter().enumerate().map(|(i, c)| c ^ mask[i % 4]));
+    bytes.extend(masked_frame(
+        0x81,
+        br#"{"jsonrpc":"2.0","id":"piped","method":"initialize","params":{}}"#,
+    ));
     s.write_all(&bytes).await.unwrap();
     let mut seen = Vec::new();
     within("the answer to the piped initialize", async {
