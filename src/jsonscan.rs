@@ -102,7 +102,8 @@ impl<'a> Scan<'a> {
     }
 
     /// An object from its `{`: the raw text of the members named in `wanted`, and of those
-    /// named in `inner` inside the object that is member `wanted[at]`.
+    /// named in `inner` inside the object that is member `wanted[at]` (no inner object is
+    /// read when `at` is out of `wanted`'s range, as the plain readers pass it).
     #[allow(clippy::type_complexity)]
     fn object<const N: usize, const M: usize>(
         &mut self,
