@@ -10,8 +10,9 @@ use crate::linkout::{LinkOut, Refused, Shared};
 use crate::lockfile::{self, Lockfile, LockfileError};
 use crate::outbox::Outbox;
 use crate::sync::lock;
+use crate::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
 use dashmap::DashMap;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
@@ -21,13 +22,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
 use tokio_util::sync::CancellationToken;
 
 /// The protocol version the broker speaks to editors.
@@ -159,7 +158,7 @@ pub struct Editor {
     /// Link state for status and routing.
     link: Mutex<LinkInfo>,
     /// The write half of the live link; `None` while down.
-    out: Shared<WsSink, Message>,
+    out: Shared<LinkSink, Out>,
     /// Requests in flight, by the id the broker minted (private: the invariants of the
     /// pending table live in this module's methods).
     pending: DashMap<u64, Pending, crate::idhash::IdHash>,
@@ -336,7 +335,7 @@ impl Editor {
                 self.deadline_added.notify_one();
             }
         }
-        if let Err(e) = self.send_frame(Message::text(text)) {
+        if let Err(e) = self.send_frame(Out::Text(text)) {
             self.pending.remove(&uid);
             return Err(e);
         }
@@ -474,12 +473,12 @@ impl Editor {
 
     /// Sends a frame that needs no answer (notification, or a response to the editor).
     pub fn send_raw(&self, text: String) -> Result<(), SendError> {
-        self.send_frame(Message::text(text))
+        self.send_frame(Out::Text(text))
     }
 
     /// Puts one frame on the link: written now by the calling task when the link is idle,
     /// else queued for the link task (see `linkout`).
-    fn send_frame(&self, frame: Message) -> Result<(), SendError> {
+    fn send_frame(&self, frame: Out) -> Result<(), SendError> {
         self.out.send(frame).map_err(|r| match r {
             Refused::Full => SendError::Busy(self.id.clone()),
             Refused::Broken => SendError::Down(self.id.clone(), "closing"),
@@ -621,9 +620,9 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
             r = tokio::time::timeout(handshake, dial(&editor, &config, &*host)) => r,
         };
         match dialled {
-            Ok(Ok(ws)) => {
+            Ok(Ok(link)) => {
                 backoff.reset();
-                let end = run_link(&editor, &*host, ws, &config).await;
+                let end = run_link(&editor, &*host, link, &config).await;
                 editor.out.take();
                 {
                     let mut l = lock(&editor.link);
@@ -667,46 +666,46 @@ pub fn span(editor: &Editor) -> tracing::Span {
     tracing::info_span!("editor", id = %editor.id, port = editor.lockfile().port)
 }
 
-/// The WebSocket config used on every socket: one capped message, no compression.
-pub fn ws_config(config: &Config) -> WebSocketConfig {
-    // A small read chunk. tungstenite zeroes a whole chunk before every read (callgrind: with
-    // 8 KiB it was 30 % of the daemon's instructions per call), and 1000 sessions hold 1000 of
-    // them. JSON-RPC frames are mostly a few hundred bytes; a multi-megabyte diff still works,
-    // in more reads (the buffer grows while a frame is read).
-    WebSocketConfig::default()
-        .read_buffer_size(2 * 1024)
-        .max_message_size(Some(config.max_frame_bytes))
-        .max_frame_size(Some(config.max_frame_bytes))
-}
+/// The read half of an editor link.
+type LinkReader = FrameReader<OwnedReadHalf>;
+/// The write half of an editor link, shared by its senders.
+type LinkSink = FrameWriter<OwnedWriteHalf>;
 
-type Ws = WebSocketStream<TcpStream>;
-type WsSink = futures_util::stream::SplitSink<Ws, Message>;
+/// A dialled link: both halves, and the socket's acknowledgement switch.
+struct Dialled {
+    reader: LinkReader,
+    writer: LinkSink,
+    quick_ack: crate::quickack::QuickAck,
+}
 
 /// Dial, upgrade with the family's auth header, `initialize`, `notifications/initialized`,
 /// `tools/list`. On success the link info holds the cached results.
-async fn dial(editor: &Arc<Editor>, config: &Config, host: &dyn LinkHost) -> Result<Ws, DialError> {
+async fn dial(
+    editor: &Arc<Editor>,
+    config: &Config,
+    host: &dyn LinkHost,
+) -> Result<Dialled, DialError> {
     let lf = editor.lockfile();
-    let stream = TcpStream::connect(("127.0.0.1", lf.port))
+    let mut stream = TcpStream::connect(("127.0.0.1", lf.port))
         .await
         .map_err(|e| DialError::Other(format!("connect 127.0.0.1:{}: {e}", lf.port)))?;
     let _ = stream.set_nodelay(true);
-    let mut request = format!("ws://127.0.0.1:{}/", lf.port)
-        .into_client_request()
-        .map_err(|e| DialError::Other(e.to_string()))?;
-    let token = HeaderValue::from_str(lf.auth_token.expose())
-        .map_err(|_| DialError::Other("token is not a valid header value".into()))?;
-    request.headers_mut().insert(lf.family.auth_header(), token);
-    let (mut ws, _resp) =
-        tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config(config)))
-            .await
-            .map_err(|e| match e {
-                tungstenite::Error::Http(r) if r.status().as_u16() == 400 => DialError::Refused,
-                e => DialError::Other(format!("upgrade: {e}")),
-            })?;
+    let read_ahead = upgrade(
+        &mut stream,
+        lf.port,
+        lf.family.auth_header(),
+        lf.auth_token.expose(),
+    )
+    .await?;
+    let quick_ack = crate::quickack::QuickAck::new(&stream);
+    let (rd, wr) = stream.into_split();
+    let mut reader = FrameReader::new(rd, Role::Client, config.max_frame_bytes, &read_ahead);
+    let mut writer = FrameWriter::new(wr, Role::Client);
     let init = call(
         editor,
         host,
-        &mut ws,
+        &mut reader,
+        &mut writer,
         "initialize",
         json!({
             "protocolVersion": PROTOCOL_VERSION,
@@ -715,48 +714,158 @@ async fn dial(editor: &Arc<Editor>, config: &Config, host: &dyn LinkHost) -> Res
         }),
     )
     .await?;
-    ws.send(Message::text(jsonrpc::notification(
-        "notifications/initialized",
-        json!({}),
-    )))
-    .await
-    .map_err(|e| DialError::Other(e.to_string()))?;
-    // An editor without tools/list still works; its tool list is just unknown.
-    let tools = call(editor, host, &mut ws, "tools/list", json!({}))
+    writer
+        .send(Out::Text(jsonrpc::notification(
+            "notifications/initialized",
+            json!({}),
+        )))
         .await
-        .ok()
-        .map(|mut t| {
-            // Every client gets valid JSON-Schema objects (Lua editors send `[]` for `{}`).
-            crate::schema::normalize_tools(&mut t);
-            t
-        });
+        .map_err(|e| DialError::Other(e.to_string()))?;
+    // An editor without tools/list still works; its tool list is just unknown.
+    let tools = call(
+        editor,
+        host,
+        &mut reader,
+        &mut writer,
+        "tools/list",
+        json!({}),
+    )
+    .await
+    .ok()
+    .map(|mut t| {
+        // Every client gets valid JSON-Schema objects (Lua editors send `[]` for `{}`).
+        crate::schema::normalize_tools(&mut t);
+        t
+    });
     let mut l = lock(&editor.link);
     l.initialize = Some(init);
     l.tools = tools.or(Some(json!({"tools": []})));
     l.connected_since = Some(SystemTime::now());
-    Ok(ws)
+    Ok(Dialled {
+        reader,
+        writer,
+        quick_ack,
+    })
+}
+
+/// The longest upgrade response read from an editor.
+const MAX_UPGRADE_RESPONSE: usize = 16 * 1024;
+
+/// The WebSocket upgrade on a fresh editor connection: the request as tungstenite writes it
+/// (Lua editors parse it by hand), then the response, read up to its end. Returns what the
+/// editor sent past the response (its first frames, if it was quick).
+async fn upgrade(
+    stream: &mut TcpStream,
+    port: u16,
+    auth_header: &str,
+    token: &str,
+) -> Result<Vec<u8>, DialError> {
+    if token.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        return Err(DialError::Other("token is not a valid header value".into()));
+    }
+    let key = generate_key();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{auth_header}: {token}\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| DialError::Other(format!("upgrade: {e}")))?;
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        if stream
+            .read_buf(&mut buf)
+            .await
+            .map_err(|e| DialError::Other(format!("upgrade: {e}")))?
+            == 0
+        {
+            return Err(DialError::Other(
+                "upgrade: the editor closed the connection before answering".into(),
+            ));
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut headers);
+        let end = match response.parse(&buf) {
+            Ok(httparse::Status::Complete(end)) => end,
+            Ok(httparse::Status::Partial) if buf.len() < MAX_UPGRADE_RESPONSE => continue,
+            Ok(httparse::Status::Partial) => {
+                return Err(DialError::Other(format!(
+                    "upgrade: the editor's response is over {MAX_UPGRADE_RESPONSE} bytes"
+                )))
+            }
+            Err(e) => {
+                return Err(DialError::Other(format!(
+                    "upgrade: the editor's response is not HTTP: {e}"
+                )))
+            }
+        };
+        match response.code {
+            Some(101) => {}
+            Some(400) => return Err(DialError::Refused),
+            code => {
+                return Err(DialError::Other(format!(
+                    "upgrade: the editor answered HTTP {} instead of 101",
+                    code.unwrap_or(0)
+                )))
+            }
+        }
+        let header = |name: &str| {
+            response
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+        };
+        if !header("upgrade").is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket")) {
+            return Err(DialError::Other(
+                "upgrade: the editor's 101 has no Upgrade: websocket".into(),
+            ));
+        }
+        if header("sec-websocket-accept").map(str::trim) != Some(&derive_accept_key(key.as_bytes()))
+        {
+            return Err(DialError::Other(
+                "upgrade: the editor's Sec-WebSocket-Accept does not match our key".into(),
+            ));
+        }
+        return Ok(buf.split_off(end));
+    }
 }
 
 /// One request during the handshake, reading (and handling) whatever else comes meanwhile.
 async fn call(
     editor: &Arc<Editor>,
     host: &dyn LinkHost,
-    ws: &mut Ws,
+    reader: &mut LinkReader,
+    writer: &mut LinkSink,
     method: &str,
     params: Value,
 ) -> Result<Value, DialError> {
     let uid = editor.next_id.fetch_add(1, Ordering::Relaxed);
-    ws.send(Message::text(jsonrpc::request(&uid.into(), method, params)))
+    writer
+        .send(Out::Text(jsonrpc::request(&uid.into(), method, params)))
         .await
         .map_err(|e| DialError::Other(e.to_string()))?;
     loop {
-        let frame = ws
+        let frame = reader
             .next()
             .await
-            .ok_or_else(|| DialError::Other("closed during handshake".into()))?
-            .map_err(|e| DialError::Other(e.to_string()))?;
-        let Some(text) = frame_str(&frame) else {
-            continue;
+            .map_err(|e| DialError::Other(e.to_string()))?
+            .ok_or_else(|| DialError::Other("closed during handshake".into()))?;
+        let text = match frame {
+            Frame::Ping(p) => {
+                let pong = Out::Pong(p.to_vec());
+                writer
+                    .send(pong)
+                    .await
+                    .map_err(|e| DialError::Other(e.to_string()))?;
+                continue;
+            }
+            Frame::Close(_) => return Err(DialError::Other("closed during handshake".into())),
+            other => match frame_str(&other) {
+                Some(t) => t,
+                None => continue,
+            },
         };
         if let Ok(Incoming::Response { id, msg }) = jsonrpc::classify(text) {
             if id.as_u64() == Some(uid) {
@@ -776,10 +885,10 @@ async fn call(
 
 /// The text of a data frame, read in place (binary frames are treated as text, as the
 /// editors do).
-fn frame_str(frame: &Message) -> Option<&str> {
-    match frame {
-        Message::Text(t) => Some(t.as_str()),
-        Message::Binary(b) => std::str::from_utf8(b).ok(),
+fn frame_str<'a>(frame: &Frame<'a>) -> Option<&'a str> {
+    match *frame {
+        Frame::Text(t) => Some(t),
+        Frame::Binary(b) => std::str::from_utf8(b).ok(),
         _ => None,
     }
 }
@@ -787,10 +896,18 @@ fn frame_str(frame: &Message) -> Option<&str> {
 /// The live link: this loop reads every frame, writes what senders had to queue (see
 /// `linkout`), pings on the health interval and marks the link unhealthy (then drops it) when
 /// pongs stop.
-async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Config) -> LinkEnd {
-    let quick_ack = crate::quickack::QuickAck::new(ws.get_ref());
-    let (sink, mut stream) = ws.split();
-    editor.out.install(LinkOut::new(sink, OUTBOUND_QUEUE));
+async fn run_link(
+    editor: &Arc<Editor>,
+    host: &dyn LinkHost,
+    link: Dialled,
+    config: &Config,
+) -> LinkEnd {
+    let Dialled {
+        mut reader,
+        writer,
+        quick_ack,
+    } = link;
+    editor.out.install(LinkOut::new(writer, OUTBOUND_QUEUE));
     // Ready only now that requests can be queued: a session attached on this news must be
     // able to send at once.
     editor.set_state(LinkState::Ready);
@@ -846,7 +963,7 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                 for action in health.on_tick(now) {
                     match action {
                         HealthAction::Ping(payload) => {
-                            if editor.send_frame(Message::Ping(payload.into())).is_err() {
+                            if editor.send_frame(Out::Ping(payload.to_vec())).is_err() {
                                 tracing::debug!("ping not sent: the link's queue is full");
                             }
                         }
@@ -867,15 +984,15 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
             // The timer goes first so a flood of frames cannot starve the health checks and
             // the deadline sweep (tokio's budget stops the stream, and the timer with it, once
             // per turn; whatever comes first in the next turn wins).
-            frame = stream.next() => {
+            frame = reader.next() => {
                 let frame = match frame {
-                    None => break LinkEnd::Closed("connection closed".into()),
-                    Some(Err(e)) => break LinkEnd::Closed(e.to_string()),
-                    Some(Ok(f)) => f,
+                    Ok(Some(f)) => f,
+                    Ok(None) => break LinkEnd::Closed("connection closed".into()),
+                    Err(e) => break LinkEnd::Closed(e.to_string()),
                 };
                 match frame {
-                    Message::Pong(p) => {
-                        let pong = health.on_pong(p.as_ref(), tokio::time::Instant::now());
+                    Frame::Pong(p) => {
+                        let pong = health.on_pong(p, tokio::time::Instant::now());
                         if let Some(rtt) = pong.rtt {
                             let first = lock(&editor.link).rtt.replace(rtt).is_none();
                             if first {
@@ -888,14 +1005,17 @@ async fn run_link(editor: &Arc<Editor>, host: &dyn LinkHost, ws: Ws, config: &Co
                             tracing::info!("editor healthy again");
                         }
                     }
-                    // tungstenite queued the pong; the next read (right away) flushes it.
-                    Message::Ping(_) => {}
-                    Message::Close(c) => {
-                        break LinkEnd::Closed(format!("closed by editor ({})", c.map(|c| c.code.to_string()).unwrap_or_else(|| "no code".into())));
+                    Frame::Ping(p) => {
+                        if editor.send_frame(Out::Pong(p.to_vec())).is_err() {
+                            tracing::debug!("pong not sent: the link's queue is full");
+                        }
+                    }
+                    Frame::Close(c) => {
+                        break LinkEnd::Closed(format!("closed by editor ({})", c.map_or_else(|| "no code".into(), |c| c.to_string())));
                     }
                     other => {
                         // Read in place: the answer's bytes are copied once, into the
-                        // session's frame, not first into a String of their own.
+                        // session's frame.
                         if let Some(text) = frame_str(&other) {
                             handle_editor_frame(editor, host, text);
                         }

@@ -36,6 +36,7 @@ pub mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod woken;
+pub mod wsframe;
 
 pub use config::Config;
 pub use daemon::{serve, Ready};

@@ -7,18 +7,18 @@
 //! sessions.
 
 use crate::linkout::{LinkOut, Refused, Shared};
-use futures_util::Sink;
+use crate::wsframe::{FrameWriter, Out};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tokio_tungstenite::tungstenite::{self, Message};
+use tokio::io::AsyncWrite;
 use tokio_util::sync::CancellationToken;
 
 /// How many frames may wait for a session that is not reading before it is dropped.
 pub const OUTBOX_FRAMES: usize = 1024;
 
-/// The write half of a session's WebSocket, whatever door it came through.
-pub type SessionSink = Pin<Box<dyn Sink<Message, Error = tungstenite::Error> + Send>>;
+/// The write half of a session's WebSocket, whatever door (and socket kind) it came through.
+pub type SessionSink = FrameWriter<Pin<Box<dyn AsyncWrite + Send>>>;
 
 /// Frames for one session. Senders never block: a session whose queue is full is dropped.
 #[derive(Clone)]
@@ -26,7 +26,7 @@ pub struct Outbox {
     /// The session id, for log lines.
     id: u64,
     /// The session's socket and its queue; `None` once the session has closed it.
-    out: Arc<Shared<SessionSink, Message>>,
+    out: Arc<Shared<SessionSink, Out>>,
     /// Cancelled to drop the session.
     kill: CancellationToken,
 }
@@ -46,7 +46,21 @@ impl Outbox {
     /// Returns false if the session is gone, was just dropped as hopeless, or its socket
     /// failed.
     pub fn deliver(&self, text: String) -> bool {
-        match self.out.send(Message::text(text)) {
+        self.deliver_frame(Out::Text(text))
+    }
+
+    /// Answers the client's ping (RFC 6455: a pong echoes its payload).
+    pub fn pong(&self, payload: &[u8]) {
+        self.deliver_frame(Out::Pong(payload.to_vec()));
+    }
+
+    /// Sends a close frame with `code`, the last frame of the session.
+    pub fn close_with(&self, code: u16) {
+        self.deliver_frame(Out::Close(code));
+    }
+
+    fn deliver_frame(&self, frame: Out) -> bool {
+        match self.out.send(frame) {
             Ok(()) => true,
             Err(Refused::Full) => {
                 if !self.kill.is_cancelled() {
@@ -77,7 +91,7 @@ impl Outbox {
 
     /// Takes the socket's write half out, for a last flush and the close: later deliveries
     /// are refused.
-    pub fn close(&self) -> Option<LinkOut<SessionSink, Message>> {
+    pub fn close(&self) -> Option<LinkOut<SessionSink, Out>> {
         self.out.take()
     }
 }

@@ -10,14 +10,19 @@
 use crate::family::Family;
 use crate::registry::{EditorEvent, Registry};
 use crate::secret::Token;
-use crate::session::{self, Door, Intro};
+use crate::session::{Door, Intro};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::net::TcpListener;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
-use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 /// The field that marks a virtual lockfile as written by a pi-ide-broker (the lock dir
@@ -183,7 +188,6 @@ fn write_entry(
     crate::state::write_atomic(path, body.to_string().as_bytes())
 }
 
-#[allow(clippy::result_large_err)] // tungstenite's callback signature
 async fn accept_loop(
     reg: Arc<Registry>,
     id: String,
@@ -209,82 +213,116 @@ async fn accept_loop(
             continue; // dropped: closed at once
         };
         let _ = stream.set_nodelay(true);
-        let reg = reg.clone();
-        let id = id.clone();
-        let token = token.clone();
-        reg.clone().tracker.spawn(async move {
-            let mut dialect = Family::Pi;
-            let config = crate::editor::ws_config(&reg.config());
-            let check =
-                |req: &Request, resp: Response| check_upgrade(req, resp, &token, &mut dialect);
-            let ws =
-                match tokio::time::timeout(
-                    HANDSHAKE_TIMEOUT,
-                    tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config)),
-                )
-                .await
-                {
-                    Ok(Ok(ws)) => ws,
-                    Ok(Err(e)) => {
-                        // pi-ide probes the port with a bare connect-and-close: not worth a warning.
-                        tracing::debug!(editor = %id, error = %e, "compat handshake not completed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::info!(editor = %id, "compat connection sent no complete upgrade in 10 s; closed");
-                        return;
-                    }
-                };
-            drop(in_handshake);
-            let Some(_place) = reg.limits.session("compat") else {
-                let mut ws = ws;
-                let _ = ws.close(None).await;
-                return;
-            };
-            let cwd = reg
-                .editor(&id)
-                .and_then(|e| e.folders.first().map(|f| f.display().to_string()))
-                .unwrap_or_else(|| "/".into());
-            let intro = Intro {
-                door: Door::Compat,
-                cwd,
-                key: None,
-                editor: Some(id),
-                inherit: None,
-                pinned: true,
-                remote: None,
-                dialect,
-            };
-            session::run(reg, ws, intro).await;
-        });
+        reg.clone().tracker.spawn(connection(
+            reg.clone(),
+            id.clone(),
+            stream,
+            token.clone(),
+            in_handshake,
+        ));
     }
 }
 
-fn refuse(status: StatusCode, reason: &str) -> ErrorResponse {
-    let mut r = ErrorResponse::new(Some(format!("Bad WebSocket upgrade request: {reason}")));
+/// One compat connection: the upgrade (hyper), then the session on the socket it hands back.
+async fn connection(
+    reg: Arc<Registry>,
+    id: String,
+    stream: TcpStream,
+    token: Arc<Token>,
+    in_handshake: OwnedSemaphorePermit,
+) {
+    // The handshake place is held until the upgrade is done (or the connection ends).
+    let place = Arc::new(std::sync::Mutex::new(Some(in_handshake)));
+    let cancel = reg.cancel.clone();
+    let editor = id.clone();
+    let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        let answer = match check_upgrade(&req, &token) {
+            Err(refused) => refused,
+            Ok((key, dialect, mcp)) => match reg.limits.session("compat") {
+                None => refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many sessions (max_sessions)",
+                ),
+                Some(session_place) => {
+                    let on_upgrade = hyper::upgrade::on(&mut req);
+                    let (reg, id, place) = (reg.clone(), editor.clone(), place.clone());
+                    reg.clone().tracker.spawn(async move {
+                        let up = on_upgrade.await;
+                        crate::sync::lock(&place).take();
+                        match up {
+                            Ok(up) => {
+                                let intro = intro(&reg, id, dialect);
+                                super::run_upgraded::<TcpStream>(reg, up, intro).await;
+                            }
+                            Err(e) => tracing::debug!(error = %e, "compat upgrade failed"),
+                        }
+                        drop(session_place);
+                    });
+                    super::switching_protocols(&key, mcp)
+                }
+            },
+        };
+        async move { Ok::<_, Infallible>(answer) }
+    });
+    // A connection that sends no complete upgrade within this long is closed.
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades();
+    tokio::select! {
+        // pi-ide probes the port with a bare connect-and-close: not worth a warning.
+        r = conn => if let Err(e) = r { tracing::debug!(editor = %id, error = %e, "compat handshake not completed") },
+        _ = cancel.cancelled() => {}
+    }
+}
+
+/// What a compat session starts with: pinned to editor `id`, in the client's dialect.
+fn intro(reg: &Registry, id: String, dialect: Family) -> Intro {
+    let cwd = reg
+        .editor(&id)
+        .and_then(|e| e.folders.first().map(|f| f.display().to_string()))
+        .unwrap_or_else(|| "/".into());
+    Intro {
+        door: Door::Compat,
+        cwd,
+        key: None,
+        editor: Some(id),
+        inherit: None,
+        pinned: true,
+        remote: None,
+        dialect,
+    }
+}
+
+/// A refused upgrade, worded as the editors word theirs; the connection closes after it.
+fn refuse(status: StatusCode, reason: &str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(format!(
+        "Bad WebSocket upgrade request: {reason}"
+    ))));
     *r.status_mut() = status;
     r.headers_mut()
-        .insert("connection", HeaderValue::from_static("close"));
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
 }
 
 /// Refuses browsers (any `Origin`), then checks the token (constant time) from either header
-/// before the upgrade, like the editors do; echoes subprotocol `mcp` when asked.
-#[allow(clippy::result_large_err)] // the callback signature is tungstenite's
+/// before the upgrade, like the editors do. The key, the dialect the header names, and
+/// whether subprotocol `mcp` was offered.
+#[allow(clippy::result_large_err)] // the refusal is the response itself
 fn check_upgrade(
-    req: &Request,
-    mut resp: Response,
+    req: &Request<Incoming>,
     token: &Token,
-    dialect: &mut Family,
-) -> Result<Response, ErrorResponse> {
+) -> Result<(String, Family, bool), Response<Full<Bytes>>> {
     let h = req.headers();
-    if h.contains_key("origin") {
+    if h.contains_key(header::ORIGIN) {
         tracing::warn!("refused a compat connection carrying an Origin header (browser?)");
         return Err(refuse(
             StatusCode::FORBIDDEN,
             "requests with an Origin header are refused",
         ));
     }
+    let key = super::websocket_key(h).map_err(|e| refuse(StatusCode::BAD_REQUEST, e))?;
     let (presented, family) = match (
         h.get(Family::Pi.auth_header()),
         h.get(Family::Claude.auth_header()),
@@ -306,13 +344,9 @@ fn check_upgrade(
             "Invalid authentication token",
         ));
     }
-    *dialect = family;
-    if super::offers_mcp(
-        h.get("sec-websocket-protocol")
+    let mcp = super::offers_mcp(
+        h.get(header::SEC_WEBSOCKET_PROTOCOL)
             .and_then(|v| v.to_str().ok()),
-    ) {
-        resp.headers_mut()
-            .insert("sec-websocket-protocol", HeaderValue::from_static("mcp"));
-    }
-    Ok(resp)
+    );
+    Ok((key, family, mcp))
 }

@@ -11,3 +11,105 @@ pub mod stdio;
 pub fn offers_mcp(protocols: Option<&str>) -> bool {
     protocols.is_some_and(|v| v.split(',').any(|p| p.trim() == "mcp"))
 }
+
+/// A connection's socket after its upgrade: the two owned halves a session reads and writes
+/// without a lock between them.
+pub trait IntoHalves:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Sized + 'static
+{
+    /// The read half.
+    type Read: tokio::io::AsyncRead + Unpin + Send + 'static;
+    /// The write half.
+    type Write: tokio::io::AsyncWrite + Send + 'static;
+    /// Splits the socket.
+    fn into_halves(self) -> (Self::Read, Self::Write);
+}
+
+impl IntoHalves for tokio::net::UnixStream {
+    type Read = tokio::net::unix::OwnedReadHalf;
+    type Write = tokio::net::unix::OwnedWriteHalf;
+    fn into_halves(self) -> (Self::Read, Self::Write) {
+        self.into_split()
+    }
+}
+
+impl IntoHalves for tokio::net::TcpStream {
+    type Read = tokio::net::tcp::OwnedReadHalf;
+    type Write = tokio::net::tcp::OwnedWriteHalf;
+    fn into_halves(self) -> (Self::Read, Self::Write) {
+        self.into_split()
+    }
+}
+
+/// Runs a session on a connection hyper has upgraded. The session gets the socket itself back
+/// (with any bytes the client sent behind its request), so its reads and writes do not pass
+/// through hyper's upgrade layers.
+pub async fn run_upgraded<S: IntoHalves>(
+    reg: std::sync::Arc<crate::registry::Registry>,
+    up: hyper::upgrade::Upgraded,
+    intro: crate::session::Intro,
+) {
+    use crate::wsframe::{FrameReader, FrameWriter, Role};
+    use hyper_util::rt::TokioIo;
+    let max = reg.config().max_frame_bytes;
+    match up.downcast::<TokioIo<S>>() {
+        Ok(parts) => {
+            let (rd, wr) = parts.io.into_inner().into_halves();
+            // The bytes are copied: hyper's read buffer is not the session's to hold.
+            let reader = FrameReader::new(rd, Role::Server, max, &parts.read_buf);
+            let writer = FrameWriter::new(Box::pin(wr) as _, Role::Server);
+            crate::session::run(reg, reader, writer, intro).await;
+        }
+        Err(up) => {
+            let (rd, wr) = tokio::io::split(TokioIo::new(up));
+            let reader = FrameReader::new(rd, Role::Server, max, &[]);
+            let writer = FrameWriter::new(Box::pin(wr) as _, Role::Server);
+            crate::session::run(reg, reader, writer, intro).await;
+        }
+    }
+}
+
+/// The `Sec-WebSocket-Key` of a WebSocket upgrade request, or why the request is not one.
+pub fn websocket_key(h: &hyper::HeaderMap) -> Result<String, &'static str> {
+    use hyper::header;
+    let has = |name: header::HeaderName, want: &str| {
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|p| p.trim().eq_ignore_ascii_case(want)))
+    };
+    if !has(header::UPGRADE, "websocket") || !has(header::CONNECTION, "upgrade") {
+        return Err("a WebSocket upgrade is needed (Upgrade: websocket)");
+    }
+    if h.get(header::SEC_WEBSOCKET_VERSION)
+        .and_then(|v| v.to_str().ok())
+        != Some("13")
+    {
+        return Err("Sec-WebSocket-Version must be 13");
+    }
+    h.get(header::SEC_WEBSOCKET_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from)
+        .ok_or("missing Sec-WebSocket-Key")
+}
+
+/// The 101 that completes a WebSocket upgrade with `key`, echoing subprotocol `mcp` when the
+/// client offered it.
+pub fn switching_protocols<B: Default>(key: &str, mcp: bool) -> hyper::Response<B> {
+    use hyper::header::{self, HeaderValue};
+    let mut r = hyper::Response::new(B::default());
+    *r.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    if let Ok(v) = HeaderValue::from_str(&accept) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    if mcp {
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static("mcp"),
+        );
+    }
+    r
+}

@@ -4,7 +4,7 @@
 
 use crate::family::Family;
 use crate::registry::Registry;
-use crate::session::{self, Door, Intro};
+use crate::session::{Door, Intro};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Incoming};
@@ -15,9 +15,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::UnixListener;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
-use tokio_tungstenite::WebSocketStream;
 
 /// Accepts connections until the broker stops accepting. Peers of another uid are refused.
 pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
@@ -150,9 +147,9 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
                     );
                 }
             }
-            let key = match websocket_key(&req) {
+            let key = match super::websocket_key(req.headers()) {
                 Ok(k) => k,
-                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("/v1/session: {e}")),
             };
             let wants_mcp = super::offers_mcp(
                 req.headers()
@@ -160,57 +157,15 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
                     .and_then(|v| v.to_str().ok()),
             );
             let on_upgrade = hyper::upgrade::on(&mut req);
-            let config = crate::editor::ws_config(&reg.config());
             let reg2 = reg.clone();
             reg.tracker.spawn(async move {
                 match on_upgrade.await {
-                    // The session gets the socket itself back from hyper (with any bytes
-                    // the client sent behind its request), so its reads and writes do not
-                    // pass through hyper's upgrade layers.
-                    Ok(up) => match up.downcast::<TokioIo<tokio::net::UnixStream>>() {
-                        Ok(parts) => {
-                            let hyper::upgrade::Parts { io, read_buf, .. } = parts;
-                            let ws = WebSocketStream::from_partially_read(
-                                io.into_inner(),
-                                read_buf.to_vec(),
-                                Role::Server,
-                                Some(config),
-                            )
-                            .await;
-                            // hyper's read buffer, which `read_buf` keeps alive, is not the
-                            // session's to hold (4 KiB a session).
-                            drop(read_buf);
-                            session::run(reg2, ws, intro).await;
-                        }
-                        Err(up) => {
-                            let ws = WebSocketStream::from_raw_socket(
-                                TokioIo::new(up),
-                                Role::Server,
-                                Some(config),
-                            )
-                            .await;
-                            session::run(reg2, ws, intro).await;
-                        }
-                    },
+                    Ok(up) => super::run_upgraded::<tokio::net::UnixStream>(reg2, up, intro).await,
                     Err(e) => tracing::info!(error = %e, "session upgrade failed"),
                 }
                 drop(place);
             });
-            let mut r = Response::new(Full::new(Bytes::new()).boxed());
-            *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-            let h = r.headers_mut();
-            h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-            h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-            if let Ok(v) = HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
-                h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
-            }
-            if wants_mcp {
-                h.insert(
-                    header::SEC_WEBSOCKET_PROTOCOL,
-                    HeaderValue::from_static("mcp"),
-                );
-            }
-            r
+            super::switching_protocols(&key, wants_mcp)
         }
         _ => error(
             StatusCode::NOT_FOUND,
@@ -247,28 +202,6 @@ fn events(reg: Arc<Registry>) -> Response<Body> {
         HeaderValue::from_static("application/x-ndjson"),
     );
     r
-}
-
-fn websocket_key(req: &Request<Incoming>) -> Result<String, &'static str> {
-    let h = req.headers();
-    let has = |name: header::HeaderName, want: &str| {
-        h.get(name)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.split(',').any(|p| p.trim().eq_ignore_ascii_case(want)))
-    };
-    if !has(header::UPGRADE, "websocket") || !has(header::CONNECTION, "upgrade") {
-        return Err("/v1/session needs a WebSocket upgrade (Upgrade: websocket)");
-    }
-    if h.get(header::SEC_WEBSOCKET_VERSION)
-        .and_then(|v| v.to_str().ok())
-        != Some("13")
-    {
-        return Err("Sec-WebSocket-Version must be 13");
-    }
-    h.get(header::SEC_WEBSOCKET_KEY)
-        .and_then(|v| v.to_str().ok())
-        .map(String::from)
-        .ok_or("missing Sec-WebSocket-Key")
 }
 
 /// Parses `cwd` (required, absolute), `session`, `inherit`, `editor` and `dialect` from a

@@ -5,41 +5,45 @@ use crate::editor::{Editor, Owner, Pending};
 use crate::family::Family;
 use crate::jsonrpc::{self, Incoming};
 use crate::outbox::Outbox;
+use crate::outbox::SessionSink;
 use crate::registry::Registry;
 use crate::sync::lock;
-use futures_util::StreamExt;
+use crate::wsframe::{Frame, FrameReader};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::AsyncRead;
 use tokio::sync::{mpsc, watch};
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 use handle::Progress;
 pub use handle::{Control, Door, Intro, Session};
 
 pub mod handle;
 
-/// Runs a session on an upgraded WebSocket until either side closes or the broker stops.
-pub async fn run<S>(reg: Arc<Registry>, ws: WebSocketStream<S>, intro: Intro)
+/// Runs a session on an upgraded WebSocket (its two halves) until either side closes or the
+/// broker stops.
+pub async fn run<R>(reg: Arc<Registry>, reader: FrameReader<R>, sink: SessionSink, intro: Intro)
 where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    R: AsyncRead + Unpin + Send + 'static,
 {
     let id = reg.next_session_id();
     let span = tracing::info_span!("session", id, door = ?intro.door);
-    tracing::Instrument::instrument(serve(reg, ws, intro, id), span).await
+    tracing::Instrument::instrument(serve(reg, reader, sink, intro, id), span).await
 }
 
-async fn serve<S>(reg: Arc<Registry>, ws: WebSocketStream<S>, intro: Intro, id: u64)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+async fn serve<R>(
+    reg: Arc<Registry>,
+    mut reader: FrameReader<R>,
+    sink: SessionSink,
+    intro: Intro,
+    id: u64,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
 {
     let kill = reg.cancel.child_token();
-    let (sink, mut stream) = ws.split();
     let (control, mut ctl_rx) = mpsc::unbounded_channel();
     let map = intro
         .remote
@@ -48,7 +52,7 @@ where
     let session = Arc::new(Session::new(
         id,
         &intro,
-        Outbox::new(id, Box::pin(sink), kill.clone()),
+        Outbox::new(id, sink, kill.clone()),
         control,
         reg.stamp(),
         map,
@@ -95,19 +99,22 @@ where
             // nothing else before handling it (the rest are polled once, on the way back to
             // sleep). A client that writes without pause delays only its own session's notices
             // and progress; a drop is still seen first.
-            frame = stream.next() => {
+            frame = reader.next() => {
                 match frame {
-                    None => break "closed by client",
-                    Some(Err(e)) => {
+                    Ok(None) => break "closed by client",
+                    Err(e) => {
                         tracing::info!(error = %e, "session connection error");
+                        if let Some(code) = e.close_code() {
+                            session.outbox.close_with(code);
+                        }
                         break "connection error";
                     }
-                    Some(Ok(Message::Text(t))) => {
-                        if on_client_text(&reg, &session, t.as_str()) {
+                    Ok(Some(Frame::Text(t))) => {
+                        if on_client_text(&reg, &session, t) {
                             release(&session, &mut held);
                         }
                     }
-                    Some(Ok(Message::Binary(b))) => match std::str::from_utf8(&b) {
+                    Ok(Some(Frame::Binary(b))) => match std::str::from_utf8(b) {
                         Ok(t) => {
                             if on_client_text(&reg, &session, t) {
                                 release(&session, &mut held);
@@ -117,8 +124,9 @@ where
                             session.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8"));
                         }
                     },
-                    Some(Ok(Message::Close(_))) => break "closed by client",
-                    Some(Ok(_)) => {}
+                    Ok(Some(Frame::Ping(p))) => session.outbox.pong(p),
+                    Ok(Some(Frame::Close(_))) => break "closed by client",
+                    Ok(Some(Frame::Pong(_))) => {}
                 }
             }
             Some(c) = &mut controls => {

@@ -1,0 +1,547 @@
+//! WebSocket framing (RFC 6455) on a socket whose HTTP upgrade is done: the reader and the
+//! writer of every broker-side connection that carries calls (editor links, native and compat
+//! sessions).
+//!
+//! The reader hands out each frame borrowed from its own buffer (unmasked in place, a text
+//! frame checked as UTF-8 there), so a frame costs no allocation and no copy on its way in;
+//! only a fragmented message is put together in a buffer of its own. The writer encodes each
+//! frame into one buffer that a single write empties. Both halves work on split socket halves,
+//! so reading and writing never take a lock. No extension is ever agreed (the handshakes offer
+//! none), so a frame with a reserved bit set is refused.
+//!
+//! The handshakes themselves are hyper's (`frontdoor`, `editor::dial`); the test kit's peers
+//! are tungstenite, which checks this module against another implementation in every test.
+
+use futures_util::Sink;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Which end of the connection this is: a client masks every frame it sends, a server
+/// requires every frame it reads to be masked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The broker dialled (an editor link).
+    Client,
+    /// The peer dialled (a session).
+    Server,
+}
+
+/// Why a connection's frames cannot be read any more.
+#[derive(Debug, thiserror::Error)]
+pub enum WsError {
+    /// The socket failed, or closed in the middle of a frame.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The peer broke the framing rules.
+    #[error("WebSocket protocol error: {0}")]
+    Protocol(&'static str),
+    /// A message longer than the cap (announced in a frame header: it is never read).
+    #[error("a message of {size} bytes is over the limit of {max} bytes (max_frame_bytes)")]
+    TooBig {
+        /// The size the frame header announced (with what came before it, when fragmented).
+        size: u64,
+        /// The cap.
+        max: usize,
+    },
+    /// A text message that is not UTF-8.
+    #[error("a text message is not valid UTF-8")]
+    NotUtf8,
+}
+
+impl WsError {
+    /// The close code owed to the peer (RFC 6455 §7.4.1), `None` when the socket itself failed.
+    pub fn close_code(&self) -> Option<u16> {
+        match self {
+            WsError::Io(_) => None,
+            WsError::Protocol(_) => Some(1002),
+            WsError::TooBig { .. } => Some(1009),
+            WsError::NotUtf8 => Some(1007),
+        }
+    }
+}
+
+/// One frame (or reassembled message), borrowed from the reader until its next read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A text message.
+    Text(&'a str),
+    /// A binary message.
+    Binary(&'a [u8]),
+    /// A ping; the owner answers it with [`Out::Pong`].
+    Ping(&'a [u8]),
+    /// A pong.
+    Pong(&'a [u8]),
+    /// The peer is closing, with its status code if it gave one.
+    Close(Option<u16>),
+}
+
+/// A frame to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Out {
+    /// A text message, in one frame.
+    Text(String),
+    /// A ping with this payload (at most 125 bytes).
+    Ping(Vec<u8>),
+    /// A pong echoing a ping's payload (at most 125 bytes).
+    Pong(Vec<u8>),
+    /// A close frame with this status code; nothing may follow it.
+    Close(u16),
+}
+
+const OP_CONTINUATION: u8 = 0;
+const OP_TEXT: u8 = 1;
+const OP_BINARY: u8 = 2;
+const OP_CLOSE: u8 = 8;
+const OP_PING: u8 = 9;
+const OP_PONG: u8 = 10;
+
+/// The read buffer a connection starts with (and returns to once a long frame is read):
+/// JSON-RPC frames are mostly a few hundred bytes, and 1000 sessions hold 1000 of these.
+const READ_CHUNK: usize = 2 * 1024;
+
+/// A frame header, parsed.
+#[derive(Debug, PartialEq, Eq)]
+struct Header {
+    fin: bool,
+    op: u8,
+    mask: Option<[u8; 4]>,
+    len: u64,
+    /// Bytes of the header itself.
+    size: usize,
+}
+
+/// Parses the header at the start of `b`: `Ok(None)` while it is incomplete.
+fn parse_header(b: &[u8], role: Role) -> Result<Option<Header>, WsError> {
+    let (Some(&b0), Some(&b1)) = (b.first(), b.get(1)) else {
+        return Ok(None);
+    };
+    if b0 & 0x70 != 0 {
+        return Err(WsError::Protocol(
+            "a reserved bit is set (no extension was agreed)",
+        ));
+    }
+    let fin = b0 & 0x80 != 0;
+    let op = b0 & 0x0f;
+    let masked = b1 & 0x80 != 0;
+    let len7 = b1 & 0x7f;
+    let ext = match len7 {
+        126 => 2,
+        127 => 8,
+        _ => 0,
+    };
+    let size = 2 + ext + if masked { 4 } else { 0 };
+    let Some(rest) = b.get(2..size) else {
+        return Ok(None);
+    };
+    let (len_bytes, mask_bytes) = rest.split_at(ext);
+    let len = match len7 {
+        126 => u64::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]])),
+        127 => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(len_bytes);
+            let len = u64::from_be_bytes(a);
+            if len >> 63 != 0 {
+                return Err(WsError::Protocol("a frame length has its top bit set"));
+            }
+            len
+        }
+        n => u64::from(n),
+    };
+    match op {
+        OP_CONTINUATION | OP_TEXT | OP_BINARY => {}
+        OP_CLOSE | OP_PING | OP_PONG => {
+            if !fin {
+                return Err(WsError::Protocol("a control frame is fragmented"));
+            }
+            if len > 125 {
+                return Err(WsError::Protocol(
+                    "a control frame is longer than 125 bytes",
+                ));
+            }
+        }
+        _ => return Err(WsError::Protocol("unknown opcode")),
+    }
+    let mask = match (role, masked) {
+        (Role::Server, false) => return Err(WsError::Protocol("a client frame is not masked")),
+        (Role::Client, true) => return Err(WsError::Protocol("a server frame is masked")),
+        (_, true) => Some([mask_bytes[0], mask_bytes[1], mask_bytes[2], mask_bytes[3]]),
+        (_, false) => None,
+    };
+    Ok(Some(Header {
+        fin,
+        op,
+        mask,
+        len,
+        size,
+    }))
+}
+
+/// XORs `data` with `key` repeated, eight bytes at a time (masking and unmasking alike).
+fn apply_mask(data: &mut [u8], key: [u8; 4]) {
+    let k = u64::from_ne_bytes([
+        key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3],
+    ]);
+    let mut chunks = data.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        c.copy_from_slice(&(u64::from_ne_bytes(w) ^ k).to_ne_bytes());
+    }
+    // The remainder starts at a multiple of 8, so the key's phase is 0 there.
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= key[i & 3];
+    }
+}
+
+/// Where the frame handed out last is, so the next read can drop it.
+#[derive(Debug, Clone, Copy)]
+enum Last {
+    Nothing,
+    /// In the read buffer: its payload at `start..end`; the frame ends at `end`.
+    InPlace {
+        op: u8,
+        start: usize,
+        end: usize,
+    },
+    /// Put together from fragments in `message`.
+    Assembled {
+        op: u8,
+    },
+}
+
+/// The read half: frames from `io`, each borrowed until the next read.
+pub struct FrameReader<R> {
+    io: R,
+    role: Role,
+    /// The longest message taken.
+    max: usize,
+    /// Every byte initialised (zeroed when it grows); the unread bytes are `head..tail`.
+    buf: Vec<u8>,
+    head: usize,
+    tail: usize,
+    last: Last,
+    /// A fragmented message being put together: its opcode and its payload so far.
+    message: Option<(u8, Vec<u8>)>,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// A reader over `io` for a connection in `role`, taking messages up to `max` bytes;
+    /// `read_ahead` are bytes already read from `io` past the handshake.
+    pub fn new(io: R, role: Role, max: usize, read_ahead: &[u8]) -> Self {
+        let mut buf = vec![0; READ_CHUNK.max(read_ahead.len())];
+        buf[..read_ahead.len()].copy_from_slice(read_ahead);
+        FrameReader {
+            io,
+            role,
+            max,
+            buf,
+            head: 0,
+            tail: read_ahead.len(),
+            last: Last::Nothing,
+            message: None,
+        }
+    }
+
+    /// The next frame. `Ok(None)` once the peer closed the socket between frames. Cancel
+    /// safe: dropped before it is ready, it loses nothing.
+    pub async fn next(&mut self) -> Result<Option<Frame<'_>>, WsError> {
+        if !std::future::poll_fn(|cx| self.poll_frame(cx)).await? {
+            return Ok(None);
+        }
+        self.frame().map(Some)
+    }
+
+    /// The frame handed out last, as [`Frame`].
+    fn frame(&self) -> Result<Frame<'_>, WsError> {
+        let (op, payload) = match self.last {
+            Last::Nothing => return Err(WsError::Protocol("no frame")),
+            Last::InPlace { op, start, end } => (op, &self.buf[start..end]),
+            Last::Assembled { op } => (
+                op,
+                self.message.as_ref().map_or(&[][..], |(_, m)| m.as_slice()),
+            ),
+        };
+        Ok(match op {
+            OP_TEXT => Frame::Text(std::str::from_utf8(payload).map_err(|_| WsError::NotUtf8)?),
+            OP_BINARY => Frame::Binary(payload),
+            OP_PING => Frame::Ping(payload),
+            OP_PONG => Frame::Pong(payload),
+            _ => match payload {
+                [] => Frame::Close(None),
+                [hi, lo, reason @ ..] => {
+                    if std::str::from_utf8(reason).is_err() {
+                        return Err(WsError::NotUtf8);
+                    }
+                    Frame::Close(Some(u16::from_be_bytes([*hi, *lo])))
+                }
+                [_] => return Err(WsError::Protocol("a close frame with a 1-byte payload")),
+            },
+        })
+    }
+
+    /// Drops the frame handed out last.
+    fn release(&mut self) {
+        match std::mem::replace(&mut self.last, Last::Nothing) {
+            Last::Nothing => {}
+            Last::InPlace { end, .. } => self.head = end,
+            Last::Assembled { .. } => self.message = None,
+        }
+        if self.head == self.tail {
+            self.head = 0;
+            self.tail = 0;
+            if self.buf.len() > READ_CHUNK {
+                // A long frame grew it: 1000 idle sessions should not each keep one.
+                self.buf.truncate(READ_CHUNK);
+                self.buf.shrink_to_fit();
+            }
+        }
+    }
+
+    /// Reads until a whole frame (or message) is at hand and records it in `last`.
+    /// `Ready(Ok(false))` at a clean end of the stream.
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, WsError>> {
+        self.release();
+        loop {
+            let unread = &self.buf[self.head..self.tail];
+            let need = match parse_header(unread, self.role)? {
+                None => 14, // the longest header: read until it is all there
+                Some(h) => {
+                    let so_far = self.message.as_ref().map_or(0, |(_, m)| m.len() as u64);
+                    if matches!(h.op, OP_TEXT | OP_BINARY | OP_CONTINUATION)
+                        && so_far.saturating_add(h.len) > self.max as u64
+                    {
+                        return Poll::Ready(Err(WsError::TooBig {
+                            size: so_far.saturating_add(h.len),
+                            max: self.max,
+                        }));
+                    }
+                    // Within `max` (a data frame) or 125 bytes (a control frame): fits usize.
+                    let total = h.size + h.len as usize;
+                    if unread.len() >= total {
+                        if self.take(h)? {
+                            return Poll::Ready(Ok(true));
+                        }
+                        continue;
+                    }
+                    total
+                }
+            };
+            if !ready!(self.poll_fill(cx, need))? {
+                if self.head == self.tail && self.message.is_none() {
+                    return Poll::Ready(Ok(false));
+                }
+                return Poll::Ready(Err(WsError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the connection closed in the middle of a message",
+                ))));
+            }
+        }
+    }
+
+    /// A whole frame is at `head`: unmasks it and either records it as the frame to hand out
+    /// (true) or adds it to the fragmented message (false).
+    fn take(&mut self, h: Header) -> Result<bool, WsError> {
+        let start = self.head + h.size;
+        let end = start + h.len as usize;
+        if let Some(key) = h.mask {
+            apply_mask(&mut self.buf[start..end], key);
+        }
+        let op = h.op;
+        if op >= OP_CLOSE || (h.fin && op != OP_CONTINUATION) {
+            if op < OP_CLOSE && self.message.is_some() {
+                return Err(WsError::Protocol("a new message inside a fragmented one"));
+            }
+            self.last = Last::InPlace { op, start, end };
+            return Ok(true);
+        }
+        let payload = &self.buf[start..end];
+        match (&mut self.message, op) {
+            (None, OP_CONTINUATION) => {
+                return Err(WsError::Protocol(
+                    "a continuation frame with no message to continue",
+                ))
+            }
+            (None, _) => self.message = Some((op, payload.to_vec())),
+            (Some(_), OP_TEXT | OP_BINARY) => {
+                return Err(WsError::Protocol("a new message inside a fragmented one"))
+            }
+            (Some((_, m)), _) => m.extend_from_slice(payload),
+        }
+        self.head = end;
+        if h.fin {
+            let op = self.message.as_ref().map_or(OP_BINARY, |(op, _)| *op);
+            self.last = Last::Assembled { op };
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Reads more from the socket, with room for `need` unread bytes at least. `Ok(false)` at
+    /// the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>, need: usize) -> Poll<io::Result<bool>> {
+        if self.buf.len() - self.head < need || self.tail == self.buf.len() {
+            self.buf.copy_within(self.head..self.tail, 0);
+            self.tail -= self.head;
+            self.head = 0;
+            if self.buf.len() < need {
+                self.buf.resize(need, 0);
+            }
+        }
+        let mut rb = ReadBuf::new(&mut self.buf[self.tail..]);
+        ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
+        let n = rb.filled().len();
+        self.tail += n;
+        Poll::Ready(Ok(n > 0))
+    }
+}
+
+/// Masking keys for a client, drawn from the OS's CSPRNG 64 at a time (RFC 6455 §5.3 wants
+/// them unpredictable; a syscall per frame would cost more than the frame).
+struct Masks {
+    pool: [u8; 256],
+    at: usize,
+}
+
+impl Masks {
+    fn next(&mut self) -> io::Result<[u8; 4]> {
+        if self.at + 4 > self.pool.len() {
+            getrandom::fill(&mut self.pool).map_err(io::Error::other)?;
+            self.at = 0;
+        }
+        let k = &self.pool[self.at..self.at + 4];
+        self.at += 4;
+        Ok([k[0], k[1], k[2], k[3]])
+    }
+}
+
+/// Bytes the writer holds before `poll_ready` waits for the socket to take them.
+const HIGH_WATER: usize = 64 * 1024;
+
+/// The write half: frames encoded into one buffer, written when flushed. A [`Sink`] of
+/// [`Out`]; closing it sends a close frame (1000, unless one was sent) and shuts the socket's
+/// write side down.
+pub struct FrameWriter<W> {
+    io: W,
+    /// Only a client masks.
+    masks: Option<Box<Masks>>,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already written.
+    pos: usize,
+    close_sent: bool,
+}
+
+impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    /// A writer over `io` for a connection in `role`.
+    pub fn new(io: W, role: Role) -> Self {
+        FrameWriter {
+            io,
+            masks: (role == Role::Client).then(|| {
+                Box::new(Masks {
+                    pool: [0; 256],
+                    at: 256,
+                })
+            }),
+            buf: Vec::new(),
+            pos: 0,
+            close_sent: false,
+        }
+    }
+
+    fn encode(&mut self, op: u8, payload: &[u8]) -> io::Result<()> {
+        let mask_bit = if self.masks.is_some() { 0x80 } else { 0 };
+        let len = payload.len();
+        self.buf.reserve(14 + len);
+        self.buf.push(0x80 | op);
+        if len < 126 {
+            self.buf.push(mask_bit | len as u8);
+        } else if let Ok(l) = u16::try_from(len) {
+            self.buf.push(mask_bit | 126);
+            self.buf.extend_from_slice(&l.to_be_bytes());
+        } else {
+            self.buf.push(mask_bit | 127);
+            self.buf.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+        match &mut self.masks {
+            Some(masks) => {
+                let key = masks.next()?;
+                self.buf.extend_from_slice(&key);
+                let start = self.buf.len();
+                self.buf.extend_from_slice(payload);
+                apply_mask(&mut self.buf[start..], key);
+            }
+            None => self.buf.extend_from_slice(payload),
+        }
+        Ok(())
+    }
+
+    /// Writes everything encoded so far.
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.pos < self.buf.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.buf[self.pos..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.pos += n;
+        }
+        self.buf.clear();
+        self.pos = 0;
+        if self.buf.capacity() > HIGH_WATER {
+            // A long frame grew it: idle sessions should not each keep one.
+            self.buf = Vec::new();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<W: AsyncWrite + Unpin> Sink<Out> for FrameWriter<W> {
+    type Error = io::Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if me.buf.len() - me.pos < HIGH_WATER {
+            return Poll::Ready(Ok(()));
+        }
+        me.poll_write_out(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Out) -> io::Result<()> {
+        let me = self.get_mut();
+        if me.close_sent {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the WebSocket is closing: nothing may follow its close frame",
+            ));
+        }
+        match item {
+            Out::Text(t) => me.encode(OP_TEXT, t.as_bytes()),
+            Out::Ping(p) => me.encode(OP_PING, &p[..p.len().min(125)]),
+            Out::Pong(p) => me.encode(OP_PONG, &p[..p.len().min(125)]),
+            Out::Close(code) => {
+                me.close_sent = true;
+                me.encode(OP_CLOSE, &code.to_be_bytes())
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        ready!(me.poll_write_out(cx))?;
+        Pin::new(&mut me.io).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if !me.close_sent {
+            me.close_sent = true;
+            me.encode(OP_CLOSE, &1000u16.to_be_bytes())?;
+        }
+        ready!(me.poll_write_out(cx))?;
+        ready!(Pin::new(&mut me.io).poll_flush(cx))?;
+        Pin::new(&mut me.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,436 @@
+use super::*;
+use futures_util::{SinkExt, StreamExt};
+use proptest::prelude::*;
+use std::collections::VecDeque;
+use tokio_tungstenite::tungstenite::protocol::{self as tproto, frame::coding::CloseCode};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+/// Runs a test body, failing it when it hangs.
+async fn bounded<F: std::future::Future<Output = ()>>(body: F) {
+    tokio::time::timeout(std::time::Duration::from_secs(20), body)
+        .await
+        .expect("the test hung");
+}
+
+/// A socket that hands out the given pieces, one per read, then the end of the stream.
+struct Pieces(VecDeque<Vec<u8>>);
+
+impl AsyncRead for Pieces {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(mut p) = self.0.pop_front() {
+            let n = p.len().min(buf.remaining());
+            buf.put_slice(&p[..n]);
+            if n < p.len() {
+                self.0.push_front(p.split_off(n));
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// What a frame owns, to compare frames read at different times.
+#[derive(Debug, PartialEq, Eq)]
+enum Owned {
+    Text(String),
+    Binary(Vec<u8>),
+    Ping(Vec<u8>),
+    Pong(Vec<u8>),
+    Close(Option<u16>),
+}
+
+fn owned(f: Frame<'_>) -> Owned {
+    match f {
+        Frame::Text(t) => Owned::Text(t.to_owned()),
+        Frame::Binary(b) => Owned::Binary(b.to_vec()),
+        Frame::Ping(p) => Owned::Ping(p.to_vec()),
+        Frame::Pong(p) => Owned::Pong(p.to_vec()),
+        Frame::Close(c) => Owned::Close(c),
+    }
+}
+
+/// Every frame until the end of the stream, or the error that ended it.
+async fn read_all<R: AsyncRead + Unpin>(r: &mut FrameReader<R>) -> Result<Vec<Owned>, WsError> {
+    let mut out = Vec::new();
+    while let Some(f) = r.next().await? {
+        out.push(owned(f));
+    }
+    Ok(out)
+}
+
+/// `frames` encoded by a writer in `role`.
+async fn encoded(role: Role, frames: Vec<Out>) -> Vec<u8> {
+    let mut w = FrameWriter::new(Vec::new(), role);
+    for f in frames {
+        w.feed(f).await.unwrap();
+    }
+    w.flush().await.unwrap();
+    w.io
+}
+
+/// A raw frame as a client sends it: FIN and opcode in `b0`, masked with a fixed key.
+fn client_frame(b0: u8, payload: &[u8]) -> Vec<u8> {
+    let key = [9, 8, 7, 6];
+    let mut f = vec![b0];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&key);
+    let start = f.len();
+    f.extend_from_slice(payload);
+    for (i, b) in f[start..].iter_mut().enumerate() {
+        *b ^= key[i % 4];
+    }
+    f
+}
+
+fn server_reader(bytes: Vec<u8>) -> FrameReader<Pieces> {
+    FrameReader::new(Pieces(VecDeque::from([bytes])), Role::Server, 1 << 20, &[])
+}
+
+#[tokio::test]
+async fn frames_of_every_length_class_survive_a_round_trip() {
+    bounded(async {
+        let lens = [0usize, 1, 7, 8, 125, 126, 127, 65_535, 65_536, 200_000];
+        let mut frames: Vec<Out> = lens
+            .iter()
+            .map(|&n| Out::Text("é".repeat(n / 2) + &"x".repeat(n % 2)))
+            .collect();
+        frames.push(Out::Ping(b"p".to_vec()));
+        frames.push(Out::Pong(vec![1; 125]));
+        frames.push(Out::Close(4000));
+        let bytes = encoded(Role::Client, frames.clone()).await;
+        // Read back in pieces of 1000 bytes: frames straddle reads.
+        let pieces = bytes.chunks(1000).map(<[u8]>::to_vec).collect();
+        let mut r = FrameReader::new(Pieces(pieces), Role::Server, 1 << 20, &[]);
+        let got = read_all(&mut r).await.unwrap();
+        let want: Vec<Owned> = frames
+            .into_iter()
+            .map(|f| match f {
+                Out::Text(t) => Owned::Text(t),
+                Out::Ping(p) => Owned::Ping(p),
+                Out::Pong(p) => Owned::Pong(p),
+                Out::Close(c) => Owned::Close(Some(c)),
+            })
+            .collect();
+        assert_eq!(got, want);
+        // The long frames grew the buffer; once they are read it is back to its first size.
+        assert_eq!(r.buf.len(), READ_CHUNK);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_server_writes_unmasked_and_a_client_reads_it() {
+    bounded(async {
+        let bytes = encoded(Role::Server, vec![Out::Text("hi".into())]).await;
+        assert_eq!(bytes, b"\x81\x02hi");
+        let mut r = FrameReader::new(Pieces(VecDeque::from([bytes])), Role::Client, 64, &[]);
+        assert_eq!(
+            read_all(&mut r).await.unwrap(),
+            vec![Owned::Text("hi".into())]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_client_draws_a_fresh_mask_for_every_frame() {
+    bounded(async {
+        let bytes = encoded(
+            Role::Client,
+            vec![Out::Text("a".into()), Out::Text("a".into())],
+        )
+        .await;
+        assert_eq!(bytes.len(), 2 * 7);
+        assert_eq!(bytes[1], 0x81, "masked, 1 byte");
+        assert_ne!(bytes[2..6], bytes[9..13], "two frames with one key");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bytes_read_past_the_handshake_come_first() {
+    bounded(async {
+        let first = client_frame(0x81, b"early");
+        let rest = client_frame(0x81, b"later");
+        let mut r = FrameReader::new(Pieces(VecDeque::from([rest])), Role::Server, 64, &first);
+        assert_eq!(
+            read_all(&mut r).await.unwrap(),
+            vec![Owned::Text("early".into()), Owned::Text("later".into())]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_fragmented_message_is_put_together_around_a_ping() {
+    bounded(async {
+        let mut b = client_frame(0x01, b"he"); // text, not FIN
+        b.extend(client_frame(0x89, b"!")); // ping in between
+        b.extend(client_frame(0x00, b"ll")); // continuation
+        b.extend(client_frame(0x80, b"o")); // final continuation
+        b.extend(client_frame(0x82, b"\xff")); // a whole binary frame after it
+        let got = read_all(&mut server_reader(b)).await.unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Owned::Ping(b"!".to_vec()),
+                Owned::Text("hello".into()),
+                Owned::Binary(vec![0xff]),
+            ]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn broken_framing_is_refused_with_its_close_code() {
+    bounded(async {
+        let unmasked = b"\x81\x02hi".to_vec();
+        let reserved = client_frame(0xc1, b"x");
+        let long_ping = client_frame(0x89, &[0; 126]);
+        let fragmented_ping = client_frame(0x09, b"x");
+        let orphan = client_frame(0x80, b"x");
+        let mut nested = client_frame(0x01, b"a");
+        nested.extend(client_frame(0x81, b"b"));
+        let opcode = client_frame(0x83, b"x");
+        let not_utf8 = client_frame(0x81, &[0xc3, 0x28]);
+        let mut split_utf8 = client_frame(0x01, &[0xc3]);
+        split_utf8.extend(client_frame(0x80, &[0xa9]));
+        let cases = [
+            (unmasked, Some(1002)),
+            (reserved, Some(1002)),
+            (long_ping, Some(1002)),
+            (fragmented_ping, Some(1002)),
+            (orphan, Some(1002)),
+            (nested, Some(1002)),
+            (opcode, Some(1002)),
+            (not_utf8, Some(1007)),
+            (client_frame(0x88, &[3]), Some(1002)),
+        ];
+        for (i, (bytes, code)) in cases.into_iter().enumerate() {
+            let e = read_all(&mut server_reader(bytes)).await.unwrap_err();
+            assert_eq!(e.close_code(), code, "case {i}: {e}");
+        }
+        // A character split across two fragments is whole once they are put together.
+        assert_eq!(
+            read_all(&mut server_reader(split_utf8)).await.unwrap(),
+            vec![Owned::Text("é".into())]
+        );
+        // A client reading a masked frame.
+        let mut r = FrameReader::new(
+            Pieces(VecDeque::from([client_frame(0x81, b"x")])),
+            Role::Client,
+            64,
+            &[],
+        );
+        assert_eq!(read_all(&mut r).await.unwrap_err().close_code(), Some(1002));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_oversized_message_is_refused_from_its_header() {
+    bounded(async {
+        // A header announcing 100 MiB and nothing else: refused without waiting for the payload.
+        let mut f = vec![0x81u8, 0x80 | 127];
+        f.extend_from_slice(&(100u64 << 20).to_be_bytes());
+        f.extend_from_slice(&[1, 2, 3, 4]);
+        let e = read_all(&mut server_reader(f)).await.unwrap_err();
+        assert!(
+            matches!(e, WsError::TooBig { size, max } if size == 100 << 20 && max == 1 << 20),
+            "{e}"
+        );
+        assert_eq!(e.close_code(), Some(1009));
+        // Fragments that are each small but too long together.
+        let mut b = client_frame(0x01, &[b'a'; 40]);
+        b.extend(client_frame(0x80, &[b'a'; 40]));
+        let mut r = FrameReader::new(Pieces(VecDeque::from([b])), Role::Server, 64, &[]);
+        assert!(matches!(
+            read_all(&mut r).await.unwrap_err(),
+            WsError::TooBig { size: 80, .. }
+        ));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_end_of_the_stream_is_clean_only_between_frames() {
+    bounded(async {
+        let whole = client_frame(0x81, b"abc");
+        assert_eq!(
+            read_all(&mut server_reader(whole.clone()))
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+        let cut = whole[..whole.len() - 1].to_vec();
+        let e = read_all(&mut server_reader(cut)).await.unwrap_err();
+        assert!(
+            matches!(&e, WsError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof),
+            "{e}"
+        );
+        // In the middle of a fragmented message, too.
+        let e = read_all(&mut server_reader(client_frame(0x01, b"a")))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, WsError::Io(_)), "{e}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn closing_the_writer_sends_a_close_frame_and_ends_the_stream() {
+    bounded(async {
+        let (a, b) = tokio::io::duplex(1024);
+        let mut w = FrameWriter::new(a, Role::Client);
+        w.send(Out::Text("last".into())).await.unwrap();
+        w.close().await.unwrap();
+        assert!(
+            w.send(Out::Text("after".into())).await.is_err(),
+            "nothing follows a close"
+        );
+        let mut r = FrameReader::new(b, Role::Server, 64, &[]);
+        assert_eq!(
+            read_all(&mut r).await.unwrap(),
+            vec![Owned::Text("last".into()), Owned::Close(Some(1000))]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_tungstenite_client_and_this_server_understand_each_other() {
+    bounded(async {
+        let (a, b) = tokio::io::duplex(4096);
+        let mut peer = WebSocketStream::from_raw_socket(a, tproto::Role::Client, None).await;
+        let (rd, wr) = tokio::io::split(b);
+        let mut r = FrameReader::new(rd, Role::Server, 1 << 20, &[]);
+        let mut w = FrameWriter::new(wr, Role::Server);
+        let long = "x".repeat(70_000);
+        let send = async {
+            peer.send(Message::text("one")).await.unwrap();
+            peer.send(Message::binary(vec![1, 2])).await.unwrap();
+            peer.send(Message::Ping(b"hb".to_vec().into()))
+                .await
+                .unwrap();
+            peer.send(Message::text(long.clone())).await.unwrap();
+            peer
+        };
+        let read = async {
+            let mut got = Vec::new();
+            for _ in 0..4 {
+                got.push(owned(r.next().await.unwrap().unwrap()));
+            }
+            got
+        };
+        let (mut peer, got) = tokio::join!(send, read);
+        assert_eq!(
+            got,
+            vec![
+                Owned::Text("one".into()),
+                Owned::Binary(vec![1, 2]),
+                Owned::Ping(b"hb".to_vec()),
+                Owned::Text(long.clone()),
+            ]
+        );
+        // The long frame is more than the pipe holds: written while the peer reads.
+        let write = async {
+            w.send(Out::Text(long.clone())).await.unwrap();
+            w.send(Out::Pong(b"hb".to_vec())).await.unwrap();
+            w.send(Out::Close(1001)).await.unwrap();
+        };
+        let (_, first) = tokio::join!(write, peer.next());
+        assert_eq!(first.unwrap().unwrap(), Message::text(long));
+        assert_eq!(
+            peer.next().await.unwrap().unwrap(),
+            Message::Pong(b"hb".to_vec().into())
+        );
+        match peer.next().await.unwrap().unwrap() {
+            Message::Close(Some(c)) => assert_eq!(c.code, CloseCode::Away),
+            other => panic!("not a close: {other:?}"),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn this_client_and_a_tungstenite_server_understand_each_other() {
+    bounded(async {
+        let (a, b) = tokio::io::duplex(4096);
+        let mut peer = WebSocketStream::from_raw_socket(a, tproto::Role::Server, None).await;
+        let (rd, wr) = tokio::io::split(b);
+        let mut r = FrameReader::new(rd, Role::Client, 1 << 20, &[]);
+        let mut w = FrameWriter::new(wr, Role::Client);
+        w.send(Out::Text("to the editor".into())).await.unwrap();
+        w.send(Out::Ping(vec![7])).await.unwrap();
+        assert_eq!(
+            peer.next().await.unwrap().unwrap(),
+            Message::text("to the editor")
+        );
+        assert_eq!(
+            peer.next().await.unwrap().unwrap(),
+            Message::Ping(vec![7].into())
+        );
+        // tungstenite answers the ping on its own, around the answer.
+        peer.send(Message::text("answer")).await.unwrap();
+        let mut got = vec![
+            owned(r.next().await.unwrap().unwrap()),
+            owned(r.next().await.unwrap().unwrap()),
+        ];
+        got.sort_by_key(|f| format!("{f:?}"));
+        assert_eq!(
+            got,
+            vec![Owned::Pong(vec![7]), Owned::Text("answer".into())]
+        );
+    })
+    .await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any frames, cut into any pieces, read back as they were written.
+    #[test]
+    fn any_frames_cut_anywhere_read_back(
+        texts in proptest::collection::vec("\\PC{0,300}", 1..12),
+        cuts in proptest::collection::vec(1usize..200, 1..40),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let frames: Vec<Out> = texts.iter().cloned().map(Out::Text).collect();
+        let bytes = rt.block_on(encoded(Role::Client, frames));
+        let mut pieces = VecDeque::new();
+        let mut at = 0;
+        for c in cuts.iter().cycle() {
+            if at >= bytes.len() {
+                break;
+            }
+            let end = (at + c).min(bytes.len());
+            pieces.push_back(bytes[at..end].to_vec());
+            at = end;
+        }
+        let mut r = FrameReader::new(Pieces(pieces), Role::Server, 1 << 20, &[]);
+        let got = rt.block_on(read_all(&mut r)).unwrap();
+        let want: Vec<Owned> = texts.into_iter().map(Owned::Text).collect();
+        prop_assert_eq!(got, want);
+    }
+
+    /// Masking eight bytes at a time is masking byte by byte.
+    #[test]
+    fn the_wide_mask_is_the_bytewise_mask(data in proptest::collection::vec(any::<u8>(), 0..100), key in any::<[u8; 4]>()) {
+        let mut wide = data.clone();
+        apply_mask(&mut wide, key);
+        let narrow: Vec<u8> = data.iter().enumerate().map(|(i, b)| b ^ key[i % 4]).collect();
+        prop_assert_eq!(wide, narrow);
+    }
+}
