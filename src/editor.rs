@@ -22,11 +22,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
-use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
 use tokio_util::sync::CancellationToken;
 
 /// The protocol version the broker speaks to editors.
@@ -690,13 +688,17 @@ async fn dial(
         .await
         .map_err(|e| DialError::Other(format!("connect 127.0.0.1:{}: {e}", lf.port)))?;
     let _ = stream.set_nodelay(true);
-    let read_ahead = upgrade(
+    let read_ahead = crate::wsupgrade::upgrade(
         &mut stream,
         lf.port,
         lf.family.auth_header(),
         lf.auth_token.expose(),
     )
-    .await?;
+    .await
+    .map_err(|e| match e {
+        crate::wsupgrade::UpgradeError::Refused => DialError::Refused,
+        e => DialError::Other(format!("upgrade: {e}")),
+    })?;
     let quick_ack = crate::quickack::QuickAck::new(&stream);
     let (rd, wr) = stream.into_split();
     let mut reader = FrameReader::new(rd, Role::Client, config.max_frame_bytes, &read_ahead);
@@ -746,90 +748,6 @@ async fn dial(
         writer,
         quick_ack,
     })
-}
-
-/// The longest upgrade response read from an editor.
-const MAX_UPGRADE_RESPONSE: usize = 16 * 1024;
-
-/// The WebSocket upgrade on a fresh editor connection: the request as tungstenite writes it
-/// (Lua editors parse it by hand), then the response, read up to its end. Returns what the
-/// editor sent past the response (its first frames, if it was quick).
-async fn upgrade(
-    stream: &mut TcpStream,
-    port: u16,
-    auth_header: &str,
-    token: &str,
-) -> Result<Vec<u8>, DialError> {
-    if token.bytes().any(|b| b < 0x20 || b == 0x7f) {
-        return Err(DialError::Other("token is not a valid header value".into()));
-    }
-    let key = generate_key();
-    let request = format!(
-        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{auth_header}: {token}\r\n\r\n"
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| DialError::Other(format!("upgrade: {e}")))?;
-    let mut buf = Vec::with_capacity(1024);
-    loop {
-        if stream
-            .read_buf(&mut buf)
-            .await
-            .map_err(|e| DialError::Other(format!("upgrade: {e}")))?
-            == 0
-        {
-            return Err(DialError::Other(
-                "upgrade: the editor closed the connection before answering".into(),
-            ));
-        }
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut response = httparse::Response::new(&mut headers);
-        let end = match response.parse(&buf) {
-            Ok(httparse::Status::Complete(end)) => end,
-            Ok(httparse::Status::Partial) if buf.len() < MAX_UPGRADE_RESPONSE => continue,
-            Ok(httparse::Status::Partial) => {
-                return Err(DialError::Other(format!(
-                    "upgrade: the editor's response is over {MAX_UPGRADE_RESPONSE} bytes"
-                )))
-            }
-            Err(e) => {
-                return Err(DialError::Other(format!(
-                    "upgrade: the editor's response is not HTTP: {e}"
-                )))
-            }
-        };
-        match response.code {
-            Some(101) => {}
-            Some(400) => return Err(DialError::Refused),
-            code => {
-                return Err(DialError::Other(format!(
-                    "upgrade: the editor answered HTTP {} instead of 101",
-                    code.unwrap_or(0)
-                )))
-            }
-        }
-        let header = |name: &str| {
-            response
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case(name))
-                .and_then(|h| std::str::from_utf8(h.value).ok())
-        };
-        if !header("upgrade").is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket")) {
-            return Err(DialError::Other(
-                "upgrade: the editor's 101 has no Upgrade: websocket".into(),
-            ));
-        }
-        if header("sec-websocket-accept").map(str::trim) != Some(&derive_accept_key(key.as_bytes()))
-        {
-            return Err(DialError::Other(
-                "upgrade: the editor's Sec-WebSocket-Accept does not match our key".into(),
-            ));
-        }
-        return Ok(buf.split_off(end));
-    }
 }
 
 /// One request during the handshake, reading (and handling) whatever else comes meanwhile.

@@ -37,6 +37,7 @@ pub mod sync;
 pub mod testkit;
 pub mod woken;
 pub mod wsframe;
+pub mod wsupgrade;
 
 pub use config::Config;
 pub use daemon::{serve, Ready};

@@ -1,0 +1,198 @@
+//! The client side of a WebSocket upgrade on a fresh connection to an editor: the request
+//! written byte for byte as tungstenite wrote it (Lua editors parse it by hand), the response
+//! read with `httparse` up to its end and no further, so the frames behind it are kept.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
+
+/// The longest upgrade response read from an editor.
+const MAX_RESPONSE: usize = 16 * 1024;
+
+/// Why an upgrade failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    /// HTTP 400: the editors' answer to a wrong token.
+    #[error("the editor refused the token (HTTP 400)")]
+    Refused,
+    /// The socket failed or closed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Anything else that is not a WebSocket upgrade.
+    #[error("{0}")]
+    Bad(String),
+}
+
+/// Upgrades `stream` (connected to `127.0.0.1:port`) to a WebSocket, presenting `token` in
+/// header `auth_header`. Returns the bytes the editor sent past its response (its first
+/// frames, if it was quick).
+pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    port: u16,
+    auth_header: &str,
+    token: &str,
+) -> Result<Vec<u8>, UpgradeError> {
+    if token.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        return Err(UpgradeError::Bad(
+            "the token is not a valid header value".into(),
+        ));
+    }
+    let key = generate_key();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{auth_header}: {token}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Err(UpgradeError::Bad(
+                "the editor closed the connection before answering".into(),
+            ));
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut headers);
+        let end = match response.parse(&buf) {
+            Ok(httparse::Status::Complete(end)) => end,
+            Ok(httparse::Status::Partial) if buf.len() < MAX_RESPONSE => continue,
+            Ok(httparse::Status::Partial) => {
+                return Err(UpgradeError::Bad(format!(
+                    "the editor's response is over {MAX_RESPONSE} bytes"
+                )))
+            }
+            Err(e) => {
+                return Err(UpgradeError::Bad(format!(
+                    "the editor's response is not HTTP: {e}"
+                )))
+            }
+        };
+        match response.code {
+            Some(101) => {}
+            Some(400) => return Err(UpgradeError::Refused),
+            code => {
+                return Err(UpgradeError::Bad(format!(
+                    "the editor answered HTTP {} instead of 101",
+                    code.unwrap_or(0)
+                )))
+            }
+        }
+        let header = |name: &str| {
+            response
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+                .map(str::trim)
+        };
+        if !header("upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket")) {
+            return Err(UpgradeError::Bad(
+                "the editor's 101 has no Upgrade: websocket".into(),
+            ));
+        }
+        if header("sec-websocket-accept") != Some(&derive_accept_key(key.as_bytes())) {
+            return Err(UpgradeError::Bad(
+                "the editor's Sec-WebSocket-Accept does not match our key".into(),
+            ));
+        }
+        return Ok(buf.split_off(end));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::AsyncBufReadExt;
+
+    /// Runs `upgrade` against a peer that reads the request and answers with what `answer`
+    /// makes of the request's key (nothing: it closes), written in `pieces` of that many
+    /// bytes. Returns the
+    /// request's lines and the upgrade's result.
+    async fn against(
+        answer: impl FnOnce(&str) -> Vec<u8> + Send + 'static,
+        pieces: usize,
+    ) -> (Vec<String>, Result<Vec<u8>, UpgradeError>) {
+        let (mut ours, theirs) = tokio::io::duplex(64 * 1024);
+        let peer = tokio::spawn(async move {
+            let mut r = tokio::io::BufReader::new(theirs);
+            let mut lines = Vec::new();
+            loop {
+                let mut line = String::new();
+                r.read_line(&mut line).await.unwrap();
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                lines.push(line.trim_end().to_string());
+            }
+            let key = lines
+                .iter()
+                .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+                .unwrap_or_default()
+                .to_string();
+            let answer = answer(&key);
+            for p in answer.chunks(pieces) {
+                r.get_mut().write_all(p).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            // Kept open after an answer (a closed socket would end a partial read), closed
+            // after none.
+            (lines, (!answer.is_empty()).then_some(r))
+        });
+        let result = tokio::time::timeout(
+            Duration::from_secs(10),
+            upgrade(&mut ours, 4242, "x-pi-ide-authorization", "tok"),
+        )
+        .await
+        .expect("the upgrade hung");
+        let (lines, _keep_open) = peer.await.unwrap();
+        (lines, result)
+    }
+
+    fn switching(key: &str) -> String {
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {}\r\n\r\n",
+            derive_accept_key(key.as_bytes())
+        )
+    }
+
+    #[tokio::test]
+    async fn the_request_is_tungstenites_and_the_frames_behind_the_101_are_kept() {
+        let (lines, result) = against(
+            |key| {
+                let mut a = switching(key).into_bytes();
+                a.extend_from_slice(b"\x81\x02hi");
+                a
+            },
+            7, // the response arrives in pieces
+        )
+        .await;
+        assert_eq!(result.unwrap(), b"\x81\x02hi");
+        assert_eq!(lines[0], "GET / HTTP/1.1");
+        assert_eq!(lines[1], "Host: 127.0.0.1:4242");
+        assert!(lines.contains(&"Connection: Upgrade".to_string()));
+        assert!(lines.contains(&"Upgrade: websocket".to_string()));
+        assert!(lines.contains(&"Sec-WebSocket-Version: 13".to_string()));
+        assert!(lines.contains(&"x-pi-ide-authorization: tok".to_string()));
+    }
+
+    #[tokio::test]
+    async fn refusals_and_bad_answers_are_told_apart() {
+        let (_, r) = against(|_| b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec(), 1000).await;
+        assert!(matches!(r, Err(UpgradeError::Refused)), "{r:?}");
+        let (_, r) = against(|_| b"HTTP/1.1 404 Not Found\r\n\r\n".to_vec(), 1000).await;
+        assert!(matches!(r, Err(UpgradeError::Bad(m)) if m.contains("404")));
+        let (_, r) = against(|_| switching("another key").into_bytes(), 1000).await;
+        assert!(matches!(r, Err(UpgradeError::Bad(m)) if m.contains("Accept")));
+        let (_, r) = against(|_| b"SSH-2.0-OpenSSH\r\n\r\n".to_vec(), 1000).await;
+        assert!(matches!(r, Err(UpgradeError::Bad(m)) if m.contains("not HTTP")));
+        let (_, r) = against(|_| Vec::new(), 1000).await;
+        assert!(matches!(r, Err(UpgradeError::Bad(m)) if m.contains("closed")));
+    }
+
+    #[tokio::test]
+    async fn a_token_that_would_split_the_request_is_not_sent() {
+        let (mut ours, _theirs) = tokio::io::duplex(1024);
+        let r = upgrade(&mut ours, 1, "x-pi-ide-authorization", "a\r\nHost: evil").await;
+        assert!(matches!(r, Err(UpgradeError::Bad(_))));
+    }
+}
