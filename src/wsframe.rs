@@ -418,6 +418,8 @@ impl Masks {
 
 /// Bytes the writer holds before `poll_ready` waits for the socket to take them.
 const HIGH_WATER: usize = 64 * 1024;
+/// The write buffer kept between frames; a longer one (a diff) is given back once written.
+const KEEP: usize = 4 * 1024;
 
 /// The write half: frames encoded into one buffer, written when flushed. A [`Sink`] of
 /// [`Out`]; closing it sends a close frame (1000, unless one was sent) and shuts the socket's
@@ -487,7 +489,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         }
         self.buf.clear();
         self.pos = 0;
-        if self.buf.capacity() > HIGH_WATER {
+        if self.buf.capacity() > KEEP {
             // A long frame grew it: idle sessions should not each keep one.
             self.buf = Vec::new();
         }

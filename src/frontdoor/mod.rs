@@ -54,9 +54,12 @@ pub async fn run_upgraded<S: IntoHalves>(
     let max = reg.config().max_frame_bytes;
     match up.downcast::<TokioIo<S>>() {
         Ok(parts) => {
-            let (rd, wr) = parts.io.into_inner().into_halves();
-            // The bytes are copied: hyper's read buffer is not the session's to hold.
-            let reader = FrameReader::new(rd, Role::Server, max, &parts.read_buf);
+            let hyper::upgrade::Parts { io, read_buf, .. } = parts;
+            let (rd, wr) = io.into_inner().into_halves();
+            let reader = FrameReader::new(rd, Role::Server, max, &read_buf);
+            // Copied, and dropped before the session runs: `read_buf` keeps hyper's whole
+            // read buffer alive (4 KiB a session).
+            drop(read_buf);
             let writer = FrameWriter::new(Box::pin(wr) as _, Role::Server);
             crate::session::run(reg, reader, writer, intro).await;
         }
