@@ -6,6 +6,8 @@
 #
 #   benches/instructions.sh [daemon binary]      (default: this checkout's release build)
 #   CALLS=N (default 2000) calls are counted, after 200 that warm up.
+#   KEEP=DIR keeps the callgrind dumps there (callgrind_annotate DIR/cg.<pid>.1 shows where
+#   the instructions go).
 #
 # Needs valgrind (Debian: apt-get install valgrind).
 set -euo pipefail
@@ -17,6 +19,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$dir"/cg.* "$KEEP"/ 2>/dev/null || true; fi
   rm -rf "$dir"
 }
 trap cleanup EXIT

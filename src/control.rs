@@ -212,7 +212,7 @@ pub fn status(reg: &Registry) -> Status {
                 door: s.door,
                 cwd: s.cwd_raw.clone(),
                 key: s.key.clone(),
-                editor,
+                editor: editor.map(|e| e.to_string()),
                 since: unix(s.since),
                 dialect: s.dialect,
                 bridged,

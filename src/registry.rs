@@ -552,7 +552,7 @@ impl Registry {
     pub fn place_new_session(&self, s: &Arc<Session>, explicit: Option<&str>) {
         if let (true, Some(id)) = (s.pinned, explicit) {
             // A compat entry stands for one editor: pinned, even while it restarts.
-            *lock(&s.editor) = Some(id.to_string());
+            *lock(&s.editor) = Some(Arc::from(id));
             s.touch(self.stamp());
             self.changed();
             let _ = s.control.send(Control::Attached(id.to_string()));
@@ -578,7 +578,7 @@ impl Registry {
     }
 
     fn attach(&self, s: &Session, id: &str) {
-        *lock(&s.editor) = Some(id.to_string());
+        *lock(&s.editor) = Some(Arc::from(id));
         s.detached_by_client.store(false, Ordering::Relaxed);
         s.touch(self.stamp());
         if let Some(k) = &s.key {
@@ -658,7 +658,7 @@ impl Registry {
                 }))
             })
             .collect();
-        json!({"attached": s.editor_id(), "editors": editors})
+        json!({"attached": s.editor_id().as_deref(), "editors": editors})
     }
 
     /// Cleans up after a session: its pending diffs are closed in the editor (only its own),

@@ -451,6 +451,11 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         }
     }
 
+    /// The socket (or buffer) underneath, with whatever was not flushed lost.
+    pub fn into_inner(self) -> W {
+        self.io
+    }
+
     fn encode(&mut self, op: u8, payload: &[u8]) -> io::Result<()> {
         let mask_bit = if self.masks.is_some() { 0x80 } else { 0 };
         let len = payload.len();

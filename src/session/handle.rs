@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio::sync::mpsc;
 
@@ -75,8 +75,8 @@ pub struct Session {
     pub dialect: Family,
     /// When it connected.
     pub since: SystemTime,
-    /// The attached editor id.
-    pub editor: Mutex<Option<String>>,
+    /// The attached editor id (shared: every call reads it).
+    pub editor: Mutex<Option<Arc<str>>>,
     /// See [`Intro::pinned`].
     pub pinned: bool,
     /// Its remote's name, and the path map that goes with it.
@@ -171,7 +171,7 @@ impl Session {
     }
 
     /// The attached editor id.
-    pub fn editor_id(&self) -> Option<String> {
+    pub fn editor_id(&self) -> Option<Arc<str>> {
         lock(&self.editor).clone()
     }
 

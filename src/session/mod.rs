@@ -140,7 +140,7 @@ async fn serve<R>(
                         Some(jsonrpc::notification(jsonrpc::broker::DETACHED, json!({"reason": r})))
                     }
                     Control::Rebind => {
-                        selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e)));
+                        selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e[..])));
                         None
                     }
                 };
@@ -162,7 +162,7 @@ async fn serve<R>(
                 Some(text) => {
                     session.outbox.deliver(session.to_agent(&text));
                 }
-                None => selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e))),
+                None => selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e[..]))),
             },
         }
     };

@@ -425,6 +425,21 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 
+    /// Any bytes from a peer, in any pieces, in either role: read to an end or an error,
+    /// never a panic or a hang (the frames a hostile peer can send).
+    #[test]
+    fn any_bytes_end_in_frames_or_an_error(
+        bytes in proptest::collection::vec(any::<u8>(), 0..400),
+        cut in 1usize..64,
+        server in any::<bool>(),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let pieces = bytes.chunks(cut).map(<[u8]>::to_vec).collect();
+        let role = if server { Role::Server } else { Role::Client };
+        let mut r = FrameReader::new(Pieces(pieces), role, 256, &[]);
+        let _ = rt.block_on(read_all(&mut r));
+    }
+
     /// Masking eight bytes at a time is masking byte by byte.
     #[test]
     fn the_wide_mask_is_the_bytewise_mask(data in proptest::collection::vec(any::<u8>(), 0..100), key in any::<[u8; 4]>()) {
