@@ -72,7 +72,6 @@ const HIGH: u64 = 0x8080_8080_8080_8080;
 /// Where in `w` (eight bytes, little-endian) the first `"`, `\` or control character (below
 /// 0x20) is: the bytes a string scan must stop at. A flag can be wrong only above a true one,
 /// so the lowest is exact.
-#[inline]
 fn first_special(w: u64) -> Option<usize> {
     let quote = w ^ (ONES * u64::from(b'"'));
     let slash = w ^ (ONES * u64::from(b'\\'));
@@ -82,24 +81,20 @@ fn first_special(w: u64) -> Option<usize> {
 }
 
 impl<'a> Scan<'a> {
-    #[inline]
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
-    #[inline]
     fn next(&mut self) -> Option<u8> {
         let c = self.peek()?;
         self.i += 1;
         Some(c)
     }
 
-    #[inline]
     fn eat(&mut self, c: u8) -> Option<()> {
         (self.next()? == c).then_some(())
     }
 
-    #[inline]
     fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.i += 1;
@@ -153,7 +148,6 @@ impl<'a> Scan<'a> {
 
     /// A member name, borrowed unless it has escapes (then decoded: rare, so serde_json's
     /// decoder serves).
-    #[inline]
     fn key(&mut self) -> Option<Cow<'a, str>> {
         let start = self.i;
         let escaped = self.string()?;
@@ -167,7 +161,6 @@ impl<'a> Scan<'a> {
 
     /// A string, from its opening quote to past its closing one. `Some(true)` when it had
     /// escapes. The text is UTF-8 already (it came from a `&str`).
-    #[inline]
     fn string(&mut self) -> Option<bool> {
         self.eat(b'"')?;
         let mut escaped = false;
@@ -205,7 +198,6 @@ impl<'a> Scan<'a> {
         }
     }
 
-    #[inline]
     fn digits(&mut self) -> Option<()> {
         let start = self.i;
         while self.peek().is_some_and(|c| c.is_ascii_digit()) {
@@ -214,7 +206,6 @@ impl<'a> Scan<'a> {
         (self.i > start).then_some(())
     }
 
-    #[inline]
     fn number(&mut self) -> Option<()> {
         if self.peek() == Some(b'-') {
             self.i += 1;
@@ -242,7 +233,6 @@ impl<'a> Scan<'a> {
         Some(())
     }
 
-    #[inline]
     fn literal(&mut self, word: &[u8]) -> Option<()> {
         let end = self.i + word.len();
         (self.b.get(self.i..end)? == word).then(|| self.i = end)
