@@ -938,8 +938,9 @@ async fn run_link(
                             handle_editor_frame(editor, host, text);
                         }
                         // More answers owed: the editor may be holding the next one (Nagle)
-                        // until this one is acknowledged.
-                        if !editor.pending.is_empty() {
+                        // until what it sent is acknowledged. One ACK covers everything read,
+                        // so it is sent once the frames already read are handled.
+                        if !reader.more_buffered() && !editor.pending.is_empty() {
                             quick_ack.now();
                         }
                     }

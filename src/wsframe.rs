@@ -253,6 +253,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.frame().map(Some)
     }
 
+    /// True when bytes past the frame handed out last are already read (the next frame, or
+    /// part of it): the socket has not been drained.
+    pub fn more_buffered(&self) -> bool {
+        match self.last {
+            Last::InPlace { end, .. } => self.tail > end,
+            _ => self.tail > self.head,
+        }
+    }
+
     /// The frame handed out last, as [`Frame`].
     fn frame(&self) -> Result<Frame<'_>, WsError> {
         let (op, payload) = match self.last {

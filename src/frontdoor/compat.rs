@@ -322,6 +322,12 @@ fn check_upgrade(
             "requests with an Origin header are refused",
         ));
     }
+    if req.method() != hyper::Method::GET {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "a WebSocket upgrade is a GET",
+        ));
+    }
     let key = super::websocket_key(h).map_err(|e| refuse(StatusCode::BAD_REQUEST, e))?;
     let (presented, family) = match (
         h.get(Family::Pi.auth_header()),

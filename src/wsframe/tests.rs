@@ -172,6 +172,28 @@ async fn bytes_read_past_the_handshake_come_first() {
 }
 
 #[tokio::test]
+async fn the_reader_says_whether_more_is_already_read() {
+    bounded(async {
+        let mut two = client_frame(0x81, b"a");
+        two.extend(client_frame(0x81, b"b"));
+        let third = client_frame(0x81, b"c");
+        let (cut, rest) = third.split_at(3);
+        let pieces = VecDeque::from([two, cut.to_vec(), rest.to_vec()]);
+        let mut r = FrameReader::new(Pieces(pieces), Role::Server, 64, &[]);
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Text("a")));
+        assert!(r.more_buffered(), "the second frame came in the same read");
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Text("b")));
+        assert!(!r.more_buffered(), "drained");
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Text("c")));
+        assert!(
+            !r.more_buffered(),
+            "drained after a frame read in two pieces"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_fragmented_message_is_put_together_around_a_ping() {
     bounded(async {
         let mut b = client_frame(0x01, b"he"); // text, not FIN

@@ -544,15 +544,15 @@ async fn connection_floods_are_capped_on_both_doors() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
-    // A client may write its `initialize` right behind the upgrade request, in one write:
-    // hyper has read those bytes by the time the session takes the socket over.
+/// Writes `request` with an `initialize` frame right behind it, in one write, and reads until
+/// the answer to that `initialize` comes: a client may pipeline its first frame, and the door
+/// has read those bytes by the time the session takes the socket over.
+async fn pipelined_initialize<S>(s: &mut S, request: &str) -> Vec<u8>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     use tokio::io::AsyncReadExt;
-    let b = TestBroker::start().await;
-    let (_fe, _) = b.editor(&["/pipe"]).await;
-    let mut s = tokio::net::UnixStream::connect(&b.socket).await.unwrap();
-    let mut bytes = b"GET /v1/session?cwd=/pipe HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".to_vec();
+    let mut bytes = request.as_bytes().to_vec();
     bytes.extend(masked_frame(
         0x81,
         br#"{"jsonrpc":"2.0","id":"piped","method":"initialize","params":{}}"#,
@@ -570,6 +570,51 @@ async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
         }
     })
     .await;
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/pipe"]).await;
+    const UPGRADE: &str = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+    let mut s = tokio::net::UnixStream::connect(&b.socket).await.unwrap();
+    let native = format!("GET /v1/session?cwd=/pipe HTTP/1.1\r\nHost: localhost\r\n{UPGRADE}\r\n");
+    let seen = pipelined_initialize(&mut s, &native).await;
     assert!(seen.starts_with(b"HTTP/1.1 101"));
+    // The compat door, over TCP with the virtual lockfile's token.
+    let compat = within("the compat entry", async {
+        loop {
+            let c = find_candidates(&b.dir.path().join("compat"), "/pipe").await;
+            if let Some(c) = c.into_iter().next() {
+                return c;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let mut t = tokio::net::TcpStream::connect(("127.0.0.1", compat.port))
+        .await
+        .unwrap();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n{UPGRADE}x-pi-ide-authorization: {}\r\n\r\n",
+        compat.token
+    );
+    let seen = pipelined_initialize(&mut t, &request).await;
+    assert!(seen.starts_with(b"HTTP/1.1 101"));
+    // Not a GET: refused before any upgrade.
+    let mut t = tokio::net::TcpStream::connect(("127.0.0.1", compat.port))
+        .await
+        .unwrap();
+    let post = request.replacen("GET", "POST", 1);
+    t.write_all(post.as_bytes()).await.unwrap();
+    let mut answer = [0u8; 12];
+    within(
+        "the refusal",
+        tokio::io::AsyncReadExt::read_exact(&mut t, &mut answer),
+    )
+    .await
+    .unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 400");
     b.stop().await;
 }
