@@ -459,8 +459,10 @@ async fn discovery(root: &Path, d: &Daemon) {
     );
 }
 
-/// `--relay SOCK PORT`: a bare byte relay (Unix socket → 127.0.0.1:PORT), one
-/// `copy_bidirectional` per connection on a current-thread runtime, like socat.
+/// `--relay SOCK PORT`: a bare byte relay to 127.0.0.1:PORT, one `copy_bidirectional` per
+/// connection on a current-thread runtime, like socat; from the Unix socket SOCK, and from a
+/// loopback TCP port of its own (the reference for the compat door, whose clients come over
+/// TCP too). Prints `ready SOCK TCP_PORT`.
 fn relay_mode(sock: &str, port: u16) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -468,16 +470,30 @@ fn relay_mode(sock: &str, port: u16) {
         .unwrap();
     rt.block_on(async {
         let _ = std::fs::remove_file(sock);
-        let listener = tokio::net::UnixListener::bind(sock).unwrap();
-        println!("ready {sock}");
+        let unix = tokio::net::UnixListener::bind(sock).unwrap();
+        let tcp = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        println!("ready {sock} {}", tcp.local_addr().unwrap().port());
+        async fn relay<C>(mut client: C, port: u16)
+        where
+            C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        {
+            if let Ok(mut editor) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                let _ = editor.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut editor).await;
+            }
+        }
         loop {
-            let (mut client, _) = listener.accept().await.unwrap();
-            tokio::spawn(async move {
-                if let Ok(mut editor) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-                    let _ = editor.set_nodelay(true);
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut editor).await;
+            tokio::select! {
+                Ok((client, _)) = unix.accept() => {
+                    tokio::spawn(relay(client, port));
                 }
-            });
+                Ok((client, _)) = tcp.accept() => {
+                    let _ = client.set_nodelay(true);
+                    tokio::spawn(relay(client, port));
+                }
+            }
         }
     });
 }
@@ -523,7 +539,7 @@ fn calls_mode(sock: &str, n: usize, relay: Option<(u16, String)>) {
             folders: Vec::new(),
         };
         let sock = Path::new(sock);
-        let mut ws = open(path, port, &token, sock, sock, "/real", &no_compat).await;
+        let mut ws = open(path, port, &token, (sock, 0), sock, "/real", &no_compat).await;
         timed_ws(&mut ws, n, 0).await;
     });
 }
@@ -649,6 +665,8 @@ struct Relay {
     _child: tokio::process::Child,
     pid: u32,
     sock: PathBuf,
+    /// Its loopback TCP port.
+    tcp: u16,
 }
 
 impl Relay {
@@ -663,12 +681,14 @@ impl Relay {
             .spawn()
             .expect("start the relay process");
         let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let _ = lines.next_line().await;
+        let ready = lines.next_line().await.unwrap().unwrap_or_default();
+        let tcp = ready.rsplit(' ').next().unwrap().parse().unwrap();
         let pid = child.id().unwrap();
         Relay {
             _child: child,
             pid,
             sock,
+            tcp,
         }
     }
 }
@@ -716,6 +736,8 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 enum Path3 {
     Direct,
     Relay,
+    /// The relay's loopback TCP port: the reference for the compat door.
+    RelayTcp,
     /// The native door (`/v1/session` on the Unix socket).
     Broker,
     /// The compat door (the virtual lockfile's loopback port), as pi-ide reaches the broker.
@@ -723,11 +745,12 @@ enum Path3 {
 }
 
 /// One client connection of `path` kind, ready for calls.
+#[allow(clippy::too_many_arguments)]
 async fn open(
     path: Path3,
     port: u16,
     token: &str,
-    relay: &Path,
+    relay: (&Path, u16),
     broker: &Path,
     cwd: &str,
     compat: &pi_ide_broker::testkit::pi_client::Candidate,
@@ -744,9 +767,16 @@ async fn open(
             format!("ws://127.0.0.1:{port}/"),
         ),
         Path3::Relay => (
-            Box::new(tokio::net::UnixStream::connect(relay).await.unwrap()),
+            Box::new(tokio::net::UnixStream::connect(relay.0).await.unwrap()),
             format!("ws://127.0.0.1:{port}/"),
         ),
+        Path3::RelayTcp => {
+            let s = tokio::net::TcpStream::connect(("127.0.0.1", relay.1))
+                .await
+                .unwrap();
+            let _ = s.set_nodelay(true);
+            (Box::new(s), format!("ws://127.0.0.1:{port}/"))
+        }
         Path3::Broker => (
             Box::new(tokio::net::UnixStream::connect(broker).await.unwrap()),
             format!("ws://localhost/v1/session?cwd={cwd}"),
@@ -833,14 +863,25 @@ async fn phase(
     let per = calls / sessions;
     let mut conns = Vec::new();
     for _ in 0..sessions {
-        conns.push(open(path, port, token, &relay.sock, &d.socket(), cwd, compat).await);
+        conns.push(
+            open(
+                path,
+                port,
+                token,
+                (&relay.sock, relay.tcp),
+                &d.socket(),
+                cwd,
+                compat,
+            )
+            .await,
+        );
     }
     for c in conns.iter_mut() {
         timed_ws(c, 20, 0).await; // warm-up
     }
     let watched = match path {
         Path3::Broker | Path3::Compat => Some(d.pid),
-        Path3::Relay => Some(relay.pid),
+        Path3::Relay | Path3::RelayTcp => Some(relay.pid),
         Path3::Direct => None,
     };
     let before = watched.map(ctx_cpu);
@@ -898,7 +939,7 @@ async fn against_relay(
     let compat = compat_candidate(root, cwd).await;
     println!("\n{title}");
     println!(
-        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9}",
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7} {:>10}",
         "sessions",
         "direct50",
         "relay50",
@@ -911,11 +952,14 @@ async fn against_relay(
         "ctx r",
         "ctx b",
         "cpu r µs",
-        "cpu b µs"
+        "cpu b µs",
+        "tcp+50",
+        "b/tcp",
+        "cpu tcp µs"
     );
     for &sessions in session_counts {
         let mut d_lat = Vec::new();
-        let (mut r, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut r, mut b, mut c, mut t) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         // Four rounds, interleaved, so load drift hits every path alike.
         let run = |path| {
             phase(
@@ -936,6 +980,7 @@ async fn against_relay(
             r.push(run(Path3::Relay).await);
             b.push(run(Path3::Broker).await);
             c.push(run(Path3::Compat).await);
+            t.push(run(Path3::RelayTcp).await);
         }
         d_lat.sort();
         let merge = |v: &[Phase]| {
@@ -948,18 +993,34 @@ async fn against_relay(
         let (rl, rctx, rcpu) = merge(&r);
         let (d50, d99) = (us(pct(&d_lat, 0.5)), us(pct(&d_lat, 0.99)));
         let (r50, r99) = (us(pct(&rl, 0.5)), us(pct(&rl, 0.99)));
+        let (tl, _, tcpu) = merge(&t);
+        let t50 = us(pct(&tl, 0.5));
         for (door, v) in [("native", &b), ("compat", &c)] {
             let (bl, bctx, bcpu) = merge(v);
             let (b50, b99) = (us(pct(&bl, 0.5)), us(pct(&bl, 0.99)));
+            // The compat door against the TCP relay too: its clients come over TCP.
+            let tcp = if door == "compat" {
+                format!(
+                    "{:>7.1}µs {:>6.2}x {:>10.1}",
+                    t50 - d50,
+                    (b50 - d50) / (t50 - d50).max(0.1),
+                    tcpu
+                )
+            } else {
+                format!("{:>9} {:>7} {:>10}", "-", "-", "-")
+            };
             println!(
-                "{:<12} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>8.2}x {:>8.1}µs {:>8.1}µs {:>8.1} {:>8.1} {:>9.1} {:>9.1}",
+                "{:<12} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>8.2}x {:>8.1}µs {:>8.1}µs {:>8.1} {:>8.1} {:>9.1} {:>9.1} {tcp}",
                 format!("{sessions} {door}"), d50, r50, b50, r50 - d50, b50 - d50,
                 (b50 - d50) / (r50 - d50).max(0.1),
                 r99 - d99, b99 - d99, rctx, bctx, rcpu, bcpu
             );
         }
     }
-    println!("  (native / compat: the broker's door; + = added over direct; b/r = broker-added / relay-added; ctx and cpu per call, read from /proc)");
+    println!("  (native / compat: the broker's door; + = added over direct; b/r = broker-added / relay-added; ctx and cpu per call, read from /proc;");
+    println!(
+        "   tcp = the same relay entered over loopback TCP, as compat clients enter the broker)"
+    );
     if pinned {
         let all = format!("0-{}", cores - 1);
         pin(std::process::id(), &all);

@@ -3,7 +3,7 @@
 use crate::common::*;
 use pi_ide_broker::family::Family;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
-use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
+use pi_ide_broker::testkit::pi_client::PiClient;
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};
 
@@ -26,16 +26,7 @@ async fn claude_editor(b: &TestBroker, folder: &str) -> (FakeEditor, String) {
 }
 
 async fn pi_client_for(b: &TestBroker, cwd: &str) -> PiClient {
-    let dir = b.dir.path().join("compat");
-    let cand = within("compat entry", async {
-        loop {
-            if let Some(c) = find_candidates(&dir, cwd).await.pop() {
-                return c;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let cand = compat_entry(&b.dir.path().join("compat"), cwd).await;
     PiClient::connect(&cand).await.unwrap()
 }
 

@@ -3,7 +3,7 @@
 
 use crate::common::*;
 use futures_util::SinkExt;
-use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
+use pi_ide_broker::testkit::pi_client::PiClient;
 use pi_ide_broker::testkit::within;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -175,14 +175,8 @@ async fn garbage_frames_on_the_native_and_compat_doors() {
     let b = TestBroker::start_with(|c| c.max_frame_bytes = 1024 * 1024).await;
     let (_fe, _) = b.editor(&["/h"]).await;
     let mut a = Agent::open(&b.socket, "/h", None).await;
-    let compat = find_candidates(&b.dir.path().join("compat"), "/h").await;
-    let compat = if compat.is_empty() {
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        find_candidates(&b.dir.path().join("compat"), "/h").await
-    } else {
-        compat
-    };
-    let mut pi = PiClient::connect(&compat[0]).await.unwrap();
+    let compat = compat_entry(&b.dir.path().join("compat"), "/h").await;
+    let mut pi = PiClient::connect(&compat).await.unwrap();
     let cases: Vec<(&str, i64)> = vec![
         ("not json", -32700),
         ("{\"jsonrpc\":\"2.0\",\"id\":1", -32700),
@@ -477,16 +471,7 @@ async fn connection_floods_are_capped_on_both_doors() {
     })
     .await;
     let (_fe, _) = b.editor(&["/flood"]).await;
-    let cand = within("compat entry", async {
-        loop {
-            let c = find_candidates(&b.dir.path().join("compat"), "/flood").await;
-            if let Some(c) = c.into_iter().next() {
-                return c;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let cand = compat_entry(&b.dir.path().join("compat"), "/flood").await;
     let mut worker = Agent::open(&b.socket, "/flood", None).await;
     worker
         .until("attached", |v| v["method"] == "broker/attached")
@@ -583,16 +568,7 @@ async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
     let seen = pipelined_initialize(&mut s, &native).await;
     assert!(seen.starts_with(b"HTTP/1.1 101"));
     // The compat door, over TCP with the virtual lockfile's token.
-    let compat = within("the compat entry", async {
-        loop {
-            let c = find_candidates(&b.dir.path().join("compat"), "/pipe").await;
-            if let Some(c) = c.into_iter().next() {
-                return c;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let compat = compat_entry(&b.dir.path().join("compat"), "/pipe").await;
     let mut t = tokio::net::TcpStream::connect(("127.0.0.1", compat.port))
         .await
         .unwrap();

@@ -3,7 +3,7 @@
 use crate::common::process::*;
 use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
-use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
+use pi_ide_broker::testkit::pi_client::PiClient;
 use pi_ide_broker::testkit::{eventually, within};
 use rustix::process::Signal;
 use serde_json::{json, Value};
@@ -199,15 +199,7 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
         .await;
     // A compat (pi-ide-like) session with a pending diff.
     let compat_dir = root.join("compat");
-    let cand = within("compat entry", async {
-        loop {
-            if let Some(c) = find_candidates(&compat_dir, "/g").await.pop() {
-                return c;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let cand = compat_entry(&compat_dir, "/g").await;
     let mut pi = PiClient::connect(&cand).await.unwrap();
     let pi_task =
         tokio::spawn(async move { pi.open_diff_raw("/g/b", "pi-write:compat-tab").await });

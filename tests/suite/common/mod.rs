@@ -182,3 +182,22 @@ pub fn editor_by_port(st: &Value, port: u16) -> Option<&Value> {
 pub fn editor_by_id<'a>(st: &'a Value, id: &str) -> Option<&'a Value> {
     st["editors"].as_array()?.iter().find(|e| e["id"] == id)
 }
+
+/// Waits until the pi-ide-like scan of compat dir `dir` finds an entry for `cwd`.
+pub async fn compat_entry(
+    dir: &std::path::Path,
+    cwd: &str,
+) -> pi_ide_broker::testkit::pi_client::Candidate {
+    within("a compat entry", async {
+        loop {
+            if let Some(c) = pi_ide_broker::testkit::pi_client::find_candidates(dir, cwd)
+                .await
+                .pop()
+            {
+                return c;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
