@@ -331,14 +331,34 @@ async fn closing_the_writer_sends_a_close_frame_and_ends_the_stream() {
     .await;
 }
 
+type Pipe = tokio::io::DuplexStream;
+
+/// A tungstenite peer, and this module's reader and writer in role `ours`, over one pipe.
+async fn with_tungstenite(
+    ours: Role,
+) -> (
+    WebSocketStream<Pipe>,
+    FrameReader<tokio::io::ReadHalf<Pipe>>,
+    FrameWriter<tokio::io::WriteHalf<Pipe>>,
+) {
+    let (a, b) = tokio::io::duplex(4096);
+    let theirs = match ours {
+        Role::Server => tproto::Role::Client,
+        Role::Client => tproto::Role::Server,
+    };
+    let peer = WebSocketStream::from_raw_socket(a, theirs, None).await;
+    let (rd, wr) = tokio::io::split(b);
+    (
+        peer,
+        FrameReader::new(rd, ours, 1 << 20, &[]),
+        FrameWriter::new(wr, ours),
+    )
+}
+
 #[tokio::test]
 async fn a_tungstenite_client_and_this_server_understand_each_other() {
     bounded(async {
-        let (a, b) = tokio::io::duplex(4096);
-        let mut peer = WebSocketStream::from_raw_socket(a, tproto::Role::Client, None).await;
-        let (rd, wr) = tokio::io::split(b);
-        let mut r = FrameReader::new(rd, Role::Server, 1 << 20, &[]);
-        let mut w = FrameWriter::new(wr, Role::Server);
+        let (mut peer, mut r, mut w) = with_tungstenite(Role::Server).await;
         let long = "x".repeat(70_000);
         let send = async {
             peer.send(Message::text("one")).await.unwrap();
@@ -389,11 +409,7 @@ async fn a_tungstenite_client_and_this_server_understand_each_other() {
 #[tokio::test]
 async fn this_client_and_a_tungstenite_server_understand_each_other() {
     bounded(async {
-        let (a, b) = tokio::io::duplex(4096);
-        let mut peer = WebSocketStream::from_raw_socket(a, tproto::Role::Server, None).await;
-        let (rd, wr) = tokio::io::split(b);
-        let mut r = FrameReader::new(rd, Role::Client, 1 << 20, &[]);
-        let mut w = FrameWriter::new(wr, Role::Client);
+        let (mut peer, mut r, mut w) = with_tungstenite(Role::Client).await;
         w.send(Out::Text("to the editor".into())).await.unwrap();
         w.send(Out::Ping(vec![7])).await.unwrap();
         assert_eq!(
