@@ -4,8 +4,8 @@
 //!
 //! The reader hands out each frame borrowed from its own buffer (unmasked in place, a text
 //! frame checked as UTF-8 there), so a frame costs no allocation and no copy on its way in;
-//! only a fragmented message is put together in a buffer of its own. The writer encodes each
-//! frame into one buffer that a single write empties. Both halves work on split socket halves,
+//! only a fragmented message is put together in a buffer of its own. The writer sends each
+//! frame's payload from the sender's own buffer, behind its header, in one vectored write. Both halves work on split socket halves,
 //! so reading and writing never take a lock. No extension is ever agreed (the handshakes offer
 //! none), so a frame with a reserved bit set is refused.
 //!
@@ -13,6 +13,7 @@
 //! are tungstenite, which checks this module against another implementation in every test.
 
 use futures_util::Sink;
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -427,19 +428,36 @@ impl Masks {
 
 /// Bytes the writer holds before `poll_ready` waits for the socket to take them.
 const HIGH_WATER: usize = 64 * 1024;
-/// The write buffer kept between frames; a longer one (a diff) is given back once written.
-const KEEP: usize = 4 * 1024;
+/// Frames handed to one vectored write at most.
+const BATCH: usize = 16;
 
-/// The write half: frames encoded into one buffer, written when flushed. A [`Sink`] of
-/// [`Out`]; closing it sends a close frame (1000, unless one was sent) and shuts the socket's
-/// write side down.
+/// A frame waiting to be written: its header, and its payload (the sender's own buffer, masked
+/// in place for a client).
+struct Queued {
+    head: [u8; 14],
+    head_len: usize,
+    payload: Vec<u8>,
+}
+
+impl Queued {
+    fn len(&self) -> usize {
+        self.head_len + self.payload.len()
+    }
+}
+
+/// The write half. A [`Sink`] of [`Out`]: each frame keeps its payload (a text frame's
+/// `String`, unmoved) and is written with its header in one vectored write, so nothing is
+/// copied and an idle connection holds no write buffer. Closing it sends a close frame (1000,
+/// unless one was sent) and shuts the socket's write side down.
 pub struct FrameWriter<W> {
     io: W,
     /// Only a client masks.
     masks: Option<Box<Masks>>,
-    buf: Vec<u8>,
-    /// Bytes of `buf` already written.
-    pos: usize,
+    queue: VecDeque<Queued>,
+    /// Bytes of the front frame already written.
+    written: usize,
+    /// Bytes queued and not yet written.
+    queued: usize,
     close_sent: bool,
 }
 
@@ -454,8 +472,9 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
                     at: 256,
                 })
             }),
-            buf: Vec::new(),
-            pos: 0,
+            queue: VecDeque::new(),
+            written: 0,
+            queued: 0,
             close_sent: false,
         }
     }
@@ -465,47 +484,72 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         self.io
     }
 
-    fn encode(&mut self, op: u8, payload: &[u8]) -> io::Result<()> {
+    fn encode(&mut self, op: u8, mut payload: Vec<u8>) -> io::Result<()> {
         let mask_bit = if self.masks.is_some() { 0x80 } else { 0 };
         let len = payload.len();
-        self.buf.reserve(14 + len);
-        self.buf.push(0x80 | op);
+        let mut head = [0u8; 14];
+        head[0] = 0x80 | op;
+        let mut head_len = 2;
         if len < 126 {
-            self.buf.push(mask_bit | len as u8);
+            head[1] = mask_bit | len as u8;
         } else if let Ok(l) = u16::try_from(len) {
-            self.buf.push(mask_bit | 126);
-            self.buf.extend_from_slice(&l.to_be_bytes());
+            head[1] = mask_bit | 126;
+            head[2..4].copy_from_slice(&l.to_be_bytes());
+            head_len = 4;
         } else {
-            self.buf.push(mask_bit | 127);
-            self.buf.extend_from_slice(&(len as u64).to_be_bytes());
+            head[1] = mask_bit | 127;
+            head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+            head_len = 10;
         }
-        match &mut self.masks {
-            Some(masks) => {
-                let key = masks.next()?;
-                self.buf.extend_from_slice(&key);
-                let start = self.buf.len();
-                self.buf.extend_from_slice(payload);
-                apply_mask(&mut self.buf[start..], key);
-            }
-            None => self.buf.extend_from_slice(payload),
+        if let Some(masks) = &mut self.masks {
+            let key = masks.next()?;
+            head[head_len..head_len + 4].copy_from_slice(&key);
+            head_len += 4;
+            apply_mask(&mut payload, key);
         }
+        self.queued += head_len + len;
+        self.queue.push_back(Queued {
+            head,
+            head_len,
+            payload,
+        });
         Ok(())
     }
 
-    /// Writes everything encoded so far.
+    /// Writes every queued frame, up to [`BATCH`] of them per vectored write.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.pos < self.buf.len() {
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.buf[self.pos..]))?;
+        while !self.queue.is_empty() {
+            let mut slices = [io::IoSlice::new(&[]); 2 * BATCH];
+            let mut k = 0;
+            for (i, q) in self.queue.iter().take(BATCH).enumerate() {
+                let from = if i == 0 { self.written } else { 0 };
+                let head = &q.head[..q.head_len];
+                if from < head.len() {
+                    slices[k] = io::IoSlice::new(&head[from..]);
+                    slices[k + 1] = io::IoSlice::new(&q.payload);
+                } else {
+                    slices[k + 1] = io::IoSlice::new(&q.payload[from - head.len()..]);
+                }
+                k += 2;
+            }
+            let n = ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..k]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.pos += n;
+            self.queued -= n;
+            let mut n = self.written + n;
+            while let Some(q) = self.queue.front() {
+                if n < q.len() {
+                    break;
+                }
+                n -= q.len();
+                self.queue.pop_front();
+            }
+            self.written = n;
         }
-        self.buf.clear();
-        self.pos = 0;
-        if self.buf.capacity() > KEEP {
-            // A long frame grew it: idle sessions should not each keep one.
-            self.buf = Vec::new();
+        if self.queue.capacity() > BATCH {
+            // A burst grew it: idle sessions should not each keep one.
+            self.queue = VecDeque::new();
         }
         Poll::Ready(Ok(()))
     }
@@ -516,7 +560,7 @@ impl<W: AsyncWrite + Unpin> Sink<Out> for FrameWriter<W> {
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        if me.buf.len() - me.pos < HIGH_WATER {
+        if me.queued < HIGH_WATER {
             return Poll::Ready(Ok(()));
         }
         me.poll_write_out(cx)
@@ -531,12 +575,18 @@ impl<W: AsyncWrite + Unpin> Sink<Out> for FrameWriter<W> {
             ));
         }
         match item {
-            Out::Text(t) => me.encode(OP_TEXT, t.as_bytes()),
-            Out::Ping(p) => me.encode(OP_PING, &p[..p.len().min(125)]),
-            Out::Pong(p) => me.encode(OP_PONG, &p[..p.len().min(125)]),
+            Out::Text(t) => me.encode(OP_TEXT, t.into_bytes()),
+            Out::Ping(mut p) => {
+                p.truncate(125);
+                me.encode(OP_PING, p)
+            }
+            Out::Pong(mut p) => {
+                p.truncate(125);
+                me.encode(OP_PONG, p)
+            }
             Out::Close(code) => {
                 me.close_sent = true;
-                me.encode(OP_CLOSE, &code.to_be_bytes())
+                me.encode(OP_CLOSE, code.to_be_bytes().to_vec())
             }
         }
     }
@@ -551,7 +601,7 @@ impl<W: AsyncWrite + Unpin> Sink<Out> for FrameWriter<W> {
         let me = self.get_mut();
         if !me.close_sent {
             me.close_sent = true;
-            me.encode(OP_CLOSE, &1000u16.to_be_bytes())?;
+            me.encode(OP_CLOSE, 1000u16.to_be_bytes().to_vec())?;
         }
         ready!(me.poll_write_out(cx))?;
         ready!(Pin::new(&mut me.io).poll_flush(cx))?;

@@ -128,6 +128,75 @@ async fn frames_of_every_length_class_survive_a_round_trip() {
     .await;
 }
 
+/// A socket that takes at most 5 bytes per write, wherever they fall across the slices, and
+/// is not ready every other time.
+#[derive(Default)]
+struct Trickle {
+    got: Vec<u8>,
+    turn: bool,
+}
+
+impl AsyncWrite for Trickle {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.turn = !self.turn;
+        if self.turn {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let mut room = 5;
+        for b in bufs {
+            let n = b.len().min(room);
+            self.got.extend_from_slice(&b[..n]);
+            room -= n;
+        }
+        Poll::Ready(Ok(5 - room))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[tokio::test]
+async fn frames_written_a_few_bytes_at_a_time_arrive_whole() {
+    bounded(async {
+        let mut w = FrameWriter::new(Trickle::default(), Role::Client);
+        let texts = ["", "a", "hello there", &"x".repeat(300)];
+        for t in texts {
+            w.feed(Out::Text(t.to_string())).await.unwrap();
+        }
+        w.feed(Out::Ping(vec![1, 2, 3])).await.unwrap();
+        w.flush().await.unwrap();
+        assert_eq!(w.queued, 0);
+        assert!(w.queue.is_empty());
+        let bytes = w.into_inner().got;
+        let mut want: Vec<Owned> = texts.iter().map(|t| Owned::Text(t.to_string())).collect();
+        want.push(Owned::Ping(vec![1, 2, 3]));
+        assert_eq!(read_all(&mut server_reader(bytes)).await.unwrap(), want);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_server_writes_unmasked_and_a_client_reads_it() {
     bounded(async {
