@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 
 /// A handle on an editor link's socket for sending ACKs at once.
 pub struct QuickAck {
-    /// A duplicate of the link's socket (the stream itself is owned by the WebSocket).
+    /// A duplicate of the link's socket (the stream itself is split into the link's halves).
     fd: Option<OwnedFd>,
 }
 

@@ -395,8 +395,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             self.buf.copy_within(self.head..self.tail, 0);
             self.tail -= self.head;
             self.head = 0;
-            if self.buf.len() < need {
-                self.buf.resize(need, 0);
+            if self.tail == self.buf.len() {
+                // Grown as the bytes come, not to the size a header announces: a peer that
+                // announces 64 MiB and sends nothing costs nothing.
+                let grown = (self.buf.len() * 2).min(need).max(self.tail + 1);
+                self.buf.resize(grown, 0);
             }
         }
         let mut rb = ReadBuf::new(&mut self.buf[self.tail..]);

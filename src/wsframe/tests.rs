@@ -355,6 +355,25 @@ async fn an_oversized_message_is_refused_from_its_header() {
 }
 
 #[tokio::test]
+async fn the_buffer_grows_with_the_bytes_that_came_not_with_the_announced_size() {
+    bounded(async {
+        // A header announcing 1 000 000 bytes, then 100 of them, then the end.
+        let mut f = vec![0x82u8, 0x80 | 127];
+        f.extend_from_slice(&1_000_000u64.to_be_bytes());
+        f.extend_from_slice(&[1, 2, 3, 4]);
+        f.extend_from_slice(&[0; 100]);
+        let mut r = FrameReader::new(Pieces(VecDeque::from([f])), Role::Server, 1 << 21, &[]);
+        assert!(matches!(read_all(&mut r).await, Err(WsError::Io(_))));
+        assert_eq!(
+            r.buf.len(),
+            READ_CHUNK,
+            "nothing past what came was allocated"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn the_end_of_the_stream_is_clean_only_between_frames() {
     bounded(async {
         let whole = client_frame(0x81, b"abc");
