@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::editor::{self, Delegation, Editor, LinkHost};
 use crate::identity::{self, Arrival, Assigned, Lineage, Process, Verdict};
 use crate::lockdir::LockEvent;
-use crate::lockfile::Lockfile;
+use crate::lockfile::{self, Lockfile};
 use crate::router::{self, Decision, EditorView};
 use crate::session::handle::{Control, Session};
 use crate::state::StateStore;
@@ -738,15 +738,24 @@ impl LinkHost for Registry {
     }
 
     fn editor_gone(&self, editor: &Arc<Editor>, reason: String) {
-        let _m = lock(&self.mutate);
-        let same = self
-            .editors
-            .get(&editor.id)
-            .map(|e| Arc::ptr_eq(&e, editor))
-            .unwrap_or(false);
-        if same {
+        {
+            let _m = lock(&self.mutate);
+            let same = self
+                .editors
+                .get(&editor.id)
+                .map(|e| Arc::ptr_eq(&e, editor))
+                .unwrap_or(false);
+            if !same {
+                return;
+            }
             tracing::info!(editor = %editor.id, reason = %reason, "editor removed");
             self.retire(&editor.id);
+        }
+        // A lockfile rewritten by its editor (removed, then written again) can be missing
+        // when the link looks and back by the time the watcher's event for it was applied,
+        // to the editor just retired: with no event left to come, it is read once more here.
+        if let Ok(back) = lockfile::read(&editor.lockfile().path, editor.family) {
+            self.apply(LockEvent::Upsert(back));
         }
     }
 
