@@ -21,15 +21,20 @@ fn masked_frame(first: u8, payload: &[u8]) -> Vec<u8> {
     f
 }
 
-/// Reads (notifications only) until the broker closes the connection.
-async fn closes(a: &mut Agent) -> bool {
-    loop {
-        match a.next().await {
-            None => return true,
-            Some(v) if v.get("method").is_some() => {}
-            Some(v) => panic!("expected the connection to close, got {v}"),
+/// Reads raw frames (skipping notices) until the broker's close frame; its status code.
+async fn close_code(a: &mut Agent) -> Option<u16> {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    within("the close frame", async {
+        loop {
+            match a.raw_mut().next().await {
+                Some(Ok(Message::Close(c))) => return c.map(|c| u16::from(c.code)),
+                Some(Ok(_)) => {}
+                other => panic!("the connection ended without a close frame: {other:?}"),
+            }
         }
-    }
+    })
+    .await
 }
 
 /// The good editor still answers through a fresh session.
@@ -296,9 +301,10 @@ async fn garbage_frames_on_the_native_and_compat_doors() {
         .write_all(&header_only)
         .await
         .unwrap();
-    assert!(
-        closes(&mut big).await,
-        "the oversized frame closes that connection"
+    assert_eq!(
+        close_code(&mut big).await,
+        Some(1009),
+        "the oversized frame closes that connection as too big"
     );
     still_serving(&b, "/h").await;
     let r = a.request(json!("end"), "ping", json!({})).await;
@@ -314,7 +320,11 @@ async fn invalid_utf8_in_a_text_frame_closes_only_that_session() {
     // A text frame (FIN, opcode 1) with 2 bytes that are not UTF-8.
     let f = masked_frame(0x81, &[0xc3, 0x28]);
     bad.raw_mut().get_mut().write_all(&f).await.unwrap();
-    assert!(closes(&mut bad).await);
+    assert_eq!(
+        close_code(&mut bad).await,
+        Some(1007),
+        "invalid payload data"
+    );
     still_serving(&b, "/u").await;
     b.stop().await;
 }
