@@ -5,12 +5,13 @@
 //! The reader hands out each frame borrowed from its own buffer (unmasked in place, a text
 //! frame checked as UTF-8 there), so a frame costs no allocation and no copy on its way in;
 //! only a fragmented message is put together in a buffer of its own. The writer sends each
-//! frame's payload from the sender's own buffer, behind its header, in one vectored write. Both halves work on split socket halves,
-//! so reading and writing never take a lock. No extension is ever agreed (the handshakes offer
-//! none), so a frame with a reserved bit set is refused.
+//! frame's payload from the sender's own buffer, behind its header, in one vectored write.
+//! Both work on split socket halves, so reading and writing never take a lock. No extension
+//! is ever agreed (the handshakes offer none), so a frame with a reserved bit set is refused.
 //!
-//! The handshakes themselves are hyper's (`frontdoor`, `editor::dial`); the test kit's peers
-//! are tungstenite, which checks this module against another implementation in every test.
+//! The handshakes are elsewhere: hyper's on the doors (`frontdoor`), `wsupgrade` on editor
+//! links. The test kit's peers are tungstenite, which checks this module against another
+//! implementation in every suite test.
 
 use futures_util::Sink;
 use std::collections::VecDeque;
