@@ -31,7 +31,9 @@ pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     auth_header: &str,
     token: &str,
 ) -> Result<Vec<u8>, UpgradeError> {
-    if token.bytes().any(|b| b < 0x20 || b == 0x7f) {
+    // The rule the link used before it wrote the request itself: no CR, LF or other
+    // control byte can end the header line.
+    if hyper::header::HeaderValue::from_str(token).is_err() {
         return Err(UpgradeError::Bad(
             "the token is not a valid header value".into(),
         ));
