@@ -7,7 +7,9 @@
 //! (some of fake,realistic,roundtrip,fanout,discovery,scale), `--sessions N` (only that many
 //! sessions in the tables against the relay). `PI_IDE_BROKER_BENCH_LOG` sets the daemon's log
 //! filter (default `warn`; its lines are printed prefixed with `broker:`). `PI_IDE_BROKER_BENCH_DAEMON=<binary>` measures
-//! another build of the daemon with this same harness. `benches/instructions.sh` counts the
+//! another build of the daemon with this same harness; `PI_IDE_BROKER_BENCH_DAEMON_B=<binary>`
+//! adds a second build to the tables against the relay ("native B", "compat B"), its phases
+//! interleaved with the first's, for an A/B within one run. `benches/instructions.sh` counts the
 //! daemon's and a relay's instructions per call (callgrind), which do not move with load.
 
 use pi_ide_broker::testkit::agent::Agent;
@@ -83,21 +85,37 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// The daemon under test (`PI_IDE_BROKER_BENCH_DAEMON`, else this build's), in `root`,
+    /// watching `root/pi-ide`.
     async fn start(root: &Path) -> Daemon {
-        std::fs::create_dir_all(root.join("pi-ide")).unwrap();
+        // Another build can be measured with this same harness (e.g. an older commit's).
+        let exe = std::env::var_os("PI_IDE_BROKER_BENCH_DAEMON")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_pi-ide-broker").into());
+        Daemon::start_exe(root, &root.join("pi-ide"), &exe).await
+    }
+
+    /// The second build of an in-run A/B (`PI_IDE_BROKER_BENCH_DAEMON_B`), if one is named:
+    /// a daemon of its own in `root/b`, watching the same lock dir as the first.
+    async fn start_b(root: &Path) -> Option<Daemon> {
+        let exe = std::env::var_os("PI_IDE_BROKER_BENCH_DAEMON_B")?;
+        let b = root.join("b");
+        Some(Daemon::start_exe(&b, &root.join("pi-ide"), &exe).await)
+    }
+
+    async fn start_exe(root: &Path, lock_dir: &Path, exe: &std::ffi::OsStr) -> Daemon {
+        std::fs::create_dir_all(lock_dir).unwrap();
         let cfg = root.join("config.toml");
+        std::fs::create_dir_all(root).unwrap();
         std::fs::write(
             &cfg,
             format!(
-                "socket = \"{r}/run/sock\"\nstate_dir = \"{r}/state\"\nlog = \"{log}\"\n[compat]\nlock_dir = \"{r}/compat\"\n[[lock_dirs]]\npath = \"{r}/pi-ide\"\nfamily = \"pi\"\n",
+                "socket = \"{r}/run/sock\"\nstate_dir = \"{r}/state\"\nlog = \"{log}\"\n[compat]\nlock_dir = \"{r}/compat\"\n[[lock_dirs]]\npath = \"{l}\"\nfamily = \"pi\"\n",
                 r = root.display(),
+                l = lock_dir.display(),
                 log = std::env::var("PI_IDE_BROKER_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
             ),
         )
         .unwrap();
-        // Another build can be measured with this same harness (e.g. an older commit's).
-        let exe = std::env::var_os("PI_IDE_BROKER_BENCH_DAEMON")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_pi-ide-broker").into());
         let mut child = tokio::process::Command::new(exe)
             .arg("--config")
             .arg(&cfg)
@@ -514,11 +532,12 @@ fn editor_mode(dir: &str) {
     });
 }
 
-/// `--calls N SOCK [PORT TOKEN]`: `N` echo calls, one at a time, through the broker's native
-/// door at `SOCK` (a session on /real, as `--editor` serves), or with `PORT TOKEN` through a
-/// relay at `SOCK` to that editor. For `benches/instructions.sh`, which counts the middle
-/// process's instructions under callgrind.
-fn calls_mode(sock: &str, n: usize, relay: Option<(u16, String)>) {
+/// `--calls N SOCK [PORT TOKEN] [--sessions S]`: `N` echo calls through the broker's native
+/// door at `SOCK` (sessions on /real, as `--editor` serves), or with `PORT TOKEN` through a
+/// relay at `SOCK` to that editor; one at a time on each of `S` (default 1) concurrent
+/// connections. For `benches/instructions.sh` and `benches/syscalls.sh`, which count the
+/// middle process's work.
+fn calls_mode(sock: &str, n: usize, sessions: usize, relay: Option<(u16, String)>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -539,8 +558,16 @@ fn calls_mode(sock: &str, n: usize, relay: Option<(u16, String)>) {
             folders: Vec::new(),
         };
         let sock = Path::new(sock);
-        let mut ws = open(path, port, &token, (sock, 0), sock, "/real", &no_compat).await;
-        timed_ws(&mut ws, n, 0).await;
+        let mut tasks = Vec::new();
+        for _ in 0..sessions {
+            let mut ws = open(path, port, &token, (sock, 0), sock, "/real", &no_compat).await;
+            tasks.push(tokio::spawn(async move {
+                timed_ws(&mut ws, n / sessions, 0).await;
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
     });
 }
 
@@ -552,8 +579,13 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--calls") {
         let relay = args
             .get(i + 3)
+            .filter(|a| !a.starts_with("--"))
             .map(|port| (port.parse().unwrap(), args[i + 4].clone()));
-        return calls_mode(&args[i + 2], args[i + 1].parse().unwrap(), relay);
+        let sessions = args
+            .iter()
+            .position(|a| a == "--sessions")
+            .map_or(1, |j| args[j + 1].parse().unwrap());
+        return calls_mode(&args[i + 2], args[i + 1].parse().unwrap(), sessions, relay);
     }
     if let Some(i) = args.iter().position(|a| a == "--editor") {
         return editor_mode(&args[i + 1]);
@@ -591,16 +623,20 @@ fn main() {
             std::env::consts::ARCH
         );
         let d = Daemon::start(root).await;
+        let d_b = Daemon::start_b(root).await;
         let fe = FakeEditor::start_in(&root.join("pi-ide"), Options::pi(&["/bench"]))
             .await
             .unwrap();
         d.wait_ready(1).await;
+        if let Some(b) = &d_b {
+            b.wait_ready(1).await;
+        }
         // Against the floor: a bare relay, in two scenarios.
         let calls = if quick { 2_000 } else { 6_000 };
         if runs("fake") {
             against_relay(
                 "Against a bare relay — fake scenario (in-process editor answering at once; clients and editor pinned to core 0, relay and broker to core 1)",
-                fe.port, fe.token(), 0, calls, &d, "/bench", root, true, &sessions,
+                fe.port, fe.token(), 0, calls, &d, d_b.as_ref(), "/bench", root, true, &sessions,
             )
             .await;
         }
@@ -626,9 +662,12 @@ fn main() {
             )
             .unwrap();
             d.wait_ready(2).await;
+            if let Some(b) = &d_b {
+                b.wait_ready(2).await;
+            }
             against_relay(
                 "Against a bare relay — realistic scenario (editor: own single-threaded process, 150 µs CPU per answer; client: 100 µs CPU per call)",
-                real_port, lock["authToken"].as_str().unwrap(), 100, calls, &d, "/real", root, false, &sessions,
+                real_port, lock["authToken"].as_str().unwrap(), 100, calls, &d, d_b.as_ref(), "/real", root, false, &sessions,
             )
             .await;
             drop(real);
@@ -643,6 +682,7 @@ fn main() {
             discovery(root, &d).await;
         }
         drop(d);
+        drop(d_b);
         if runs("scale") {
             // Scale on a fresh daemon, so earlier runs' allocations do not count.
             let dir2 = tempfile::tempdir().unwrap();
@@ -919,6 +959,7 @@ async fn against_relay(
     burn_client_us: u64,
     calls: usize,
     d: &Daemon,
+    d_b: Option<&Daemon>,
     cwd: &str,
     root: &Path,
     pinned: bool,
@@ -935,8 +976,15 @@ async fn against_relay(
         pin(std::process::id(), "0");
         pin(relay.pid, "1");
         pin(d.pid, "1");
+        if let Some(b) = d_b {
+            pin(b.pid, "1");
+        }
     }
     let compat = compat_candidate(root, cwd).await;
+    let compat_b = match d_b {
+        Some(b) => Some(compat_candidate(&b.root, cwd).await),
+        None => None,
+    };
     println!("\n{title}");
     println!(
         "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7} {:>10}",
@@ -960,8 +1008,9 @@ async fn against_relay(
     for &sessions in session_counts {
         let mut d_lat = Vec::new();
         let (mut r, mut b, mut c, mut t) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut b2, mut c2) = (Vec::new(), Vec::new());
         // Four rounds, interleaved, so load drift hits every path alike.
-        let run = |path| {
+        let run = |path, d, compat| {
             phase(
                 path,
                 sessions,
@@ -972,15 +1021,19 @@ async fn against_relay(
                 &relay,
                 d,
                 cwd,
-                &compat,
+                compat,
             )
         };
         for _ in 0..4 {
-            d_lat.extend(run(Path3::Direct).await.lat);
-            r.push(run(Path3::Relay).await);
-            b.push(run(Path3::Broker).await);
-            c.push(run(Path3::Compat).await);
-            t.push(run(Path3::RelayTcp).await);
+            d_lat.extend(run(Path3::Direct, d, &compat).await.lat);
+            r.push(run(Path3::Relay, d, &compat).await);
+            b.push(run(Path3::Broker, d, &compat).await);
+            c.push(run(Path3::Compat, d, &compat).await);
+            t.push(run(Path3::RelayTcp, d, &compat).await);
+            if let (Some(db), Some(cb)) = (d_b, &compat_b) {
+                b2.push(run(Path3::Broker, db, cb).await);
+                c2.push(run(Path3::Compat, db, cb).await);
+            }
         }
         d_lat.sort();
         let merge = |v: &[Phase]| {
@@ -995,11 +1048,15 @@ async fn against_relay(
         let (r50, r99) = (us(pct(&rl, 0.5)), us(pct(&rl, 0.99)));
         let (tl, _, tcpu) = merge(&t);
         let t50 = us(pct(&tl, 0.5));
-        for (door, v) in [("native", &b), ("compat", &c)] {
+        let mut rows = vec![("native", &b), ("compat", &c)];
+        if d_b.is_some() {
+            rows.extend([("native B", &b2), ("compat B", &c2)]);
+        }
+        for (door, v) in rows {
             let (bl, bctx, bcpu) = merge(v);
             let (b50, b99) = (us(pct(&bl, 0.5)), us(pct(&bl, 0.99)));
             // The compat door against the TCP relay too: its clients come over TCP.
-            let tcp = if door == "compat" {
+            let tcp = if door.starts_with("compat") {
                 format!(
                     "{:>7.1}µs {:>6.2}x {:>10.1}",
                     t50 - d50,
@@ -1019,11 +1076,17 @@ async fn against_relay(
     }
     println!("  (native / compat: the broker's door; + = added over direct; b/r = broker-added / relay-added; ctx and cpu per call, read from /proc;");
     println!(
-        "   tcp = the same relay entered over loopback TCP, as compat clients enter the broker)"
+        "   tcp = the same relay entered over loopback TCP, as compat clients enter the broker;"
+    );
+    println!(
+        "   B = the daemon named by PI_IDE_BROKER_BENCH_DAEMON_B, interleaved with the first)"
     );
     if pinned {
         let all = format!("0-{}", cores - 1);
         pin(std::process::id(), &all);
         pin(d.pid, &all);
+        if let Some(b) = d_b {
+            pin(b.pid, &all);
+        }
     }
 }

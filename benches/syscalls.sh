@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Kernel work per call, counted: the daemon's native door and a bare relay process, each
+# carrying the same echo calls to the same editor process (150 µs of CPU per answer), from
+# SESSIONS concurrent connections. Counted with perf's tracepoints (syscalls, context
+# switches, packets sent, timers armed), which are exact where the timing tables move 2-5x
+# with load: the figure to compare two builds' system calls, ACKs and wake-ups by.
+#
+#   benches/syscalls.sh [daemon binary]      (default: this checkout's release build)
+#   CALLS=N (default 4000) calls are counted, after 640 that warm up; SESSIONS=S (default 32).
+#
+# Needs perf (Debian: apt-get install linux-perf) and the permission to read tracepoints (root,
+# or kernel.perf_event_paranoid <= 1).
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+bench_setup perf "Debian: apt-get install linux-perf" "${1:-}"
+calls=${CALLS:-4000}
+sessions=${SESSIONS:-32}
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+mkdir -p "$dir/pi-ide"
+cat >"$dir/config.toml" <<CONF
+socket = "$dir/run/sock"
+state_dir = "$dir/state"
+log = "warn"
+[compat]
+lock_dir = "$dir/compat"
+[[lock_dirs]]
+path = "$dir/pi-ide"
+family = "pi"
+CONF
+
+# Waits until FILE has a line starting with WORD; prints that line's second field.
+wait_word() {
+  for _ in $(seq 600); do
+    if line=$(grep -m1 "^$2" "$1" 2>/dev/null); then echo "$line" | cut -d' ' -f2; return; fi
+    sleep 0.1
+  done
+  echo "timed out waiting for '$2' in $1" >&2; exit 1
+}
+
+events=syscalls:sys_enter_epoll_wait,syscalls:sys_enter_recvfrom,syscalls:sys_enter_read
+events+=,syscalls:sys_enter_sendto,syscalls:sys_enter_writev,syscalls:sys_enter_write
+events+=,syscalls:sys_enter_setsockopt,syscalls:sys_enter_futex,sched:sched_switch
+events+=,net:net_dev_xmit,timer:hrtimer_start
+names=(epoll_wait recvfrom read sendto writev write setsockopt futex switch packet hrtimer)
+
+# Counts PID's events over $calls calls made by `--calls ARGS`; prints them per call.
+count() {
+  local pid=$1; shift
+  "$bench" --calls $((sessions * 20)) "$@" --sessions "$sessions" >/dev/null
+  perf stat -x, -e "$events" -p "$pid" -o "$dir/stat" -- "$bench" --calls "$calls" "$@" --sessions "$sessions" >/dev/null
+  awk -F, -v n="$calls" '/^[0-9]/ { printf "%s ", $1 / n }' "$dir/stat"
+}
+
+"$bench" --editor "$dir/pi-ide" >"$dir/editor.out" &
+pids+=($!)
+port=$(wait_word "$dir/editor.out" ready)
+token=$(sed -n 's/.*"authToken":"\([^"]*\)".*/\1/p' "$dir/pi-ide/$port.lock")
+
+"$daemon" --config "$dir/config.toml" daemon 2>"$dir/daemon.err" &
+daemon_pid=$!
+pids+=("$daemon_pid")
+for _ in $(seq 600); do
+  "$daemon" --config "$dir/config.toml" status 2>/dev/null | grep -q " ready " && break
+  sleep 0.1
+done
+broker=$(count "$daemon_pid" "$dir/run/sock")
+
+"$bench" --relay "$dir/relay.sock" "$port" >"$dir/relay.out" 2>"$dir/relay.err" &
+relay_pid=$!
+pids+=("$relay_pid")
+wait_word "$dir/relay.out" ready >/dev/null
+relay=$(count "$relay_pid" "$dir/relay.sock" "$port" "$token")
+
+printf 'kernel work per call (%s calls on %s connections, perf tracepoints)\n' "$calls" "$sessions"
+printf '  %-22s' ""; printf '%11s' "${names[@]}"; echo
+printf '  %-22s' "bare relay"; printf '%11.2f' $relay; echo
+printf '  %-22s' "broker, native door"; printf '%11.2f' $broker; echo
