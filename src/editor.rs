@@ -398,26 +398,40 @@ impl Editor {
         self.delegated.remove(&editor_id.to_string()).is_some()
     }
 
+    /// How many requests have been sent to the editor (only grows): one sent after a read
+    /// carries that read's ACK.
+    fn requests_sent(&self) -> u64 {
+        self.next_id.load(Ordering::Relaxed)
+    }
+
     /// The earliest short-tool deadline, if any.
     fn next_deadline(&self) -> Option<tokio::time::Instant> {
         lock(&self.deadlines).peek().map(|Reverse((at, _))| *at)
     }
 
     /// Answers every short tool whose deadline has passed with a timeout error (the answer,
-    /// if the editor sends one later, is dropped as late).
+    /// if the editor sends one later, is dropped as late). Also drops the deadlines of calls
+    /// already answered from the front, so the next wake-up is the earliest call still owed:
+    /// otherwise every answered call would wake the link once more when its deadline passed.
     fn expire_deadlines(&self, now: tokio::time::Instant) {
         loop {
-            let uid = {
-                let mut heap = lock(&self.deadlines);
-                match heap.peek() {
-                    Some(Reverse((at, uid))) if *at <= now => {
-                        let uid = *uid;
-                        heap.pop();
-                        uid
-                    }
-                    _ => return,
-                }
+            let Some(Reverse((at, uid))) = lock(&self.deadlines).peek().copied() else {
+                return;
             };
+            let due = at <= now;
+            if !due && self.pending.contains_key(&uid) {
+                return;
+            }
+            {
+                // Only this task pops; a sender may have pushed an earlier one meanwhile.
+                let mut heap = lock(&self.deadlines);
+                if heap.peek().is_some_and(|Reverse((_, first))| *first == uid) {
+                    heap.pop();
+                }
+            }
+            if !due {
+                continue; // answered in time
+            }
             let Some((_, p)) = self.pending.remove(&uid) else {
                 continue; // answered in time
             };
@@ -848,6 +862,11 @@ async fn run_link(
     tokio::pin!(deadline_added);
     let sleep = tokio::time::sleep_until(health.next_wake());
     tokio::pin!(sleep);
+    // The ACK owed to the editor, deferred (see `quickack`), on a timer of its own: armed at
+    // most once per firing, never moved.
+    let mut ack_due = crate::quickack::AckDue::default();
+    let ack_sleep = tokio::time::sleep_until(tokio::time::Instant::now());
+    tokio::pin!(ack_sleep);
     let end = loop {
         if let Some(until) = draining {
             let owed = editor
@@ -939,11 +958,20 @@ async fn run_link(
                         }
                         // More answers owed: the editor may be holding the next one (Nagle)
                         // until what it sent is acknowledged. One ACK covers everything read,
-                        // so it is sent once the frames already read are handled.
+                        // so it is owed once the frames already read are handled; the next
+                        // request carries it, or the timer sends it.
                         if !reader.more_buffered() && !editor.pending.is_empty() {
-                            quick_ack.now();
+                            let sent = editor.requests_sent();
+                            if let Some(at) = ack_due.read(tokio::time::Instant::now(), sent) {
+                                ack_sleep.as_mut().reset(at);
+                            }
                         }
                     }
+                }
+            }
+            _ = &mut ack_sleep, if ack_due.at().is_some() => {
+                if ack_due.fire(editor.requests_sent()) {
+                    quick_ack.now();
                 }
             }
             // A short tool with an earlier deadline than we sleep to.
@@ -1160,5 +1188,66 @@ mod tests {
         }
         b.reset();
         assert!(b.next() <= Duration::from_millis(120));
+    }
+
+    fn test_editor() -> Editor {
+        let lock = Lockfile {
+            path: PathBuf::from("/nonexistent/1.lock"),
+            family: crate::family::Family::Pi,
+            port: 1,
+            pid: 1,
+            workspace_folders: Vec::new(),
+            ide_name: "test".into(),
+            auth_token: crate::secret::Token::new("t".into()),
+        };
+        Editor::new(
+            "test".into(),
+            lock,
+            Vec::new(),
+            Succession::default(),
+            CancellationToken::new(),
+        )
+    }
+
+    /// A short call in flight under `uid` until `at`.
+    fn in_flight(editor: &Editor, uid: u64, at: tokio::time::Instant) {
+        editor.pending.insert(
+            uid,
+            Pending {
+                owner: Owner::Discard,
+                method: "tools/call".into(),
+                tool: Some("getDiagnostics".into()),
+                tab_name: None,
+                started: Instant::now(),
+                deadline: Some(at),
+                bridge: None,
+                map: None,
+            },
+        );
+        lock(&editor.deadlines).push(Reverse((at, uid)));
+    }
+
+    #[test]
+    fn the_deadline_sweep_wakes_only_for_calls_still_owed() {
+        let editor = test_editor();
+        let t0 = tokio::time::Instant::now();
+        let s = Duration::from_secs;
+        in_flight(&editor, 1, t0 + s(5));
+        in_flight(&editor, 2, t0 + s(6));
+        in_flight(&editor, 3, t0 + s(7));
+        // 1 and 2 are answered; nothing is due yet.
+        editor.pending.remove(&1);
+        editor.pending.remove(&2);
+        editor.expire_deadlines(t0);
+        assert_eq!(
+            editor.next_deadline(),
+            Some(t0 + s(7)),
+            "the next wake-up is the earliest call still owed, not an answered one's"
+        );
+        assert!(editor.pending.contains_key(&3), "3 is not due");
+        // 3 is due: it times out and leaves the table; nothing is left to wake for.
+        editor.expire_deadlines(t0 + s(7));
+        assert!(!editor.pending.contains_key(&3));
+        assert_eq!(editor.next_deadline(), None);
     }
 }
