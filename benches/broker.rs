@@ -10,7 +10,10 @@
 //! another build of the daemon with this same harness; `PI_IDE_BROKER_BENCH_DAEMON_B=<binary>`
 //! adds a second build to the tables against the relay ("native B", "compat B"), its phases
 //! interleaved with the first's, for an A/B within one run. `benches/instructions.sh` counts the
-//! daemon's and a relay's instructions per call (callgrind), which do not move with load.
+//! daemon's and a relay's instructions per call (callgrind), which do not move with load;
+//! `benches/syscalls.sh` counts their system calls, switches and packets per call.
+//! `--external LOCKFILE [--tool NAME]` measures against an editor you run yourself (e.g. a
+//! real Neovim with a pi-ide plugin; `--tool getDiagnostics`) instead of the fake ones.
 
 use pi_ide_broker::testkit::agent::Agent;
 use pi_ide_broker::testkit::fake_editor::{FakeEditor, Options};
@@ -86,20 +89,20 @@ struct Daemon {
 
 impl Daemon {
     /// The daemon under test (`PI_IDE_BROKER_BENCH_DAEMON`, else this build's), in `root`,
-    /// watching `root/pi-ide`.
-    async fn start(root: &Path) -> Daemon {
+    /// watching `lock_dir`.
+    async fn start(root: &Path, lock_dir: &Path) -> Daemon {
         // Another build can be measured with this same harness (e.g. an older commit's).
         let exe = std::env::var_os("PI_IDE_BROKER_BENCH_DAEMON")
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_pi-ide-broker").into());
-        Daemon::start_exe(root, &root.join("pi-ide"), &exe).await
+        Daemon::start_exe(root, lock_dir, &exe).await
     }
 
     /// The second build of an in-run A/B (`PI_IDE_BROKER_BENCH_DAEMON_B`), if one is named:
     /// a daemon of its own in `root/b`, watching the same lock dir as the first.
-    async fn start_b(root: &Path) -> Option<Daemon> {
+    async fn start_b(root: &Path, lock_dir: &Path) -> Option<Daemon> {
         let exe = std::env::var_os("PI_IDE_BROKER_BENCH_DAEMON_B")?;
         let b = root.join("b");
-        Some(Daemon::start_exe(&b, &root.join("pi-ide"), &exe).await)
+        Some(Daemon::start_exe(&b, lock_dir, &exe).await)
     }
 
     async fn start_exe(root: &Path, lock_dir: &Path, exe: &std::ffi::OsStr) -> Daemon {
@@ -532,12 +535,13 @@ fn editor_mode(dir: &str) {
     });
 }
 
-/// `--calls N SOCK [PORT TOKEN] [--sessions S]`: `N` echo calls through the broker's native
-/// door at `SOCK` (sessions on /real, as `--editor` serves), or with `PORT TOKEN` through a
-/// relay at `SOCK` to that editor; one at a time on each of `S` (default 1) concurrent
-/// connections. For `benches/instructions.sh` and `benches/syscalls.sh`, which count the
-/// middle process's work.
-fn calls_mode(sock: &str, n: usize, sessions: usize, relay: Option<(u16, String)>) {
+/// `--calls N SOCK [PORT TOKEN] [--sessions S] [--tool NAME] [--cwd DIR]`: `N` calls of
+/// `echo` (or `NAME`) through the broker's native door at `SOCK` (sessions on /real, as
+/// `--editor` serves, or on `DIR`), or with `PORT TOKEN` through a relay at `SOCK` to that
+/// editor; one at a time on each of `S` (default 1) concurrent connections. Prints their
+/// latency. For `benches/instructions.sh` and `benches/syscalls.sh`, which count the middle
+/// process's work, and for measuring against a real editor by hand.
+fn calls_mode(sock: &str, n: usize, sessions: usize, cwd: &str, relay: Option<(u16, String)>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -560,14 +564,23 @@ fn calls_mode(sock: &str, n: usize, sessions: usize, relay: Option<(u16, String)
         let sock = Path::new(sock);
         let mut tasks = Vec::new();
         for _ in 0..sessions {
-            let mut ws = open(path, port, &token, (sock, 0), sock, "/real", &no_compat).await;
+            let mut ws = open(path, port, &token, (sock, 0), sock, cwd, &no_compat).await;
             tasks.push(tokio::spawn(async move {
-                timed_ws(&mut ws, n / sessions, 0).await;
+                timed_ws(&mut ws, n / sessions, 0).await
             }));
         }
+        let mut lat = Vec::new();
         for t in tasks {
-            t.await.unwrap();
+            lat.extend(t.await.unwrap());
         }
+        lat.sort();
+        println!(
+            "{} calls: p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+            lat.len(),
+            us(pct(&lat, 0.5)),
+            us(pct(&lat, 0.99)),
+            us(lat.last().copied().unwrap_or_default())
+        );
     });
 }
 
@@ -581,11 +594,23 @@ fn main() {
             .get(i + 3)
             .filter(|a| !a.starts_with("--"))
             .map(|port| (port.parse().unwrap(), args[i + 4].clone()));
-        let sessions = args
-            .iter()
-            .position(|a| a == "--sessions")
-            .map_or(1, |j| args[j + 1].parse().unwrap());
-        return calls_mode(&args[i + 2], args[i + 1].parse().unwrap(), sessions, relay);
+        let flag = |name: &str| {
+            args.iter()
+                .position(|a| a == name)
+                .map(|j| args[j + 1].clone())
+        };
+        let sessions = flag("--sessions").map_or(1, |n| n.parse().unwrap());
+        if let Some(tool) = flag("--tool") {
+            let _ = TOOL.set(tool);
+        }
+        let cwd = flag("--cwd").unwrap_or_else(|| "/real".into());
+        return calls_mode(
+            &args[i + 2],
+            args[i + 1].parse().unwrap(),
+            sessions,
+            &cwd,
+            relay,
+        );
     }
     if let Some(i) = args.iter().position(|a| a == "--editor") {
         return editor_mode(&args[i + 1]);
@@ -607,6 +632,13 @@ fn main() {
             .expect("--sessions takes a number")],
         None => vec![1, 32],
     };
+    let external: Option<PathBuf> = args
+        .iter()
+        .position(|a| a == "--external")
+        .map(|i| args.get(i + 1).expect("--external takes a lockfile").into());
+    if let Some(i) = args.iter().position(|a| a == "--tool") {
+        let _ = TOOL.set(args.get(i + 1).expect("--tool takes a name").clone());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -622,8 +654,11 @@ fn main() {
                 .unwrap_or(0),
             std::env::consts::ARCH
         );
-        let d = Daemon::start(root).await;
-        let d_b = Daemon::start_b(root).await;
+        if let Some(lock) = external.as_deref() {
+            return against_external(root, lock, quick, &sessions).await;
+        }
+        let d = Daemon::start(root, &root.join("pi-ide")).await;
+        let d_b = Daemon::start_b(root, &root.join("pi-ide")).await;
         let fe = FakeEditor::start_in(&root.join("pi-ide"), Options::pi(&["/bench"]))
             .await
             .unwrap();
@@ -686,7 +721,7 @@ fn main() {
         if runs("scale") {
             // Scale on a fresh daemon, so earlier runs' allocations do not count.
             let dir2 = tempfile::tempdir().unwrap();
-            let d2 = Daemon::start(dir2.path()).await;
+            let d2 = Daemon::start(dir2.path(), &dir2.path().join("pi-ide")).await;
             scale(
                 dir2.path(),
                 &d2,
@@ -855,13 +890,21 @@ async fn open(
     ws
 }
 
+/// The tool the timed calls call: `echo` (the fake editors'), or `--tool NAME` in calls mode
+/// (e.g. `getDiagnostics` for a real editor).
+static TOOL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn tool_name() -> &'static str {
+    TOOL.get().map_or("echo", String::as_str)
+}
+
 /// `n` echo calls, each after `burn_us` of client CPU (an agent doing its own work).
 async fn timed_ws(ws: &mut AnyWs, n: usize, burn_us: u64) -> Vec<Duration> {
     use futures_util::{SinkExt, StreamExt};
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         pi_ide_broker::testkit::fake_editor::burn(burn_us);
-        let msg = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"i": i}}});
+        let msg = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": tool_name(), "arguments": {"i": i}}});
         let t = Instant::now();
         ws.send(tokio_tungstenite::tungstenite::Message::text(
             msg.to_string(),
@@ -948,6 +991,53 @@ async fn phase(
         ctx_per_call: ctx,
         cpu_us_per_call: cpu,
     }
+}
+
+/// `--external LOCKFILE [--tool NAME]`: the table against the relay for an editor you run
+/// yourself (a real Neovim or VS Code), announced by `LOCKFILE`: direct, relay and broker
+/// interleaved on its first workspace folder, clients burning 100 µs per call as in the
+/// realistic scenario. The daemon(s) watch the lockfile's dir.
+async fn against_external(root: &Path, lock: &Path, quick: bool, sessions: &[usize]) {
+    let text = std::fs::read_to_string(lock)
+        .unwrap_or_else(|e| panic!("cannot read the lockfile {}: {e}", lock.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("the lockfile is JSON");
+    let port: u16 = lock
+        .file_stem()
+        .and_then(|s| s.to_str()?.parse().ok())
+        .expect("the lockfile is named <port>.lock");
+    let token = v["authToken"]
+        .as_str()
+        .expect("the lockfile has an authToken");
+    let cwd = v["workspaceFolders"][0]
+        .as_str()
+        .expect("the lockfile names a workspace folder");
+    let lock_dir = lock.parent().expect("the lockfile is in a dir");
+    let d = Daemon::start(root, lock_dir).await;
+    let d_b = Daemon::start_b(root, lock_dir).await;
+    d.wait_ready(1).await;
+    if let Some(b) = &d_b {
+        b.wait_ready(1).await;
+    }
+    let title = format!(
+        "Against a bare relay — external editor {} on port {port} ({}; client: 100 µs CPU per call)",
+        v["ideName"].as_str().unwrap_or("?"),
+        tool_name()
+    );
+    let calls = if quick { 2_000 } else { 6_000 };
+    against_relay(
+        &title,
+        port,
+        token,
+        100,
+        calls,
+        &d,
+        d_b.as_ref(),
+        cwd,
+        root,
+        false,
+        sessions,
+    )
+    .await;
 }
 
 /// Direct, relay and broker, interleaved, for one scenario; prints one table.
