@@ -82,8 +82,8 @@ pub enum Owner {
 pub struct Pending {
     /// Who gets the answer.
     pub owner: Owner,
-    /// The JSON-RPC method.
-    pub method: String,
+    /// The JSON-RPC method (borrowed for the common ones: no allocation per call).
+    pub method: Cow<'static, str>,
     /// `params.name` for `tools/call`.
     pub tool: Option<String>,
     /// `tab_name` for `openDiff`: the diff this request owns.
@@ -384,7 +384,7 @@ impl Editor {
             .map(|p| {
                 (
                     p.is_diff(),
-                    p.method.clone(),
+                    p.method.to_string(),
                     p.tool.clone(),
                     p.started.elapsed(),
                 )
@@ -435,7 +435,7 @@ impl Editor {
             let Some((_, p)) = self.pending.remove(&uid) else {
                 continue; // answered in time
             };
-            let label = p.tool.clone().unwrap_or_else(|| p.method.clone());
+            let label = p.tool.as_deref().unwrap_or(&p.method).to_string();
             let ms = p.started.elapsed().as_millis();
             tracing::warn!(editor = %self.id, call = %label, waited_ms = ms as u64, "editor did not answer in time");
             if let Owner::Session { outbox, id, .. } = p.owner {
@@ -463,7 +463,7 @@ impl Editor {
             msg,
             Pending {
                 owner: Owner::Discard,
-                method: method.into(),
+                method: method.to_string().into(),
                 tool,
                 tab_name: None,
                 started: Instant::now(),

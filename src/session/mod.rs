@@ -10,11 +10,12 @@ use crate::registry::Registry;
 use crate::sync::lock;
 use crate::wsframe::{Frame, FrameReader};
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::AsyncRead;
 use tokio::sync::{mpsc, watch};
 
@@ -414,12 +415,14 @@ fn call_pending(
     reg: &Registry,
     s: &Session,
     id: &Value,
-    method: String,
+    method: Cow<'static, str>,
     tool: Option<String>,
     tab_name: Option<String>,
     bridge: Option<crate::bridge::Bridge>,
 ) -> Pending {
     let is_diff = tab_name.is_some();
+    // One clock read for both.
+    let now = tokio::time::Instant::now();
     Pending {
         owner: Owner::Session {
             session: s.id,
@@ -429,10 +432,9 @@ fn call_pending(
         method,
         tool,
         tab_name,
-        started: Instant::now(),
-        deadline: (!is_diff).then(|| {
-            tokio::time::Instant::now() + Duration::from_millis(reg.config().timeouts.short_tool_ms)
-        }),
+        started: now.into_std(),
+        deadline: (!is_diff)
+            .then(|| now + Duration::from_millis(reg.config().timeouts.short_tool_ms)),
         bridge,
         map: s.remote.as_ref().map(|(_, m)| m.clone()),
     }
@@ -650,7 +652,7 @@ fn forward(
             }
         }
     }
-    let pending = call_pending(reg, s, &id, method, tool, tab_name.clone(), bridge);
+    let pending = call_pending(reg, s, &id, method.into(), tool, tab_name.clone(), bridge);
     let sent = editor.send_request(msg, pending);
     settle_call(s, &editor, sent, progress_token, &id, tab_name.as_deref());
 }
