@@ -398,6 +398,12 @@ impl Editor {
         self.delegated.remove(&editor_id.to_string()).is_some()
     }
 
+    /// Records that the editor's request `editor_id` was handed to a session. Done before the
+    /// session can see the request: its answer may come back on another thread at once.
+    pub fn track_delegated(&self, editor_id: &Value, d: Delegation) {
+        self.delegated.insert(editor_id.to_string(), d);
+    }
+
     /// How many requests have been sent to the editor (only grows): one sent after a read
     /// carries that read's ACK.
     fn requests_sent(&self) -> u64 {
@@ -572,13 +578,9 @@ pub trait LinkHost: Send + Sync + 'static {
     fn editor_gone(&self, editor: &Arc<Editor>, reason: String);
     /// A notification other than `selection_changed` for every session on this editor.
     fn broadcast(&self, editor: &Arc<Editor>, text: &str);
-    /// An editor-initiated request: hand it to the right session, or `None` if there is none.
-    fn delegate(
-        &self,
-        editor: &Arc<Editor>,
-        id: &Value,
-        msg: Map<String, Value>,
-    ) -> Option<Delegation>;
+    /// An editor-initiated request: hand it to the right session (recorded with
+    /// [`Editor::track_delegated`] before the session can answer); false if there is none.
+    fn delegate(&self, editor: &Arc<Editor>, id: &Value, msg: Map<String, Value>) -> bool;
     /// `request_cancelled` for a delegated request: forward to its session.
     fn cancel_delegated(&self, editor: &Arc<Editor>, d: &Delegation);
 }
@@ -1059,11 +1061,8 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
             }
             _ => host.broadcast(editor, text),
         },
-        Incoming::Request { id, method, msg } => match host.delegate(editor, &id, msg) {
-            Some(d) => {
-                editor.delegated.insert(id.to_string(), d);
-            }
-            None => {
+        Incoming::Request { id, method, msg } => {
+            if !host.delegate(editor, &id, msg) {
                 tracing::info!(editor = %editor.id, %method, "editor request with no session attached; answered with an error");
                 let _ = editor.send_raw(jsonrpc::error(
                     &id,
@@ -1071,7 +1070,7 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
                     "No agent session is attached to this editor",
                 ));
             }
-        },
+        }
     }
 }
 

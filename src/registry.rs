@@ -767,32 +767,37 @@ impl LinkHost for Registry {
         }
     }
 
-    fn delegate(
-        &self,
-        editor: &Arc<Editor>,
-        id: &Value,
-        mut msg: Map<String, Value>,
-    ) -> Option<Delegation> {
+    fn delegate(&self, editor: &Arc<Editor>, id: &Value, mut msg: Map<String, Value>) -> bool {
         let target = self
             .sessions
             .iter()
             .filter(|s| s.editor_id().as_deref() == Some(editor.id.as_str()))
             .max_by_key(|s| s.last_active.load(Ordering::Relaxed))
-            .map(|s| s.clone())?;
+            .map(|s| s.clone());
+        let Some(target) = target else {
+            return false;
+        };
         if let (Some(m), Some(params)) = (target.map(), msg.get_mut("params")) {
             m.map_json(params, false);
         }
         let facing = target.mint_delegated_id();
+        // Both sides know the request before the session can see it: its answer can come
+        // back on another worker thread before `deliver` returns.
         lock(&target.delegated).insert(facing.clone(), (editor.id.clone(), id.clone()));
+        editor.track_delegated(
+            id,
+            Delegation {
+                session: target.id,
+                session_id: facing.clone(),
+            },
+        );
         msg.insert("id".into(), Value::String(facing.clone()));
         if !target.outbox.deliver(Value::Object(msg).to_string()) {
             lock(&target.delegated).remove(&facing);
-            return None;
+            editor.forget_delegated(id);
+            return false;
         }
-        Some(Delegation {
-            session: target.id,
-            session_id: facing,
-        })
+        true
     }
 
     fn cancel_delegated(&self, _editor: &Arc<Editor>, d: &Delegation) {

@@ -244,6 +244,40 @@ async fn suggestions_go_to_the_most_recently_active_session_and_cancels_follow()
     b.stop().await;
 }
 
+/// The session's answer to an editor-initiated request can come back on another worker thread
+/// before the link task has finished handing the request over; the editor must know of the
+/// delegation by then, or the answer is dropped as one to a cancelled request. Answered at
+/// once, many times over, every answer reaches the editor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_request_answered_at_once_always_reaches_the_editor() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/p"]).await;
+    let mut ev = fe.events();
+    let mut a = Agent::open(&b.socket, "/p", None).await;
+    a.until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    for n in 0..200 {
+        let out = fe.request_suggestions().expect("the broker link");
+        let req = a
+            .until("getSuggestions", |v| v["method"] == "getSuggestions")
+            .await;
+        a.send_text(
+            &json!({"jsonrpc": "2.0", "id": req["id"], "result": {"suggestions": [n]}}).to_string(),
+        )
+        .await;
+        let Event::Answered { msg } = wait_for(&mut ev, "the answer", |e| {
+            matches!(e, Event::Answered { .. })
+        })
+        .await
+        else {
+            unreachable!()
+        };
+        assert_eq!(msg["id"], out.as_str(), "answer {n}");
+        assert_eq!(msg["result"]["suggestions"][0], n);
+    }
+    b.stop().await;
+}
+
 #[tokio::test]
 async fn an_editor_request_with_no_session_gets_an_error() {
     let b = TestBroker::start().await;
