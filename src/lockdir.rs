@@ -251,10 +251,12 @@ impl LockDirWatcher {
         match lockfile::read(path, cfg.family) {
             Ok(lock) => {
                 self.clear(path);
-                if self.known.get(path) != Some(&lock) {
-                    self.known.insert(path.to_path_buf(), lock.clone());
-                    let _ = self.events.send(LockEvent::Upsert(lock));
-                }
+                // Reported on every look, changed or not (the registry's upsert is idempotent):
+                // the registry can drop an editor on its own (its link found the file missing
+                // in the middle of a rewrite), and a report held back as "unchanged" would
+                // leave that editor lost while its file is there.
+                self.known.insert(path.to_path_buf(), lock.clone());
+                let _ = self.events.send(LockEvent::Upsert(lock));
             }
             Err(LockfileError::NotALockfile) => {}
             Err(LockfileError::Gone) => {
@@ -356,6 +358,28 @@ mod tests {
         w.rescan_all();
         assert!(matches!(rx.try_recv(), Ok(LockEvent::Cleared(p)) if p == bad));
         assert!(w.rejected.is_empty());
+    }
+
+    #[test]
+    fn an_unchanged_lockfile_is_reported_again_on_every_look() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("1234.lock");
+        let me = std::process::id();
+        std::fs::write(
+            &file,
+            format!(r#"{{"pid":{me},"workspaceFolders":["/a"],"authToken":"0123456789abcdef"}}"#),
+        )
+        .unwrap();
+        let (mut w, mut rx) = watcher(dir.path());
+        w.rescan_all();
+        assert!(matches!(rx.try_recv(), Ok(LockEvent::Upsert(l)) if l.path == file));
+        // The registry may have dropped the editor meanwhile (its link saw the file missing in
+        // the middle of a rewrite): the same file seen again is reported again.
+        w.rescan_all();
+        assert!(
+            matches!(rx.try_recv(), Ok(LockEvent::Upsert(l)) if l.path == file),
+            "an unchanged lockfile must be reported again"
+        );
     }
 
     #[test]
