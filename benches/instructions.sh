@@ -14,34 +14,9 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 bench_setup valgrind "Debian: apt-get install valgrind" "${1:-}"
 calls=${CALLS:-2000}
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+bench_scratch
+on_exit() {
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$dir"/cg.* "$KEEP"/ 2>/dev/null || true; fi
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-mkdir -p "$dir/pi-ide"
-cat >"$dir/config.toml" <<CONF
-socket = "$dir/run/sock"
-state_dir = "$dir/state"
-log = "warn"
-[compat]
-lock_dir = "$dir/compat"
-[[lock_dirs]]
-path = "$dir/pi-ide"
-family = "pi"
-CONF
-
-# Waits until FILE has a line starting with WORD; prints that line's second field.
-wait_word() {
-  for _ in $(seq 600); do
-    if line=$(grep -m1 "^$2" "$1" 2>/dev/null); then echo "$line" | cut -d' ' -f2; return; fi
-    sleep 0.1
-  done
-  echo "timed out waiting for '$2' in $1" >&2; exit 1
 }
 
 # Counts the instructions of the callgrind process PID over $calls calls made by `--calls ARGS`.
@@ -57,18 +32,12 @@ count() {
   echo $((total / calls))
 }
 
-"$bench" --editor "$dir/pi-ide" >"$dir/editor.out" &
-pids+=($!)
-port=$(wait_word "$dir/editor.out" ready)
-token=$(sed -n 's/.*"authToken":"\([^"]*\)".*/\1/p' "$dir/pi-ide/$port.lock")
+start_editor
 
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$daemon" --config "$dir/config.toml" daemon 2>"$dir/daemon.err" &
 daemon_pid=$!
 pids+=("$daemon_pid")
-for _ in $(seq 600); do
-  "$daemon" --config "$dir/config.toml" status 2>/dev/null | grep -q " ready " && break
-  sleep 0.1
-done
+wait_daemon_ready
 broker=$(count "$daemon_pid" "$dir/run/sock")
 
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$bench" --relay "$dir/relay.sock" "$port" >"$dir/relay.out" 2>"$dir/relay.err" &

@@ -15,34 +15,7 @@ set -euo pipefail
 bench_setup perf "Debian: apt-get install linux-perf" "${1:-}"
 calls=${CALLS:-4000}
 sessions=${SESSIONS:-32}
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-mkdir -p "$dir/pi-ide"
-cat >"$dir/config.toml" <<CONF
-socket = "$dir/run/sock"
-state_dir = "$dir/state"
-log = "warn"
-[compat]
-lock_dir = "$dir/compat"
-[[lock_dirs]]
-path = "$dir/pi-ide"
-family = "pi"
-CONF
-
-# Waits until FILE has a line starting with WORD; prints that line's second field.
-wait_word() {
-  for _ in $(seq 600); do
-    if line=$(grep -m1 "^$2" "$1" 2>/dev/null); then echo "$line" | cut -d' ' -f2; return; fi
-    sleep 0.1
-  done
-  echo "timed out waiting for '$2' in $1" >&2; exit 1
-}
+bench_scratch
 
 events=syscalls:sys_enter_epoll_wait,syscalls:sys_enter_recvfrom,syscalls:sys_enter_read
 events+=,syscalls:sys_enter_sendto,syscalls:sys_enter_writev,syscalls:sys_enter_write
@@ -58,18 +31,12 @@ count() {
   awk -F, -v n="$calls" '/^[0-9]/ { printf "%s ", $1 / n }' "$dir/stat"
 }
 
-"$bench" --editor "$dir/pi-ide" >"$dir/editor.out" &
-pids+=($!)
-port=$(wait_word "$dir/editor.out" ready)
-token=$(sed -n 's/.*"authToken":"\([^"]*\)".*/\1/p' "$dir/pi-ide/$port.lock")
+start_editor
 
 "$daemon" --config "$dir/config.toml" daemon 2>"$dir/daemon.err" &
 daemon_pid=$!
 pids+=("$daemon_pid")
-for _ in $(seq 600); do
-  "$daemon" --config "$dir/config.toml" status 2>/dev/null | grep -q " ready " && break
-  sleep 0.1
-done
+wait_daemon_ready
 broker=$(count "$daemon_pid" "$dir/run/sock")
 
 "$bench" --relay "$dir/relay.sock" "$port" >"$dir/relay.out" 2>"$dir/relay.err" &
