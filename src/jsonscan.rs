@@ -81,20 +81,24 @@ fn first_special(w: u64) -> Option<usize> {
 }
 
 impl<'a> Scan<'a> {
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
+    #[inline(always)]
     fn next(&mut self) -> Option<u8> {
         let c = self.peek()?;
         self.i += 1;
         Some(c)
     }
 
+    #[inline(always)]
     fn eat(&mut self, c: u8) -> Option<()> {
         (self.next()? == c).then_some(())
     }
 
+    #[inline(always)]
     fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.i += 1;
@@ -126,10 +130,16 @@ impl<'a> Scan<'a> {
             self.ws();
             let start = self.i;
             let k = wanted.iter().position(|w| *w == key.as_ref());
-            if k == Some(at) && self.peek() == Some(b'{') {
-                nested = Some(self.object::<M, 0>(inner, M, [])?.0);
-            } else {
-                self.value()?;
+            match self.peek()? {
+                b'{' if k == Some(at) => {
+                    nested = Some(self.object::<M, 0>(inner, M, [])?.0);
+                }
+                // The common scalars without the nesting machinery.
+                b'"' => {
+                    self.string()?;
+                }
+                b'-' | b'0'..=b'9' => self.number()?,
+                _ => self.value()?,
             }
             if let Some(k) = k {
                 if out[k].is_some() {
@@ -150,44 +160,56 @@ impl<'a> Scan<'a> {
     /// decoder serves).
     fn key(&mut self) -> Option<Cow<'a, str>> {
         let start = self.i;
-        let escaped = self.string()?;
-        let raw = self.text.get(start..self.i)?;
-        if escaped {
-            serde_json::from_str(raw).ok().map(Cow::Owned)
+        if self.string()? {
+            serde_json::from_str(self.text.get(start..self.i)?)
+                .ok()
+                .map(Cow::Owned)
         } else {
-            raw.get(1..raw.len() - 1).map(Cow::Borrowed)
+            // Quotes are ASCII: the slice inside them starts and ends on char boundaries.
+            self.text.get(start + 1..self.i - 1).map(Cow::Borrowed)
         }
     }
 
     /// A string, from its opening quote to past its closing one. `Some(true)` when it had
     /// escapes. The text is UTF-8 already (it came from a `&str`).
+    #[inline(always)]
     fn string(&mut self) -> Option<bool> {
-        self.eat(b'"')?;
+        let b = self.b;
+        let mut i = self.i;
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        i += 1;
         let mut escaped = false;
         loop {
             // Eight bytes at a time to the next byte that needs a look.
-            while let Some(chunk) = self.b.get(self.i..self.i + 8) {
+            while let Some(chunk) = b.get(i..i + 8) {
                 let w = u64::from_le_bytes(chunk.try_into().ok()?);
                 match first_special(w) {
                     Some(at) => {
-                        self.i += at;
+                        i += at;
                         break;
                     }
-                    None => self.i += 8,
+                    None => i += 8,
                 }
             }
-            match self.next()? {
-                b'"' => return Some(escaped),
+            let c = *b.get(i)?;
+            i += 1;
+            match c {
+                b'"' => {
+                    self.i = i;
+                    return Some(escaped);
+                }
                 b'\\' => {
                     escaped = true;
-                    match self.next()? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                    match *b.get(i)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 1,
                         b'u' => {
-                            for _ in 0..4 {
-                                if !self.next()?.is_ascii_hexdigit() {
-                                    return None;
-                                }
+                            let hex = b.get(i + 1..i + 5)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
                             }
+                            i += 5;
                         }
                         _ => return None,
                     }
@@ -206,6 +228,7 @@ impl<'a> Scan<'a> {
         (self.i > start).then_some(())
     }
 
+    #[inline(always)]
     fn number(&mut self) -> Option<()> {
         if self.peek() == Some(b'-') {
             self.i += 1;
