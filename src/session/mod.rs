@@ -11,7 +11,6 @@ use crate::sync::lock;
 use crate::wsframe::{Frame, FrameReader};
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -205,10 +204,11 @@ fn subscribe(reg: &Registry, editor: &str) -> Option<watch::Receiver<Option<Arc<
 
 /// The editor's selection as a session follows it. The wait for the next one is one future
 /// kept across turns of the session loop: a fresh `changed()` per turn would join and leave
-/// the watch's waiters on every frame the session handles.
+/// the watch's waiters on every frame the session handles. It is polled only after it woke
+/// the task (`WhenWoken`): a selection changes seldom, frames come often.
 #[derive(Default)]
 struct SelectionFeed {
-    next: Option<NextSelection>,
+    next: Option<crate::woken::WhenWoken<NextSelection>>,
 }
 
 type SelectionRx = watch::Receiver<Option<Arc<str>>>;
@@ -219,7 +219,7 @@ type NextSelection = Pin<Box<dyn Future<Output = (SelectionRx, Option<Arc<str>>)
 impl SelectionFeed {
     /// Follows `rx` from now on (nothing when `None`).
     fn follow(&mut self, rx: Option<SelectionRx>) {
-        self.next = rx.map(|rx| Box::pin(next_selection(rx)) as _);
+        self.next = rx.map(|rx| crate::woken::WhenWoken::new(Box::pin(next_selection(rx)) as _));
     }
 
     /// The next selection frame; `None` when the editor's handle is gone (resubscribe).
@@ -382,11 +382,12 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
             // becomes the frame's bytes without another allocation.
             const HEAD: &str = "{\"jsonrpc\":\"2.0\",\"id\":";
             const MID: &str = ",\"method\":\"tools/call\",\"params\":";
-            let digits = uid.checked_ilog10().map_or(1, |d| d as usize + 1);
-            let len = HEAD.len() + digits + MID.len() + raw_params.len() + 1;
+            let mut digits = itoa::Buffer::new();
+            let uid = digits.format(uid);
+            let len = HEAD.len() + uid.len() + MID.len() + raw_params.len() + 1;
             let mut out = String::with_capacity(len);
             out.push_str(HEAD);
-            let _ = write!(out, "{uid}");
+            out.push_str(uid);
             out.push_str(MID);
             out.push_str(raw_params);
             out.push('}');
