@@ -404,12 +404,6 @@ impl Editor {
         self.delegated.insert(editor_id.to_string(), d);
     }
 
-    /// How many requests have been sent to the editor (only grows): one sent after a read
-    /// carries that read's ACK.
-    fn requests_sent(&self) -> u64 {
-        self.next_id.load(Ordering::Relaxed)
-    }
-
     /// The earliest short-tool deadline, if any.
     fn next_deadline(&self) -> Option<tokio::time::Instant> {
         lock(&self.deadlines).peek().map(|Reverse((at, _))| *at)
@@ -864,11 +858,6 @@ async fn run_link(
     tokio::pin!(deadline_added);
     let sleep = tokio::time::sleep_until(health.next_wake());
     tokio::pin!(sleep);
-    // The ACK owed to the editor, deferred (see `quickack`), on a timer of its own: armed at
-    // most once per firing, never moved.
-    let mut ack_due = crate::quickack::AckDue::default();
-    let ack_sleep = tokio::time::sleep_until(tokio::time::Instant::now());
-    tokio::pin!(ack_sleep);
     let end = loop {
         if let Some(until) = draining {
             let owed = editor
@@ -960,20 +949,11 @@ async fn run_link(
                         }
                         // More answers owed: the editor may be holding the next one (Nagle)
                         // until what it sent is acknowledged. One ACK covers everything read,
-                        // so it is owed once the frames already read are handled; the next
-                        // request carries it, or the timer sends it.
+                        // so it is sent once the frames already read are handled.
                         if !reader.more_buffered() && !editor.pending.is_empty() {
-                            let sent = editor.requests_sent();
-                            if let Some(at) = ack_due.read(tokio::time::Instant::now(), sent) {
-                                ack_sleep.as_mut().reset(at);
-                            }
+                            quick_ack.now();
                         }
                     }
-                }
-            }
-            _ = &mut ack_sleep, if ack_due.at().is_some() => {
-                if ack_due.fire(editor.requests_sent()) {
-                    quick_ack.now();
                 }
             }
             // A short tool with an earlier deadline than we sleep to.
