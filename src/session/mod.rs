@@ -358,19 +358,20 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
         None
     };
     // The common ids without a parser: a plain string or a plain integer.
-    let id = match (plain_str(id_text), plain_u64(id_text)) {
-        (Some(text), _) => Value::String(text.to_string()),
-        (_, Some(n)) => Value::from(n),
-        _ => match serde_json::from_str::<Value>(id_text) {
-            Ok(id) => id,
-            Err(_) => return false,
-        },
+    let parse_id = || match (plain_str(id_text), plain_u64(id_text)) {
+        (Some(text), _) => Some(Value::String(text.to_string())),
+        (_, Some(n)) => Some(Value::from(n)),
+        _ => serde_json::from_str::<Value>(id_text).ok(),
+    };
+    let Some(id) = parse_id() else {
+        return false;
     };
     s.touch(reg.stamp());
+    // The id moves into the pending entry; the rare refusal below reads it again.
     let pending = call_pending(
         reg,
         s,
-        &id,
+        id,
         "tools/call".into(),
         Some(tool.to_string()),
         tab_name.clone(),
@@ -400,7 +401,9 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
         .and_then(|m| members(m, ["progressToken"]))
         .and_then(|[t]| serde_json::from_str::<Value>(t?).ok())
         .filter(is_progress_token);
-    settle_call(s, &editor, sent, token, &id, tab_name.as_deref());
+    settle_call(s, &editor, sent, token, tab_name.as_deref(), || {
+        parse_id().unwrap_or(Value::Null)
+    });
     true
 }
 
@@ -415,7 +418,7 @@ fn is_progress_token(token: &Value) -> bool {
 fn call_pending(
     reg: &Registry,
     s: &Session,
-    id: &Value,
+    id: Value,
     method: Cow<'static, str>,
     tool: Option<String>,
     tab_name: Option<String>,
@@ -428,7 +431,7 @@ fn call_pending(
         owner: Owner::Session {
             session: s.id,
             outbox: s.outbox.clone(),
-            id: id.clone(),
+            id,
         },
         method,
         tool,
@@ -448,8 +451,8 @@ fn settle_call(
     editor: &Editor,
     sent: Result<u64, crate::editor::SendError>,
     progress_token: Option<Value>,
-    id: &Value,
     tab_name: Option<&str>,
+    id: impl FnOnce() -> Value,
 ) {
     match sent {
         Ok(uid) => {
@@ -462,7 +465,7 @@ fn settle_call(
                 });
             }
         }
-        Err(e) => refuse_call(s, id, tab_name, e.to_string()),
+        Err(e) => refuse_call(s, &id(), tab_name, e.to_string()),
     }
 }
 
@@ -653,7 +656,15 @@ fn forward(
             }
         }
     }
-    let pending = call_pending(reg, s, &id, method.into(), tool, tab_name.clone(), bridge);
+    let pending = call_pending(
+        reg,
+        s,
+        id.clone(),
+        method.into(),
+        tool,
+        tab_name.clone(),
+        bridge,
+    );
     let sent = editor.send_request(msg, pending);
-    settle_call(s, &editor, sent, progress_token, &id, tab_name.as_deref());
+    settle_call(s, &editor, sent, progress_token, tab_name.as_deref(), || id);
 }
