@@ -449,7 +449,7 @@ impl Editor {
     }
 
     /// A broker-originated request whose answer nobody awaits.
-    pub fn send_discard(&self, method: &str, params: Value) -> Result<u64, SendError> {
+    pub fn send_discard(&self, method: &'static str, params: Value) -> Result<u64, SendError> {
         let mut msg = Map::new();
         msg.insert("jsonrpc".into(), "2.0".into());
         msg.insert("method".into(), method.into());
@@ -463,7 +463,7 @@ impl Editor {
             msg,
             Pending {
                 owner: Owner::Discard,
-                method: method.to_string().into(),
+                method: method.into(),
                 tool,
                 tab_name: None,
                 started: Instant::now(),
