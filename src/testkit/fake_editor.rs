@@ -604,6 +604,14 @@ pub async fn next_tool_call(rx: &mut broadcast::Receiver<Event>, tool: &str) -> 
     }
 }
 
+/// Waits for the next answer the editor receives (to a request of its own); returns it.
+pub async fn next_answer(rx: &mut broadcast::Receiver<Event>, what: &str) -> Value {
+    match wait_for(rx, what, |e| matches!(e, Event::Answered { .. })).await {
+        Event::Answered { msg } => msg,
+        _ => Value::Null,
+    }
+}
+
 /// The `params` of a message as a map (for tests).
 pub fn params(msg: &Map<String, Value>) -> Value {
     msg.get("params").cloned().unwrap_or(Value::Null)

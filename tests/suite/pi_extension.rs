@@ -6,7 +6,7 @@ use crate::common::fake_model::{all_text, FakeModel, Reply};
 use crate::common::pi::{find_pi, pi_home, Pi, PiInstall};
 use crate::common::process;
 use crate::common::*;
-use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+use pi_ide_broker::testkit::fake_editor::{next_answer, wait_for, Event};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -352,13 +352,7 @@ async fn suggestions_from_the_editor_reach_this_pi_session_only() {
     let _ = w.model.next_chat().await;
     let mut ev = ed.events();
     let out = ed.request_suggestions().expect("a client to ask");
-    let answer = wait_for(&mut ev, "the suggestions answer", |e| {
-        matches!(e, Event::Answered { .. })
-    })
-    .await;
-    let Event::Answered { msg } = answer else {
-        unreachable!()
-    };
+    let msg = next_answer(&mut ev, "the suggestions answer").await;
     assert_eq!(msg["id"], out.as_str(), "{msg}");
     assert_eq!(
         msg["result"]["suggestions"],

@@ -5,7 +5,7 @@
 
 use crate::common::*;
 use pi_ide_broker::pathmap::RemoteConfig;
-use pi_ide_broker::testkit::fake_editor::{next_tool_call, wait_for, Event};
+use pi_ide_broker::testkit::fake_editor::{next_answer, next_tool_call};
 use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};
 
@@ -101,10 +101,7 @@ async fn a_remote_sessions_paths_are_mapped_both_ways() {
         &json!({"jsonrpc": "2.0", "id": req["id"], "result": {"suggestions": []}}).to_string(),
     )
     .await;
-    wait_for(&mut ev2, "the answer", |e| {
-        matches!(e, Event::Answered { .. })
-    })
-    .await;
+    next_answer(&mut ev2, "the answer").await;
 
     // An unknown remote is refused with the fix.
     let bad = Agent::connect_raw(&b.socket, "cwd=/workspaces/app&remote=nope").await;

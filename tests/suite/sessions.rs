@@ -1,7 +1,7 @@
 //! Issue: many agent sessions, one link per editor — routing, sticky targets, multiplexing.
 
 use crate::common::*;
-use pi_ide_broker::testkit::fake_editor::{next_tool_call, wait_for, Event};
+use pi_ide_broker::testkit::fake_editor::{next_answer, next_tool_call, wait_for, Event};
 use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};
 
@@ -224,13 +224,7 @@ async fn suggestions_go_to_the_most_recently_active_session_and_cancels_follow()
         &json!({"jsonrpc": "2.0", "id": req2["id"], "result": {"suggestions": ["a"]}}).to_string(),
     )
     .await;
-    let Event::Answered { msg } = wait_for(&mut ev, "the answer", |e| {
-        matches!(e, Event::Answered { .. })
-    })
-    .await
-    else {
-        unreachable!()
-    };
+    let msg = next_answer(&mut ev, "the answer").await;
     assert_eq!(msg["id"], out2.as_str());
     assert_eq!(msg["result"]["suggestions"][0], "a");
     // The other session never saw any of it.
@@ -265,13 +259,7 @@ async fn an_editor_request_answered_at_once_always_reaches_the_editor() {
             &json!({"jsonrpc": "2.0", "id": req["id"], "result": {"suggestions": [n]}}).to_string(),
         )
         .await;
-        let Event::Answered { msg } = wait_for(&mut ev, "the answer", |e| {
-            matches!(e, Event::Answered { .. })
-        })
-        .await
-        else {
-            unreachable!()
-        };
+        let msg = next_answer(&mut ev, "the answer").await;
         assert_eq!(msg["id"], out.as_str(), "answer {n}");
         assert_eq!(msg["result"]["suggestions"][0], n);
     }
@@ -284,13 +272,7 @@ async fn an_editor_request_with_no_session_gets_an_error() {
     let (fe, _) = b.editor(&["/p"]).await;
     let mut ev = fe.events();
     fe.request_suggestions().expect("the broker link");
-    let Event::Answered { msg } = wait_for(&mut ev, "error answer", |e| {
-        matches!(e, Event::Answered { .. })
-    })
-    .await
-    else {
-        unreachable!()
-    };
+    let msg = next_answer(&mut ev, "error answer").await;
     assert_eq!(msg["id"], "out_1");
     assert!(msg["error"]["code"].is_i64());
     b.stop().await;
