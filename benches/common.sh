@@ -13,7 +13,8 @@ bench_setup() {
 
 # A scratch dir ($dir) with a daemon config watching $dir/pi-ide, removed on exit with every
 # process whose pid is added to $pids. A script may define `on_exit` to save something from
-# $dir before it goes.
+# $dir before it goes. The daemon logs at $PI_IDE_BROKER_BENCH_LOG (default warn), as in
+# `cargo bench`.
 bench_scratch() {
   dir=$(mktemp -d)
   pids=()
@@ -22,7 +23,7 @@ bench_scratch() {
   cat >"$dir/config.toml" <<CONF
 socket = "$dir/run/sock"
 state_dir = "$dir/state"
-log = "warn"
+log = "${PI_IDE_BROKER_BENCH_LOG:-warn}"
 [compat]
 lock_dir = "$dir/compat"
 [[lock_dirs]]

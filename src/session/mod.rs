@@ -30,7 +30,9 @@ where
     R: AsyncRead + Unpin + Send + 'static,
 {
     let id = reg.next_session_id();
-    let span = tracing::info_span!("session", id, door = ?intro.door);
+    // At debug level, as an editor link's span is (`editor::span` says why): the session's
+    // info lines and above name it themselves.
+    let span = tracing::debug_span!("session", id, door = ?intro.door);
     tracing::Instrument::instrument(serve(reg, reader, sink, intro, id), span).await
 }
 
@@ -57,7 +59,7 @@ async fn serve<R>(
         reg.stamp(),
         map,
     ));
-    tracing::info!(cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
+    tracing::info!(session = id, door = ?intro.door, cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
     reg.add_session(session.clone());
     if let (Some(key), Some(from)) = (intro.key.as_deref(), intro.inherit.as_deref()) {
         reg.inherit_sticky(key, from);
@@ -103,7 +105,7 @@ async fn serve<R>(
                 match frame {
                     Ok(None) => break "closed by client",
                     Err(e) => {
-                        tracing::info!(error = %e, "session connection error");
+                        tracing::info!(session = id, error = %e, "session connection error");
                         if let Some(code) = e.close_code() {
                             session.outbox.close_with(code);
                         }
@@ -154,7 +156,7 @@ async fn serve<R>(
             }
             // Frames others had to queue (the socket was full, or this task had not run yet).
             why = std::future::poll_fn(|cx| session.outbox.poll_write(cx)) => {
-                tracing::info!(error = %why, "session write failed");
+                tracing::info!(session = id, error = %why, "session write failed");
                 break "write failed";
             }
             _ = progress_tick.tick(), if wants_progress => keep_alive(&reg, &session),
@@ -183,7 +185,7 @@ async fn serve<R>(
     }
     tracing::debug!(session = id, "flushed");
     reg.end_session(&session);
-    tracing::info!(reason, "session closed");
+    tracing::info!(session = id, reason, "session closed");
 }
 
 /// `broker/attached` params: the editor id, and its name and folders as its lockfile says.

@@ -201,3 +201,49 @@ fn version_completions_and_man_page() {
     assert!(man.contains(".TH pi-ide-broker 1"), "{man}");
     assert!(man.contains("doctor"), "{man}");
 }
+
+/// At the default level the session and link spans are off (entering them on every poll cost
+/// about 8 % of a call's instructions), so each line names its session and editor itself.
+#[tokio::test]
+async fn log_lines_at_the_default_level_name_their_session_and_editor() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(root, "");
+    let mut daemon = start_daemon_logging(&cfg, None).await;
+    let (_editor, port) = start_editor(&root.join("pi-ide"), &["--folder", "/srv/proj"]).await;
+    let ready = daemon
+        .wait_line(&["editor ready", &format!("port={port}")])
+        .await;
+    let mut a = pi_ide_broker::testkit::agent::Agent::open(
+        &root.join("run/sock"),
+        "/srv/proj/src",
+        Some("k1"),
+    )
+    .await;
+    let attached = a
+        .until("attached", |v| v["method"] == "broker/attached")
+        .await;
+    let editor = attached["params"]["editor"].as_str().unwrap().to_string();
+    assert!(ready.contains(&format!("editor={editor}")), "{ready}");
+    let connected = daemon
+        .wait_line(&["session connected", "cwd=/srv/proj/src"])
+        .await;
+    let session = connected
+        .split_whitespace()
+        .find(|w| w.starts_with("session="))
+        .unwrap_or_else(|| panic!("no session id in {connected:?}"))
+        .to_string();
+    daemon
+        .wait_line(&["session attached", &session, &format!("editor={editor}")])
+        .await;
+    a.close().await;
+    daemon.wait_line(&["session closed", &session]).await;
+    let spans: Vec<_> = daemon
+        .seen
+        .iter()
+        .filter(|l| l.contains("session{") || l.contains("editor{"))
+        .collect();
+    assert!(spans.is_empty(), "span prefixes at info: {spans:?}");
+    daemon.signal(Signal::TERM);
+    assert!(daemon.wait_exit().await.success());
+}

@@ -125,15 +125,23 @@ pub fn write_config(root: &Path, extra: &str) -> PathBuf {
     cfg
 }
 
-/// Starts the daemon process on `config` and waits for its ready line.
+/// Starts the daemon process on `config`, logging everything, and waits for its ready line.
 pub async fn start_daemon(config: &Path) -> Proc {
+    start_daemon_logging(config, Some("trace")).await
+}
+
+/// [`start_daemon`] with `RUST_LOG` set to `filter`, or unset (the config's level).
+pub async fn start_daemon_logging(config: &Path, filter: Option<&str>) -> Proc {
     let mut cmd = Command::new(broker_bin());
     cmd.arg("--config")
         .arg(config)
         .arg("daemon")
-        .env("RUST_LOG", "trace")
+        .env_remove("RUST_LOG")
         .env_remove("PI_IDE_BROKER_SOCKET")
         .env_remove("NOTIFY_SOCKET");
+    if let Some(f) = filter {
+        cmd.env("RUST_LOG", f);
+    }
     let mut p = Proc::spawn(&mut cmd);
     p.wait_line(&["pi-ide-broker ready"]).await;
     p
