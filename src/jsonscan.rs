@@ -7,8 +7,6 @@
 //! declines nesting deeper than [`MAX_DEPTH`]. Callers then take their slow path, which
 //! parses with `serde_json` and answers any error.
 
-use std::borrow::Cow;
-
 /// Deepest nesting the scan follows. Deeper text goes to the slow path, whose
 /// `serde_json::Value` parse refuses nesting deeper than 128.
 pub const MAX_DEPTH: u32 = 127;
@@ -124,12 +122,11 @@ impl<'a> Scan<'a> {
             return Some((out, nested));
         }
         loop {
-            let key = self.key()?;
+            let k = self.key_in(&wanted)?;
             self.ws();
             self.eat(b':')?;
             self.ws();
             let start = self.i;
-            let k = wanted.iter().position(|w| *w == key.as_ref());
             match self.peek()? {
                 b'{' if k == Some(at) => {
                     nested = Some(self.object::<M, 0>(inner, M, [])?.0);
@@ -156,18 +153,18 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// A member name, borrowed unless it has escapes (then decoded: rare, so serde_json's
-    /// decoder serves).
-    fn key(&mut self) -> Option<Cow<'a, str>> {
+    /// Which of `wanted` the member name at the cursor is (`Some(None)`: none of them),
+    /// compared as bytes where the name has no escapes; an escaped name (rare) is decoded by
+    /// serde_json first.
+    #[inline(always)]
+    fn key_in(&mut self, wanted: &[&str]) -> Option<Option<usize>> {
         let start = self.i;
         if self.string()? {
-            serde_json::from_str(self.text.get(start..self.i)?)
-                .ok()
-                .map(Cow::Owned)
-        } else {
-            // Quotes are ASCII: the slice inside them starts and ends on char boundaries.
-            self.text.get(start + 1..self.i - 1).map(Cow::Borrowed)
+            let name: String = serde_json::from_slice(self.b.get(start..self.i)?).ok()?;
+            return Some(wanted.iter().position(|w| *w == name));
         }
+        let name = self.b.get(start + 1..self.i - 1)?;
+        Some(wanted.iter().position(|w| w.as_bytes() == name))
     }
 
     /// A string, from its opening quote to past its closing one. `Some(true)` when it had
