@@ -890,6 +890,16 @@ async fn open(
     ws
 }
 
+/// `broker_added / relay_added` as the tables print it: `n/a` when the relay added no time
+/// (its median at or below the direct path's), where a ratio would mean nothing.
+fn added_ratio(broker_added: f64, relay_added: f64) -> String {
+    if relay_added < 0.05 {
+        "n/a".to_string()
+    } else {
+        format!("{:.2}x", broker_added / relay_added)
+    }
+}
+
 /// The tool the timed calls call: `echo` (the fake editors'), or `--tool NAME` in calls mode
 /// (e.g. `getDiagnostics` for a real editor).
 static TOOL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -1148,23 +1158,24 @@ async fn against_relay(
             // The compat door against the TCP relay too: its clients come over TCP.
             let tcp = if door.starts_with("compat") {
                 format!(
-                    "{:>7.1}µs {:>6.2}x {:>10.1}",
+                    "{:>7.1}µs {:>7} {:>10.1}",
                     t50 - d50,
-                    (b50 - d50) / (t50 - d50).max(0.1),
+                    added_ratio(b50 - d50, t50 - d50),
                     tcpu
                 )
             } else {
                 format!("{:>9} {:>7} {:>10}", "-", "-", "-")
             };
             println!(
-                "{:<12} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>8.2}x {:>8.1}µs {:>8.1}µs {:>8.1} {:>8.1} {:>9.1} {:>9.1} {tcp}",
+                "{:<12} {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>7.1}µs {:>9} {:>8.1}µs {:>8.1}µs {:>8.1} {:>8.1} {:>9.1} {:>9.1} {tcp}",
                 format!("{sessions} {door}"), d50, r50, b50, r50 - d50, b50 - d50,
-                (b50 - d50) / (r50 - d50).max(0.1),
+                added_ratio(b50 - d50, r50 - d50),
                 r99 - d99, b99 - d99, rctx, bctx, rcpu, bcpu
             );
         }
     }
-    println!("  (native / compat: the broker's door; + = added over direct; b/r = broker-added / relay-added; ctx and cpu per call, read from /proc;");
+    println!("  (native / compat: the broker's door; + = added over direct; b/r = broker-added / relay-added, n/a when the relay added nothing");
+    println!("   (with many sessions one more process in the path can queue less than the direct path does); ctx and cpu per call, read from /proc;");
     println!(
         "   tcp = the same relay entered over loopback TCP, as compat clients enter the broker;"
     );

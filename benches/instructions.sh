@@ -5,7 +5,9 @@
 # so this is the figure to compare two builds of the hot path by.
 #
 #   benches/instructions.sh [daemon binary]      (default: this checkout's release build)
-#   CALLS=N (default 2000) calls are counted, after 200 that warm up.
+#   CALLS=N (default 2000) calls are counted, after 200 that warm up; SESSIONS=S (default 1)
+#   connections make them (under callgrind the daemon is the bottleneck, so at S > 1 each of
+#   its wake-ups handles many calls, as it does under load).
 #   KEEP=DIR keeps the callgrind dumps there (callgrind_annotate DIR/cg.<pid>.1 shows where
 #   the instructions go).
 #
@@ -14,6 +16,7 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 bench_setup valgrind "Debian: apt-get install valgrind" "${1:-}"
 calls=${CALLS:-2000}
+sessions=${SESSIONS:-1}
 bench_scratch
 on_exit() {
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$dir"/cg.* "$KEEP"/ 2>/dev/null || true; fi
@@ -22,9 +25,9 @@ on_exit() {
 # Counts the instructions of the callgrind process PID over $calls calls made by `--calls ARGS`.
 count() {
   local pid=$1; shift
-  "$bench" --calls 200 "$@" >/dev/null
+  "$bench" --calls 200 "$@" --sessions "$sessions" >/dev/null
   callgrind_control -z "$pid" >/dev/null 2>&1
-  "$bench" --calls "$calls" "$@" >/dev/null
+  "$bench" --calls "$calls" "$@" --sessions "$sessions" >/dev/null
   callgrind_control -d "$pid" >/dev/null 2>&1
   local total
   total=$(callgrind_annotate "$dir/cg.$pid.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
@@ -46,6 +49,6 @@ pids+=("$relay_pid")
 wait_word "$dir/relay.out" ready >/dev/null
 relay=$(count "$relay_pid" "$dir/relay.sock" "$port" "$token")
 
-printf 'user-space instructions per call (%s calls, callgrind)\n' "$calls"
+printf 'user-space instructions per call (%s calls on %s connections, callgrind)\n' "$calls" "$sessions"
 printf '  %-28s %8s\n' "bare relay" "$relay" "broker, native door" "$broker"
 awk -v b="$broker" -v r="$relay" 'BEGIN { printf "  %-28s %8.2fx\n", "broker / relay", b / r }'
