@@ -70,7 +70,7 @@ pub enum Owner {
         /// Where its frames go.
         outbox: Outbox,
         /// The id the session used, exactly.
-        id: Value,
+        id: jsonrpc::ClientId,
     },
     /// The broker itself.
     Internal(oneshot::Sender<Map<String, Value>>),
@@ -84,8 +84,8 @@ pub struct Pending {
     pub owner: Owner,
     /// The JSON-RPC method (borrowed for the common ones: no allocation per call).
     pub method: Cow<'static, str>,
-    /// `params.name` for `tools/call`.
-    pub tool: Option<String>,
+    /// `params.name` for `tools/call` (borrowed for the editors' own tools: `family::tool_label`).
+    pub tool: Option<Cow<'static, str>>,
     /// `tab_name` for `openDiff`: the diff this request owns.
     pub tab_name: Option<String>,
     /// When it was sent.
@@ -345,7 +345,7 @@ impl Editor {
         self.pending.iter().find_map(|p| match &p.owner {
             Owner::Session {
                 session: s, id: i, ..
-            } if *s == session && i == id => Some(*p.key()),
+            } if *s == session && i.is(id) => Some(*p.key()),
             _ => None,
         })
     }
@@ -385,7 +385,7 @@ impl Editor {
                 (
                     p.is_diff(),
                     p.method.to_string(),
-                    p.tool.clone(),
+                    p.tool.as_deref().map(String::from),
                     p.started.elapsed(),
                 )
             })
@@ -440,7 +440,7 @@ impl Editor {
             tracing::warn!(editor = %self.id, call = %label, waited_ms = ms as u64, "editor did not answer in time");
             if let Owner::Session { outbox, id, .. } = p.owner {
                 outbox.deliver(jsonrpc::error(
-                    &id,
+                    &id.value(),
                     jsonrpc::TIMEOUT,
                     &format!("editor {} did not answer {label} within {ms} ms", self.id),
                 ));
@@ -458,7 +458,7 @@ impl Editor {
             .get("params")
             .and_then(|p| p.get("name"))
             .and_then(Value::as_str)
-            .map(String::from);
+            .map(crate::family::tool_label);
         self.send_request(
             msg,
             Pending {
@@ -523,7 +523,10 @@ impl Editor {
             if let Owner::Session { outbox, id, .. } = &p.owner {
                 let tab = p.tab_name.clone().unwrap_or_default();
                 tracing::info!(editor = %self.id, reason = why, "rejecting a pending diff");
-                outbox.deliver(jsonrpc::result(id, jsonrpc::diff_undelivered(&tab, why)));
+                outbox.deliver(jsonrpc::result(
+                    &id.value(),
+                    jsonrpc::diff_undelivered(&tab, why),
+                ));
                 let _ = self.close_tab(p.editor_tab().unwrap_or_default());
             }
         }
@@ -540,11 +543,11 @@ impl Editor {
             if let Owner::Session { outbox, id, .. } = p.owner {
                 let text = match &p.tab_name {
                     Some(tab) => jsonrpc::result(
-                        &id,
+                        &id.value(),
                         jsonrpc::diff_undelivered(tab, &format!("editor link lost: {why}")),
                     ),
                     None => jsonrpc::error(
-                        &id,
+                        &id.value(),
                         jsonrpc::NO_EDITOR,
                         &format!("editor {} link lost: {why}", self.id),
                     ),
@@ -1015,7 +1018,7 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
             }
             match p.owner {
                 Owner::Session { outbox, id, .. } => {
-                    msg.insert("id".into(), id);
+                    msg.insert("id".into(), id.into_value());
                     outbox.deliver(Value::Object(msg).to_string());
                 }
                 Owner::Internal(tx) => {
@@ -1102,10 +1105,14 @@ fn fast_reply(editor: &Editor, text: &str) -> Option<bool> {
         // exact size (a `String` whose length is its capacity becomes the frame's bytes
         // without another allocation).
         let plain = |s: &str| !s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20);
+        let mut digits = itoa::Buffer::new();
         let (quote, id_text) = match &id {
-            Value::Number(n) => ("", Cow::Borrowed(n.as_str())),
-            Value::String(s) if plain(s) => ("\"", Cow::Borrowed(s.as_str())),
-            other => ("", Cow::Owned(other.to_string())),
+            jsonrpc::ClientId::Plain(n) => ("", Cow::Borrowed(digits.format(*n))),
+            jsonrpc::ClientId::Json(Value::Number(n)) => ("", Cow::Borrowed(n.as_str())),
+            jsonrpc::ClientId::Json(Value::String(s)) if plain(s) => {
+                ("\"", Cow::Borrowed(s.as_str()))
+            }
+            jsonrpc::ClientId::Json(other) => ("", Cow::Owned(other.to_string())),
         };
         const HEAD: &str = "{\"jsonrpc\":\"2.0\",\"id\":";
         let len = HEAD.len() + 2 * quote.len() + id_text.len() + key.len() + body.len() + 5;

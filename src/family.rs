@@ -1,7 +1,34 @@
 //! The two editor families and what distinguishes them on the wire.
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::fmt;
+
+/// The tools the editors of both families define (`../shared/PROTOCOL.md`).
+const KNOWN_TOOLS: [&str; 13] = [
+    "openDiff",
+    "close_tab",
+    "closeAllDiffTabs",
+    "getDiagnostics",
+    "getCurrentSelection",
+    "getLatestSelection",
+    "getOpenEditors",
+    "getOpenEditorTabs",
+    "getWorkspaceFolders",
+    "checkDocumentDirty",
+    "saveDocument",
+    "openFile",
+    "executeCode",
+];
+
+/// A called tool's name as the broker keeps it while the call is in flight: borrowed for the
+/// editors' own tools (no allocation per call), owned for any other.
+pub fn tool_label(name: &str) -> Cow<'static, str> {
+    match KNOWN_TOOLS.iter().find(|t| **t == name) {
+        Some(t) => Cow::Borrowed(t),
+        None => Cow::Owned(name.to_string()),
+    }
+}
 
 /// Which dialect of the editor protocol an editor (or a lock dir) speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -34,5 +61,22 @@ impl Family {
 impl fmt::Display for Family {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_editors_tools_are_kept_without_a_copy() {
+        assert!(matches!(
+            tool_label("getDiagnostics"),
+            Cow::Borrowed("getDiagnostics")
+        ));
+        assert!(matches!(tool_label("openDiff"), Cow::Borrowed("openDiff")));
+        let other = tool_label("myTool");
+        assert!(matches!(other, Cow::Owned(_)));
+        assert_eq!(other, "myTool");
     }
 }

@@ -1,5 +1,6 @@
 //! The JSON-RPC 2.0 layer: classifying what a peer sent and building what we send back.
-//! Ids are kept as `serde_json::Value` so they go back with their exact JSON type and value.
+//! Ids are kept as `serde_json::Value` (a client's plain integer id as a `ClientId`) so they go
+//! back with their exact JSON type and value.
 
 use serde_json::{json, Map, Value};
 
@@ -19,6 +20,40 @@ pub const NO_EDITOR: i64 = -32001;
 pub const TIMEOUT: i64 = -32002;
 /// The broker is overloaded for this peer (queue full).
 pub const BUSY: i64 = -32003;
+
+/// A client's request id, kept until its answer goes back: a plain non-negative integer
+/// without an allocation (the common case; with `arbitrary_precision`, `serde_json` keeps
+/// every number as its text), any other id as the JSON value it was.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientId {
+    /// An id whose JSON text is exactly this integer's decimal digits.
+    Plain(u64),
+    /// Any other id, exactly as sent.
+    Json(Value),
+}
+
+impl ClientId {
+    /// The id as a JSON value (allocated for a plain one: for the rare paths).
+    pub fn value(&self) -> std::borrow::Cow<'_, Value> {
+        match self {
+            ClientId::Plain(n) => std::borrow::Cow::Owned(Value::from(*n)),
+            ClientId::Json(v) => std::borrow::Cow::Borrowed(v),
+        }
+    }
+
+    /// The id as a JSON value, by value.
+    pub fn into_value(self) -> Value {
+        match self {
+            ClientId::Plain(n) => Value::from(n),
+            ClientId::Json(v) => v,
+        }
+    }
+
+    /// True when `id` (as a peer sent it, e.g. a cancellation's `requestId`) is this id.
+    pub fn is(&self, id: &Value) -> bool {
+        *self.value() == *id
+    }
+}
 
 /// One well-formed message, classified.
 #[derive(Debug)]
@@ -225,6 +260,22 @@ pub fn tool_name(msg: &Map<String, Value>) -> Option<&str> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_plain_client_id_is_exactly_its_integer() {
+        let id = ClientId::Plain(7);
+        assert!(id.is(&json!(7)));
+        for other in ["\"7\"", "7.0", "7e0", "70", "null"] {
+            let v: Value = serde_json::from_str(other).unwrap();
+            assert!(!id.is(&v), "{other}");
+        }
+        assert_eq!(id.into_value().to_string(), "7");
+        let big: Value = serde_json::from_str("18446744073709551616").unwrap();
+        assert_eq!(
+            ClientId::Json(big.clone()).value().to_string(),
+            big.to_string()
+        );
+    }
 
     #[test]
     fn classifies() {

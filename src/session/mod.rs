@@ -3,7 +3,7 @@
 
 use crate::editor::{Editor, Owner, Pending};
 use crate::family::Family;
-use crate::jsonrpc::{self, Incoming};
+use crate::jsonrpc::{self, ClientId, Incoming};
 use crate::outbox::Outbox;
 use crate::outbox::SessionSink;
 use crate::registry::Registry;
@@ -359,11 +359,14 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
     } else {
         None
     };
-    // The common ids without a parser: a plain string or a plain integer.
+    // The common ids without a parser: a plain string, or a plain integer (kept without an
+    // allocation).
     let parse_id = || match (plain_str(id_text), plain_u64(id_text)) {
-        (Some(text), _) => Some(Value::String(text.to_string())),
-        (_, Some(n)) => Some(Value::from(n)),
-        _ => serde_json::from_str::<Value>(id_text).ok(),
+        (Some(text), _) => Some(ClientId::Json(Value::String(text.to_string()))),
+        (_, Some(n)) => Some(ClientId::Plain(n)),
+        _ => serde_json::from_str::<Value>(id_text)
+            .ok()
+            .map(ClientId::Json),
     };
     let Some(id) = parse_id() else {
         return false;
@@ -375,7 +378,7 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
         s,
         id,
         "tools/call".into(),
-        Some(tool.to_string()),
+        Some(crate::family::tool_label(tool)),
         tab_name.clone(),
         None,
     );
@@ -404,7 +407,7 @@ fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
         .and_then(|[t]| serde_json::from_str::<Value>(t?).ok())
         .filter(is_progress_token);
     settle_call(s, &editor, sent, token, tab_name.as_deref(), || {
-        parse_id().unwrap_or(Value::Null)
+        parse_id().map_or(Value::Null, ClientId::into_value)
     });
     true
 }
@@ -420,9 +423,9 @@ fn is_progress_token(token: &Value) -> bool {
 fn call_pending(
     reg: &Registry,
     s: &Session,
-    id: Value,
+    id: ClientId,
     method: Cow<'static, str>,
-    tool: Option<String>,
+    tool: Option<Cow<'static, str>>,
     tab_name: Option<String>,
     bridge: Option<crate::bridge::Bridge>,
 ) -> Pending {
@@ -594,7 +597,7 @@ fn forward(
     method: String,
     msg: Map<String, Value>,
 ) {
-    let tool = jsonrpc::tool_name(&msg).map(String::from);
+    let tool = jsonrpc::tool_name(&msg).map(crate::family::tool_label);
     let tab_name = jsonrpc::diff_tab(&msg);
     let refuse = |why: String| refuse_call(s, &id, tab_name.as_deref(), why);
     let Some(editor) = current_editor(reg, s) else {
@@ -661,7 +664,7 @@ fn forward(
     let pending = call_pending(
         reg,
         s,
-        id.clone(),
+        ClientId::Json(id.clone()),
         method.into(),
         tool,
         tab_name.clone(),

@@ -75,6 +75,10 @@ async fn colliding_ids_from_90_sessions_on_3_editors_each_reach_their_caller() {
                 json!(format!("uuid-{s}-9f1c")),
                 json!(1.5),
                 Value::Null,
+                json!(0),
+                json!(-3),
+                json!(1.0),
+                serde_json::from_str::<Value>("18446744073709551616").unwrap(),
             ];
             // Interleave: send all, then read all (answers may come in any order).
             for (i, id) in ids.iter().enumerate() {
