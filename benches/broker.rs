@@ -535,7 +535,7 @@ fn editor_mode(dir: &str) {
     });
 }
 
-/// `--calls N SOCK [PORT TOKEN] [--sessions S] [--tool NAME] [--cwd DIR]`: `N` calls of
+/// `--calls N SOCK [PORT TOKEN] [--sessions S] [--tool NAME] [--cwd DIR] [--payload BYTES]`: `N` calls of
 /// `echo` (or `NAME`) through the broker's native door at `SOCK` (sessions on /real, as
 /// `--editor` serves, or on `DIR`), or with `PORT TOKEN` through a relay at `SOCK` to that
 /// editor; one at a time on each of `S` (default 1) concurrent connections. Prints their
@@ -602,6 +602,9 @@ fn main() {
         let sessions = flag("--sessions").map_or(1, |n| n.parse().unwrap());
         if let Some(tool) = flag("--tool") {
             let _ = TOOL.set(tool);
+        }
+        if let Some(bytes) = flag("--payload") {
+            let _ = PAD.set("x".repeat(bytes.parse().unwrap()));
         }
         let cwd = flag("--cwd").unwrap_or_else(|| "/real".into());
         return calls_mode(
@@ -908,13 +911,25 @@ fn tool_name() -> &'static str {
     TOOL.get().map_or("echo", String::as_str)
 }
 
+/// `--payload N` in calls mode: a string of N bytes in every call's arguments (`echo` returns
+/// it, so the answer carries it too), to measure large frames.
+static PAD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// A timed call's arguments.
+fn call_args(i: usize) -> serde_json::Value {
+    match PAD.get() {
+        Some(pad) => json!({"i": i, "pad": pad}),
+        None => json!({"i": i}),
+    }
+}
+
 /// `n` echo calls, each after `burn_us` of client CPU (an agent doing its own work).
 async fn timed_ws(ws: &mut AnyWs, n: usize, burn_us: u64) -> Vec<Duration> {
     use futures_util::{SinkExt, StreamExt};
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         pi_ide_broker::testkit::fake_editor::burn(burn_us);
-        let msg = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": tool_name(), "arguments": {"i": i}}});
+        let msg = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": tool_name(), "arguments": call_args(i)}});
         let t = Instant::now();
         ws.send(tokio_tungstenite::tungstenite::Message::text(
             msg.to_string(),

@@ -8,7 +8,8 @@
 #   CALLS=N (default 2000) calls are counted, after 200 that warm up; SESSIONS=S (default 1)
 #   connections make them (under callgrind the daemon is the bottleneck, so at S > 1 each of
 #   its wake-ups handles many calls, as it does under load); TOOL=NAME calls that tool of the
-#   fake editor instead of `echo` (e.g. getDiagnostics).
+#   fake editor instead of `echo` (e.g. getDiagnostics); PAYLOAD=BYTES puts a string that long
+#   in every call's arguments (echoed back, so both frames are large).
 #   KEEP=DIR keeps the callgrind dumps there (callgrind_annotate DIR/cg.<pid>.1 shows where
 #   the instructions go).
 #
@@ -26,9 +27,9 @@ on_exit() {
 # Counts the instructions of the callgrind process PID over $calls calls made by `--calls ARGS`.
 count() {
   local pid=$1; shift
-  "$bench" --calls 200 "$@" --sessions "$sessions" ${TOOL:+--tool "$TOOL"} >/dev/null
+  "$bench" --calls 200 "$@" --sessions "$sessions" ${TOOL:+--tool "$TOOL"} ${PAYLOAD:+--payload "$PAYLOAD"} >/dev/null
   callgrind_control -z "$pid" >/dev/null 2>&1
-  "$bench" --calls "$calls" "$@" --sessions "$sessions" ${TOOL:+--tool "$TOOL"} >/dev/null
+  "$bench" --calls "$calls" "$@" --sessions "$sessions" ${TOOL:+--tool "$TOOL"} ${PAYLOAD:+--payload "$PAYLOAD"} >/dev/null
   callgrind_control -d "$pid" >/dev/null 2>&1
   local total
   total=$(callgrind_annotate "$dir/cg.$pid.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')

@@ -25,6 +25,28 @@ pub enum Refused {
     Gone,
 }
 
+/// A sink that can take a text frame given as borrowed parts: written to its socket at once
+/// when it holds nothing else, so the frame is never assembled in a buffer of its own, and
+/// copied only when the socket does not take all of it.
+pub trait WriteParts {
+    /// Writes the text frame whose payload is `parts`, concatenated, with `cx` as the waker
+    /// for what the socket does not take now. `Err` when the socket failed.
+    fn write_parts(&mut self, cx: &mut Context<'_>, parts: &[&str])
+        -> Result<PartsWritten, String>;
+}
+
+/// What [`WriteParts::write_parts`] did with a frame.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PartsWritten {
+    /// The socket took all of it.
+    Done,
+    /// The sink keeps (a copy of) what the socket did not take, and writes it when the
+    /// socket wakes the task.
+    Kept,
+    /// The sink is full: it took nothing.
+    Full,
+}
+
 /// The write half of a link: its sink, the frames waiting for it, and the link task's waker.
 pub struct LinkOut<S, T> {
     sink: S,
@@ -70,6 +92,41 @@ where
             },
             _ => frame,
         };
+        self.enqueue(frame)
+    }
+
+    /// [`send`](Self::send) for a text frame given as borrowed parts: written from them when
+    /// nothing is queued and the socket takes it, else queued as `make` builds it.
+    pub fn send_parts(&mut self, parts: &[&str], make: impl FnOnce() -> T) -> Result<(), Refused>
+    where
+        S: WriteParts,
+    {
+        if self.broken.is_some() {
+            return Err(Refused::Broken);
+        }
+        if let (true, Some(waker)) = (self.queue.is_empty(), self.waker.clone()) {
+            match self
+                .sink
+                .write_parts(&mut Context::from_waker(&waker), parts)
+            {
+                Ok(PartsWritten::Done) => return Ok(()),
+                Ok(PartsWritten::Kept) => {
+                    self.unflushed = true;
+                    return Ok(());
+                }
+                Ok(PartsWritten::Full) => {}
+                Err(e) => {
+                    self.broken = Some(e);
+                    waker.wake_by_ref();
+                    return Err(Refused::Broken);
+                }
+            }
+        }
+        self.enqueue(make())
+    }
+
+    /// Queues `frame` for the link task (it cannot be written now), unless the queue is full.
+    fn enqueue(&mut self, frame: T) -> Result<(), Refused> {
         if self.queue.len() >= self.cap {
             return Err(Refused::Full);
         }
@@ -202,6 +259,16 @@ where
             .map_or(Err(Refused::Gone), |o| o.send(frame))
     }
 
+    /// [`LinkOut::send_parts`], or [`Refused::Gone`] when there is no socket.
+    pub fn send_parts(&self, parts: &[&str], make: impl FnOnce() -> T) -> Result<(), Refused>
+    where
+        S: WriteParts,
+    {
+        lock(&self.0)
+            .as_mut()
+            .map_or(Err(Refused::Gone), |o| o.send_parts(parts, make))
+    }
+
     /// The owning task's turn in its `select!`: writes what is queued. `Ready` only with the
     /// error once the socket failed.
     pub fn poll_broken(&self, cx: &mut Context<'_>) -> Poll<String> {
@@ -271,6 +338,28 @@ mod tests {
         }
     }
 
+    /// Parts are a frame's decimal digits: written at once if the socket has room (a stuck
+    /// socket keeps them), refused as full otherwise.
+    impl WriteParts for Shared {
+        fn write_parts(
+            &mut self,
+            _: &mut Context<'_>,
+            parts: &[&str],
+        ) -> Result<PartsWritten, String> {
+            let mut s = self.0.lock().unwrap();
+            if s.buffered.len() >= s.room {
+                return Ok(PartsWritten::Full);
+            }
+            let n = parts.concat().parse().map_err(|e| format!("{e}"))?;
+            if s.stuck {
+                s.buffered.push(n);
+                return Ok(PartsWritten::Kept);
+            }
+            s.written.push(n);
+            Ok(PartsWritten::Done)
+        }
+    }
+
     struct Count(Mutex<usize>);
     impl Wake for Count {
         fn wake(self: Arc<Self>) {
@@ -336,6 +425,40 @@ mod tests {
             out.poll_drive(&mut cx).is_pending(),
             "still waiting for room"
         );
+    }
+
+    #[test]
+    fn parts_are_written_at_once_only_with_nothing_queued_before_them() {
+        let (mut out, socket, _, waker) = setup(0);
+        let mut cx = Context::from_waker(&waker);
+        assert!(out.poll_drive(&mut cx).is_ready());
+        // A full socket: the frame is made and queued.
+        let mut made = 0;
+        out.send_parts(&["1"], || {
+            made += 1;
+            1
+        })
+        .unwrap();
+        assert_eq!((made, out.queued()), (1, 1));
+        // Room again, but 1 is queued: 2 must not overtake it.
+        socket.lock().unwrap().room = 10;
+        out.send_parts(&["2"], || 2).unwrap();
+        assert!(socket.lock().unwrap().written.is_empty());
+        assert_eq!(out.poll_drive(&mut cx), Poll::Ready(Ok(())));
+        assert_eq!(socket.lock().unwrap().written, vec![1, 2]);
+        // Nothing queued: written from the parts, never made.
+        out.send_parts(&["3", "4"], || unreachable!("written from its parts"))
+            .unwrap();
+        assert_eq!(socket.lock().unwrap().written, vec![1, 2, 34]);
+        // Kept by the sink: the link task's turn flushes it.
+        socket.lock().unwrap().stuck = true;
+        out.send_parts(&["5"], || unreachable!()).unwrap();
+        socket.lock().unwrap().stuck = false;
+        assert_eq!(out.poll_drive(&mut cx), Poll::Ready(Ok(())));
+        assert_eq!(socket.lock().unwrap().written, vec![1, 2, 34, 5]);
+        // A failing sink breaks the link.
+        assert!(matches!(out.send_parts(&["x"], || 0), Err(Refused::Broken)));
+        assert!(matches!(out.poll_drive(&mut cx), Poll::Ready(Err(_))));
     }
 
     #[test]

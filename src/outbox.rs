@@ -49,6 +49,14 @@ impl Outbox {
         self.deliver_frame(Out::Text(text))
     }
 
+    /// [`deliver`](Self::deliver) for a text frame given as parts: written from them when
+    /// nothing is queued (an answer spliced from the editor's frame is never assembled), else
+    /// assembled and queued.
+    pub fn deliver_parts(&self, parts: &[&str]) -> bool {
+        let sent = self.out.send_parts(parts, || Out::Text(parts.concat()));
+        self.delivered(sent)
+    }
+
     /// Answers the client's ping (RFC 6455: a pong echoes its payload).
     pub fn pong(&self, payload: &[u8]) {
         self.deliver_frame(Out::Pong(payload.to_vec()));
@@ -60,7 +68,12 @@ impl Outbox {
     }
 
     fn deliver_frame(&self, frame: Out) -> bool {
-        match self.out.send(frame) {
+        self.delivered(self.out.send(frame))
+    }
+
+    /// What became of a delivery: true if taken; a full queue drops the session.
+    fn delivered(&self, sent: Result<(), Refused>) -> bool {
+        match sent {
             Ok(()) => true,
             Err(Refused::Full) => {
                 if !self.kill.is_cancelled() {

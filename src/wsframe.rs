@@ -411,6 +411,30 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
+/// A frame's header: final, opcode `op`, the payload's length, and the masking key if any.
+fn header(op: u8, len: usize, key: Option<[u8; 4]>) -> ([u8; 14], usize) {
+    let mask_bit = if key.is_some() { 0x80 } else { 0 };
+    let mut head = [0u8; 14];
+    head[0] = 0x80 | op;
+    let mut head_len = 2;
+    if len < 126 {
+        head[1] = mask_bit | len as u8;
+    } else if let Ok(l) = u16::try_from(len) {
+        head[1] = mask_bit | 126;
+        head[2..4].copy_from_slice(&l.to_be_bytes());
+        head_len = 4;
+    } else {
+        head[1] = mask_bit | 127;
+        head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        head_len = 10;
+    }
+    if let Some(key) = key {
+        head[head_len..head_len + 4].copy_from_slice(&key);
+        head_len += 4;
+    }
+    (head, head_len)
+}
+
 /// Masking keys for a client, drawn from the OS's CSPRNG 64 at a time (RFC 6455 §5.3 wants
 /// them unpredictable; a syscall per frame would cost more than the frame).
 struct Masks {
@@ -489,26 +513,13 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     }
 
     fn encode(&mut self, op: u8, mut payload: Vec<u8>) -> io::Result<()> {
-        let mask_bit = if self.masks.is_some() { 0x80 } else { 0 };
         let len = payload.len();
-        let mut head = [0u8; 14];
-        head[0] = 0x80 | op;
-        let mut head_len = 2;
-        if len < 126 {
-            head[1] = mask_bit | len as u8;
-        } else if let Ok(l) = u16::try_from(len) {
-            head[1] = mask_bit | 126;
-            head[2..4].copy_from_slice(&l.to_be_bytes());
-            head_len = 4;
-        } else {
-            head[1] = mask_bit | 127;
-            head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
-            head_len = 10;
-        }
-        if let Some(masks) = &mut self.masks {
-            let key = masks.next()?;
-            head[head_len..head_len + 4].copy_from_slice(&key);
-            head_len += 4;
+        let key = match &mut self.masks {
+            Some(masks) => Some(masks.next()?),
+            None => None,
+        };
+        let (head, head_len) = header(op, len, key);
+        if let Some(key) = key {
             apply_mask(&mut payload, key);
         }
         self.queued += head_len + len;
@@ -559,6 +570,85 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     }
 }
 
+/// Parts a frame written from borrowed parts may have (with its header, one `writev`).
+const MAX_PARTS: usize = 15;
+
+impl<W: AsyncWrite + Unpin> crate::linkout::WriteParts for FrameWriter<W> {
+    /// A server's frame with nothing queued before it is written from the parts themselves
+    /// (header and parts in one vectored write); only what the socket does not take is copied
+    /// and kept. Behind queued bytes, masked (a client), or in too many parts, the frame is
+    /// assembled and sent as [`Sink::start_send`] would take it.
+    fn write_parts(
+        &mut self,
+        cx: &mut Context<'_>,
+        parts: &[&str],
+    ) -> Result<crate::linkout::PartsWritten, String> {
+        self.text_parts(cx, parts).map_err(|e| e.to_string())
+    }
+}
+
+impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    fn text_parts(
+        &mut self,
+        cx: &mut Context<'_>,
+        parts: &[&str],
+    ) -> io::Result<crate::linkout::PartsWritten> {
+        use crate::linkout::PartsWritten;
+        let done = |r: Poll<io::Result<()>>| match r {
+            Poll::Ready(Ok(())) => Ok(PartsWritten::Done),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Ok(PartsWritten::Kept),
+        };
+        if !self.queue.is_empty() || self.masks.is_some() || parts.len() > MAX_PARTS {
+            match Pin::new(&mut *self).poll_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => return Ok(PartsWritten::Full),
+            }
+            Pin::new(&mut *self).start_send(Out::Text(parts.concat()))?;
+            return done(Pin::new(&mut *self).poll_flush(cx));
+        }
+        if self.close_sent {
+            return Err(closing());
+        }
+        let len = parts.iter().map(|p| p.len()).sum();
+        let (head, head_len) = header(OP_TEXT, len, None);
+        let mut slices = [io::IoSlice::new(&[]); MAX_PARTS + 1];
+        slices[0] = io::IoSlice::new(&head[..head_len]);
+        for (slice, part) in slices[1..].iter_mut().zip(parts) {
+            *slice = io::IoSlice::new(part.as_bytes());
+        }
+        let total = head_len + len;
+        let n = match Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..=parts.len()]) {
+            Poll::Ready(Ok(0)) if total > 0 => return Err(io::ErrorKind::WriteZero.into()),
+            Poll::Ready(Ok(n)) => n,
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => 0,
+        };
+        if n >= total {
+            return done(Pin::new(&mut self.io).poll_flush(cx));
+        }
+        // The socket took part of it, or none: the rest is kept (copied) and written when the
+        // socket wakes the task, before any later frame.
+        self.queue.push_back(Queued {
+            head,
+            head_len,
+            payload: parts.concat().into_bytes(),
+        });
+        self.written = n;
+        self.queued += total - n;
+        Ok(PartsWritten::Kept)
+    }
+}
+
+/// The error for a frame after the close frame.
+fn closing() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the WebSocket is closing: nothing may follow its close frame",
+    )
+}
+
 impl<W: AsyncWrite + Unpin> Sink<Out> for FrameWriter<W> {
     type Error = io::Error;
 
@@ -573,10 +663,7 @@ impl<W: AsyncWrite + Unpin> Sink<Out> for FrameWriter<W> {
     fn start_send(self: Pin<&mut Self>, item: Out) -> io::Result<()> {
         let me = self.get_mut();
         if me.close_sent {
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the WebSocket is closing: nothing may follow its close frame",
-            ));
+            return Err(closing());
         }
         match item {
             Out::Text(t) => me.encode(OP_TEXT, t.into_bytes()),
