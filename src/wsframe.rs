@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Which end of the connection this is: a client masks every frame it sends, a server
 /// requires every frame it reads to be masked.
@@ -219,10 +219,10 @@ pub struct FrameReader<R> {
     role: Role,
     /// The longest message taken.
     max: usize,
-    /// Every byte initialised (zeroed when it grows); the unread bytes are `head..tail`.
+    /// The bytes read (its length; a read fills its spare capacity, never zeroed first); the
+    /// unread ones are `head..`.
     buf: Vec<u8>,
     head: usize,
-    tail: usize,
     last: Last,
     /// A fragmented message being put together: its opcode and its payload so far.
     message: Option<(u8, Vec<u8>)>,
@@ -232,15 +232,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// A reader over `io` for a connection in `role`, taking messages up to `max` bytes;
     /// `read_ahead` are bytes already read from `io` past the handshake.
     pub fn new(io: R, role: Role, max: usize, read_ahead: &[u8]) -> Self {
-        let mut buf = vec![0; READ_CHUNK.max(read_ahead.len())];
-        buf[..read_ahead.len()].copy_from_slice(read_ahead);
+        let mut buf = Vec::with_capacity(READ_CHUNK.max(read_ahead.len()));
+        buf.extend_from_slice(read_ahead);
         FrameReader {
             io,
             role,
             max,
             buf,
             head: 0,
-            tail: read_ahead.len(),
             last: Last::Nothing,
             message: None,
         }
@@ -259,8 +258,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// part of it): the socket has not been drained.
     pub fn more_buffered(&self) -> bool {
         match self.last {
-            Last::InPlace { end, .. } => self.tail > end,
-            _ => self.tail > self.head,
+            Last::InPlace { end, .. } => self.buf.len() > end,
+            _ => self.buf.len() > self.head,
         }
     }
 
@@ -299,14 +298,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             Last::InPlace { end, .. } => self.head = end,
             Last::Assembled { .. } => self.message = None,
         }
-        if self.head == self.tail {
+        if self.head == self.buf.len() {
             self.head = 0;
-            self.tail = 0;
-            if self.buf.len() > READ_CHUNK {
-                // A long frame grew it: 1000 idle sessions should not each keep one.
-                self.buf.truncate(READ_CHUNK);
-                self.buf.shrink_to_fit();
-            }
+            self.buf.clear();
+            // A long frame grew it: 1000 idle sessions should not each keep one.
+            self.buf.shrink_to(READ_CHUNK);
         }
     }
 
@@ -315,7 +311,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, WsError>> {
         self.release();
         loop {
-            let unread = &self.buf[self.head..self.tail];
+            let unread = &self.buf[self.head..];
             let need = match parse_header(unread, self.role)? {
                 None => 14, // the longest header: read until it is all there
                 Some(h) => {
@@ -340,7 +336,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 }
             };
             if !ready!(self.poll_fill(cx, need))? {
-                if self.head == self.tail && self.message.is_none() {
+                if self.head == self.buf.len() && self.message.is_none() {
                     return Poll::Ready(Ok(false));
                 }
                 return Poll::Ready(Err(WsError::Io(io::Error::new(
@@ -392,21 +388,23 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Reads more from the socket, with room for `need` unread bytes at least. `Ok(false)` at
     /// the end of the stream.
     fn poll_fill(&mut self, cx: &mut Context<'_>, need: usize) -> Poll<io::Result<bool>> {
-        if self.buf.len() - self.head < need || self.tail == self.buf.len() {
-            self.buf.copy_within(self.head..self.tail, 0);
-            self.tail -= self.head;
+        let room = self.buf.capacity();
+        if room - self.head < need || self.buf.len() == room {
+            self.buf.drain(..self.head);
             self.head = 0;
-            if self.tail == self.buf.len() {
+            if self.buf.len() == room {
                 // Grown as the bytes come, not to the size a header announces: a peer that
                 // announces 64 MiB and sends nothing costs nothing.
-                let grown = (self.buf.len() * 2).min(need).max(self.tail + 1);
-                self.buf.resize(grown, 0);
+                let grown = (room * 2).min(need).max(room + 1);
+                self.buf.reserve_exact(grown - self.buf.len());
             }
         }
-        let mut rb = ReadBuf::new(&mut self.buf[self.tail..]);
-        ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
-        let n = rb.filled().len();
-        self.tail += n;
+        // Into the spare capacity, uninitialised: a long frame's buffer is not zeroed first.
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.io),
+            cx,
+            &mut self.buf
+        ))?;
         Poll::Ready(Ok(n > 0))
     }
 }
