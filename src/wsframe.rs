@@ -617,12 +617,13 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             *slice = io::IoSlice::new(part.as_bytes());
         }
         let total = head_len + len;
-        let n = match Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..=parts.len()]) {
-            Poll::Ready(Ok(0)) if total > 0 => return Err(io::ErrorKind::WriteZero.into()),
-            Poll::Ready(Ok(n)) => n,
-            Poll::Ready(Err(e)) => return Err(e),
-            Poll::Pending => 0,
-        };
+        let (n, pending) =
+            match Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..=parts.len()]) {
+                Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(Ok(n)) => (n, false),
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => (0, true),
+            };
         if n >= total {
             return done(Pin::new(&mut self.io).poll_flush(cx));
         }
@@ -635,7 +636,13 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         });
         self.written = n;
         self.queued += total - n;
-        Ok(PartsWritten::Kept)
+        if pending {
+            // The socket has the task's waker already.
+            return Ok(PartsWritten::Kept);
+        }
+        // A short write registers no waker: write on until the socket says it is full (and
+        // so will wake the task), or takes the rest.
+        done(Pin::new(&mut *self).poll_flush(cx))
     }
 }
 

@@ -267,6 +267,57 @@ async fn frames_from_parts_arrive_whole_and_in_order_however_the_socket_takes_th
 }
 
 #[tokio::test]
+async fn a_frame_partly_taken_wakes_its_task_when_the_socket_has_room() {
+    use crate::linkout::{PartsWritten, WriteParts};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::AsyncReadExt;
+    struct Flag(AtomicUsize);
+    impl std::task::Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    bounded(async {
+        let (a, mut b) = tokio::io::duplex(64);
+        let flag = Arc::new(Flag(AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut w = FrameWriter::new(a, Role::Server);
+        let big = "z".repeat(1000);
+        // The pipe takes 64 bytes at once: the rest is kept, and only the socket can say
+        // when to write it.
+        assert_eq!(
+            w.write_parts(&mut cx, &["[", &big, "]"]),
+            Ok(PartsWritten::Kept)
+        );
+        let mut got = Vec::new();
+        while got.len() < 1004 {
+            let owed = w.queued > 0;
+            let mut chunk = [0u8; 256];
+            let n = b.read(&mut chunk).await.unwrap();
+            got.extend_from_slice(&chunk[..n]);
+            if owed {
+                // Draining woke the writer's task, which writes on as the socket asks.
+                assert!(
+                    flag.0.load(Ordering::SeqCst) > 0,
+                    "the writer's task was never woken"
+                );
+                flag.0.store(0, Ordering::SeqCst);
+                let _ = Pin::new(&mut w).poll_flush(&mut cx);
+            }
+        }
+        assert_eq!(w.queued, 0);
+        let mut r = FrameReader::new(Pieces(VecDeque::from([got])), Role::Client, 1 << 20, &[]);
+        assert_eq!(
+            read_all(&mut r).await.unwrap(),
+            vec![Owned::Text(format!("[{big}]"))]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_server_writes_unmasked_and_a_client_reads_it() {
     bounded(async {
         let bytes = encoded(Role::Server, vec![Out::Text("hi".into())]).await;

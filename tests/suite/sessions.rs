@@ -749,3 +749,42 @@ async fn a_cancelled_diff_is_closed_and_never_answered() {
     }
     b.stop().await;
 }
+
+/// Frames far larger than a socket's buffer (a diff's file contents, say) cross both ways
+/// whole, for several sessions at once: each side writes what the socket takes and is woken
+/// for the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn megabyte_calls_and_answers_arrive_whole_for_every_session() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/big"]).await;
+    let mut tasks = Vec::new();
+    for s in 0..3usize {
+        let socket = b.socket.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut a = Agent::open(&socket, &format!("/big/s{s}"), None).await;
+            a.until("attached", |v| v["method"] == "broker/attached")
+                .await;
+            // Plain bytes, then escapes, quotes, control escapes and multi-byte characters.
+            let pads = ["x".repeat(1 << 20), "é\"\\\n😀\tq".repeat(40_000)];
+            for (i, pad) in pads.iter().enumerate() {
+                let r = a
+                    .request(
+                        json!(i),
+                        "tools/call",
+                        json!({"name": "echo", "arguments": {"session": s, "pad": pad}}),
+                    )
+                    .await;
+                let echoed: Value = serde_json::from_str(text0(&r)).expect("echo payload");
+                assert_eq!(echoed["session"], s);
+                assert!(
+                    echoed["pad"] == pad.as_str(),
+                    "session {s} call {i}: the payload changed"
+                );
+            }
+            a.close().await;
+        }));
+    }
+    for t in tasks {
+        within("large calls", t).await.expect("session task failed");
+    }
+}
