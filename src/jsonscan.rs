@@ -82,17 +82,28 @@ fn first_special(w: u64) -> Option<usize> {
 const LONG_RUN: usize = 24;
 
 /// In a long string, from `i`: where its next `"` or `\` is (SIMD, through `memchr`), once
-/// no control character is found before it (a pass the compiler vectorises). `None` when
-/// there is none (unterminated) or a control character comes first.
+/// no control character is found before it (a pass the compiler vectorises). Block by block,
+/// so both passes read each block while it is in the cache. `None` when there is none
+/// (unterminated) or a control character comes first.
 #[inline(never)]
-fn long_run(b: &[u8], i: usize) -> Option<usize> {
-    let rest = b.get(i..)?;
-    let at = memchr::memchr2(b'"', b'\\', rest)?;
-    let control = rest
-        .get(..at)?
-        .iter()
-        .fold(false, |seen, &c| seen | (c < 0x20));
-    (!control).then_some(i + at)
+fn long_run(b: &[u8], mut i: usize) -> Option<usize> {
+    const BLOCK: usize = 4096;
+    loop {
+        let rest = b.get(i..)?;
+        let block = rest.get(..BLOCK).unwrap_or(rest);
+        if block.is_empty() {
+            return None;
+        }
+        let at = memchr::memchr2(b'"', b'\\', block);
+        let run = block.get(..at.unwrap_or(block.len()))?;
+        if run.iter().fold(false, |seen, &c| seen | (c < 0x20)) {
+            return None;
+        }
+        match at {
+            Some(at) => return Some(i + at),
+            None => i += block.len(),
+        }
+    }
 }
 
 impl<'a> Scan<'a> {
@@ -428,6 +439,38 @@ mod tests {
             assert_eq!(members(bad, ["a"]), None, "{bad:?}");
             assert!(serde_json::from_str::<serde_json::Value>(bad).map_or(true, |v| !v.is_object()));
         }
+    }
+
+    #[test]
+    fn long_strings_are_read_across_their_blocks() {
+        let long = |at: usize, what: &str| {
+            format!(
+                "{{\"a\":\"{}{what}{}\",\"b\":2}}",
+                "x".repeat(at),
+                "y".repeat(9000 - at)
+            )
+        };
+        for at in [0, 30, 4095, 4096, 4097, 8191, 8999] {
+            for what in ["\\\"", "\\n", "\u{e9}"] {
+                let text = long(at, what);
+                let [a, b] = members(&text, ["a", "b"]).unwrap_or_else(|| panic!("{at} {what:?}"));
+                let want: serde_json::Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(
+                    serde_json::from_str::<serde_json::Value>(a.unwrap())
+                        .ok()
+                        .as_ref(),
+                    want.get("a")
+                );
+                assert_eq!(b, Some("2"));
+            }
+            for bad in ["\u{1}", "\n"] {
+                assert_eq!(members(&long(at, bad), ["a"]), None, "{at} {bad:?}");
+            }
+        }
+        assert_eq!(
+            members(&format!("{{\"a\":\"{}", "x".repeat(9000)), ["a"]),
+            None
+        );
     }
 
     #[test]
