@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::fmt;
 
-/// The tools the editors of both families define (`../shared/PROTOCOL.md`).
+/// The tools the editors define, in either family (`../shared/PROTOCOL.md`).
 const KNOWN_TOOLS: [&str; 13] = [
     "openDiff",
     "close_tab",
