@@ -328,3 +328,22 @@ async fn a_late_listener_gets_the_replayed_selection_200_times_in_a_row() {
     assert_eq!(lost_frames, 0, "the broker sent frames before initialize");
     b.stop().await;
 }
+
+/// A call and its answer of 5 MB cross the compat door whole: more than loopback TCP's send
+/// buffer (4 MiB at most) takes at once, so each side writes in turns, woken by the socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_megabyte_echo_crosses_the_compat_door_whole() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/home/u/big"]).await;
+    let cand = one_candidate(&b, "/home/u/big").await;
+    let mut c = PiClient::connect(&cand).await.unwrap();
+    let pad = "é\"x".repeat(1_000_000);
+    let r = within("a multi-megabyte echo", c.tool("echo", json!({"pad": pad})))
+        .await
+        .unwrap();
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    let echoed: Value = serde_json::from_str(text).expect("echo payload");
+    assert!(echoed["pad"] == pad.as_str(), "the payload changed");
+}
