@@ -217,9 +217,7 @@ async fn round_trips(root: &Path, d: &Daemon, fe: &FakeEditor) {
         .await
         .unwrap();
     let mut native = Agent::open(&d.socket(), "/bench", None).await;
-    native
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    native.attached().await;
     let cand = compat_candidate(root, "/bench").await;
     let mut compat = PiClient::connect(&cand).await.unwrap();
     timed_calls_pi(&mut direct, 500).await;
@@ -271,8 +269,7 @@ async fn round_trips(root: &Path, d: &Daemon, fe: &FakeEditor) {
             tasks.push(tokio::spawn(async move {
                 let v = if door == "native" {
                     let mut a = Agent::open(&sock, "/bench", None).await;
-                    a.until("attached", |v| v["method"] == "broker/attached")
-                        .await;
+                    a.attached().await;
                     timed_calls_agent(&mut a, per).await
                 } else {
                     let mut c = PiClient::connect(&cand).await.unwrap();
@@ -371,8 +368,7 @@ async fn fan_outs(d: &Daemon, fe: &FakeEditor) {
         let mut tasks = Vec::new();
         for _ in 0..n {
             let mut a = Agent::open(&d.socket(), "/bench", None).await;
-            a.until("attached", |v| v["method"] == "broker/attached")
-                .await;
+            a.attached().await;
             let p = probe.clone();
             tasks.push(tokio::spawn(async move {
                 while let Some(v) = a.next_unbounded().await {
@@ -428,8 +424,7 @@ async fn scale(root: &Path, d: &Daemon, idle: Duration) {
     let mut sessions = Vec::new();
     for s in 0..1000 {
         let mut a = Agent::open(&d.socket(), &format!("/scale/{}/s", s % 64), None).await;
-        a.until("attached", |v| v["method"] == "broker/attached")
-            .await;
+        a.attached().await;
         sessions.push(a);
     }
     let (rss, t0, fds) = proc_stat(d.pid);
@@ -462,8 +457,7 @@ async fn discovery(root: &Path, d: &Daemon) {
         let fe = FakeEditor::start(Options::pi(&[&cwd])).await.unwrap();
         let t = Instant::now();
         fe.write_lockfile(&root.join("pi-ide")).unwrap();
-        a.until("attached", |v| v["method"] == "broker/attached")
-            .await;
+        a.attached().await;
         lat.push(t.elapsed());
         keep.push((a, fe));
     }

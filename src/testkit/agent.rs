@@ -114,6 +114,12 @@ impl Agent {
         }
     }
 
+    /// The broker's `broker/attached` notice, once it comes (earlier messages are dropped).
+    pub async fn attached(&mut self) -> Value {
+        self.until("broker/attached", |v| v["method"] == "broker/attached")
+            .await
+    }
+
     /// The answer to request `id` (matched by exact JSON value).
     pub async fn answer(&mut self, id: &Value) -> Value {
         let id = id.clone();

@@ -300,8 +300,7 @@ async fn plain_named_diffs_on_a_claude_editor_can_always_be_closed() {
     let mut a = Agent::connect(&b.socket, "cwd=/cc&dialect=claude")
         .await
         .unwrap();
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     a.call_tool(
         json!(1),
         "openDiff",
@@ -338,8 +337,7 @@ async fn plain_named_diffs_on_a_claude_editor_can_always_be_closed() {
     let mut c = Agent::connect(&b.socket, "cwd=/cc&dialect=claude")
         .await
         .unwrap();
-    c.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    c.attached().await;
     c.call_tool(
         json!(3),
         "openDiff",
@@ -368,8 +366,7 @@ async fn claude_sessions_on_a_pi_editor_get_selection_and_folder_tools() {
     let mut a = Agent::connect(&b.socket, "cwd=/pi-ed/proj&dialect=claude")
         .await
         .unwrap();
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     let list = a.request(json!(1), "tools/list", json!({})).await;
     let names: Vec<&str> = list["result"]["tools"]
         .as_array()
@@ -433,8 +430,7 @@ async fn at_mentioned_paths_reach_sessions_absolute() {
     let mut a = Agent::connect(&b.socket, "cwd=/cc-root/sub&dialect=claude")
         .await
         .unwrap();
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     fe.broadcast(
         &json!({"jsonrpc": "2.0", "method": "at_mentioned", "params": {"filePath": "src/lib.rs", "lineStart": 2, "lineEnd": 4}})
             .to_string(),

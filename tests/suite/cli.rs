@@ -220,9 +220,7 @@ async fn log_lines_at_the_default_level_name_their_session_and_editor() {
         Some("k1"),
     )
     .await;
-    let attached = a
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    let attached = a.attached().await;
     let editor = attached["params"]["editor"].as_str().unwrap().to_string();
     assert!(ready.contains(&format!("editor={editor}")), "{ready}");
     let connected = daemon

@@ -311,8 +311,7 @@ async fn status_watch_prints_each_change_as_it_happens() {
         .await;
     let t1 = std::time::Instant::now();
     let mut a = Agent::open(&b.socket, "/watched", None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     w.wait_line(&["session", "attached to"]).await;
     let attached = t1.elapsed();
     eprintln!(

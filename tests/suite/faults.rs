@@ -51,8 +51,7 @@ async fn an_editor_killed_with_three_pending_diffs_then_restarted() {
     let mut sessions = Vec::new();
     for i in 0..3 {
         let mut a = Agent::open(&root.join("run/sock"), "/k", Some(&format!("s{i}"))).await;
-        a.until("attached", |v| v["method"] == "broker/attached")
-            .await;
+        a.attached().await;
         a.call_tool(json!(i), "openDiff", diff_args(&format!("tab-{i}")))
             .await;
         sessions.push(a);
@@ -118,8 +117,7 @@ async fn a_frozen_editor_turns_unhealthy_short_tools_fail_fast_and_it_recovers()
         .wait_line(&["editor ready", &format!("port={port}")])
         .await;
     let mut a = Agent::open(&root.join("run/sock"), "/z", None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     a.call_tool(json!("diff"), "openDiff", diff_args("frozen-tab"))
         .await;
     eventually_status(root, |st| {
@@ -187,8 +185,7 @@ async fn churning_sessions_leak_nothing() {
         let mut batch = Vec::new();
         for i in 0..100 {
             let mut a = Agent::open(&sock, "/c", None).await;
-            a.until("attached", |v| v["method"] == "broker/attached")
-                .await;
+            a.attached().await;
             if i % 2 == 0 {
                 a.call_tool(
                     json!(i),
@@ -247,8 +244,7 @@ async fn lockfile_flapping_does_not_disturb_working_sessions() {
     let lock = b.pi_dir.join(format!("{}.lock", flap.port));
     let body = std::fs::read(&lock).unwrap();
     let mut a = Agent::open(&b.socket, "/stable", None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     let worker = tokio::spawn(async move {
         for i in 0..300 {
             let r = a
@@ -356,9 +352,7 @@ async fn the_broker_killed_under_load_restarts_with_sticky_targets_and_compat_en
     .await;
     // A session that reconnects with its key lands where it was.
     let mut a = Agent::open(&sock, "/r", Some("pi-42")).await;
-    let att = a
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    let att = a.attached().await;
     assert_eq!(
         att["params"]["editor"],
         id2.as_str(),
@@ -383,8 +377,7 @@ async fn calls_to_a_frozen_editor_wait_in_order_and_all_arrive_when_it_thaws() {
     .await;
     let (fe, _) = b.editor(&["/q"]).await;
     let mut a = Agent::open(&b.socket, "/q", None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     let mut ev = fe.events();
     fe.freeze(true);
     // 24 MiB, more than loopback's socket buffers hold between the broker and the editor.

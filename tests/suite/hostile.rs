@@ -40,8 +40,7 @@ async fn close_code(a: &mut Agent) -> Option<u16> {
 /// The good editor still answers through a fresh session.
 async fn still_serving(b: &TestBroker, cwd: &str) {
     let mut a = Agent::open(&b.socket, cwd, None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     let r = a
         .request(
             json!("alive"),
@@ -334,8 +333,7 @@ async fn a_fragmented_message_is_reassembled_and_answered() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/frag"]).await;
     let mut a = Agent::open(&b.socket, "/frag", None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     let msg = br#"{"jsonrpc":"2.0","id":"frag","method":"tools/call","params":{"name":"echo","arguments":{}}}"#;
     let (first, rest) = msg.split_at(20);
     let stream = a.raw_mut().get_mut();
@@ -483,9 +481,7 @@ async fn connection_floods_are_capped_on_both_doors() {
     let (_fe, _) = b.editor(&["/flood"]).await;
     let cand = compat_entry(&b.dir.path().join("compat"), "/flood").await;
     let mut worker = Agent::open(&b.socket, "/flood", None).await;
-    worker
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    worker.attached().await;
     let open_fds = || door_fds(cand.port, &b.socket);
     let baseline = open_fds();
     let mut tcp = Vec::new();
@@ -520,8 +516,7 @@ async fn connection_floods_are_capped_on_both_doors() {
     // Flooding the compat port (any local user can) does not lock the owner out of the socket.
     drop(unix);
     let mut late = Agent::open(&b.socket, "/flood", None).await;
-    late.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    late.attached().await;
     late.close().await;
     drop(tcp);
     pi_ide_broker::testkit::eventually("fds back to the baseline", || {

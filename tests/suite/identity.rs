@@ -39,8 +39,7 @@ fn reshuffle_lockfiles(dir: &Path, seed: u64) {
 }
 
 async fn attached(a: &mut Agent) -> String {
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await["params"]["editor"]
+    a.attached().await["params"]["editor"]
         .as_str()
         .unwrap_or_default()
         .to_string()

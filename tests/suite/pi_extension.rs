@@ -340,9 +340,7 @@ async fn suggestions_from_the_editor_reach_this_pi_session_only() {
     };
     let (ed, id) = w.editor().await;
     let mut other = Agent::open(&w.broker.socket, &w.proj_s(), Some("other")).await;
-    other
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    other.attached().await;
     let mut pi = w.pi(&[]).await;
     let key = session_key(&mut pi).await;
     assert_eq!(attached_key(&w.broker, &key).await, id);

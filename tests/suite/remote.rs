@@ -30,9 +30,7 @@ async fn a_remote_sessions_paths_are_mapped_both_ways() {
     let mut a = Agent::connect(&b.socket, "cwd=/workspaces/app/sub&remote=box&session=r1")
         .await
         .unwrap();
-    let att = a
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    let att = a.attached().await;
     assert_eq!(att["params"]["editor"], id.as_str());
     let st = b.status().await;
     assert_eq!(st["sessions"][0]["remote"], "box");
@@ -257,9 +255,7 @@ async fn an_agent_over_ssh_reaches_the_hosts_editor_with_mapped_paths() {
     )
     .await
     .expect("a session through the ssh forward");
-    let att = a
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    let att = a.attached().await;
     assert_eq!(att["params"]["editor"], id.as_str());
     a.call_tool(
         json!("d"),

@@ -187,9 +187,7 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
     let socket = root.join("run/sock");
     // A native session with a sticky key and a pending diff.
     let mut native = Agent::open(&socket, "/g", Some("keep-me")).await;
-    native
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    native.attached().await;
     native
         .call_tool(
             json!(1),

@@ -23,9 +23,7 @@ async fn initialize_and_tools_list_come_from_the_editor_cache() {
     let (fe, id) = b.editor(&["/p"]).await;
     let mut ev = fe.events();
     let mut a = Agent::open(&b.socket, "/p/src", Some("k1")).await;
-    let att = a
-        .until("broker/attached", |v| v["method"] == "broker/attached")
-        .await;
+    let att = a.attached().await;
     assert_eq!(att["params"]["editor"], id);
     let init = a
         .request(
@@ -65,9 +63,7 @@ async fn colliding_ids_from_90_sessions_on_3_editors_each_reach_their_caller() {
         let want_editor = editors[s % 3].1.clone();
         tasks.push(tokio::spawn(async move {
             let mut a = Agent::open(&socket, &format!("{proj}/s{s}"), None).await;
-            let att = a
-                .until("attached", |v| v["method"] == "broker/attached")
-                .await;
+            let att = a.attached().await;
             assert_eq!(att["params"]["editor"], want_editor.as_str());
             let ids = [
                 json!(1),
@@ -193,12 +189,9 @@ async fn suggestions_go_to_the_most_recently_active_session_and_cancels_follow()
     let (fe, _) = b.editor(&["/p"]).await;
     let mut ev = fe.events();
     let mut old = Agent::open(&b.socket, "/p", None).await;
-    old.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    old.attached().await;
     let mut recent = Agent::open(&b.socket, "/p", None).await;
-    recent
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    recent.attached().await;
     // `old` becomes the most recently active by sending a request.
     let _ = old
         .request(
@@ -252,8 +245,7 @@ async fn an_editor_request_answered_at_once_always_reaches_the_editor() {
     let (fe, _) = b.editor(&["/p"]).await;
     let mut ev = fe.events();
     let mut a = Agent::open(&b.socket, "/p", None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     for n in 0..200 {
         let out = fe.request_suggestions().expect("the broker link");
         let req = a
@@ -287,14 +279,11 @@ async fn a_session_that_stops_reading_does_not_slow_the_others() {
     let b = TestBroker::start().await;
     let (fe, id) = b.editor(&["/p"]).await;
     let mut stuck = Agent::open(&b.socket, "/p", None).await; // reads nothing after attaching
-    stuck
-        .until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    stuck.attached().await;
     let mut readers = Vec::new();
     for _ in 0..10 {
         let mut a = Agent::open(&b.socket, "/p", None).await;
-        a.until("attached", |v| v["method"] == "broker/attached")
-            .await;
+        a.attached().await;
         readers.push(tokio::spawn(async move {
             let mut mentions = 0;
             a.until("the last selection", |v| {
@@ -427,9 +416,7 @@ async fn no_editor_gives_a_clear_error_then_auto_attaches_when_one_appears() {
         .unwrap()
         .contains("/late/project"));
     let (_fe, id) = b.editor(&["/late"]).await;
-    let att = a
-        .until("auto attach", |v| v["method"] == "broker/attached")
-        .await;
+    let att = a.attached().await;
     assert_eq!(att["params"]["editor"], id);
     let ok = a
         .request(
@@ -455,11 +442,7 @@ async fn routing_nested_symlinked_and_ambiguous() {
     // Deepest folder wins, through a symlink and a trailing slash.
     let cwd = format!("{}/link/sub/deep/", root.display());
     let mut a = Agent::open(&b.socket, &cwd, None).await;
-    assert_eq!(
-        a.until("attached", |v| v["method"] == "broker/attached")
-            .await["params"]["editor"],
-        inner_id
-    );
+    assert_eq!(a.attached().await["params"]["editor"], inner_id);
     let list = a.request(json!(1), "broker/editors", json!({})).await;
     let ids: Vec<&str> = list["result"]["editors"]
         .as_array()
@@ -531,11 +514,7 @@ async fn routing_nested_symlinked_and_ambiguous() {
     })
     .await;
     let mut tie = Agent::open(&b.socket, &same, None).await;
-    assert_eq!(
-        tie.until("attached", |v| v["method"] == "broker/attached")
-            .await["params"]["editor"],
-        id2
-    );
+    assert_eq!(tie.attached().await["params"]["editor"], id2);
     b.stop().await;
 }
 
@@ -564,11 +543,7 @@ async fn sticky_targets_survive_editor_and_broker_restarts() {
     a.close().await;
     // pi's /new: same key, new connection → back on e2 without a question.
     let mut a = Agent::open(&b.socket, &proj_s, Some("pi-123")).await;
-    assert_eq!(
-        a.until("attached", |v| v["method"] == "broker/attached")
-            .await["params"]["editor"],
-        id2
-    );
+    assert_eq!(a.attached().await["params"]["editor"], id2);
     // e2 restarts on a new port: the attached session follows it without reconnecting.
     e2.remove_lockfile();
     e2.crash();
@@ -597,11 +572,7 @@ async fn sticky_targets_survive_editor_and_broker_restarts() {
     b2.wait_editor(e1.port, "ready").await;
     b2.wait_editor(e2b.port, "ready").await;
     let mut a = Agent::open(&b2.socket, &proj_s, Some("pi-123")).await;
-    assert_eq!(
-        a.until("attached", |v| v["method"] == "broker/attached")
-            .await["params"]["editor"],
-        id2
-    );
+    assert_eq!(a.attached().await["params"]["editor"], id2);
     b2.stop().await;
 }
 
@@ -620,8 +591,7 @@ async fn tool_schemas_reach_clients_as_valid_json_schema() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/schemas"]).await;
     let mut a = Agent::open(&b.socket, "/schemas", None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     let list = a.request(json!(1), "tools/list", json!({})).await;
     let tools = list["result"]["tools"].as_array().expect("tools").clone();
     let schema = |name: &str| {
@@ -656,8 +626,7 @@ async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
     let b = TestBroker::start_with(|c| c.timeouts.progress_ms = 100).await;
     let (fe, _) = b.editor(&["/prog"]).await;
     let mut a = Agent::open(&b.socket, "/prog", None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     let mut args = pi_ide_broker::testkit::diff_args("/prog/f", "x", "long-tab");
     args = json!({"name": "openDiff", "arguments": args, "_meta": {"progressToken": "tok-1"}});
     let mut ev = fe.events();
@@ -708,8 +677,7 @@ async fn a_cancelled_diff_is_closed_and_never_answered() {
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/cancel"]).await;
     let mut a = Agent::open(&b.socket, "/cancel", None).await;
-    a.until("attached", |v| v["method"] == "broker/attached")
-        .await;
+    a.attached().await;
     let mut ev = fe.events();
     a.call_tool(
         json!(7),
@@ -762,8 +730,7 @@ async fn megabyte_calls_and_answers_arrive_whole_for_every_session() {
         let socket = b.socket.clone();
         tasks.push(tokio::spawn(async move {
             let mut a = Agent::open(&socket, &format!("/big/s{s}"), None).await;
-            a.until("attached", |v| v["method"] == "broker/attached")
-                .await;
+            a.attached().await;
             // Plain bytes, then escapes, quotes, control escapes and multi-byte characters.
             let pads = ["x".repeat(1 << 20), "é\"\\\n😀\tq".repeat(40_000)];
             for (i, pad) in pads.iter().enumerate() {
