@@ -30,7 +30,8 @@ pub enum Refused {
 /// copied only when the socket does not take all of it.
 pub trait WriteParts {
     /// Writes the text frame whose payload is `parts`, concatenated, with `cx` as the waker
-    /// for what the socket does not take now. `Err` when the socket failed.
+    /// for what the socket does not take now, or declines (the frame is then assembled and
+    /// sent as any other). `Err` when the socket failed.
     fn write_parts(&mut self, cx: &mut Context<'_>, parts: &[&str])
         -> Result<PartsWritten, String>;
 }
@@ -43,8 +44,8 @@ pub enum PartsWritten {
     /// The sink keeps (a copy of) what the socket did not take, and writes it when the
     /// socket wakes the task.
     Kept,
-    /// The sink is full: it took nothing.
-    Full,
+    /// The sink cannot write these parts directly (it holds other bytes, say): it took nothing.
+    Declined,
 }
 
 /// The write half of a link: its sink, the frames waiting for it, and the link task's waker.
@@ -114,7 +115,7 @@ where
                     self.unflushed = true;
                     return Ok(());
                 }
-                Ok(PartsWritten::Full) => {}
+                Ok(PartsWritten::Declined) => return self.send(make()),
                 Err(e) => {
                     self.broken = Some(e);
                     waker.wake_by_ref();
@@ -339,7 +340,7 @@ mod tests {
     }
 
     /// Parts are a frame's decimal digits: written at once if the socket has room (a stuck
-    /// socket keeps them), refused as full otherwise.
+    /// socket keeps them), declined otherwise.
     impl WriteParts for Shared {
         fn write_parts(
             &mut self,
@@ -348,7 +349,7 @@ mod tests {
         ) -> Result<PartsWritten, String> {
             let mut s = self.0.lock().unwrap();
             if s.buffered.len() >= s.room {
-                return Ok(PartsWritten::Full);
+                return Ok(PartsWritten::Declined);
             }
             let n = parts.concat().parse().map_err(|e| format!("{e}"))?;
             if s.stuck {

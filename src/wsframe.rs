@@ -574,8 +574,8 @@ const MAX_PARTS: usize = 15;
 impl<W: AsyncWrite + Unpin> crate::linkout::WriteParts for FrameWriter<W> {
     /// A server's frame with nothing queued before it is written from the parts themselves
     /// (header and parts in one vectored write); only what the socket does not take is copied
-    /// and kept. Behind queued bytes, masked (a client), or in too many parts, the frame is
-    /// assembled and sent as [`Sink::start_send`] would take it.
+    /// and kept. Behind queued bytes, masked (a client), or in too many parts, it is declined
+    /// (the caller assembles it and sends it through [`Sink`]).
     fn write_parts(
         &mut self,
         cx: &mut Context<'_>,
@@ -598,13 +598,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             Poll::Pending => Ok(PartsWritten::Kept),
         };
         if !self.queue.is_empty() || self.masks.is_some() || parts.len() > MAX_PARTS {
-            match Pin::new(&mut *self).poll_ready(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Err(e),
-                Poll::Pending => return Ok(PartsWritten::Full),
-            }
-            Pin::new(&mut *self).start_send(Out::Text(parts.concat()))?;
-            return done(Pin::new(&mut *self).poll_flush(cx));
+            return Ok(PartsWritten::Declined);
         }
         if self.close_sent {
             return Err(closing());
