@@ -14,6 +14,8 @@
 //! `benches/syscalls.sh` counts their system calls, switches and packets per call.
 //! `--external LOCKFILE [--tool NAME]` measures against an editor you run yourself (e.g. a
 //! real Neovim with a pi-ide plugin; `--tool getDiagnostics`) instead of the fake ones.
+//! `--payload BYTES` puts a string of that size in every timed call's arguments (the `echo`
+//! answer carries it back), for large frames: fewer calls, one session unless `--sessions`.
 
 use pi_ide_broker::testkit::agent::Agent;
 use pi_ide_broker::testkit::fake_editor::{FakeEditor, Options};
@@ -627,6 +629,8 @@ fn main() {
             .get(i + 1)
             .and_then(|n| n.parse().ok())
             .expect("--sessions takes a number")],
+        // Large frames: one session unless asked (32 of them would move gigabytes).
+        None if args.iter().any(|a| a == "--payload") => vec![1],
         None => vec![1, 32],
     };
     let external: Option<PathBuf> = args
@@ -635,6 +639,13 @@ fn main() {
         .map(|i| args.get(i + 1).expect("--external takes a lockfile").into());
     if let Some(i) = args.iter().position(|a| a == "--tool") {
         let _ = TOOL.set(args.get(i + 1).expect("--tool takes a name").clone());
+    }
+    if let Some(i) = args.iter().position(|a| a == "--payload") {
+        let bytes: usize = args
+            .get(i + 1)
+            .and_then(|n| n.parse().ok())
+            .expect("--payload takes a number of bytes");
+        let _ = PAD.set("x".repeat(bytes));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -664,7 +675,7 @@ fn main() {
             b.wait_ready(1).await;
         }
         // Against the floor: a bare relay, in two scenarios.
-        let calls = if quick { 2_000 } else { 6_000 };
+        let calls = large_frame_calls(if quick { 2_000 } else { 6_000 });
         if runs("fake") {
             against_relay(
                 "Against a bare relay — fake scenario (in-process editor answering at once; clients and editor pinned to core 0, relay and broker to core 1)",
@@ -905,9 +916,18 @@ fn tool_name() -> &'static str {
     TOOL.get().map_or("echo", String::as_str)
 }
 
-/// `--payload N` in calls mode: a string of N bytes in every call's arguments (`echo` returns
+/// `--payload N`: a string of N bytes in every timed call's arguments (`echo` returns
 /// it, so the answer carries it too), to measure large frames.
 static PAD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// `calls`, or fewer when every call carries a large payload: each path moves at most about
+/// 256 MiB each way, and makes 40 calls at least.
+fn large_frame_calls(calls: usize) -> usize {
+    match PAD.get() {
+        Some(pad) => calls.min((256 << 20) / pad.len().max(1)).max(40),
+        None => calls,
+    }
+}
 
 /// A timed call's arguments.
 fn call_args(i: usize) -> serde_json::Value {
@@ -1042,7 +1062,7 @@ async fn against_external(root: &Path, lock: &Path, quick: bool, sessions: &[usi
         v["ideName"].as_str().unwrap_or("?"),
         tool_name()
     );
-    let calls = if quick { 2_000 } else { 6_000 };
+    let calls = large_frame_calls(if quick { 2_000 } else { 6_000 });
     against_relay(
         &title,
         port,

@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod allocator;
 pub mod bridge;
 pub mod client;
 pub mod config;

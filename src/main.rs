@@ -282,6 +282,7 @@ async fn watch(socket: &std::path::Path) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
+    pi_ide_broker::allocator::keep_freed_frames();
     let cli = Cli::parse();
     // One thread for everything: a call crosses tasks (session → link → session), and on a
     // multi-threaded runtime every such wake-up is a futex and a context switch when the
