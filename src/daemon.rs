@@ -130,7 +130,7 @@ pub async fn serve(
 
     // Clients whose environment points elsewhere (no XDG_RUNTIME_DIR) find us through this.
     let running = serde_json::json!({"socket": socket, "pid": std::process::id()});
-    if let Err(e) = crate::state::write_atomic(&record, running.to_string().as_bytes()) {
+    if let Err(e) = crate::state::write_atomic_unsynced(&record, running.to_string().as_bytes()) {
         tracing::warn!(file = %record.display(), error = %e, "cannot record the running daemon; clients with another environment may not find it");
     }
     tracing::info!(socket = %socket.display(), state = %state_file.display(), "pi-ide-broker ready");

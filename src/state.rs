@@ -202,8 +202,21 @@ impl StateStore {
     }
 }
 
-/// Writes `bytes` to `path` atomically with mode 0600, creating the dir (0700) if missing.
+/// Writes `bytes` to `path` atomically with mode 0600, creating the dir (0700) if missing, and
+/// flushes file and dir to disk before returning: for what must survive a crash (the state).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, true)
+}
+
+/// [`write_atomic`] without the flushes, for files that describe the running daemon (a crash
+/// leaves them stale whether they reached the disk or not, and the next start removes them).
+/// A flush can take milliseconds on a busy disk, and these are written on the runtime's thread.
+pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    replace(path, bytes, false)
+}
+
+/// Writes a temporary file beside `path` and renames it into place; `sync` flushes both.
+fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::DirBuilder::new()
@@ -220,9 +233,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .mode(0o600)
             .open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if sync {
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        if sync {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -252,22 +270,36 @@ mod tests {
     }
 
     #[test]
-    fn atomic_write_is_private() {
+    fn atomic_writes_are_private_and_replace_whole() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("sub").join("f.json");
-        write_atomic(&p, b"{}").unwrap();
-        assert_eq!(
-            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
-        assert_eq!(
-            std::fs::metadata(p.parent().unwrap())
+        for (name, write) in [
+            (
+                "synced",
+                write_atomic as fn(&Path, &[u8]) -> std::io::Result<()>,
+            ),
+            ("unsynced", write_atomic_unsynced),
+        ] {
+            let p = dir.path().join(name).join("f.json");
+            write(&p, b"{\"long\": \"first version\"}").unwrap();
+            write(&p, b"{}").unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), b"{}", "{name}");
+            assert_eq!(
+                std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+                0o600,
+                "{name}"
+            );
+            let parent = p.parent().unwrap();
+            assert_eq!(
+                std::fs::metadata(parent).unwrap().permissions().mode() & 0o777,
+                0o700,
+                "{name}"
+            );
+            let names: Vec<_> = std::fs::read_dir(parent)
                 .unwrap()
-                .permissions()
-                .mode()
-                & 0o777,
-            0o700
-        );
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, ["f.json"], "{name}: a temporary file was left");
+        }
     }
 }

@@ -146,7 +146,7 @@ async fn publish(reg: &Arc<Registry>, id: &str, dir: &Path) -> std::io::Result<E
     Ok(entry)
 }
 
-/// Writes (atomically, 0600) the virtual lockfile for editor `id`. `token` is `None` when
+/// Writes (atomically, 0600, not flushed to disk) the virtual lockfile for editor `id`. `token` is `None` when
 /// refreshing: the token already in the file is kept.
 fn write_entry(
     reg: &Registry,
@@ -185,7 +185,7 @@ fn write_entry(
         "authToken": token,
         MARKER: {"editor": id, "family": editor.family},
     });
-    crate::state::write_atomic(path, body.to_string().as_bytes())
+    crate::state::write_atomic_unsynced(path, body.to_string().as_bytes())
 }
 
 async fn accept_loop(
