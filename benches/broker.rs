@@ -531,36 +531,58 @@ fn editor_mode(dir: &str) {
     });
 }
 
-/// `--calls N SOCK [PORT TOKEN] [--sessions S] [--tool NAME] [--cwd DIR] [--payload BYTES]`: `N` calls of
-/// `echo` (or `NAME`) through the broker's native door at `SOCK` (sessions on /real, as
-/// `--editor` serves, or on `DIR`), or with `PORT TOKEN` through a relay at `SOCK` to that
-/// editor; one at a time on each of `S` (default 1) concurrent connections. Prints their
-/// latency. For `benches/instructions.sh` and `benches/syscalls.sh`, which count the middle
-/// process's work, and for measuring against a real editor by hand.
-fn calls_mode(sock: &str, n: usize, sessions: usize, cwd: &str, relay: Option<(u16, String)>) {
+/// `--calls N SOCK [PORT TOKEN] [--sessions S] [--tool NAME] [--cwd DIR] [--payload BYTES]
+/// [--compat DIR]`: `N` calls of `echo` (or `NAME`) through the broker's native door at `SOCK`
+/// (sessions on /real, as `--editor` serves, or on `DIR`), or its compat door announced in the
+/// compat dir `DIR`, or with `PORT TOKEN` through a relay at `SOCK` to that editor; one at a
+/// time on each of `S` (default 1) concurrent connections. Prints their latency. For
+/// `benches/instructions.sh` and `benches/syscalls.sh`, which count the middle process's work,
+/// and for measuring against a real editor by hand.
+fn calls_mode(
+    sock: &str,
+    n: usize,
+    sessions: usize,
+    cwd: &str,
+    relay: Option<(u16, String)>,
+    compat_dir: Option<String>,
+) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let path = if relay.is_some() {
-            Path3::Relay
-        } else {
-            Path3::Broker
+        let path = match (&relay, &compat_dir) {
+            (Some(_), _) => Path3::Relay,
+            (None, Some(_)) => Path3::Compat,
+            (None, None) => Path3::Broker,
         };
         let (port, token) = relay.unwrap_or((0, String::new()));
-        // No compat door here: `open` needs a candidate only for that path.
-        let no_compat = pi_ide_broker::testkit::pi_client::Candidate {
-            port: 0,
-            pid: 0,
-            token: String::new(),
-            ide_name: String::new(),
-            folders: Vec::new(),
+        // `open` reads the candidate only for the compat door.
+        let compat = match &compat_dir {
+            // Published just after the editor is ready: wait for it, 5 s at most.
+            Some(dir) => {
+                let mut found = None;
+                for _ in 0..500 {
+                    found = find_candidates(Path::new(dir), cwd).await.pop();
+                    if found.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                found.unwrap_or_else(|| panic!("no compat entry in {dir} for {cwd}"))
+            }
+            None => pi_ide_broker::testkit::pi_client::Candidate {
+                port: 0,
+                pid: 0,
+                token: String::new(),
+                ide_name: String::new(),
+                folders: Vec::new(),
+            },
         };
         let sock = Path::new(sock);
         let mut tasks = Vec::new();
         for _ in 0..sessions {
-            let mut ws = open(path, port, &token, (sock, 0), sock, cwd, &no_compat).await;
+            let mut ws = open(path, port, &token, (sock, 0), sock, cwd, &compat).await;
             tasks.push(tokio::spawn(async move {
                 timed_ws(&mut ws, n / sessions, 0).await
             }));
@@ -609,6 +631,7 @@ fn main() {
             sessions,
             &cwd,
             relay,
+            flag("--compat"),
         );
     }
     if let Some(i) = args.iter().position(|a| a == "--editor") {

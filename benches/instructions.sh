@@ -10,6 +10,7 @@
 #   its wake-ups handles many calls, as it does under load); TOOL=NAME calls that tool of the
 #   fake editor instead of `echo` (e.g. getDiagnostics); PAYLOAD=BYTES puts a string that long
 #   in every call's arguments (echoed back, so both frames are large).
+#   DOOR=compat counts the compat door (loopback TCP, as pi-ide enters) instead of the native one.
 #   KEEP=DIR keeps the callgrind dumps there (callgrind_annotate DIR/cg.<pid>.1 shows where
 #   the instructions go).
 #
@@ -43,7 +44,11 @@ valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$daemon" --config "
 daemon_pid=$!
 pids+=("$daemon_pid")
 wait_daemon_ready
-broker=$(count "$daemon_pid" "$dir/run/sock")
+case "${DOOR:-native}" in
+  native) broker=$(count "$daemon_pid" "$dir/run/sock") ;;
+  compat) broker=$(count "$daemon_pid" "$dir/run/sock" --compat "$dir/compat") ;;
+  *) echo "DOOR is native or compat" >&2; exit 2 ;;
+esac
 
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$bench" --relay "$dir/relay.sock" "$port" >"$dir/relay.out" 2>"$dir/relay.err" &
 relay_pid=$!
@@ -52,5 +57,5 @@ wait_word "$dir/relay.out" ready >/dev/null
 relay=$(count "$relay_pid" "$dir/relay.sock" "$port" "$token")
 
 printf 'user-space instructions per call (%s calls on %s connections, callgrind)\n' "$calls" "$sessions"
-printf '  %-28s %8s\n' "bare relay" "$relay" "broker, native door" "$broker"
+printf '  %-28s %8s\n' "bare relay" "$relay" "broker, ${DOOR:-native} door" "$broker"
 awk -v b="$broker" -v r="$relay" 'BEGIN { printf "  %-28s %8.2fx\n", "broker / relay", b / r }'

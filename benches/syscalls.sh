@@ -6,7 +6,8 @@
 # with load: the figure to compare two builds' system calls, ACKs and wake-ups by.
 #
 #   benches/syscalls.sh [daemon binary]      (default: this checkout's release build)
-#   CALLS=N (default 4000) calls are counted, after 640 that warm up; SESSIONS=S (default 32).
+#   CALLS=N (default 4000) calls are counted, after 640 that warm up; SESSIONS=S (default 32);
+#   DOOR=compat counts the compat door (loopback TCP, as pi-ide enters) instead of the native one.
 #
 # Needs perf (Debian: apt-get install linux-perf) and the permission to read tracepoints (root,
 # or kernel.perf_event_paranoid <= 1).
@@ -37,7 +38,11 @@ start_editor
 daemon_pid=$!
 pids+=("$daemon_pid")
 wait_daemon_ready
-broker=$(count "$daemon_pid" "$dir/run/sock")
+case "${DOOR:-native}" in
+  native) broker=$(count "$daemon_pid" "$dir/run/sock") ;;
+  compat) broker=$(count "$daemon_pid" "$dir/run/sock" --compat "$dir/compat") ;;
+  *) echo "DOOR is native or compat" >&2; exit 2 ;;
+esac
 
 "$bench" --relay "$dir/relay.sock" "$port" >"$dir/relay.out" 2>"$dir/relay.err" &
 relay_pid=$!
@@ -48,4 +53,4 @@ relay=$(count "$relay_pid" "$dir/relay.sock" "$port" "$token")
 printf 'kernel work per call (%s calls on %s connections, perf tracepoints)\n' "$calls" "$sessions"
 printf '  %-22s' ""; printf '%11s' "${names[@]}"; echo
 printf '  %-22s' "bare relay"; printf '%11.2f' $relay; echo
-printf '  %-22s' "broker, native door"; printf '%11.2f' $broker; echo
+printf '  %-22s' "broker, ${DOOR:-native} door"; printf '%11.2f' $broker; echo
