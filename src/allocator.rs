@@ -5,8 +5,9 @@
 //! once more than twice that threshold is free. A call carrying a 1 MiB file passes through
 //! about four such blocks (the session's read buffer, the request frame, the editor link's read
 //! buffer, the tail of the answer the agent's socket did not take at once), all freed when the
-//! call is done. Every such call then faulted about 950 fresh pages in, and the daemon spent
-//! about 40 % more CPU on it (`cargo bench --bench broker -- --payload 1048576` measures it).
+//! call is done. Every such call then faulted about 950 fresh pages in, and the faults took
+//! about a third of the daemon's CPU for it (`cargo bench --bench broker -- --payload 1048576`
+//! measures it).
 //! Fixed thresholds keep freed blocks up to [`MMAP_THRESHOLD`] in the heap, and up to
 //! [`TRIM_THRESHOLD`] of free heap mapped, for the next call.
 //!

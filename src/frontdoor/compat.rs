@@ -146,8 +146,8 @@ async fn publish(reg: &Arc<Registry>, id: &str, dir: &Path) -> std::io::Result<E
     Ok(entry)
 }
 
-/// Writes (atomically, 0600, not flushed to disk) the virtual lockfile for editor `id`. `token` is `None` when
-/// refreshing: the token already in the file is kept.
+/// Writes (atomically, 0600, not flushed to disk) the virtual lockfile for editor `id`.
+/// `token` is `None` when refreshing: the token already in the file is kept.
 fn write_entry(
     reg: &Registry,
     id: &str,
