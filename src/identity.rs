@@ -387,14 +387,7 @@ impl Book {
 
 /// When process `pid` started, in clock ticks since boot (Linux `/proc`; elsewhere `None`).
 pub fn process_start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22 (starttime) counts from after the ")" that ends the command name.
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
+    crate::lockfile::proc_stat_field(pid, 22)
 }
 
 /// True when `p` is still running: its pid is alive and (where known) started when it did.

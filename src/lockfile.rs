@@ -231,17 +231,24 @@ pub fn parse(
     })
 }
 
-/// When process `pid` started, in unix seconds (Linux: `/proc`; elsewhere unknown).
-pub fn process_start_unix(pid: u32) -> Option<i64> {
+/// Numeric field `field` of `/proc/<pid>/stat`, numbered as in proc(5) (22 is starttime),
+/// on Linux; `None` elsewhere or when the process is gone.
+pub fn proc_stat_field(pid: u32, field: usize) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22 (starttime, clock ticks since boot) counts from after the ")" of the name.
-    let start_ticks: i64 = stat
-        .rsplit(')')
+    // The fields are counted from after the ")" that ends the command name (field 2), which
+    // may itself hold spaces and parentheses.
+    stat.rsplit(')')
         .next()?
         .split_whitespace()
-        .nth(19)?
+        .nth(field.checked_sub(3)?)?
         .parse()
-        .ok()?;
+        .ok()
+}
+
+/// When process `pid` started, in unix seconds (Linux: `/proc`; elsewhere unknown).
+pub fn process_start_unix(pid: u32) -> Option<i64> {
+    // Field 22: starttime, in clock ticks since boot.
+    let start_ticks = i64::try_from(proc_stat_field(pid, 22)?).ok()?;
     // USER_HZ is 100 on every Linux architecture Rust targets.
     Some(boot_time()? + start_ticks / 100)
 }
@@ -277,6 +284,19 @@ pub fn pid_alive(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn proc_stat_fields_are_numbered_as_in_proc5() {
+        let me = std::process::id();
+        // Field 4 is the parent's pid; fields 1 and 2 (pid, name) are not numeric fields here.
+        assert_eq!(
+            proc_stat_field(me, 4),
+            Some(u64::from(std::os::unix::process::parent_id()))
+        );
+        assert_eq!(proc_stat_field(me, 2), None);
+        assert!(proc_stat_field(me, 22).is_some());
+    }
 
     fn p(name: &str) -> PathBuf {
         PathBuf::from("/x").join(name)

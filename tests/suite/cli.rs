@@ -246,17 +246,10 @@ async fn log_lines_at_the_default_level_name_their_session_and_editor() {
     assert!(daemon.wait_exit().await.success());
 }
 
-/// The daemon's minor page faults so far (`minflt`, the 10th field of `/proc/PID/stat`).
+/// The daemon's minor page faults so far (`minflt`, field 10 of `/proc/PID/stat`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn minor_faults(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc stat");
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let after = &stat[stat.rfind(')').expect("stat has a command") + 2..];
-    after
-        .split_whitespace()
-        .nth(7)
-        .and_then(|f| f.parse().ok())
-        .expect("minflt")
+    pi_ide_broker::lockfile::proc_stat_field(pid, 10).expect("minflt from /proc/PID/stat")
 }
 
 /// A 1 MiB call passes through about four large buffers in the daemon, all freed when the call
