@@ -203,13 +203,16 @@ async fn timed_calls_agent(a: &mut Agent, n: usize) -> Vec<Duration> {
     out
 }
 
-async fn compat_candidate(root: &Path, cwd: &str) -> pi_ide_broker::testkit::pi_client::Candidate {
-    loop {
-        if let Some(c) = find_candidates(&root.join("compat"), cwd).await.pop() {
+/// The compat entry for `cwd` in the compat dir `dir`, published just after its editor is
+/// ready: waited for, 5 s at most.
+async fn compat_candidate(dir: &Path, cwd: &str) -> pi_ide_broker::testkit::pi_client::Candidate {
+    for _ in 0..500 {
+        if let Some(c) = find_candidates(dir, cwd).await.pop() {
             return c;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    panic!("no compat entry in {} for {cwd}", dir.display())
 }
 
 async fn round_trips(root: &Path, d: &Daemon, fe: &FakeEditor) {
@@ -220,7 +223,7 @@ async fn round_trips(root: &Path, d: &Daemon, fe: &FakeEditor) {
         .unwrap();
     let mut native = Agent::open(&d.socket(), "/bench", None).await;
     native.attached().await;
-    let cand = compat_candidate(root, "/bench").await;
+    let cand = compat_candidate(&root.join("compat"), "/bench").await;
     let mut compat = PiClient::connect(&cand).await.unwrap();
     timed_calls_pi(&mut direct, 500).await;
     timed_calls_agent(&mut native, 500).await;
@@ -559,18 +562,7 @@ fn calls_mode(
         let (port, token) = relay.unwrap_or((0, String::new()));
         // `open` reads the candidate only for the compat door.
         let compat = match &compat_dir {
-            // Published just after the editor is ready: wait for it, 5 s at most.
-            Some(dir) => {
-                let mut found = None;
-                for _ in 0..500 {
-                    found = find_candidates(Path::new(dir), cwd).await.pop();
-                    if found.is_some() {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                found.unwrap_or_else(|| panic!("no compat entry in {dir} for {cwd}"))
-            }
+            Some(dir) => compat_candidate(Path::new(dir), cwd).await,
             None => pi_ide_broker::testkit::pi_client::Candidate {
                 port: 0,
                 pid: 0,
@@ -1132,9 +1124,9 @@ async fn against_relay(
             pin(b.pid, "1");
         }
     }
-    let compat = compat_candidate(root, cwd).await;
+    let compat = compat_candidate(&root.join("compat"), cwd).await;
     let compat_b = match d_b {
-        Some(b) => Some(compat_candidate(&b.root, cwd).await),
+        Some(b) => Some(compat_candidate(&b.root.join("compat"), cwd).await),
         None => None,
     };
     println!("\n{title}");
