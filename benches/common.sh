@@ -65,3 +65,13 @@ wait_daemon_ready() {
   done
   echo "the daemon did not report a ready editor" >&2; exit 1
 }
+
+# The calls-mode arguments for the door named by $DOOR (native, the default, or compat, which
+# pi-ide enters over loopback TCP), as the array $door.
+door_args() {
+  case "${DOOR:-native}" in
+    native) door=() ;;
+    compat) door=(--compat "$dir/compat") ;;
+    *) echo "DOOR is native or compat" >&2; exit 2 ;;
+  esac
+}

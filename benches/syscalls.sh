@@ -38,11 +38,8 @@ start_editor
 daemon_pid=$!
 pids+=("$daemon_pid")
 wait_daemon_ready
-case "${DOOR:-native}" in
-  native) broker=$(count "$daemon_pid" "$dir/run/sock") ;;
-  compat) broker=$(count "$daemon_pid" "$dir/run/sock" --compat "$dir/compat") ;;
-  *) echo "DOOR is native or compat" >&2; exit 2 ;;
-esac
+door_args
+broker=$(count "$daemon_pid" "$dir/run/sock" "${door[@]}")
 
 "$bench" --relay "$dir/relay.sock" "$port" >"$dir/relay.out" 2>"$dir/relay.err" &
 relay_pid=$!
