@@ -32,15 +32,9 @@ pub fn members_in<'a, const N: usize, const M: usize>(
     at: usize,
     inner: [&str; M],
 ) -> Option<([Option<&'a str>; N], Option<[Option<&'a str>; M]>)> {
-    let mut s = Scan {
-        text,
-        b: text.as_bytes(),
-        i: 0,
-    };
-    s.ws();
-    let found = s.object(wanted, at, inner)?;
-    s.ws();
-    (s.i == s.b.len()).then_some(found)
+    let b = text.as_bytes();
+    let (found, end) = object(text, ws(b, 0), &wanted, at, &inner)?;
+    (ws(b, end) == b.len()).then_some(found)
 }
 
 /// The text of a JSON string literal without its quotes, when it has no escapes (`None`
@@ -56,12 +50,6 @@ pub fn plain_u64(raw: &str) -> Option<u64> {
         return None;
     }
     raw.parse().ok()
-}
-
-struct Scan<'a> {
-    text: &'a str,
-    b: &'a [u8],
-    i: usize,
 }
 
 const ONES: u64 = 0x0101_0101_0101_0101;
@@ -106,256 +94,260 @@ fn long_run(b: &[u8], mut i: usize) -> Option<usize> {
     }
 }
 
-impl<'a> Scan<'a> {
-    #[inline(always)]
-    fn peek(&self) -> Option<u8> {
-        self.b.get(self.i).copied()
-    }
+// The scan is written as functions of (bytes, position) that return the position after what
+// they read: the cursor stays in a register rather than behind a `&mut self`.
 
-    #[inline(always)]
-    fn next(&mut self) -> Option<u8> {
-        let c = self.peek()?;
-        self.i += 1;
-        Some(c)
+/// Past any whitespace from `i`.
+#[inline(always)]
+fn ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+        i += 1;
     }
+    i
+}
 
-    #[inline(always)]
-    fn eat(&mut self, c: u8) -> Option<()> {
-        (self.next()? == c).then_some(())
-    }
-
-    #[inline(always)]
-    fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
-            self.i += 1;
+/// The next byte that is not whitespace, from `i`, and where it is. Compact JSON (the common
+/// case) costs one comparison: only a byte at or below a space can be whitespace.
+#[inline(always)]
+fn token(b: &[u8], i: usize) -> Option<(u8, usize)> {
+    match b.get(i) {
+        Some(&c) if c > b' ' => Some((c, i)),
+        _ => {
+            let i = ws(b, i);
+            Some((*b.get(i)?, i))
         }
     }
+}
 
-    /// An object from its `{`: the raw text of the members named in `wanted`, and of those
-    /// named in `inner` inside the object that is member `wanted[at]` (no inner object is
-    /// read when `at` is out of `wanted`'s range, as the plain readers pass it).
-    #[allow(clippy::type_complexity)]
-    fn object<const N: usize, const M: usize>(
-        &mut self,
-        wanted: [&str; N],
-        at: usize,
-        inner: [&str; M],
-    ) -> Option<([Option<&'a str>; N], Option<[Option<&'a str>; M]>)> {
-        let mut out = [None; N];
-        let mut nested = None;
-        self.eat(b'{')?;
-        self.ws();
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-            return Some((out, nested));
-        }
-        loop {
-            let k = self.key_in(&wanted)?;
-            self.ws();
-            self.eat(b':')?;
-            self.ws();
-            let start = self.i;
-            match self.peek()? {
-                b'{' if k == Some(at) => {
-                    nested = Some(self.object::<M, 0>(inner, M, [])?.0);
-                }
-                // The common scalars without the nesting machinery.
-                b'"' => {
-                    self.string()?;
-                }
-                b'-' | b'0'..=b'9' => self.number()?,
-                _ => self.value()?,
-            }
-            if let Some(k) = k {
-                if out[k].is_some() {
-                    return None;
-                }
-                out[k] = self.text.get(start..self.i);
-            }
-            self.ws();
-            match self.next()? {
-                b',' => self.ws(),
-                b'}' => return Some((out, nested)),
-                _ => return None,
-            }
-        }
+/// An object from its `{` at `i`: the raw text of the members named in `wanted`, and of those
+/// named in `inner` inside the object that is member `wanted[at]` (no inner object is read
+/// when `at` is out of `wanted`'s range, as the plain readers pass it); and where it ends.
+#[allow(clippy::type_complexity)]
+fn object<'a, const N: usize, const M: usize>(
+    text: &'a str,
+    i: usize,
+    wanted: &[&str; N],
+    at: usize,
+    inner: &[&str; M],
+) -> Option<(([Option<&'a str>; N], Option<[Option<&'a str>; M]>), usize)> {
+    let b = text.as_bytes();
+    let mut out = [None; N];
+    let mut nested = None;
+    if b.get(i) != Some(&b'{') {
+        return None;
     }
-
-    /// Which of `wanted` the member name at the cursor is (`Some(None)`: none of them),
-    /// compared as bytes where the name has no escapes; an escaped name (rare) is decoded by
-    /// serde_json first.
-    #[inline(always)]
-    fn key_in(&mut self, wanted: &[&str]) -> Option<Option<usize>> {
-        let start = self.i;
-        if self.string()? {
-            let name: String = serde_json::from_slice(self.b.get(start..self.i)?).ok()?;
-            return Some(wanted.iter().position(|w| *w == name));
-        }
-        let name = self.b.get(start + 1..self.i - 1)?;
-        Some(wanted.iter().position(|w| w.as_bytes() == name))
+    let (mut c, mut i) = token(b, i + 1)?;
+    if c == b'}' {
+        return Some(((out, nested), i + 1));
     }
-
-    /// A string, from its opening quote to past its closing one. `Some(true)` when it had
-    /// escapes. The text is UTF-8 already (it came from a `&str`).
-    #[inline(always)]
-    fn string(&mut self) -> Option<bool> {
-        let b = self.b;
-        let mut i = self.i;
-        if b.get(i) != Some(&b'"') {
+    loop {
+        if c != b'"' {
             return None;
         }
-        i += 1;
-        let mut escaped = false;
-        loop {
-            // Eight bytes at a time to the next byte that needs a look; a run longer than
-            // LONG_RUN goes to `long_run` (a file's contents in a diff, say).
-            let long_at = i + LONG_RUN;
-            while let Some(chunk) = b.get(i..i + 8) {
-                let w = u64::from_le_bytes(chunk.try_into().ok()?);
-                if let Some(at) = first_special(w) {
-                    i += at;
-                    break;
-                }
-                i += 8;
-                if i >= long_at {
-                    i = long_run(b, i)?;
-                    break;
-                }
-            }
-            let c = *b.get(i)?;
-            i += 1;
-            match c {
-                b'"' => {
-                    self.i = i;
-                    return Some(escaped);
-                }
-                b'\\' => {
-                    escaped = true;
-                    match *b.get(i)? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 1,
-                        b'u' => {
-                            let hex = b.get(i + 1..i + 5)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return None;
-                            }
-                            i += 5;
-                        }
-                        _ => return None,
-                    }
-                }
-                c if c < 0x20 => return None,
-                _ => {}
-            }
+        let (end, k) = key_in(b, i, wanted)?;
+        let (colon, j) = token(b, end)?;
+        if colon != b':' {
+            return None;
         }
-    }
-
-    fn digits(&mut self) -> Option<()> {
-        let start = self.i;
-        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-            self.i += 1;
-        }
-        (self.i > start).then_some(())
-    }
-
-    #[inline(always)]
-    fn number(&mut self) -> Option<()> {
-        if self.peek() == Some(b'-') {
-            self.i += 1;
-        }
-        match self.next()? {
-            b'0' => {}
-            b'1'..=b'9' => {
-                while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-                    self.i += 1;
-                }
+        let (v, start) = token(b, j + 1)?;
+        i = match v {
+            b'{' if k == Some(at) => {
+                let (found, end) = object::<M, 0>(text, start, inner, M, &[])?;
+                nested = Some(found.0);
+                end
             }
+            // The common scalars without the nesting machinery.
+            b'"' => string(b, start)?.0,
+            b'-' | b'0'..=b'9' => number(b, start)?,
+            _ => value(b, start)?,
+        };
+        if let Some(slot) = k.and_then(|k| out.get_mut(k)) {
+            if slot.is_some() {
+                return None;
+            }
+            *slot = text.get(start..i);
+        }
+        let (sep, j) = token(b, i)?;
+        match sep {
+            b',' => (c, i) = token(b, j + 1)?,
+            b'}' => return Some(((out, nested), j + 1)),
             _ => return None,
         }
-        if self.peek() == Some(b'.') {
-            self.i += 1;
-            self.digits()?;
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.i += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.i += 1;
+    }
+}
+
+/// The member name whose opening quote is at `i`: where it ends, and which of `wanted` it
+/// is (`None`: none of them), compared as bytes where the name has no escapes; an escaped
+/// name (rare) is decoded by serde_json first.
+#[inline(always)]
+fn key_in(b: &[u8], i: usize, wanted: &[&str]) -> Option<(usize, Option<usize>)> {
+    let (end, escaped) = string(b, i)?;
+    if escaped {
+        let name: String = serde_json::from_slice(b.get(i..end)?).ok()?;
+        return Some((end, wanted.iter().position(|w| *w == name)));
+    }
+    let name = b.get(i + 1..end - 1)?;
+    Some((end, wanted.iter().position(|w| w.as_bytes() == name)))
+}
+
+/// A string whose opening quote is at `i` (the caller has seen it): where it ends (past
+/// its closing quote), and whether it had escapes. The text is UTF-8 already (it came from
+/// a `&str`).
+#[inline(always)]
+fn string(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    i += 1;
+    let mut escaped = false;
+    loop {
+        // Eight bytes at a time to the next byte that needs a look; a run longer than
+        // LONG_RUN goes to `long_run` (a file's contents in a diff, say).
+        let long_at = i + LONG_RUN;
+        while let Some(chunk) = b.get(i..i + 8) {
+            let w = u64::from_le_bytes(chunk.try_into().ok()?);
+            if let Some(at) = first_special(w) {
+                i += at;
+                break;
             }
-            self.digits()?;
+            i += 8;
+            if i >= long_at {
+                i = long_run(b, i)?;
+                break;
+            }
         }
-        Some(())
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Option<()> {
-        let end = self.i + word.len();
-        (self.b.get(self.i..end)? == word).then(|| self.i = end)
-    }
-
-    /// One value of any kind, nesting followed without recursion: a bit per open container
-    /// (set for an object) says what closes it and whether members need names.
-    fn value(&mut self) -> Option<()> {
-        let mut objects: u128 = 0;
-        let mut depth: u32 = 0;
-        loop {
-            // A value starts here.
-            self.ws();
-            let opened = match self.peek()? {
-                c @ (b'{' | b'[') => {
-                    self.i += 1;
-                    self.ws();
-                    let close = if c == b'{' { b'}' } else { b']' };
-                    if self.peek() == Some(close) {
-                        self.i += 1;
-                        false
-                    } else {
-                        depth += 1;
-                        if depth > MAX_DEPTH {
+        let c = *b.get(i)?;
+        i += 1;
+        match c {
+            b'"' => return Some((i, escaped)),
+            b'\\' => {
+                escaped = true;
+                match *b.get(i)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 1,
+                    b'u' => {
+                        let hex = b.get(i + 1..i + 5)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
                             return None;
                         }
-                        objects = (objects << 1) | u128::from(c == b'{');
-                        if c == b'{' {
-                            self.string()?;
-                            self.ws();
-                            self.eat(b':')?;
-                        }
-                        true
+                        i += 5;
                     }
-                }
-                b'"' => {
-                    self.string()?;
-                    false
-                }
-                b't' => self.literal(b"true").map(|_| false)?,
-                b'f' => self.literal(b"false").map(|_| false)?,
-                b'n' => self.literal(b"null").map(|_| false)?,
-                _ => self.number().map(|_| false)?,
-            };
-            if opened {
-                continue;
-            }
-            // A value ended: close containers until one wants another member.
-            loop {
-                if depth == 0 {
-                    return Some(());
-                }
-                self.ws();
-                let in_object = objects & 1 == 1;
-                match self.next()? {
-                    b',' => {
-                        if in_object {
-                            self.ws();
-                            self.string()?;
-                            self.ws();
-                            self.eat(b':')?;
-                        }
-                        break;
-                    }
-                    b'}' if in_object => {}
-                    b']' if !in_object => {}
                     _ => return None,
                 }
-                depth -= 1;
-                objects >>= 1;
             }
+            c if c < 0x20 => return None,
+            _ => {}
+        }
+    }
+}
+
+/// Past the digits from `i`; `None` when there are none.
+fn digits(b: &[u8], start: usize) -> Option<usize> {
+    let mut i = start;
+    while b.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    (i > start).then_some(i)
+}
+
+/// A number from `i`: where it ends.
+#[inline(always)]
+fn number(b: &[u8], mut i: usize) -> Option<usize> {
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match *b.get(i)? {
+        b'0' => i += 1,
+        b'1'..=b'9' => {
+            i += 1;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+        }
+        _ => return None,
+    }
+    if b.get(i) == Some(&b'.') {
+        i = digits(b, i + 1)?;
+    }
+    if let Some(b'e' | b'E') = b.get(i) {
+        i += 1;
+        if let Some(b'+' | b'-') = b.get(i) {
+            i += 1;
+        }
+        i = digits(b, i)?;
+    }
+    Some(i)
+}
+
+/// `word` at `i`: where it ends.
+fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    let end = i + word.len();
+    (b.get(i..end)? == word).then_some(end)
+}
+
+/// A member name and its colon inside a nested object, from the name's opening quote (or
+/// whitespace before it): where the member's value may start.
+#[inline(always)]
+fn name_and_colon(b: &[u8], i: usize) -> Option<usize> {
+    let (q, i) = token(b, i)?;
+    if q != b'"' {
+        return None;
+    }
+    let (end, _) = string(b, i)?;
+    let (colon, i) = token(b, end)?;
+    (colon == b':').then_some(i + 1)
+}
+
+/// One value of any kind from `i`, nesting followed without recursion (a bit per open
+/// container, set for an object, says what closes it and whether members need names): where
+/// it ends.
+fn value(b: &[u8], mut i: usize) -> Option<usize> {
+    let mut objects: u128 = 0;
+    let mut depth: u32 = 0;
+    loop {
+        // A value starts here.
+        let (c, at) = token(b, i)?;
+        i = match c {
+            b'{' | b'[' => {
+                let close = if c == b'{' { b'}' } else { b']' };
+                let (next, j) = token(b, at + 1)?;
+                if next == close {
+                    j + 1
+                } else {
+                    depth += 1;
+                    if depth > MAX_DEPTH {
+                        return None;
+                    }
+                    objects = (objects << 1) | u128::from(c == b'{');
+                    i = if c == b'{' { name_and_colon(b, j)? } else { j };
+                    continue;
+                }
+            }
+            b'"' => string(b, at)?.0,
+            b't' => literal(b, at, b"true")?,
+            b'f' => literal(b, at, b"false")?,
+            b'n' => literal(b, at, b"null")?,
+            _ => number(b, at)?,
+        };
+        // A value ended: close containers until one wants another member.
+        loop {
+            if depth == 0 {
+                return Some(i);
+            }
+            let (c, at) = token(b, i)?;
+            let in_object = objects & 1 == 1;
+            match c {
+                b',' => {
+                    i = if in_object {
+                        name_and_colon(b, at + 1)?
+                    } else {
+                        at + 1
+                    };
+                    break;
+                }
+                b'}' if in_object => {}
+                b']' if !in_object => {}
+                _ => return None,
+            }
+            i = at + 1;
+            depth -= 1;
+            objects >>= 1;
         }
     }
 }
@@ -431,6 +423,16 @@ mod tests {
             "{\"a\":[1,]}",
             "{\"a\":[1 2]}",
             "{\"a\":{\"b\" 1}}",
+            "{\"a\":{\"b\":1,\"c\" 2}}",
+            "{\"a\":{\"b\":1,2}}",
+            "{\"a\":[{\"b\":1,\"c\"}]}",
+            "{\"a\":[1}}",
+            "{\"a\":{\"b\":1]}",
+            "{\"a\":[1]]}",
+            "{\"a\" 1}",
+            "{\"a\"x1}",
+            "{\"a\":{\"b\"x1}}",
+            "{\"a\":[{\"c\":2,\"b\"x1}]}",
             "{\"a\":\"unterminated}",
             "{\"a\":[}",
             "{'a':1}",
@@ -515,7 +517,9 @@ mod tests {
             object,
             any::<u16>(),
             0u8..4,
-            prop::sample::select(vec!['"', '\\', ',', '}', ']', '1', '.', ' ', '\u{1}']),
+            prop::sample::select(vec![
+                '"', '\\', ',', ':', '{', '}', '[', ']', '1', '.', ' ', '\u{1}',
+            ]),
         )
             .prop_map(|(mut s, at, how, c)| {
                 let at = usize::from(at) % (s.len() + 1);
