@@ -865,6 +865,11 @@ async fn run_link(
     tokio::pin!(deadline_added);
     let sleep = tokio::time::sleep_until(health.next_wake());
     tokio::pin!(sleep);
+    // Polled only once due or reset: a turn for an answer does not poll the timer.
+    let mut sleep = crate::woken::WhenWoken::new(sleep);
+    // The wake time is worked out again only after what it depends on may have changed (the
+    // health checks, the earliest deadline, the drain), not on every turn.
+    let mut rewake = true;
     let end = loop {
         if let Some(until) = draining {
             let owed = editor
@@ -875,22 +880,26 @@ async fn run_link(
                 break LinkEnd::Cancelled;
             }
         }
-        let mut wake = health.next_wake();
-        if let Some(at) = editor.next_deadline() {
-            wake = wake.min(at);
-        }
-        if let Some(until) = draining {
-            wake = wake.min(until);
-        }
-        if sleep.deadline() != wake {
-            sleep.as_mut().reset(wake);
+        if std::mem::take(&mut rewake) {
+            let mut wake = health.next_wake();
+            if let Some(at) = editor.next_deadline() {
+                wake = wake.min(at);
+            }
+            if let Some(until) = draining {
+                wake = wake.min(until);
+            }
+            if sleep.inner().deadline() != wake {
+                sleep.inner_mut().as_mut().reset(wake);
+            }
         }
         tokio::select! {
             biased;
             _ = &mut cancelled, if draining.is_none() => {
                 draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+                rewake = true;
             }
             _ = &mut sleep => {
+                rewake = true;
                 let now = tokio::time::Instant::now();
                 editor.expire_deadlines(now);
                 health.set_settings(host.config().health.clone());
@@ -927,6 +936,7 @@ async fn run_link(
                 };
                 match frame {
                     Frame::Pong(p) => {
+                        rewake = true;
                         let pong = health.on_pong(p, tokio::time::Instant::now());
                         if let Some(rtt) = pong.rtt {
                             let first = lock(&editor.link).rtt.replace(rtt).is_none();
@@ -965,6 +975,7 @@ async fn run_link(
             }
             // A short tool with an earlier deadline than we sleep to.
             _ = &mut deadline_added => {
+                rewake = true;
                 deadline_added.set(editor.deadline_added.notified());
             }
             // Frames queued while the socket was full (or sent before this task first ran).

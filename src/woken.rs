@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 /// `inner`, polled only on the task's first turn, after it woke the task, after it was ready
-/// (a channel may hold more), or when the task's waker changed. Only for futures that wake
-/// their waker before they become ready (those of tokio's `Notify`, `mpsc` and tokio-util's
-/// `CancellationToken` do).
+/// (a channel may hold more), after it was changed through [`WhenWoken::inner_mut`], or when
+/// the task's waker changed. Only for futures that wake their waker before they become ready
+/// (those of tokio's `Notify`, `mpsc` and `Sleep`, and tokio-util's `CancellationToken` do).
 pub struct WhenWoken<F> {
     inner: F,
     /// The waker the inner future holds, and the task waker it forwards to.
@@ -43,6 +43,20 @@ impl<F> WhenWoken<F> {
     /// Wraps `inner`.
     pub fn new(inner: F) -> Self {
         WhenWoken { inner, flag: None }
+    }
+
+    /// The inner future, to change it (e.g. a timer's deadline). Marks it to be polled on the
+    /// next turn: a changed future may need to register its waker afresh.
+    pub fn inner_mut(&mut self) -> &mut F {
+        if let Some((flag, _)) = &self.flag {
+            flag.woken.store(true, Ordering::Release);
+        }
+        &mut self.inner
+    }
+
+    /// The inner future, to read it.
+    pub fn inner(&self) -> &F {
+        &self.inner
     }
 }
 
