@@ -160,6 +160,22 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_inner_future_is_polled_once_on_the_next_turn() {
+        let (mut f, _open, _slot) = gate();
+        let waker = Waker::from(Arc::new(Task(AtomicUsize::new(0))));
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+        assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+        assert_eq!(f.inner().polls, 1);
+        // A reset timer, say: it must register again.
+        f.inner_mut().polls += 0;
+        assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+        assert_eq!(f.inner().polls, 2, "polled after the change");
+        assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+        assert_eq!(f.inner().polls, 2, "and only once");
+    }
+
+    #[test]
     fn a_new_task_waker_registers_again() {
         let (mut f, _open, slot) = gate();
         let first = Waker::from(Arc::new(Task(AtomicUsize::new(0))));
