@@ -167,12 +167,12 @@ mod tests {
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
         assert_eq!(f.inner().polls, 1);
-        // A reset timer, say: it must register again.
-        let _ = f.inner_mut();
+        // Changed (as a timer is reset): it must register again.
+        f.inner_mut().polls = 10;
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
-        assert_eq!(f.inner().polls, 2, "polled after the change");
+        assert_eq!(f.inner().polls, 11, "polled after the change");
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
-        assert_eq!(f.inner().polls, 2, "and only once");
+        assert_eq!(f.inner().polls, 11, "and only once");
     }
 
     #[test]
