@@ -923,9 +923,9 @@ async fn run_link(
                     break LinkEnd::Closed(why);
                 }
             }
-            // The editor's frames before the other wake-ups: a wake-up for an answer then polls
-            // only the cancellation and the timer (cheap while not due) before handling it.
-            // The timer goes first so a flood of frames cannot starve the health checks and
+            // The editor's frames before the other wake-ups: a wake-up for an answer then checks
+            // only the cancellation's and the timer's flags (both `WhenWoken`) before handling
+            // it. The timer goes first so a flood of frames cannot starve the health checks and
             // the deadline sweep (tokio's budget stops the stream, and the timer with it, once
             // per turn; whatever comes first in the next turn wins).
             frame = reader.next() => {
