@@ -265,6 +265,65 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
     );
 }
 
+/// A link that owes the editor only an unanswered `close_tab` stops when its one-second drain
+/// ends, not at its next health check: a frozen editor holds a shutdown no longer than that,
+/// and the frame written before the link closed still reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_editor_holds_a_shutdown_only_for_the_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("pi-ide")).unwrap();
+    // The next health check a minute away and the stop limit at 9 s: only the drain's own
+    // deadline can end the link within a few seconds.
+    let cfg = write_config(
+        root,
+        "shutdown_timeout_ms = 9000\n[health]\ninterval_ms = 60000",
+    );
+    let mut daemon = start_daemon(&cfg).await;
+    let fe = FakeEditor::start_in(&root.join("pi-ide"), Options::pi(&["/g"]))
+        .await
+        .unwrap();
+    let mut ev = fe.events();
+    daemon
+        .wait_line(&["editor ready", &format!("port={}", fe.port)])
+        .await;
+    let mut agent = Agent::open(&root.join("run/sock"), "/g", None).await;
+    agent.attached().await;
+    agent
+        .call_tool(
+            json!(1),
+            "openDiff",
+            pi_ide_broker::testkit::diff_args("/g/a", "a", "frozen-tab"),
+        )
+        .await;
+    eventually("the diff pending in the editor", || {
+        (fe.pending_diffs().len() == 1).then_some(())
+    })
+    .await;
+    fe.freeze(true);
+
+    let started = std::time::Instant::now();
+    daemon.signal(Signal::TERM);
+    let status = daemon.wait_exit().await;
+    let took = started.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        !daemon
+            .seen
+            .iter()
+            .any(|l| l.contains("did not stop in time")),
+        "the link outlived the stop limit"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped after {took:?}: the drain's second should end the link"
+    );
+    // The close_tab was written before the link closed: it waits in the editor's socket.
+    fe.freeze(false);
+    let args = next_tool_call(&mut ev, "close_tab").await;
+    assert_eq!(args["tab_name"], "frozen-tab");
+}
+
 #[test]
 fn unit_files_verify_and_parse() {
     let dir = tempfile::tempdir().unwrap();
