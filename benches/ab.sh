@@ -49,15 +49,17 @@ for i in range(1, runs + 1):
         second = bool(m.group(3))
         build = "X" if (order == "XY") != second else "Y"
         cpu_r, cpu_b = float(c[10]), float(c[11])
-        fig = {"b/r p50": c[5], "cpu b/r": f"{cpu_b / cpu_r:.3f}" if cpu_r else "n/a",
-               "cpu µs": c[11], "ctx": c[9], "broker+50 µs": c[4]}
+        relay99, broker99 = float(c[6]), float(c[7])
+        fig = {"b/r p50": c[5], "b/r p99": f"{broker99 / relay99:.3f}" if relay99 > 0.05 else "n/a",
+               "cpu b/r": f"{cpu_b / cpu_r:.3f}" if cpu_r else "n/a",
+               "cpu µs": c[11], "ctx": c[9], "broker+50 µs": c[4], "broker+99 µs": c[7]}
         d = rows.setdefault((scenario, int(m.group(1)), m.group(2), build), {})
         for k, v in fig.items():
             if v not in ("n/a", "-"):
                 d.setdefault(k, []).append(float(v))
 print(f"X = {x}\nY = {y}\n{runs} runs; median (min-max) of each figure, per build\n")
-names = ["b/r p50", "cpu b/r", "cpu µs", "ctx", "broker+50 µs"]
-print(f"{'':<26}{'':>6}" + "".join(f"{n:>26}" for n in names))
+names = ["b/r p50", "b/r p99", "cpu b/r", "cpu µs", "ctx", "broker+50 µs", "broker+99 µs"]
+print(f"{'':<32}{'':>6}" + "".join(f"{n:>28}" for n in names))
 for key in sorted(rows):
     d = rows[key]
     cells = []
@@ -65,5 +67,5 @@ for key in sorted(rows):
         v = d.get(n, [])
         cells.append(f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" if v else "n/a")
     label = f"{key[0]}, {key[1]} {key[2]}"
-    print(f"{label:<26}{key[3]:>6}" + "".join(f"{c:>26}" for c in cells))
+    print(f"{label:<32}{key[3]:>6}" + "".join(f"{c:>28}" for c in cells))
 PY
