@@ -6,6 +6,12 @@
 //! answer until the one before it is acknowledged, while Linux delays an ACK that has no data
 //! to ride on by up to 40 ms. Acknowledging at once while answers are still owed releases the
 //! next answer a loopback round trip later instead.
+//!
+//! Measured and not taken (README, Performance): capping the link's delayed ACK with
+//! `TCP_DELACK_MAX_US` (Linux 6.15+, two timer ticks at least) saves the `setsockopt` and the
+//! ACK, but a held answer then waits for the broker's next request or the cap (8 ms at
+//! HZ=250); and deferring the ACK to when the runtime parks saves nothing, since an answer and
+//! the next request almost never share a turn.
 
 use std::os::fd::{AsFd, OwnedFd};
 use tokio::net::TcpStream;
