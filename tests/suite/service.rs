@@ -169,21 +169,26 @@ async fn sighup_adds_a_lock_dir_and_a_broken_config_keeps_the_old_one() {
     assert!(daemon.wait_exit().await.success());
 }
 
+/// A daemon process on a config with `extra` at its top, and an in-process fake pi editor on
+/// `/g` that it has linked to (in-process, so a test can watch what the editor receives).
+async fn daemon_beside_editor(root: &std::path::Path, extra: &str) -> (Proc, FakeEditor) {
+    std::fs::create_dir_all(root.join("pi-ide")).unwrap();
+    let mut daemon = start_daemon(&write_config(root, extra)).await;
+    let fe = FakeEditor::start_in(&root.join("pi-ide"), Options::pi(&["/g"]))
+        .await
+        .unwrap();
+    daemon
+        .wait_line(&["editor ready", &format!("port={}", fe.port)])
+        .await;
+    (daemon, fe)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    std::fs::create_dir_all(root.join("pi-ide")).unwrap();
-    let cfg = write_config(root, "shutdown_timeout_ms = 3000");
-    let mut daemon = start_daemon(&cfg).await;
-    // An in-process fake editor, so the test can watch what it receives.
-    let fe = FakeEditor::start_in(&root.join("pi-ide"), Options::pi(&["/g"]))
-        .await
-        .unwrap();
+    let (mut daemon, fe) = daemon_beside_editor(root, "shutdown_timeout_ms = 3000").await;
     let mut ev = fe.events();
-    daemon
-        .wait_line(&["editor ready", &format!("port={}", fe.port)])
-        .await;
     let socket = root.join("run/sock");
     // A native session with a sticky key and a pending diff.
     let mut native = Agent::open(&socket, "/g", Some("keep-me")).await;
@@ -272,21 +277,14 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
 async fn a_frozen_editor_holds_a_shutdown_only_for_the_drain() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    std::fs::create_dir_all(root.join("pi-ide")).unwrap();
     // The next health check a minute away and the stop limit at 9 s: only the drain's own
     // deadline can end the link within a few seconds.
-    let cfg = write_config(
+    let (mut daemon, fe) = daemon_beside_editor(
         root,
         "shutdown_timeout_ms = 9000\n[health]\ninterval_ms = 60000",
-    );
-    let mut daemon = start_daemon(&cfg).await;
-    let fe = FakeEditor::start_in(&root.join("pi-ide"), Options::pi(&["/g"]))
-        .await
-        .unwrap();
+    )
+    .await;
     let mut ev = fe.events();
-    daemon
-        .wait_line(&["editor ready", &format!("port={}", fe.port)])
-        .await;
     let mut agent = Agent::open(&root.join("run/sock"), "/g", None).await;
     agent.attached().await;
     agent
