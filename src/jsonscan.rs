@@ -254,12 +254,7 @@ fn number(b: &[u8], mut i: usize) -> Option<usize> {
     }
     match *b.get(i)? {
         b'0' => i += 1,
-        b'1'..=b'9' => {
-            i += 1;
-            while b.get(i).is_some_and(u8::is_ascii_digit) {
-                i += 1;
-            }
-        }
+        b'1'..=b'9' => i = digits(b, i)?,
         _ => return None,
     }
     if b.get(i) == Some(&b'.') {
