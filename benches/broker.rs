@@ -405,7 +405,7 @@ fn proc_stat(pid: u32) -> (u64, u64, usize) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     // utime and stime, in clock ticks.
-    let field = |n| pi_ide_broker::lockfile::proc_stat_field(pid, n).unwrap_or(0);
+    let field = |n| pi_ide_broker::procinfo::procfs::stat_field(pid, n).unwrap_or(0);
     let ticks = field(14) + field(15);
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())

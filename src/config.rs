@@ -400,7 +400,7 @@ pub fn running_socket(record: &Path) -> Option<PathBuf> {
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     let pid = u32::try_from(v.get("pid")?.as_u64()?).ok()?;
     let socket = PathBuf::from(v.get("socket")?.as_str()?);
-    (crate::lockfile::pid_alive(pid) && socket.exists()).then_some(socket)
+    (crate::procinfo::alive(pid) && socket.exists()).then_some(socket)
 }
 
 #[cfg(test)]

@@ -385,14 +385,15 @@ impl Book {
     }
 }
 
-/// When process `pid` started, in clock ticks since boot (Linux `/proc`; elsewhere `None`).
+/// When process `pid` started, as an opaque token equal for the same process (Linux: clock
+/// ticks since boot; macOS: microseconds since the epoch; `None` where unknown).
 pub fn process_start_ticks(pid: u32) -> Option<u64> {
-    crate::lockfile::proc_stat_field(pid, 22)
+    crate::procinfo::start_token(pid)
 }
 
 /// True when `p` is still running: its pid is alive and (where known) started when it did.
 pub fn process_alive(p: &Process) -> bool {
-    if !crate::lockfile::pid_alive(p.pid) {
+    if !crate::procinfo::alive(p.pid) {
         return false;
     }
     match (p.start, process_start_ticks(p.pid)) {

@@ -1,6 +1,15 @@
 //! Watches every configured lock dir with `notify` and turns file-system events into
-//! `Upsert` / `Vanished` events for the registry. A dir that does not exist yet is watched
-//! through its nearest existing ancestor and picked up when it appears. Never deletes a file.
+//! `Upsert` / `Vanished` events for the registry. Never deletes a file.
+//!
+//! Two promises hold on every platform:
+//! - **A file has one name**: the dir as configured. FSEvents (macOS) reports canonical paths
+//!   (`/private/var/...` for `/var/...`, a symlink's target), inotify the spelling it was given;
+//!   each dir's canonical form is kept and event paths are mapped back, so the `known` and
+//!   `rejected` tables and every event the registry hears use the configured spelling.
+//! - **Only the lock dirs themselves are watched.** A missing dir is created (0700); if it
+//!   cannot be, it is polled every [`MISSING_DIR_POLL`] until it appears. Its ancestor is never
+//!   watched: FSEvents streams are recursive, so watching `$HOME` would wake the daemon on
+//!   every change under it.
 
 use crate::config::LockDirConfig;
 use crate::lockfile::{self, Lockfile, LockfileError};
@@ -51,6 +60,8 @@ pub fn watch(
         dirs,
         watcher,
         watched: HashSet::new(),
+        canonical: HashMap::new(),
+        missing: HashSet::new(),
         known: HashMap::new(),
         rejected: HashMap::new(),
         events,
@@ -63,8 +74,13 @@ struct LockDirWatcher {
     dirs: Vec<LockDirConfig>,
     /// The OS watcher (inotify / FSEvents).
     watcher: notify::RecommendedWatcher,
-    /// Paths currently registered with the OS watcher: each dir, or its nearest existing ancestor.
+    /// Dirs currently registered with the OS watcher, as configured.
     watched: HashSet<PathBuf>,
+    /// Each existing dir's canonical path → its configured spelling (event paths are mapped
+    /// back through it; refreshed with the watches, so a re-pointed symlink is followed).
+    canonical: HashMap<PathBuf, PathBuf>,
+    /// Configured dirs that neither exist nor could be created: polled, not watched.
+    missing: HashSet<PathBuf>,
     /// Lockfiles reported as valid, so a repeat event reports nothing and a removal is noticed.
     known: HashMap<PathBuf, Lockfile>,
     /// The last rejection reason per file, so a bad file is logged once, not on every event.
@@ -88,12 +104,20 @@ impl LockDirWatcher {
         let mut rescan = tokio::time::interval(rescan_interval);
         rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         rescan.tick().await;
+        let mut poll_missing = tokio::time::interval(MISSING_DIR_POLL);
+        poll_missing.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = rescan.tick() => {
                     self.refresh_watches();
                     self.rescan_all();
+                }
+                _ = poll_missing.tick(), if !self.missing.is_empty() => {
+                    if self.missing.iter().any(|d| d.is_dir()) {
+                        self.refresh_watches();
+                        self.rescan_all();
+                    }
                 }
                 Some(cmd) = commands.recv() => match cmd {
                     LockDirCommand::SetDirs(dirs, done) => {
@@ -146,20 +170,17 @@ impl LockDirWatcher {
             self.rescan_all();
             return;
         }
-        let mut dirs_to_rescan = Vec::new();
+        let mut dir_changed = false;
         for path in &event.paths {
-            if let Some(cfg) = self.dir_of_file(path) {
-                self.check_file(path, &cfg);
-            } else if self
-                .dirs
-                .iter()
-                .any(|d| d.path.starts_with(path) || path == &d.path)
-            {
-                // The dir itself, or an ancestor of a dir not created yet, changed.
-                dirs_to_rescan.push(path.clone());
+            let path = self.as_configured(path);
+            if let Some(cfg) = self.dir_of_file(&path) {
+                self.check_file(&path, &cfg);
+            } else if self.dirs.iter().any(|d| d.path == path) {
+                // The dir itself changed (removed, replaced, re-pointed).
+                dir_changed = true;
             }
         }
-        if !dirs_to_rescan.is_empty() {
+        if dir_changed {
             self.refresh_watches();
             self.rescan_all();
         }
@@ -170,13 +191,37 @@ impl LockDirWatcher {
         self.dirs.iter().find(|d| d.path == parent).cloned()
     }
 
-    /// Registers with the OS each dir that exists, or else its nearest existing ancestor.
+    /// `path` as the configured dirs spell it: a canonical dir, or a file in one, mapped back
+    /// to the dir's configured spelling; any other path unchanged.
+    fn as_configured(&self, path: &Path) -> PathBuf {
+        if let Some(dir) = self.canonical.get(path) {
+            return dir.clone();
+        }
+        match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) => match self.canonical.get(parent) {
+                Some(dir) => dir.join(name),
+                None => path.to_path_buf(),
+            },
+            _ => path.to_path_buf(),
+        }
+    }
+
+    /// Makes sure each dir exists (created 0700 if it did not), registers it with the OS
+    /// watcher, and records its canonical form; a dir that cannot be created is polled.
     fn refresh_watches(&mut self) {
-        let wanted: HashSet<PathBuf> = self
-            .dirs
-            .iter()
-            .filter_map(|d| nearest_existing(&d.path))
-            .collect();
+        self.missing.clear();
+        self.canonical.clear();
+        let mut wanted = HashSet::new();
+        for d in &self.dirs {
+            if ensure_dir(&d.path) {
+                if let Ok(real) = std::fs::canonicalize(&d.path) {
+                    self.canonical.insert(real, d.path.clone());
+                }
+                wanted.insert(d.path.clone());
+            } else {
+                self.missing.insert(d.path.clone());
+            }
+        }
         for stale in self
             .watched
             .difference(&wanted)
@@ -192,12 +237,8 @@ impl LockDirWatcher {
             }
             match self.watcher.watch(&path, RecursiveMode::NonRecursive) {
                 Ok(()) => {
-                    if self.dirs.iter().any(|d| d.path == path) {
-                        tracing::info!(dir = %path.display(), "watching lock dir");
-                        warn_if_shared(&path);
-                    } else {
-                        tracing::debug!(ancestor = %path.display(), "lock dir missing; watching its ancestor");
-                    }
+                    tracing::info!(dir = %path.display(), "watching lock dir");
+                    warn_if_shared(&path);
                     self.watched.insert(path);
                 }
                 Err(e) => {
@@ -318,9 +359,31 @@ fn stale_partial(path: &Path) -> bool {
         .is_some_and(|age| age > Duration::from_secs(2))
 }
 
-/// `path` if it is a directory, else its nearest ancestor that is.
-fn nearest_existing(path: &Path) -> Option<PathBuf> {
-    path.ancestors().find(|p| p.is_dir()).map(Path::to_path_buf)
+/// How often a lock dir that could not be created is looked for.
+pub const MISSING_DIR_POLL: Duration = Duration::from_secs(1);
+
+/// True if `dir` is a directory now: it was, or it has just been created (mode 0700, with any
+/// missing parents). A dir that cannot be created is told once per refresh at debug level (the
+/// poll finds it when something else creates it).
+fn ensure_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return true;
+    }
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => {
+            tracing::info!(dir = %dir.display(), "created missing lock dir (mode 0700)");
+            true
+        }
+        Err(e) => {
+            tracing::debug!(dir = %dir.display(), error = %e, "lock dir missing and cannot be created; polling for it");
+            false
+        }
+    }
 }
 
 #[cfg(test)]
@@ -339,6 +402,8 @@ mod tests {
             // without inotify, or after the kernel's event queue overflowed).
             watcher: notify::recommended_watcher(|_| {}).unwrap(),
             watched: HashSet::new(),
+            canonical: HashMap::new(),
+            missing: HashSet::new(),
             known: HashMap::new(),
             rejected: HashMap::new(),
             events,
@@ -380,6 +445,82 @@ mod tests {
             matches!(rx.try_recv(), Ok(LockEvent::Upsert(l)) if l.path == file),
             "an unchanged lockfile must be reported again"
         );
+    }
+
+    fn lockfile_text() -> String {
+        let me = std::process::id();
+        format!(r#"{{"pid":{me},"workspaceFolders":["/a"],"authToken":"0123456789abcdef"}}"#)
+    }
+
+    /// FSEvents names a file by its canonical path; the watcher must map it back to the dir
+    /// as configured (here: through a symlink), or the file is never matched to its dir.
+    #[test]
+    fn an_event_spelled_canonically_is_matched_to_the_dir_as_configured() {
+        let root = tempfile::tempdir().unwrap();
+        let real = root.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let (mut w, mut rx) = watcher(&link);
+        w.refresh_watches();
+        let canonical_file = std::fs::canonicalize(&real).unwrap().join("77.lock");
+        std::fs::write(&canonical_file, lockfile_text()).unwrap();
+        let event = notify::Event::new(EventKind::Create(notify::event::CreateKind::File))
+            .add_path(canonical_file.clone());
+        w.on_fs_event(Ok(event));
+        let configured = link.join("77.lock");
+        match rx.try_recv() {
+            Ok(LockEvent::Upsert(l)) => assert_eq!(l.path, configured),
+            other => panic!(
+                "expected an upsert of {}, got {other:?}",
+                configured.display()
+            ),
+        }
+        assert_eq!(
+            w.known.keys().collect::<Vec<_>>(),
+            vec![&configured],
+            "one name per file: the configured spelling"
+        );
+        // Its removal, spelled canonically too, is the same file vanishing.
+        std::fs::remove_file(&canonical_file).unwrap();
+        let event = notify::Event::new(EventKind::Remove(notify::event::RemoveKind::File))
+            .add_path(canonical_file);
+        w.on_fs_event(Ok(event));
+        assert!(matches!(rx.try_recv(), Ok(LockEvent::Vanished(p)) if p == configured));
+    }
+
+    #[test]
+    fn a_missing_lock_dir_is_created_private_and_watched_itself() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a/b/ide");
+        let (mut w, _rx) = watcher(&dir);
+        w.refresh_watches();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        assert_eq!(
+            w.watched,
+            HashSet::from([dir.clone()]),
+            "the dir, no ancestor"
+        );
+        assert!(w.missing.is_empty());
+    }
+
+    #[test]
+    fn a_lock_dir_that_cannot_be_created_is_polled_and_no_ancestor_is_watched() {
+        let root = tempfile::tempdir().unwrap();
+        let blocker = root.path().join("file");
+        std::fs::write(&blocker, "").unwrap();
+        let dir = blocker.join("ide");
+        let (mut w, _rx) = watcher(&dir);
+        w.refresh_watches();
+        assert!(w.watched.is_empty(), "nothing watched: {:?}", w.watched);
+        assert_eq!(w.missing, HashSet::from([dir.clone()]));
+        // Once something makes it possible, the next refresh takes the dir.
+        std::fs::remove_file(&blocker).unwrap();
+        w.refresh_watches();
+        assert!(w.missing.is_empty());
+        assert_eq!(w.watched, HashSet::from([dir]));
     }
 
     #[test]

@@ -156,12 +156,12 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
         return Err(LockfileError::TooLarge(text.len() as u64));
     }
     let lock = parse(&text, path, family, port)?;
-    if !pid_alive(lock.pid) {
+    if !crate::procinfo::alive(lock.pid) {
         return Err(LockfileError::DeadPid(lock.pid));
     }
     #[allow(clippy::useless_conversion)] // time_t is not i64 on every target
     let written = i64::try_from(stat.st_mtime).unwrap_or(i64::MAX);
-    if process_start_unix(lock.pid).is_some_and(|started| started > written + 1) {
+    if crate::procinfo::start_unix(lock.pid).is_some_and(|started| started > written + 1) {
         return Err(LockfileError::RecycledPid(lock.pid));
     }
     Ok(lock)
@@ -231,72 +231,9 @@ pub fn parse(
     })
 }
 
-/// Numeric field `field` of `/proc/<pid>/stat`, numbered as in proc(5) (22 is starttime),
-/// on Linux; `None` elsewhere or when the process is gone.
-pub fn proc_stat_field(pid: u32, field: usize) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields are counted from after the ")" that ends the command name (field 2), which
-    // may itself hold spaces and parentheses.
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(field.checked_sub(3)?)?
-        .parse()
-        .ok()
-}
-
-/// When process `pid` started, in unix seconds (Linux: `/proc`; elsewhere unknown).
-pub fn process_start_unix(pid: u32) -> Option<i64> {
-    // Field 22: starttime, in clock ticks since boot.
-    let start_ticks = i64::try_from(proc_stat_field(pid, 22)?).ok()?;
-    // USER_HZ is 100 on every Linux architecture Rust targets.
-    Some(boot_time()? + start_ticks / 100)
-}
-
-/// When this machine booted, in unix seconds (`btime` of `/proc/stat`), read once.
-fn boot_time() -> Option<i64> {
-    static BOOT: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
-    *BOOT.get_or_init(|| {
-        std::fs::read_to_string("/proc/stat")
-            .ok()?
-            .lines()
-            .find_map(|l| l.strip_prefix("btime "))?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
-/// `kill(pid, 0)`: alive, or alive but not ours (EPERM), as pi-ide decides.
-pub fn pid_alive(pid: u32) -> bool {
-    let Some(pid) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    else {
-        return false;
-    };
-    match rustix::process::test_kill_process(pid) {
-        Ok(()) => true,
-        Err(e) => e == rustix::io::Errno::PERM,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn proc_stat_fields_are_numbered_as_in_proc5() {
-        let me = std::process::id();
-        // Field 4 is the parent's pid; fields 1 and 2 (pid, name) are not numeric fields here.
-        assert_eq!(
-            proc_stat_field(me, 4),
-            Some(u64::from(std::os::unix::process::parent_id()))
-        );
-        assert_eq!(proc_stat_field(me, 2), None);
-        assert!(proc_stat_field(me, 22).is_some());
-    }
 
     fn p(name: &str) -> PathBuf {
         PathBuf::from("/x").join(name)
@@ -411,7 +348,7 @@ mod tests {
         let r = read(&path, Family::Pi);
         child.kill().unwrap();
         let _ = child.wait();
-        if process_start_unix(std::process::id()).is_some() {
+        if crate::procinfo::start_unix(std::process::id()).is_some() {
             assert!(matches!(r, Err(LockfileError::RecycledPid(_))), "{r:?}");
         }
         // The same file written after the process started is fine.
@@ -426,8 +363,8 @@ mod tests {
 
     #[test]
     fn pid_liveness() {
-        assert!(pid_alive(std::process::id()));
-        assert!(!pid_alive(0));
-        assert!(!pid_alive(u32::MAX));
+        assert!(crate::procinfo::alive(std::process::id()));
+        assert!(!crate::procinfo::alive(0));
+        assert!(!crate::procinfo::alive(u32::MAX));
     }
 }

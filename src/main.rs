@@ -79,6 +79,10 @@ enum Command {
     Service {
         #[command(subcommand)]
         action: ServiceAction,
+        /// The service manager to write for and call: launchd on macOS, systemd elsewhere by
+        /// default (another one prepares or shows a unit for another machine).
+        #[arg(long, value_enum, global = true)]
+        manager: Option<ManagerArg>,
     },
     /// Check everything between an agent and its editor, and say what to fix.
     ///
@@ -140,6 +144,15 @@ enum Command {
         #[arg(long, conflicts_with = "json")]
         watch: bool,
     },
+}
+
+/// `--manager` of `service`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ManagerArg {
+    /// systemd user units (Linux).
+    Systemd,
+    /// launchd LaunchAgents (macOS).
+    Launchd,
 }
 
 #[derive(Subcommand)]
@@ -370,7 +383,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(e) => Err(e.into()),
             }
         }
-        Command::Service { action } => service_cmd(action),
+        Command::Service { action, manager } => service_cmd(
+            action,
+            match manager {
+                None => service::Manager::here(),
+                Some(ManagerArg::Systemd) => service::Manager::Systemd,
+                Some(ManagerArg::Launchd) => service::Manager::Launchd,
+            },
+        ),
         Command::Remote { remote_socket } => {
             let here = config.socket_to_dial();
             let there = remote_socket.display();
@@ -468,6 +488,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 async fn run_daemon(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let logs = logging::init(&config);
+    // Where the service manager writes the log to a file (launchd), nothing else rotates it.
+    tokio::spawn(async {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
+        loop {
+            every.tick().await;
+            if let Err(e) = logging::trim_stderr_log() {
+                tracing::debug!(error = %e, "cannot check the log file's size");
+            }
+        }
+    });
     let shutdown = CancellationToken::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -524,8 +554,7 @@ async fn run_daemon(config: Config, config_path: Option<PathBuf>) -> anyhow::Res
     }
 }
 
-fn service_cmd(action: ServiceAction) -> anyhow::Result<ExitCode> {
-    let manager = service::Manager::here();
+fn service_cmd(action: ServiceAction, manager: service::Manager) -> anyhow::Result<ExitCode> {
     let bin = std::env::current_exe().context("cannot find this binary's path")?;
     let bin = std::fs::canonicalize(&bin).unwrap_or(bin);
     let home = pi_ide_broker::config::home_dir();
@@ -549,9 +578,9 @@ fn service_cmd(action: ServiceAction) -> anyhow::Result<ExitCode> {
         _ => None,
     };
     let unit = service::unit(manager, &bin, unit_config.as_deref(), &home, &config_home);
-    let show = |cmds: &[Vec<String>]| {
+    let show = |cmds: &[service::Step]| {
         cmds.iter()
-            .map(|c| c.join(" "))
+            .map(service::Step::shown)
             .collect::<Vec<_>>()
             .join("\n")
     };
@@ -579,7 +608,7 @@ fn service_cmd(action: ServiceAction) -> anyhow::Result<ExitCode> {
             std::fs::write(&unit.path, &unit.content)
                 .with_context(|| format!("cannot write {}", unit.path.display()))?;
             println!("wrote {}", unit.path.display());
-            run_or_print(&cmds, manager == service::Manager::Launchd)
+            run_steps(&cmds)
         }
         ServiceAction::Uninstall { dry_run } => {
             let cmds = service::commands(manager, &unit, false);
@@ -591,7 +620,7 @@ fn service_cmd(action: ServiceAction) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::SUCCESS);
             }
-            let code = run_or_print(&cmds, true)?;
+            let code = run_steps(&cmds)?;
             match std::fs::remove_file(&unit.path) {
                 Ok(()) => println!("removed {}", unit.path.display()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -607,7 +636,7 @@ fn service_cmd(action: ServiceAction) -> anyhow::Result<ExitCode> {
             Ok(code)
         }
         ServiceAction::Status => {
-            let cmd: Vec<String> = match manager {
+            let argv: Vec<String> = match manager {
                 service::Manager::Systemd => [
                     "systemctl",
                     "--user",
@@ -627,38 +656,28 @@ fn service_cmd(action: ServiceAction) -> anyhow::Result<ExitCode> {
                     ),
                 ],
             };
-            run_or_print(&[cmd], false)
+            run_steps(&[service::Step {
+                argv,
+                required: Some(
+                    "is the service installed? `pi-ide-broker service install` installs it".into(),
+                ),
+            }])
         }
     }
 }
 
-/// Runs each command; where the tool is missing (no systemd user session, a container),
-/// prints the exact commands to run instead. `tolerant` ignores failures (e.g. "not loaded").
-fn run_or_print(cmds: &[Vec<String>], tolerant: bool) -> anyhow::Result<ExitCode> {
-    for (i, c) in cmds.iter().enumerate() {
-        match std::process::Command::new(&c[0]).args(&c[1..]).status() {
-            Ok(s) if s.success() || tolerant => {}
-            Ok(s) => {
-                eprintln!(
-                    "`{}` failed ({s}). Run the rest by hand once it works:",
-                    c.join(" ")
-                );
-                for rest in &cmds[i..] {
-                    eprintln!("  {}", rest.join(" "));
-                }
-                return Ok(ExitCode::FAILURE);
+/// Runs the service manager's steps; a required one that fails is explained with its fix and
+/// the commands left to run by hand.
+fn run_steps(steps: &[service::Step]) -> anyhow::Result<ExitCode> {
+    match service::run_steps(steps) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err((i, err, fix)) => {
+            eprintln!("error: {err}\n{fix}.");
+            eprintln!("The commands left, to run by hand once that works:");
+            for rest in &steps[i..] {
+                eprintln!("  {}", rest.shown());
             }
-            Err(_) => {
-                eprintln!(
-                    "{} is not available here. Run these where your service manager is:",
-                    c[0]
-                );
-                for rest in &cmds[i..] {
-                    eprintln!("  {}", rest.join(" "));
-                }
-                return Ok(ExitCode::FAILURE);
-            }
+            Ok(ExitCode::FAILURE)
         }
     }
-    Ok(ExitCode::SUCCESS)
 }

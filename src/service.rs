@@ -179,37 +179,145 @@ fn xml_escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// The commands that activate (`install`) or deactivate (`uninstall`) the unit.
-pub fn commands(manager: Manager, unit: &UnitFile, install: bool) -> Vec<Vec<String>> {
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+/// One service-manager command of an install or uninstall, and what its failure means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The command line (program first).
+    pub argv: Vec<String>,
+    /// `None`: its failure is expected and harmless (stopping a unit that is not loaded).
+    /// `Some(fix)`: the step must succeed, and `fix` tells the user what to do when it fails.
+    pub required: Option<String>,
+}
+
+impl Step {
+    fn tolerated(argv: &[&str]) -> Step {
+        Step {
+            argv: argv.iter().map(|x| x.to_string()).collect(),
+            required: None,
+        }
+    }
+
+    fn required(argv: Vec<String>, fix: String) -> Step {
+        Step {
+            argv,
+            required: Some(fix),
+        }
+    }
+
+    /// The command as a user would type it.
+    pub fn shown(&self) -> String {
+        self.argv.join(" ")
+    }
+}
+
+/// Why a required step did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The program is not on this machine (no systemd user session, not a Mac).
+    #[error("{program} is not available here")]
+    Missing {
+        /// The program that was not found.
+        program: String,
+    },
+    /// The program ran and failed.
+    #[error("`{command}` failed ({status}){output}")]
+    Failed {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// What it printed to stderr, on a line of its own (empty if nothing).
+        output: String,
+    },
+}
+
+/// Runs `steps` in order, stopping at the first required step that fails; returns its index,
+/// the error and the fix. A tolerated step's failure is ignored.
+pub fn run_steps(steps: &[Step]) -> Result<(), (usize, StepError, String)> {
+    for (i, step) in steps.iter().enumerate() {
+        let Some((program, args)) = step.argv.split_first() else {
+            continue;
+        };
+        let fix = step.required.clone().unwrap_or_default();
+        match std::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+        {
+            Ok(out) if out.status.success() || step.required.is_none() => {}
+            Ok(out) => {
+                let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+                let output = if err.is_empty() {
+                    String::new()
+                } else {
+                    format!(":\n  {err}")
+                };
+                let e = StepError::Failed {
+                    command: step.shown(),
+                    status: out.status,
+                    output,
+                };
+                return Err((i, e, fix));
+            }
+            Err(_) if step.required.is_none() => {}
+            Err(_) => {
+                let program = program.clone();
+                return Err((i, StepError::Missing { program }, fix));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The steps that activate (`install`) or deactivate (`uninstall`) the unit. An install
+/// checks what it did: systemd's `enable --now` fails by itself when the unit cannot start,
+/// and launchd's `bootstrap` is followed by `launchctl print`, which fails unless the agent
+/// is really loaded.
+pub fn commands(manager: Manager, unit: &UnitFile, install: bool) -> Vec<Step> {
     let uid = rustix::process::getuid().as_raw();
+    let systemd_fix = "systemd has no user session here (a container, a system without \
+                       systemd, or a login without `loginctl enable-linger $USER`); run the \
+                       daemon with `pi-ide-broker daemon` instead, or let the pi extension \
+                       start it"
+        .to_string();
+    let domain = format!("gui/{uid}");
+    let target = format!("{domain}/{LAUNCHD_LABEL}");
+    let plist = unit.path.display().to_string();
+    let launchd_fix = format!(
+        "launchd has no GUI session for this user here (over SSH, or before anyone logged in \
+         at the Mac's screen). The agent is written to {plist} and loads at your next login; \
+         to start it now, run `launchctl bootstrap {domain} {plist}` from Terminal on the Mac \
+         itself, or run `pi-ide-broker daemon` in the meantime"
+    );
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     match (manager, install) {
         (Manager::Systemd, true) => vec![
-            s(&["systemctl", "--user", "daemon-reload"]),
-            s(&["systemctl", "--user", "enable", "--now", SYSTEMD_NAME]),
+            Step::required(
+                s(&["systemctl", "--user", "daemon-reload"]),
+                systemd_fix.clone(),
+            ),
+            Step::required(
+                s(&["systemctl", "--user", "enable", "--now", SYSTEMD_NAME]),
+                format!(
+                    "{systemd_fix}. If systemd runs, `journalctl --user -u {SYSTEMD_NAME}` \
+                     says why the service did not start"
+                ),
+            ),
         ],
         (Manager::Systemd, false) => vec![
-            s(&["systemctl", "--user", "disable", "--now", SYSTEMD_NAME]),
-            s(&["systemctl", "--user", "daemon-reload"]),
+            Step::tolerated(&["systemctl", "--user", "disable", "--now", SYSTEMD_NAME]),
+            Step::tolerated(&["systemctl", "--user", "daemon-reload"]),
         ],
         (Manager::Launchd, true) => vec![
-            s(&[
-                "launchctl",
-                "bootout",
-                &format!("gui/{uid}/{LAUNCHD_LABEL}"),
-            ]),
-            vec![
-                "launchctl".into(),
-                "bootstrap".into(),
-                format!("gui/{uid}"),
-                unit.path.display().to_string(),
-            ],
+            // Not loaded yet on a first install: its failure is expected.
+            Step::tolerated(&["launchctl", "bootout", &target]),
+            Step::required(
+                s(&["launchctl", "bootstrap", &domain, &plist]),
+                launchd_fix.clone(),
+            ),
+            Step::required(s(&["launchctl", "print", &target]), launchd_fix),
         ],
-        (Manager::Launchd, false) => vec![s(&[
-            "launchctl",
-            "bootout",
-            &format!("gui/{uid}/{LAUNCHD_LABEL}"),
-        ])],
+        (Manager::Launchd, false) => vec![Step::tolerated(&["launchctl", "bootout", &target])],
     }
 }
 

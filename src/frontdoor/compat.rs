@@ -119,7 +119,7 @@ fn clean_leftovers(dir: &Path) {
             .and_then(Value::as_u64)
             .and_then(|p| u32::try_from(p).ok())
             .unwrap_or(0);
-        if pid != std::process::id() && !crate::lockfile::pid_alive(pid) {
+        if pid != std::process::id() && !crate::procinfo::alive(pid) {
             tracing::info!(file = %path.display(), "removing a virtual lockfile left by a broker that died");
             let _ = std::fs::remove_file(&path);
         }

@@ -180,13 +180,7 @@ pub async fn bind(path: &Path) -> Result<tokio::net::UnixListener, SocketError> 
             }
         }
     }
-    let fd = rustix::net::socket_with(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::STREAM,
-        rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
-        None,
-    )
-    .map_err(|e| io("cannot create socket", path)(e.into()))?;
+    let fd = unix_stream_socket().map_err(|e| io("cannot create socket", path)(e.into()))?;
     let addr = rustix::net::SocketAddrUnix::new(path)
         .map_err(|e| io("socket path too long", path)(e.into()))?;
     rustix::net::bind(&fd, &addr).map_err(|e| io("cannot bind", path)(e.into()))?;
@@ -195,6 +189,34 @@ pub async fn bind(path: &Path) -> Result<tokio::net::UnixListener, SocketError> 
     rustix::net::listen(&fd, 1024).map_err(|e| io("cannot listen on", path)(e.into()))?;
     let std_listener = std::os::unix::net::UnixListener::from(fd);
     tokio::net::UnixListener::from_std(std_listener).map_err(io("cannot register socket", path))
+}
+
+/// A new Unix stream socket, close-on-exec and non-blocking. Where the kernel takes both
+/// flags at creation (Linux, the BSDs) they are set atomically; Apple's `socket(2)` takes no
+/// flags, so there they are set with `fcntl` right after (the daemon forks nothing before the
+/// socket is bound, so the window where it lacks close-on-exec holds no `exec`).
+fn unix_stream_socket() -> rustix::io::Result<std::os::fd::OwnedFd> {
+    #[cfg(not(target_vendor = "apple"))]
+    {
+        rustix::net::socket_with(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+            None,
+        )
+    }
+    #[cfg(target_vendor = "apple")]
+    {
+        let fd = rustix::net::socket(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            None,
+        )?;
+        rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
+        let fl = rustix::fs::fcntl_getfl(&fd)?;
+        rustix::fs::fcntl_setfl(&fd, fl | OFlags::NONBLOCK)?;
+        Ok(fd)
+    }
 }
 
 /// Takes a listener passed by systemd socket activation (`LISTEN_FDS`/`LISTEN_PID`), if any.

@@ -249,7 +249,7 @@ async fn log_lines_at_the_default_level_name_their_session_and_editor() {
 /// The daemon's minor page faults so far (`minflt`, field 10 of `/proc/PID/stat`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn minor_faults(pid: u32) -> u64 {
-    pi_ide_broker::lockfile::proc_stat_field(pid, 10).expect("minflt from /proc/PID/stat")
+    pi_ide_broker::procinfo::procfs::stat_field(pid, 10).expect("minflt from /proc/PID/stat")
 }
 
 /// A 1 MiB call passes through about four large buffers in the daemon, all freed when the call

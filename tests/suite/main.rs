@@ -12,6 +12,7 @@ mod doctor;
 mod faults;
 mod hostile;
 mod identity;
+mod lockdirs;
 mod pi_extension;
 mod remote;
 mod service;

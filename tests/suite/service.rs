@@ -365,7 +365,7 @@ fn unit_files_verify_and_parse() {
     );
     let p = dir.path().join("agent.plist");
     std::fs::write(&p, &plist.content).unwrap();
-    match std::process::Command::new("python3").args(["-c", "import plistlib,sys; d=plistlib.load(open(sys.argv[1],'rb')); assert d['Label']=='dev.pi-ide-broker' and d['RunAtLoad'] and d['ProcessType']=='Interactive' and d['KeepAlive']=={'SuccessfulExit': False} and d['ProgramArguments'][1:3]==['--config', sys.argv[2]] and d['ProgramArguments'][3]=='daemon', d"]).arg(&p).arg(dir.path().join("my config.toml")).output() {
+    match std::process::Command::new("python3").args(["-c", "import plistlib,sys; d=plistlib.load(open(sys.argv[1],'rb')); assert d['Label']=='dev.pi-ide-broker' and d['RunAtLoad'] and d['ProcessType']=='Interactive' and d['KeepAlive']=={'Crashed': True} and d['Umask']==0o077 and d['ProgramArguments'][1:3]==['--config', sys.argv[2]] and d['ProgramArguments'][3]=='daemon', d"]).arg(&p).arg(dir.path().join("my config.toml")).output() {
         Ok(out) => assert!(out.status.success(), "plist: {}", String::from_utf8_lossy(&out.stderr)),
         Err(_) => eprintln!("SKIPPED plist parse: python3 is not installed here"),
     }
@@ -401,4 +401,117 @@ async fn service_install_dry_run_snapshot() {
         !dir.path().join("cfg/systemd").exists(),
         "a dry run writes nothing"
     );
+}
+
+/// `service --manager launchd install --dry-run` prints a plist that parses (Python's
+/// plistlib, an independent reader) with the keys that keep it well-behaved under launchd.
+#[tokio::test]
+async fn launchd_dry_run_prints_a_plist_that_parses_with_umask_and_crash_only_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = within(
+        "dry run",
+        Command::new(broker_bin())
+            .args(["service", "--manager", "launchd", "install", "--dry-run"])
+            .env("HOME", dir.path())
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let plist_path = dir
+        .path()
+        .join("Library/LaunchAgents/dev.pi-ide-broker.plist");
+    let body = text
+        .strip_prefix(&format!("would write {}:\n", plist_path.display()))
+        .and_then(|rest| rest.split_once("\nwould run:\n"))
+        .map(|(plist, _)| plist.to_string())
+        .unwrap_or_else(|| panic!("unexpected dry run output:\n{text}"));
+    let uid = rustix::process::getuid().as_raw();
+    assert!(
+        text.contains(&format!(
+            "launchctl bootstrap gui/{uid} {}",
+            plist_path.display()
+        )) && text.contains(&format!("launchctl print gui/{uid}/dev.pi-ide-broker")),
+        "the install is checked after it: {text}"
+    );
+    let p = dir.path().join("printed.plist");
+    std::fs::write(&p, body).unwrap();
+    let check = "import plistlib,sys; d=plistlib.load(open(sys.argv[1],'rb')); \
+        assert d['Umask']==0o077 and d['KeepAlive']=={'Crashed': True} and d['ProgramArguments'][-1]=='daemon', d";
+    let out = Command::new("python3")
+        .args(["-c", check])
+        .arg(&p)
+        .output()
+        .await
+        .expect("python3 runs (CI installs it)");
+    assert!(
+        out.status.success(),
+        "plist: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!plist_path.exists(), "a dry run writes nothing");
+}
+
+/// A `launchctl` that fails as it does over SSH (no GUI domain): the install says so, with
+/// the fix, and exits non-zero instead of reporting success.
+#[tokio::test]
+async fn launchd_install_with_a_failing_launchctl_exits_non_zero_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let calls = dir.path().join("calls");
+    let fake = bin.join("launchctl");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\ncase \"$1\" in\n  bootout) exit 3 ;;\n  bootstrap) echo 'Bootstrap failed: 125: Domain does not support specified action' >&2; exit 125 ;;\nesac\nexit 0\n",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = within(
+        "install",
+        Command::new(broker_bin())
+            .args(["service", "--manager", "launchd", "install"])
+            .env("HOME", dir.path())
+            .env("PATH", path)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Domain does not support specified action")
+            && err.contains("no GUI session")
+            && err.contains("loads at your next login")
+            && err.contains("launchctl bootstrap gui/"),
+        "the failure and its fix: {err}"
+    );
+    let called = std::fs::read_to_string(&calls).unwrap();
+    assert!(
+        called.contains("bootout") && called.contains("bootstrap"),
+        "{called}"
+    );
+    assert!(
+        !called.contains("print"),
+        "nothing after the failed step: {called}"
+    );
+    // The plist is written (launchd loads it at the next login), private to the user.
+    assert!(dir
+        .path()
+        .join("Library/LaunchAgents/dev.pi-ide-broker.plist")
+        .exists());
 }
