@@ -10,7 +10,7 @@
 // PI_IDE_BROKER_BIN override `socket` and `command`.
 
 import { execFile } from "node:child_process";
-import { tmpdir } from "node:os";
+import { statSync } from "node:fs";
 import { join } from "node:path";
 
 /** What the extension was configured to do. */
@@ -45,11 +45,30 @@ export function readOptions(settings: unknown, env: NodeJS.ProcessEnv): Options 
 /** Where the broker keeps its socket and log, as the broker itself resolves them. */
 export type BrokerPaths = { socket: string; log: string | undefined };
 
-/** The socket path without asking the binary: the daemon's own defaults. */
-export function defaultSocket(env: NodeJS.ProcessEnv, uid: number): string {
+/** True when `dir` is a directory owned by `uid`. */
+function ownDir(dir: string, uid: number): boolean {
+	try {
+		const st = statSync(dir);
+		return st.isDirectory() && st.uid === uid;
+	} catch {
+		return false;
+	}
+}
+
+/** The socket path without asking the binary: the daemon's own defaults, in its order
+ * (`Config::socket_path`): `PI_IDE_BROKER_SOCKET`, `$XDG_RUNTIME_DIR`, `/run/user/<uid>` when
+ * it is ours, else `$TMPDIR` or `/tmp` as Rust's `temp_dir` reads it (node's `os.tmpdir()`
+ * also reads `TMP` and `TEMP`, which the daemon never does). */
+export function defaultSocket(
+	env: NodeJS.ProcessEnv,
+	uid: number,
+	isOwnDir: (dir: string, uid: number) => boolean = ownDir,
+): string {
 	if (env.PI_IDE_BROKER_SOCKET) return env.PI_IDE_BROKER_SOCKET;
 	if (env.XDG_RUNTIME_DIR) return join(env.XDG_RUNTIME_DIR, "pi-ide-broker", "sock");
-	return join(tmpdir(), `pi-ide-broker-${uid}`, "sock");
+	const runUser = `/run/user/${uid}`;
+	if (isOwnDir(runUser, uid)) return join(runUser, "pi-ide-broker", "sock");
+	return join(env.TMPDIR || "/tmp", `pi-ide-broker-${uid}`, "sock");
 }
 
 /** Asks `<command> paths --json` (so a config file's `socket` key counts); falls back to the

@@ -17,6 +17,12 @@ test("the socket is found where the daemon puts it", () => {
 	assert.equal(defaultSocket({ PI_IDE_BROKER_SOCKET: "/a/sock" }, 1), "/a/sock");
 	assert.equal(defaultSocket({ XDG_RUNTIME_DIR: "/run/user/7" }, 7), "/run/user/7/pi-ide-broker/sock");
 	assert.match(defaultSocket({}, 7), /pi-ide-broker-7\/sock$/);
+	// The daemon's order: its logind runtime dir when ours, else TMPDIR, else /tmp; never
+	// node's TMP/TEMP (Rust's temp_dir does not read them), so both sides agree on a Mac.
+	const none = () => false;
+	assert.equal(defaultSocket({}, 7, (d) => d === "/run/user/7"), "/run/user/7/pi-ide-broker/sock");
+	assert.equal(defaultSocket({ TMPDIR: "/var/folders/x/T/" }, 7, none), "/var/folders/x/T/pi-ide-broker-7/sock");
+	assert.equal(defaultSocket({ TMP: "/elsewhere", TEMP: "/else" }, 7, none), "/tmp/pi-ide-broker-7/sock");
 });
 
 test("session path carries cwd, key, dialect and the inherited key", () => {
