@@ -386,7 +386,7 @@ async fn extension_unit_tests_pass() {
         .filter(|p| p.to_string_lossy().ends_with(".test.ts"))
         .collect();
     files.sort();
-    assert!(files.len() >= 4, "{files:?}");
+    assert!(files.len() >= 5, "{files:?}");
     let out = pi_ide_broker::testkit::within(
         "node --test",
         tokio::process::Command::new(&pi.node)
