@@ -11,6 +11,7 @@ import { readFile } from "node:fs/promises";
 import { basename } from "node:path";
 import { BrokerLink, LinkLost, type Attached } from "./src/broker.ts";
 import { applySelection, diagnosticsBlock, editorBlock, emptyState, widgetText } from "./src/context.ts";
+import { FirstAttach } from "./src/first_attach.ts";
 import { applyEdits, parseDiffResult, tabName, toolPath, type Edit } from "./src/diff.ts";
 import { readOptions, resolvePaths, type Options } from "./src/options.ts";
 import { parseSuggestions, splitModel, SUGGESTION_SYSTEM_PROMPT, suggestionPrompt, type SuggestionParams } from "./src/suggest.ts";
@@ -18,11 +19,31 @@ import { parseSuggestions, splitModel, SUGGESTION_SYSTEM_PROMPT, suggestionPromp
 const WIDGET = "pi-ide-broker";
 const CONTEXT_TYPE = "pi-ide-broker.editor-context";
 const SUGGESTION_FLAG = "pi-ide-suggestion-model";
-/** A frozen editor may delay an LLM call by at most this much. */
-const DIAGNOSTICS_TIMEOUT_MS = 1000;
+/** How long the extension may hold up an LLM call. */
+export type Limits = {
+	/** A frozen editor (or a first attach still in flight) delays an LLM call by at most this. */
+	diagnosticsMs: number;
+	/** The first LLM call of a session waits at most this long for the session's first attach
+	 * (within `diagnosticsMs`). */
+	firstAttachMs: number;
+};
+
+/** The limits pi runs the extension with. */
+export const DEFAULT_LIMITS: Limits = { diagnosticsMs: 1000, firstAttachMs: 300 };
 /** How long a write/edit waits for a dropped broker link to come back before it is blocked. */
 const REATTACH_WAIT_MS = 3000;
 const SPINNER = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+/** The session whose editor a starting session takes: the one a `/new` or `/fork` replaced,
+ * else the parent named in the session's header (a fork that a host such as pi-web opens as
+ * a session of its own). The broker ignores it for a key that has an editor already. */
+function inheritFrom(
+	event: { reason: string; previousSessionFile?: string },
+	c: ExtensionContext,
+): string | undefined {
+	const replaced = event.reason === "new" || event.reason === "fork" ? previousSessionId(event.previousSessionFile) : undefined;
+	return replaced ?? previousSessionId(c.sessionManager.getHeader?.()?.parentSession);
+}
 
 /** The session id of the session a `/new` or `/fork` replaced, from its file name
  * (`<timestamp>_<session-id>.jsonl`). */
@@ -34,7 +55,17 @@ export function previousSessionId(file: string | undefined): string | undefined 
 	return id || undefined;
 }
 
+/** The extension as pi loads it. */
 export default function piIdeBroker(pi: ExtensionAPI) {
+	createPiIdeBroker(DEFAULT_LIMITS)(pi);
+}
+
+/** The extension with these limits (tests shorten or stretch them). */
+export function createPiIdeBroker(limits: Limits) {
+	return (pi: ExtensionAPI) => wire(pi, limits);
+}
+
+function wire(pi: ExtensionAPI, limits: Limits) {
 	pi.registerFlag(SUGGESTION_FLAG, {
 		type: "string",
 		description: "Model for inline suggestions in the editor (provider/id); default: the session's model.",
@@ -54,6 +85,7 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 	let spinner: ReturnType<typeof setInterval> | null = null;
 	let frame = 0;
 	let attachWaiters: (() => void)[] = [];
+	const firstAttach = new FirstAttach();
 	/** The editor id of the last attachment. */
 	let lastEditor: string | null = null;
 	let lastName = "the editor";
@@ -97,10 +129,12 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 		notify(`${switched ? "Switched to" : nextAttachToast} ${a.ideName}`);
 		nextAttachToast = "Reconnected to";
 		for (const w of attachWaiters.splice(0)) w();
+		firstAttach.settle();
 		render();
 	};
 
 	const onDetached = (reason: string) => {
+		firstAttach.settle();
 		if (reason.includes("shutting down")) {
 			// The broker is restarting: the link will come back and re-attach; keep reviewing.
 			render();
@@ -137,14 +171,17 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 					if (reconnected) nextAttachToast = "Reconnected to";
 					void l.request("broker/editors", {}, 5000).then(
 						(r: { attached?: string | null; editors?: unknown[] }) => {
+							// Answered after the attach notice, if the broker placed the session.
+							if (!r?.attached) firstAttach.settle();
 							if (!r?.attached && Array.isArray(r?.editors) && r.editors.length > 1) {
 								notify(`${r.editors.length} editors match ${c.cwd}; choose one with /ide`, "warning");
 							}
 						},
-						() => {},
+						() => firstAttach.settle(),
 					);
 				},
 				onDown: () => render(),
+				onUnreachable: () => firstAttach.settle(),
 				onNotification: (method, params) => {
 					if (method === "selection_changed" && applySelection(state, params, l.attached?.folders[0])) render();
 				},
@@ -219,8 +256,8 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 		options = readOptions(pi.getSettings?.(), process.env);
 		nextAttachToast = event.reason === "startup" ? "Auto-connected to" : "Reconnected to";
 		if (!options.autoconnect) return;
-		const inherit = event.reason === "new" || event.reason === "fork" ? previousSessionId(event.previousSessionFile) : undefined;
-		await openLink(c, { session: sessionKey(c), inherit });
+		firstAttach.begin();
+		await openLink(c, { session: sessionKey(c), inherit: inheritFrom(event, c) });
 	});
 
 	pi.on("session_shutdown", () => {
@@ -232,6 +269,7 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 		spinner = null;
 		suggesting = 0;
 		for (const w of attachWaiters.splice(0)) w();
+		firstAttach.settle();
 		ctx?.ui.setWidget(WIDGET, undefined);
 	});
 
@@ -293,21 +331,25 @@ export default function piIdeBroker(pi: ExtensionAPI) {
 	});
 
 	pi.on("context", async (event) => {
+		const began = Date.now();
+		// A host that prompts at once (pi-web) gets here before the first attach: wait for it.
+		await firstAttach.wait(Math.min(limits.firstAttachMs, limits.diagnosticsMs));
 		const l = link;
 		if (!l?.attached) return;
 		const last = event.messages[event.messages.length - 1] as { role?: string } | undefined;
 		const onPrompt = last?.role === "user";
 		const blocks: string[] = [];
-		if (onPrompt) {
-			const b = editorBlock(state);
-			if (b) blocks.push(b);
-		}
+		const budget = limits.diagnosticsMs - (Date.now() - began);
 		let diagnostics: string | null = null;
 		try {
-			diagnostics = diagnosticsBlock(await l.callTool("getDiagnostics", {}, DIAGNOSTICS_TIMEOUT_MS));
+			if (budget > 0) diagnostics = diagnosticsBlock(await l.callTool("getDiagnostics", {}, budget));
 		} catch {
 			diagnostics = null;
 		}
+		// Read after the diagnostics: the selection the broker replays right after an attach
+		// is in by then.
+		const editor = onPrompt ? editorBlock(state) : null;
+		if (editor) blocks.push(editor);
 		if (diagnostics && (onPrompt || diagnostics !== lastDiagnostics)) blocks.push(diagnostics);
 		lastDiagnostics = diagnostics;
 		if (blocks.length === 0) return;

@@ -14,6 +14,7 @@ mod hostile;
 mod identity;
 mod lockdirs;
 mod pi_extension;
+mod pi_web;
 mod remote;
 mod service;
 mod sessions;

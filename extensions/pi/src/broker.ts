@@ -49,6 +49,8 @@ export type LinkEvents = {
 	/** The socket dropped (the attachment with it); a reconnect is scheduled unless the link
 	 * was closed. */
 	onDown?: (why: string) => void;
+	/** A dial failed before the socket opened (no broker answers there); redialling goes on. */
+	onUnreachable?: (why: string) => void;
 	/** A notification from the editor (selection_changed, at_mentioned, …). */
 	onNotification?: (method: string, params: unknown) => void;
 	/** The daemon was started by us; where it logs. */
@@ -215,6 +217,7 @@ export class BrokerLink {
 		// the link is back.
 		this.attached = null;
 		if (wasOpen) this.events.onDown?.(why);
+		else if (reconnect) this.events.onUnreachable?.(why);
 		if (reconnect && !this.closed) {
 			const delay = backoffDelay(this.attempt++);
 			this.timer = setTimeout(() => {

@@ -29,6 +29,7 @@ pub struct TestBroker {
 /// A config for a test broker rooted at `root`.
 pub mod fake_model;
 pub mod pi;
+pub mod pi_web;
 pub mod process;
 
 pub fn test_config(root: &std::path::Path) -> Config {
