@@ -855,6 +855,9 @@ async fn run_link(
     // the broker sent on its own behalf (close_tab for orphaned diffs): closing at once would
     // reset the connection and the editor could lose those frames unread.
     let mut draining: Option<tokio::time::Instant> = None;
+    // The close frame owed to the editor when the link ends (RFC 6455 §5.5.1, §7.4): its own
+    // Close echoed, or the code of the framing rule it broke.
+    let mut owed_close: Option<u16> = None;
     // Made once and reset only when the wake time moves: a new timer (or a new registration
     // with the token) per frame would cost a timer-wheel insert and removal per call.
     let cancelled = editor.cancel.cancelled();
@@ -932,7 +935,10 @@ async fn run_link(
                 let frame = match frame {
                     Ok(Some(f)) => f,
                     Ok(None) => break LinkEnd::Closed("connection closed".into()),
-                    Err(e) => break LinkEnd::Closed(e.to_string()),
+                    Err(e) => {
+                        owed_close = e.close_code();
+                        break LinkEnd::Closed(e.to_string());
+                    }
                 };
                 match frame {
                     Frame::Pong(p) => {
@@ -956,6 +962,7 @@ async fn run_link(
                         }
                     }
                     Frame::Close(c) => {
+                        owed_close = Some(c.unwrap_or(1000));
                         break LinkEnd::Closed(format!("closed by editor ({})", c.map_or_else(|| "no code".into(), |c| c.to_string())));
                     }
                     other => {
@@ -985,12 +992,28 @@ async fn run_link(
         }
     };
     let out = editor.out.take();
-    if let (LinkEnd::Cancelled, Some(out)) = (&end, out) {
-        // Let queued frames (e.g. close_tab on shutdown) reach the editor first, then close.
-        out.finish(Duration::from_secs(1)).await;
+    match (&end, out, owed_close) {
+        (LinkEnd::Cancelled, Some(out), _) => {
+            // Let queued frames (e.g. close_tab on shutdown) reach the editor first, then close.
+            out.finish(Duration::from_secs(1)).await;
+        }
+        (LinkEnd::Closed(_), Some(mut out), Some(code)) => {
+            // The closing handshake, bounded: our Close, then the editor's end of the stream.
+            let _ = out.send(Out::Close(code));
+            out.finish(CLOSE_WAIT).await;
+            let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                while let Ok(Some(_)) = reader.next().await {}
+            })
+            .await;
+        }
+        _ => {}
     }
     end
 }
+
+/// How long a closing link waits for its Close to be written, and then for the editor to
+/// close the connection.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Routes one frame from the editor: answers to their owners, notifications to sessions,
 /// editor-initiated requests to one session.

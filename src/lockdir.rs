@@ -59,7 +59,7 @@ pub fn watch(
     let mut w = LockDirWatcher {
         dirs,
         watcher,
-        watched: HashSet::new(),
+        watched: HashMap::new(),
         canonical: HashMap::new(),
         missing: HashSet::new(),
         known: HashMap::new(),
@@ -74,8 +74,9 @@ struct LockDirWatcher {
     dirs: Vec<LockDirConfig>,
     /// The OS watcher (inotify / FSEvents).
     watcher: notify::RecommendedWatcher,
-    /// Dirs currently registered with the OS watcher, as configured.
-    watched: HashSet<PathBuf>,
+    /// Dirs currently registered with the OS watcher, as configured, with the identity (device,
+    /// inode) of the dir watched: a dir removed and made again is a new dir to watch.
+    watched: HashMap<PathBuf, (u64, u64)>,
     /// Each existing dir's canonical path → its configured spelling (event paths are mapped
     /// back through it; refreshed with the watches, so a re-pointed symlink is followed).
     canonical: HashMap<PathBuf, PathBuf>,
@@ -211,35 +212,41 @@ impl LockDirWatcher {
     fn refresh_watches(&mut self) {
         self.missing.clear();
         self.canonical.clear();
-        let mut wanted = HashSet::new();
+        let mut wanted = HashMap::new();
         for d in &self.dirs {
-            if ensure_dir(&d.path) {
-                if let Ok(real) = std::fs::canonicalize(&d.path) {
-                    self.canonical.insert(real, d.path.clone());
+            let identity = dir_identity(&d.path)
+                .or_else(|| ensure_dir(&d.path).then(|| dir_identity(&d.path))?);
+            match identity {
+                Some(identity) => {
+                    if let Ok(real) = std::fs::canonicalize(&d.path) {
+                        self.canonical.insert(real, d.path.clone());
+                    }
+                    wanted.insert(d.path.clone(), identity);
                 }
-                wanted.insert(d.path.clone());
-            } else {
-                self.missing.insert(d.path.clone());
+                None => {
+                    self.missing.insert(d.path.clone());
+                }
             }
         }
-        for stale in self
+        let stale: Vec<PathBuf> = self
             .watched
-            .difference(&wanted)
-            .cloned()
-            .collect::<Vec<_>>()
-        {
-            let _ = self.watcher.unwatch(&stale);
-            self.watched.remove(&stale);
+            .iter()
+            .filter(|(path, identity)| wanted.get(*path) != Some(*identity))
+            .map(|(path, _)| path.clone())
+            .collect();
+        for path in stale {
+            let _ = self.watcher.unwatch(&path);
+            self.watched.remove(&path);
         }
-        for path in wanted {
-            if self.watched.contains(&path) {
+        for (path, identity) in wanted {
+            if self.watched.contains_key(&path) {
                 continue;
             }
             match self.watcher.watch(&path, RecursiveMode::NonRecursive) {
                 Ok(()) => {
                     tracing::info!(dir = %path.display(), "watching lock dir");
                     warn_if_shared(&path);
-                    self.watched.insert(path);
+                    self.watched.insert(path, identity);
                 }
                 Err(e) => {
                     tracing::warn!(dir = %path.display(), error = %e, "cannot watch; relying on periodic rescans")
@@ -362,6 +369,13 @@ fn stale_partial(path: &Path) -> bool {
 /// How often a lock dir that could not be created is looked for.
 pub const MISSING_DIR_POLL: Duration = Duration::from_secs(1);
 
+/// The (device, inode) of the directory at `dir`, if it is one.
+fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir).ok().filter(|m| m.is_dir())?;
+    Some((m.dev(), m.ino()))
+}
+
 /// True if `dir` is a directory now: it was, or it has just been created (mode 0700, with any
 /// missing parents). A dir that cannot be created is told once per refresh at debug level (the
 /// poll finds it when something else creates it).
@@ -401,7 +415,7 @@ mod tests {
             // Never pumped: these tests see only what a rescan finds (as on a file system
             // without inotify, or after the kernel's event queue overflowed).
             watcher: notify::recommended_watcher(|_| {}).unwrap(),
-            watched: HashSet::new(),
+            watched: HashMap::new(),
             canonical: HashMap::new(),
             missing: HashSet::new(),
             known: HashMap::new(),
@@ -499,8 +513,8 @@ mod tests {
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
         assert_eq!(
-            w.watched,
-            HashSet::from([dir.clone()]),
+            w.watched.keys().collect::<Vec<_>>(),
+            vec![&dir],
             "the dir, no ancestor"
         );
         assert!(w.missing.is_empty());
@@ -520,7 +534,7 @@ mod tests {
         std::fs::remove_file(&blocker).unwrap();
         w.refresh_watches();
         assert!(w.missing.is_empty());
-        assert_eq!(w.watched, HashSet::from([dir]));
+        assert_eq!(w.watched.keys().collect::<Vec<_>>(), vec![&dir]);
     }
 
     #[test]

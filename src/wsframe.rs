@@ -226,6 +226,9 @@ pub struct FrameReader<R> {
     last: Last,
     /// A fragmented message being put together: its opcode and its payload so far.
     message: Option<(u8, Vec<u8>)>,
+    /// How much of a fragmented text message is known to be UTF-8 (checked as each fragment
+    /// comes, so a bad byte is refused at once, not after up to `max` bytes are buffered).
+    message_checked: usize,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -242,6 +245,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             head: 0,
             last: Last::Nothing,
             message: None,
+            message_checked: 0,
         }
     }
 
@@ -284,7 +288,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     if std::str::from_utf8(reason).is_err() {
                         return Err(WsError::NotUtf8);
                     }
-                    Frame::Close(Some(u16::from_be_bytes([*hi, *lo])))
+                    let code = u16::from_be_bytes([*hi, *lo]);
+                    if !close_code_allowed(code) {
+                        return Err(WsError::Protocol("a close code that may not be sent"));
+                    }
+                    Frame::Close(Some(code))
                 }
                 [_] => return Err(WsError::Protocol("a close frame with a 1-byte payload")),
             },
@@ -370,13 +378,19 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     "a continuation frame with no message to continue",
                 ))
             }
-            (None, _) => self.message = Some((op, payload.to_vec())),
+            (None, _) => {
+                self.message = Some((op, payload.to_vec()));
+                self.message_checked = 0;
+            }
             (Some(_), OP_TEXT | OP_BINARY) => {
                 return Err(WsError::Protocol("a new message inside a fragmented one"))
             }
             (Some((_, m)), _) => m.extend_from_slice(payload),
         }
         self.head = end;
+        if let Some((OP_TEXT, m)) = &self.message {
+            self.message_checked = utf8_checked_up_to(m, self.message_checked)?;
+        }
         if h.fin {
             let op = self.message.as_ref().map_or(OP_BINARY, |(op, _)| *op);
             self.last = Last::Assembled { op };
@@ -406,6 +420,23 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             &mut self.buf
         ))?;
         Poll::Ready(Ok(n > 0))
+    }
+}
+
+/// Close codes a peer may send (RFC 6455 §7.4, as tungstenite decides): the defined ones that
+/// may appear on the wire, 1012 and 1013 (registered since), and the ranges for libraries
+/// (3000–3999) and applications (4000–4999). 1005, 1006 and 1015 are for reporting only.
+pub fn close_code_allowed(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1013 | 3000..=4999)
+}
+
+/// Checks `text[from..]` as UTF-8, allowing it to end in the middle of a sequence (the next
+/// fragment completes it); returns how far it is known good.
+fn utf8_checked_up_to(text: &[u8], from: usize) -> Result<usize, WsError> {
+    match std::str::from_utf8(&text[from..]) {
+        Ok(_) => Ok(text.len()),
+        Err(e) if e.error_len().is_none() => Ok(from + e.valid_up_to()),
+        Err(_) => Err(WsError::NotUtf8),
     }
 }
 

@@ -454,6 +454,80 @@ async fn broken_framing_is_refused_with_its_close_code() {
     .await;
 }
 
+/// Autobahn 7.7.x and 7.9.x: a close code that may appear on the wire is taken; one that
+/// may not (reserved, for reporting only, or out of range) is a protocol error (1002).
+#[tokio::test]
+async fn close_codes_are_checked_against_those_allowed_on_the_wire() {
+    bounded(async {
+        for code in [
+            1000u16, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 3000, 3999, 4000, 4999,
+        ] {
+            let bytes = client_frame(0x88, &code.to_be_bytes());
+            let frames = read_all(&mut server_reader(bytes)).await;
+            assert_eq!(
+                frames.unwrap(),
+                vec![Owned::Close(Some(code))],
+                "code {code}"
+            );
+        }
+        for code in [
+            0u16, 999, 1004, 1005, 1006, 1014, 1015, 1016, 1100, 2000, 2999, 5000, 65535,
+        ] {
+            let bytes = client_frame(0x88, &code.to_be_bytes());
+            let e = read_all(&mut server_reader(bytes)).await.unwrap_err();
+            assert_eq!(e.close_code(), Some(1002), "code {code}: {e}");
+        }
+    })
+    .await;
+}
+
+/// Autobahn 6.4.x: invalid UTF-8 in the first fragment of a message that is not finished is
+/// refused (1007) with that fragment, before any more of the message is read; a sequence cut
+/// by a fragment boundary is not an error (6.2.x).
+#[tokio::test]
+async fn invalid_utf8_is_refused_at_the_fragment_that_holds_it() {
+    bounded(async {
+        // A first fragment with a bad byte, then a socket that never sends the rest.
+        let (mut peer, ours) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(ours, Role::Server, 64 << 20, &[]);
+        tokio::io::AsyncWriteExt::write_all(&mut peer, &client_frame(0x01, b"ok \xff so far"))
+            .await
+            .unwrap();
+        let e = r.next().await.map(|f| f.is_some()).unwrap_err();
+        assert_eq!(e.close_code(), Some(1007), "{e}");
+        // Bad bytes in a later fragment: refused at that fragment as well.
+        let (mut peer, ours) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(ours, Role::Server, 64 << 20, &[]);
+        let mut bytes = client_frame(0x01, "é".as_bytes());
+        bytes.extend(client_frame(0x00, &[0xc3]));
+        bytes.extend(client_frame(0x00, &[0x28]));
+        tokio::io::AsyncWriteExt::write_all(&mut peer, &bytes)
+            .await
+            .unwrap();
+        let e = r.next().await.map(|f| f.is_some()).unwrap_err();
+        assert_eq!(e.close_code(), Some(1007), "{e}");
+        // Every code point cut at every byte boundary across fragments reads whole.
+        let text = "aé€😀z";
+        let raw = text.as_bytes();
+        for cut in 1..raw.len() {
+            let mut bytes = client_frame(0x01, &raw[..cut]);
+            bytes.extend(client_frame(0x80, &raw[cut..]));
+            let frames = read_all(&mut server_reader(bytes)).await;
+            assert_eq!(
+                frames.unwrap(),
+                vec![Owned::Text(text.into())],
+                "cut at {cut}"
+            );
+        }
+        // A message that ends in the middle of a sequence is refused when it ends.
+        let mut bytes = client_frame(0x01, b"a");
+        bytes.extend(client_frame(0x80, &[0xe2, 0x82]));
+        let e = read_all(&mut server_reader(bytes)).await.unwrap_err();
+        assert_eq!(e.close_code(), Some(1007));
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn an_oversized_message_is_refused_from_its_header() {
     bounded(async {

@@ -103,9 +103,16 @@ async fn a_lockfile_written_in_two_steps_is_picked_up_once_complete() {
 }
 
 #[tokio::test]
-async fn a_lock_dir_created_later_is_picked_up() {
+async fn a_missing_lock_dir_is_created_and_its_editors_picked_up() {
     let b = TestBroker::start().await;
-    assert!(!b.claude_dir.exists());
+    // The test config's claude dir did not exist: the daemon made it (never watching its
+    // parent instead; see lockdirs.rs for the events-only checks).
+    let mode = std::fs::metadata(&b.claude_dir)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o700);
     let mut opts = Options::pi(&["/c"]);
     opts.family = pi_ide_broker::family::Family::Claude;
     opts.ide_name = "Visual Studio Code".into();

@@ -168,7 +168,8 @@ async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
     let backup = std::fs::read(d.join(format!("{}.lock", fe2.port))).unwrap();
     std::fs::remove_dir_all(&d).unwrap();
     b.wait_editor_gone(fe2.port).await;
-    std::fs::create_dir(&d).unwrap();
+    // The daemon may have made the dir again already (it keeps its lock dirs in place).
+    std::fs::create_dir_all(&d).unwrap();
     std::fs::write(d.join(format!("{}.lock", fe2.port)), backup).unwrap();
     b.wait_editor(fe2.port, "ready").await;
     b.stop().await;
