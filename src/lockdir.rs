@@ -177,7 +177,11 @@ impl LockDirWatcher {
             if let Some(cfg) = self.dir_of_file(&path) {
                 self.check_file(&path, &cfg);
             } else if self.dirs.iter().any(|d| d.path == path) {
-                // The dir itself changed (removed, replaced, re-pointed).
+                // The dir itself changed (removed, replaced, re-pointed): watch it afresh (a
+                // dir made again may reuse the old one's inode number).
+                if self.watched.remove(&path).is_some() {
+                    let _ = self.watcher.unwatch(&path);
+                }
                 dir_changed = true;
             }
         }

@@ -7,6 +7,7 @@
 //! Leftovers of a crashed broker carry our marker and a dead pid: they are cleaned at start.
 //! Files without the marker are never touched.
 
+use super::limits::HandshakeSlot;
 use crate::family::Family;
 use crate::registry::{EditorEvent, Registry};
 use crate::secret::Token;
@@ -22,15 +23,11 @@ use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 /// The field that marks a virtual lockfile as written by a pi-ide-broker (the lock dir
 /// watcher skips such files, so a broker never dials itself).
 pub const MARKER: &str = "piIdeBroker";
-
-/// A connection must complete its WebSocket upgrade within this long.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 struct Entry {
     port: u16,
@@ -209,9 +206,9 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Some(in_handshake) = reg.limits.handshake("compat") else {
-            continue; // dropped: closed at once
-        };
+        let in_handshake = reg
+            .limits
+            .handshake("compat", std::os::fd::AsFd::as_fd(&stream));
         let _ = stream.set_nodelay(true);
         reg.clone().tracker.spawn(connection(
             reg.clone(),
@@ -229,9 +226,12 @@ async fn connection(
     id: String,
     stream: TcpStream,
     token: Arc<Token>,
-    in_handshake: OwnedSemaphorePermit,
+    in_handshake: HandshakeSlot,
 ) {
-    // The handshake place is held until the upgrade is done (or the connection ends).
+    // The handshake place is held until the upgrade is done (or the connection ends); a
+    // connection that holds it too long, or whose place a newer one took, is closed.
+    let closer = in_handshake.closer();
+    let spoke = in_handshake.spoke();
     let place = Arc::new(std::sync::Mutex::new(Some(in_handshake)));
     let cancel = reg.cancel.clone();
     let editor = id.clone();
@@ -264,15 +264,21 @@ async fn connection(
         };
         async move { Ok::<_, Infallible>(answer) }
     });
-    // A connection that sends no complete upgrade within this long is closed.
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HANDSHAKE_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), svc)
-        .with_upgrades();
+    let conn = async move {
+        if !super::limits::first_byte(&stream, &spoke).await {
+            return Ok(());
+        }
+        hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(super::limits::HANDSHAKE_DEADLINE)
+            .serve_connection(TokioIo::new(stream), svc)
+            .with_upgrades()
+            .await
+    };
     tokio::select! {
         // pi-ide probes the port with a bare connect-and-close: not worth a warning.
         r = conn => if let Err(e) = r { tracing::debug!(editor = %id, error = %e, "compat handshake not completed") },
+        why = closer => tracing::debug!(editor = %id, reason = why, "compat connection closed in its handshake"),
         _ = cancel.cancelled() => {}
     }
 }

@@ -1,71 +1,244 @@
 //! Connection caps for every accept loop: a bounded number of connections may sit in the
 //! handshake (per door: a flood of the loopback compat ports, open to every local user, cannot
-//! starve the owner's native socket), and a bounded number of sessions may live at once. A connection over either cap
-//! is closed at once; refusals are logged at most once per 10 s, with their count, so a flood
+//! starve the owner's native socket), and a bounded number of sessions may live at once.
+//!
+//! A handshake place cannot be held by a flood: a connection gets [`FIRST_BYTE`] to send
+//! anything and [`HANDSHAKE_DEADLINE`] in all to finish its upgrade, and when every place is
+//! taken a pending connection is closed to make room, never the newcomer: the oldest that has
+//! sent nothing yet, else the oldest. A real client sends its request at once and finishes in
+//! a millisecond, so idle connections held open (and reopened) by someone else are the ones
+//! pushed out, however fast they come. A session over its cap is refused.
+//! Evictions and refusals are logged at most once per 10 s, with their count, so a flood
 //! cannot flood the log either.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 /// How often a refusal is logged at most.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// How long a new connection may stay silent before it is closed.
+pub const FIRST_BYTE: Duration = Duration::from_secs(1);
+/// How long a connection may take from accept to a completed upgrade (or answered request).
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
+
 /// The caps shared by every door.
 pub struct Limits {
     /// Native-socket connections between accept and a completed upgrade.
-    native: Arc<Semaphore>,
+    native: Arc<Pending>,
     /// Compat connections between accept and a completed upgrade.
-    compat: Arc<Semaphore>,
+    compat: Arc<Pending>,
     /// Live sessions (any door).
     sessions: Arc<Semaphore>,
-    /// Refusals not yet logged.
+    /// Refusals and evictions not yet logged.
     refused: AtomicU64,
     /// When a refusal was last logged.
     last_log: Mutex<Option<Instant>>,
 }
 
+/// The connections of one door in the handshake, oldest first.
+struct Pending {
+    /// At most this many.
+    cap: usize,
+    /// Each one's number, the token that closes it, and what tells whether it has sent
+    /// anything.
+    queue: Mutex<VecDeque<(u64, CancellationToken, Spoke)>>,
+    /// The next number.
+    next: AtomicU64,
+}
+
+/// Whether a pending connection has sent anything: noted once its task saw it readable, or
+/// seen at once by peeking at a duplicate of its socket (its task may not have run yet).
+struct Spoke {
+    /// Set by [`first_byte`].
+    noted: Arc<AtomicBool>,
+    /// A duplicate of the connection's socket, for a non-blocking peek.
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Spoke {
+    fn spoke(&self) -> bool {
+        if self.noted.load(Ordering::Relaxed) {
+            return true;
+        }
+        let Some(fd) = &self.fd else { return false };
+        let mut byte = [0u8; 1];
+        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        // Data waiting: it spoke. The end of the stream or an error: it is gone, a fine
+        // victim. Would block: silent.
+        matches!(rustix::net::recv(fd, &mut byte, flags), Ok((n, _)) if n > 0)
+    }
+}
+
+/// A connection's place in the handshake: given back when dropped. `evicted` fires when the
+/// place is taken from it (it was the oldest when a newcomer found every place taken).
+pub struct HandshakeSlot {
+    /// This place's number in its door's queue.
+    id: u64,
+    /// Fires when a newer connection took the place: close this one.
+    pub evicted: CancellationToken,
+    /// Fires when the place is given back (the upgrade done, or the connection gone).
+    released: CancellationToken,
+    /// Set once the connection has sent its first byte (evicted after the silent ones).
+    spoke: Arc<AtomicBool>,
+    /// The door's queue, to leave it on drop.
+    pending: Arc<Pending>,
+}
+
+impl HandshakeSlot {
+    /// The flag [`first_byte`] sets once the connection has sent something.
+    pub fn spoke(&self) -> Arc<AtomicBool> {
+        self.spoke.clone()
+    }
+
+    /// Resolves, with the reason, when the connection holding this place must be closed: its
+    /// place went to a newer connection, or it still holds it [`HANDSHAKE_DEADLINE`] after
+    /// accept. Never, once the place is given back.
+    pub fn closer(&self) -> impl std::future::Future<Output = &'static str> + Send + 'static {
+        let (evicted, released) = (self.evicted.clone(), self.released.clone());
+        async move {
+            tokio::select! {
+                _ = evicted.cancelled() => "its handshake place went to a newer connection",
+                _ = tokio::time::sleep(HANDSHAKE_DEADLINE) => {
+                    if released.is_cancelled() {
+                        std::future::pending::<()>().await;
+                    }
+                    "no upgrade within the handshake deadline"
+                }
+            }
+        }
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.released.cancel();
+        let mut q = crate::sync::lock(&self.pending.queue);
+        if let Some(i) = q.iter().position(|(id, ..)| *id == self.id) {
+            q.remove(i);
+        }
+    }
+}
+
 impl Limits {
     /// Caps of `max_handshakes` connections in the handshake and `max_sessions` sessions.
     pub fn new(max_handshakes: usize, max_sessions: usize) -> Self {
+        let pending = || {
+            Arc::new(Pending {
+                cap: max_handshakes.max(1),
+                queue: Mutex::new(VecDeque::new()),
+                next: AtomicU64::new(0),
+            })
+        };
         Limits {
-            native: Arc::new(Semaphore::new(max_handshakes.max(1))),
-            compat: Arc::new(Semaphore::new(max_handshakes.max(1))),
+            native: pending(),
+            compat: pending(),
             sessions: Arc::new(Semaphore::new(max_sessions.max(1))),
             refused: AtomicU64::new(0),
             last_log: Mutex::new(None),
         }
     }
 
-    /// A place in the handshake for a new connection on `door` (`"native"` or `"compat"`),
-    /// or `None` (close it now).
-    pub fn handshake(&self, door: &str) -> Option<OwnedSemaphorePermit> {
-        let sem = if door == "native" {
+    /// A place in the handshake for a new connection on `door` (`"native"` or `"compat"`);
+    /// with every place taken, the oldest pending connection of that door is evicted for it.
+    pub fn handshake(&self, door: &str, socket: std::os::fd::BorrowedFd<'_>) -> HandshakeSlot {
+        let pending = if door == "native" {
             &self.native
         } else {
             &self.compat
         };
-        self.take(sem, door, "connections in the handshake")
+        let id = pending.next.fetch_add(1, Ordering::Relaxed);
+        let evicted = CancellationToken::new();
+        let spoke = Arc::new(AtomicBool::new(false));
+        let oldest = {
+            let mut q = crate::sync::lock(&pending.queue);
+            let oldest = if q.len() >= pending.cap {
+                let silent = q.iter().position(|(.., s)| !s.spoke());
+                q.remove(silent.unwrap_or(0))
+            } else {
+                None
+            };
+            let fd = socket.try_clone_to_owned().ok();
+            q.push_back((
+                id,
+                evicted.clone(),
+                Spoke {
+                    noted: spoke.clone(),
+                    fd,
+                },
+            ));
+            oldest
+        };
+        if let Some((_, token, _)) = oldest {
+            token.cancel();
+            self.note_refusal(
+                door,
+                "connections in the handshake; closing the oldest pending one for each new one",
+            );
+        }
+        HandshakeSlot {
+            id,
+            evicted,
+            released: CancellationToken::new(),
+            spoke,
+            pending: pending.clone(),
+        }
     }
 
     /// A place for a new session on `door`, or `None` (refuse it).
     pub fn session(&self, door: &str) -> Option<OwnedSemaphorePermit> {
-        self.take(&self.sessions, door, "sessions")
-    }
-
-    fn take(&self, sem: &Arc<Semaphore>, door: &str, what: &str) -> Option<OwnedSemaphorePermit> {
-        if let Ok(p) = sem.clone().try_acquire_owned() {
+        if let Ok(p) = self.sessions.clone().try_acquire_owned() {
             return Some(p);
         }
+        self.note_refusal(door, "sessions; refusing new ones (see max_sessions)");
+        None
+    }
+
+    fn note_refusal(&self, door: &str, what: &str) {
         let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
         let mut last = crate::sync::lock(&self.last_log);
         if last.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
             *last = Some(Instant::now());
             self.refused.store(0, Ordering::Relaxed);
-            tracing::warn!(door, refused = n, "too many {what}; closing new connections at once (see max_handshakes / max_sessions)");
+            tracing::warn!(
+                door,
+                refused = n,
+                "too many {what} (max_handshakes / max_sessions)"
+            );
         }
-        None
+    }
+}
+
+/// Waits until `stream` has something to read, at most [`FIRST_BYTE`], and notes on its
+/// place that it spoke; false if it stayed silent (close it).
+pub async fn first_byte<S: Readable>(stream: &S, spoke: &Arc<AtomicBool>) -> bool {
+    let ok = matches!(
+        tokio::time::timeout(FIRST_BYTE, stream.wait_readable()).await,
+        Ok(Ok(()))
+    );
+    spoke.store(ok, Ordering::Relaxed);
+    ok
+}
+
+/// A socket that can say when it is readable without reading.
+pub trait Readable {
+    /// Resolves once a read would not block (data, or the end of the stream).
+    fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send;
+}
+
+impl Readable for tokio::net::TcpStream {
+    fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
+        self.readable()
+    }
+}
+
+impl Readable for tokio::net::UnixStream {
+    fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
+        self.readable()
     }
 }
 
@@ -74,14 +247,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn permits_come_back_when_dropped() {
+    fn a_full_door_evicts_its_oldest_pending_connection_for_a_newcomer() {
+        use std::os::fd::AsFd;
         let l = Limits::new(2, 1);
-        let a = l.handshake("t");
-        let b = l.handshake("t");
-        assert!(a.is_some() && b.is_some());
-        assert!(l.handshake("t").is_none());
-        drop(a);
-        assert!(l.handshake("t").is_some());
+        let (sock, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = sock.as_fd();
+        let a = l.handshake("compat", fd);
+        let b = l.handshake("compat", fd);
+        assert!(!a.evicted.is_cancelled() && !b.evicted.is_cancelled());
+        let c = l.handshake("compat", fd);
+        assert!(a.evicted.is_cancelled(), "the oldest makes room");
+        assert!(!b.evicted.is_cancelled() && !c.evicted.is_cancelled());
+        // One that has sent its request is passed over for an older silent one.
+        b.spoke().store(true, Ordering::Relaxed);
+        let e = l.handshake("compat", fd);
+        assert!(c.evicted.is_cancelled() && !b.evicted.is_cancelled());
+        drop(e);
+        // One whose request is waiting on its socket, though its task has not looked yet.
+        let (talker, mut talker_peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::io::Write::write_all(&mut talker_peer, b"GET").unwrap();
+        drop(b);
+        let t = l.handshake("compat", talker.as_fd());
+        let f1 = l.handshake("compat", fd);
+        let f2 = l.handshake("compat", fd);
+        assert!(!t.evicted.is_cancelled() && f1.evicted.is_cancelled());
+        drop((t, f1, f2));
+        // Places given back (upgrades done) leave the queue: nobody else is evicted.
+        let c = l.handshake("compat", fd);
+        let d = l.handshake("compat", fd);
+        assert!(!c.evicted.is_cancelled() && !d.evicted.is_cancelled());
+        // The other door's places are its own.
+        let n = l.handshake("native", fd);
+        assert!(!n.evicted.is_cancelled() && !c.evicted.is_cancelled());
         let s = l.session("t");
         assert!(s.is_some() && l.session("t").is_none());
     }

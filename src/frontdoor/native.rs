@@ -29,9 +29,9 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
                     tracing::warn!(reason = %why, "refused a connection on the broker socket");
                     continue;
                 }
-                let Some(permit) = reg.limits.handshake("native") else {
-                    continue; // dropped: closed at once
-                };
+                let permit = reg
+                    .limits
+                    .handshake("native", std::os::fd::AsFd::as_fd(&stream));
                 let reg2 = reg.clone();
                 reg.tracker.spawn(connection(stream, reg2, permit));
             }
@@ -47,8 +47,11 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
 async fn connection(
     stream: tokio::net::UnixStream,
     reg: Arc<Registry>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: super::limits::HandshakeSlot,
 ) {
+    // Closed if it still holds its place at the deadline, or a newer connection took it.
+    let closer = permit.closer();
+    let spoke = permit.spoke();
     let cancel = reg.cancel.clone();
     // The handshake place is held until the connection ends, or until it turns into a
     // long-lived stream (`/v1/events`), which is no handshake any more.
@@ -60,14 +63,21 @@ async fn connection(
         }
         async move { Ok::<_, Infallible>(route(req, reg)) }
     });
-    // A peer that opens the socket and sends nothing gets 10 s, not a task forever.
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(10))
-        .serve_connection(TokioIo::new(stream), svc)
-        .with_upgrades();
+    // A peer that opens the socket and sends nothing gets a second, not a task forever.
+    let conn = async move {
+        if !super::limits::first_byte(&stream, &spoke).await {
+            return Ok(());
+        }
+        hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(super::limits::HANDSHAKE_DEADLINE)
+            .serve_connection(TokioIo::new(stream), svc)
+            .with_upgrades()
+            .await
+    };
     tokio::select! {
         r = conn => if let Err(e) = r { tracing::debug!(error = %e, "native connection ended with an error") },
+        why = closer => tracing::debug!(reason = why, "native connection closed in its handshake"),
         _ = cancel.cancelled() => {}
     }
 }

@@ -602,3 +602,80 @@ async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
     assert_eq!(&answer, b"HTTP/1.1 400");
     b.stop().await;
 }
+
+/// Another process (a local user) holds 5,000 idle connections to a compat port and 1,000 to
+/// the socket, reopening each one the broker closes: handshake places go to the newest
+/// connection, so a real client's millisecond handshake gets through every time, well inside
+/// the 2 s a held place lasts (the bound below), and the broker's fds stay bounded by the caps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(target_os = "linux"), ignore = "reads /proc")]
+async fn a_flood_that_reopens_its_connections_never_holds_out_a_new_client() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let b = TestBroker::start_with(|c| {
+        c.max_handshakes = 64;
+        c.max_sessions = 256;
+    })
+    .await;
+    let (_fe, _) = b.editor(&["/flooded"]).await;
+    let cand = compat_entry(&b.dir.path().join("compat"), "/flooded").await;
+    let baseline = door_fds(cand.port, &b.socket);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/suite/common/flood.py");
+    let mut flood = tokio::process::Command::new("python3")
+        .arg(script)
+        .arg(cand.port.to_string())
+        .arg("5000")
+        .arg(&b.socket)
+        .arg("1000")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs (CI installs it)");
+    let mut out = BufReader::new(flood.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(std::time::Duration::from_secs(60), out.next_line())
+        .await
+        .expect("the flood opened its connections within 60 s")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(ready.starts_with("ready"), "{ready}");
+    let mut slowest = std::time::Duration::ZERO;
+    let mut peak = 0;
+    for i in 0..10 {
+        let started = std::time::Instant::now();
+        let bound = std::time::Duration::from_millis(1500);
+        let compat = tokio::time::timeout(bound, async {
+            let mut c = PiClient::connect(&cand).await?;
+            c.call("initialize", json!({})).await
+        })
+        .await;
+        assert!(
+            matches!(compat, Ok(Ok(_))),
+            "try {i}: a new compat client did not get through: {compat:?}"
+        );
+        let native = tokio::time::timeout(bound, async {
+            let mut a = Agent::connect(&b.socket, "cwd=/flooded").await?;
+            Ok::<_, String>(a.request(json!(i), "initialize", json!({})).await)
+        })
+        .await;
+        assert!(
+            matches!(&native, Ok(Ok(r)) if r.get("result").is_some()),
+            "try {i}: a new native session did not get through: {native:?}"
+        );
+        slowest = slowest.max(started.elapsed());
+        peak = peak.max(door_fds(cand.port, &b.socket));
+    }
+    drop(flood.stdin.take());
+    let reopened = within("the flood to stop", out.next_line())
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    eprintln!("slowest try (both doors) {slowest:?}; broker door fds {baseline} -> peak {peak}; flood {reopened}");
+    // The broker side holds the pending places (64 per door, each with the duplicate its
+    // eviction peeks through) and the sessions, never one fd per flooding connection.
+    assert!(
+        peak <= baseline + 2 * 2 * 64 + 64,
+        "peak {peak} over the caps"
+    );
+    let _ = within("the flood to exit", flood.wait()).await;
+    b.stop().await;
+}
