@@ -167,3 +167,56 @@ async fn a_killed_editor_restarted_fast_or_slow_is_its_own_successor_and_a_later
     drop(ea);
     b.stop().await;
 }
+
+/// An editor SIGKILLed whose parent does not reap it (a container without an init, a stuck
+/// terminal): a zombie is dead, so its restart is its successor at once, and its session
+/// follows. Before process facts read the process state, `kill(pid, 0)` found the zombie
+/// alive, the restart got a fresh id and the session stayed on the dead editor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(target_os = "linux"), ignore = "reads /proc to see the zombie")]
+async fn a_killed_editor_left_unreaped_is_dead_and_its_restart_is_its_successor() {
+    let b = TestBroker::start_with(|c| {
+        // Far longer than the test: only the successor rule can move the session.
+        c.editor_grace_ms = 120_000;
+    })
+    .await;
+    let proj = "/ident/zombie";
+    let (ea, pa) = editor_proc(&b, proj).await;
+    let ida = id_of(&ready(&b, pa).await);
+    let (_eb, pb) = editor_proc(&b, proj).await;
+    let idb = id_of(&ready(&b, pb).await);
+    let mut on_a = Agent::open(&b.socket, proj, Some("zombie-a")).await;
+    on_a.request(json!(1), "broker/attach", json!({"editor": ida}))
+        .await;
+    let old_pid = ea.child.id().unwrap_or(0);
+    ea.signal(Signal::KILL);
+    // Not reaped: the child handle is kept and never waited on, so the process stays a
+    // zombie (its parent is this test) until the end of the test.
+    pi_ide_broker::testkit::eventually("the killed editor to be a zombie", || {
+        let stat = std::fs::read_to_string(format!("/proc/{old_pid}/stat")).ok()?;
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !pi_ide_broker::procinfo::alive(old_pid),
+        "a zombie counts as dead"
+    );
+    let (e2, p2) = editor_proc(&b, proj).await;
+    let st = ready(&b, p2).await;
+    assert_eq!(id_of(&st), ida, "the restart inherits the id: {st}");
+    assert_eq!(st["previous_pid"], old_pid, "{st}");
+    let sib = editor_by_port(&b.status().await, pb).cloned().unwrap();
+    assert_eq!(id_of(&sib), idb, "the sibling keeps its id");
+    let r = on_a
+        .request(
+            json!("after"),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {}}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "the session follows: {r}");
+    drop((ea, e2));
+    b.stop().await;
+}
