@@ -48,7 +48,8 @@ pub enum Line {
     TooLong,
 }
 
-/// Reads lines of at most `max` bytes; memory stays at `max` whatever the input.
+/// Reads lines of at most `max` bytes; its buffer never grows past `max` whatever the input
+/// (peak: that buffer and the half-size one it grew from).
 pub struct CappedLines<R> {
     reader: R,
     max: usize,
@@ -83,10 +84,18 @@ impl<R: AsyncBufRead + Unpin> CappedLines<R> {
             let newline = avail.iter().position(|b| *b == b'\n');
             let chunk = newline.map_or(avail.len(), |i| i);
             if !self.discarding {
-                if self.buf.len() + chunk > self.max {
+                let needed = self.buf.len() + chunk;
+                if needed > self.max {
                     self.discarding = true;
                     self.buf = Vec::new();
                 } else {
+                    if needed > self.buf.capacity() {
+                        // Doubling, but never past the cap: a line near the cap holds one
+                        // buffer of the cap's size (and the half-size one it was copied from,
+                        // for a moment), not the next power of two on top.
+                        let grown = needed.max(self.buf.capacity() * 2).min(self.max);
+                        self.buf.reserve_exact(grown - self.buf.len());
+                    }
                     self.buf.extend_from_slice(&avail[..chunk]);
                 }
             }

@@ -431,7 +431,8 @@ async fn an_endless_line_on_stdin_is_discarded_with_bounded_memory() {
     assert!(err["id"].is_null(), "{err}");
     let peak_mib = vm_hwm_kb(pid) / 1024;
     eprintln!("mcp peak RSS after 400 MiB without a newline: {peak_mib} MiB");
-    assert!(peak_mib < 64, "peak RSS {peak_mib} MiB");
+    // The line buffer stops at the 16 MiB cap (was: the next power of two, 74 MiB peak).
+    assert!(peak_mib <= 48, "peak RSS {peak_mib} MiB");
     let tools = tool_names(&m.request(json!(2), "tools/list", json!({})).await);
     assert!(tools.contains(&"openDiff".to_string()), "{tools:?}");
     b.stop().await;
