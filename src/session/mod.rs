@@ -127,7 +127,11 @@ async fn serve<R>(
                         }
                     },
                     Ok(Some(Frame::Ping(p))) => session.outbox.pong(p),
-                    Ok(Some(Frame::Close(_))) => break "closed by client",
+                    Ok(Some(Frame::Close(code))) => {
+                        // The closing handshake: the client's code echoed (RFC 6455 §5.5.1).
+                        session.outbox.close_with(code.unwrap_or(1000));
+                        break "closed by client";
+                    }
                     Ok(Some(Frame::Pong(_))) => {}
                 }
             }

@@ -8,6 +8,7 @@ mod bridge;
 mod broker_core;
 mod cli;
 mod compat;
+mod conformance;
 mod doctor;
 mod faults;
 mod hostile;
