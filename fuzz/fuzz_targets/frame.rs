@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(answer["error"]["code"].is_i64());
         }
         Ok(Incoming::Response { mut msg, .. }) => {
-            let b = Bridge::DiffOnClaude { session_tab: "t".into(), editor_tab: marked_tab(1, "t") };
+            let b = Bridge::DiffOnClaude { session_tab: "t".into(), editor_tab: marked_tab(1, "t"), close_on_accept: true };
             inbound(&b, &mut msg);
             assert!(!msg.contains_key("error"));
             let verdict = msg["result"]["content"][0]["text"].as_str();
