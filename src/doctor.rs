@@ -245,18 +245,7 @@ fn check_service(b: &mut Builder) {
         ask(&["--user", "is-enabled", unit], "systemctl"),
         ask(&["--user", "is-active", unit], "systemctl"),
     ) {
-        (Some(en), Some(act)) if !en.is_empty() => {
-            let level = if en == "enabled" && act == "active" {
-                Level::Ok
-            } else {
-                Level::Warn
-            };
-            b.add(
-                "service",
-                level,
-                format!("systemd user unit {unit}: {en}, {act}"),
-            );
-        }
+        (Some(en), Some(act)) if !en.is_empty() => systemd_unit_state(b, unit, &en, &act),
         _ => b.fix(
             "service",
             Level::Warn,
@@ -264,6 +253,33 @@ fn check_service(b: &mut Builder) {
             "`pi-ide-broker service install` starts the daemon at every login",
         ),
     }
+}
+
+/// The service line for a unit systemd knows: ok when enabled and active, else what to do.
+fn systemd_unit_state(b: &mut Builder, unit: &str, enabled: &str, active: &str) {
+    if enabled == "enabled" && active == "active" {
+        b.add("service", Level::Ok, format!("systemd user unit {unit}: enabled, active"));
+        return;
+    }
+    let (active, fix) = if active.is_empty() {
+        (
+            "state unknown (no user service manager answers)",
+            "this session has no `systemctl --user`; the pi extension and `pi-ide-broker mcp` start a daemon themselves".to_string(),
+        )
+    } else if enabled != "enabled" {
+        (active, "`pi-ide-broker service install` enables and starts it".to_string())
+    } else {
+        (
+            active,
+            format!("`systemctl --user start {unit}`; `journalctl --user -u {unit}` says why it stopped"),
+        )
+    };
+    b.fix(
+        "service",
+        Level::Warn,
+        format!("systemd user unit {unit}: {enabled}, {active}"),
+        fix,
+    );
 }
 
 fn mode_of(path: &Path) -> Option<(u32, u32)> {

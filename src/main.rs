@@ -24,8 +24,9 @@ Environment:
 
 Quick start: `pi-ide-broker daemon` in one terminal, `pi-ide-broker status` in another.
 Something wrong? `pi-ide-broker doctor` checks everything and says what to fix.
-pi: `pi install ./extensions/pi` (README \"Use it with pi\"); the published pi-ide extension
-reaches the broker with `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`."
+First time? `pi-ide-broker setup` installs the service and the pi extension (`pi install
+git:<this repository>`) and prints the MCP entries for Claude Code, Codex, OpenCode and Gemini
+CLI. The published pi-ide extension reaches the broker with `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`."
 )]
 struct Cli {
     /// Config file (TOML). A missing file means defaults.

@@ -13,6 +13,7 @@ mod faults;
 mod hostile;
 mod identity;
 mod pi_extension;
+mod pi_package;
 mod remote;
 mod service;
 mod sessions;

@@ -26,11 +26,23 @@ pub struct TestBroker {
     join: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// A config for a test broker rooted at `root`.
 pub mod fake_model;
+pub mod git_serve;
 pub mod pi;
 pub mod process;
 
+/// A test that cannot run here says so on a line of its own, past the test harness's capture
+/// (so a skip never looks like a pass); under CI (`PI_IDE_BROKER_REQUIRE_PI=1`, set by
+/// `.ci/run`) it fails instead.
+pub fn cannot_run(msg: &str) {
+    if std::env::var("PI_IDE_BROKER_REQUIRE_PI").is_ok_and(|v| v == "1") {
+        panic!("{msg}");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+}
+
+/// A config for a test broker rooted at `root`.
 pub fn test_config(root: &std::path::Path) -> Config {
     let mut c = Config {
         lock_dirs: Some(vec![
