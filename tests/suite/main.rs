@@ -14,6 +14,7 @@ mod hostile;
 mod identity;
 mod pi_extension;
 mod pi_package;
+mod readme;
 mod remote;
 mod service;
 mod sessions;
