@@ -258,7 +258,11 @@ fn check_service(b: &mut Builder) {
 /// The service line for a unit systemd knows: ok when enabled and active, else what to do.
 fn systemd_unit_state(b: &mut Builder, unit: &str, enabled: &str, active: &str) {
     if enabled == "enabled" && active == "active" {
-        b.add("service", Level::Ok, format!("systemd user unit {unit}: enabled, active"));
+        b.add(
+            "service",
+            Level::Ok,
+            format!("systemd user unit {unit}: enabled, active"),
+        );
         return;
     }
     let (active, fix) = if active.is_empty() {
@@ -267,7 +271,10 @@ fn systemd_unit_state(b: &mut Builder, unit: &str, enabled: &str, active: &str) 
             "this session has no `systemctl --user`; the pi extension and `pi-ide-broker mcp` start a daemon themselves".to_string(),
         )
     } else if enabled != "enabled" {
-        (active, "`pi-ide-broker service install` enables and starts it".to_string())
+        (
+            active,
+            "`pi-ide-broker service install` enables and starts it".to_string(),
+        )
     } else {
         (
             active,

@@ -32,6 +32,7 @@ pub mod schema;
 pub mod secret;
 pub mod service;
 pub mod session;
+pub mod setup;
 pub mod state;
 pub mod sync;
 #[cfg(feature = "testkit")]

@@ -76,6 +76,27 @@ enum Command {
         #[arg(long, env = "PI_IDE_BROKER_NO_SPAWN", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0, default_missing_value = "true", default_value = "false")]
         no_spawn: bool,
     },
+    /// Set everything up after `cargo install`: the service, the pi extension, the MCP entries.
+    ///
+    /// Installs and starts the user service where systemd or launchd answers; installs the pi
+    /// extension with `pi install` when pi is on PATH (the repository and commit this binary
+    /// was built from); prints the MCP entries for Claude Code, Codex, OpenCode and Gemini CLI
+    /// (`--write` adds them, next to what is there); ends with `doctor`'s verdict. Safe to run
+    /// again. What it changed is recorded in the state dir, and `--undo` takes back exactly that.
+    Setup {
+        /// Also add the MCP entries to the clients' config files (and run `claude mcp add`).
+        #[arg(long)]
+        write: bool,
+        /// Show every step, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Take back what earlier `setup` runs did, and nothing else.
+        #[arg(long, conflicts_with = "write")]
+        undo: bool,
+        /// The pi package to install instead of this build's own (e.g. `git:<url>@<tag>`).
+        #[arg(long, value_name = "SOURCE")]
+        pi_source: Option<String>,
+    },
     /// Install, remove or inspect the user service (systemd on Linux, launchd on macOS).
     Service {
         #[command(subcommand)]
@@ -197,6 +218,32 @@ async fn doctor(
         print!("{}", pi_ide_broker::doctor::render(&report));
     }
     Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `setup` (or its undo), then doctor's verdict after a setup; exit status 1 when a step failed.
+async fn setup(
+    opts: &pi_ide_broker::setup::Options,
+    config: &Config,
+    config_path: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let env = pi_ide_broker::setup::Env::from_process(config.state_dir());
+    let lines = pi_ide_broker::setup::run(opts, &env);
+    if !opts.undo {
+        println!("\ndoctor:");
+        let cwd = std::env::current_dir().unwrap_or_else(|_| env.home.clone());
+        let report = pi_ide_broker::doctor::run(&pi_ide_broker::doctor::Options {
+            config_path,
+            cwd,
+            key: None,
+        })
+        .await;
+        print!("{}", pi_ide_broker::doctor::render(&report));
+    }
+    Ok(if pi_ide_broker::setup::all_ok(&lines) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -372,6 +419,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Service { action } => service_cmd(action),
+        Command::Setup {
+            write,
+            dry_run,
+            undo,
+            pi_source,
+        } => {
+            let opts = pi_ide_broker::setup::Options {
+                write,
+                dry_run,
+                undo,
+                pi_source,
+            };
+            setup(&opts, &config, config_path).await
+        }
         Command::Remote { remote_socket } => {
             let here = config.socket_to_dial();
             let there = remote_socket.display();

@@ -18,4 +18,5 @@ mod readme;
 mod remote;
 mod service;
 mod sessions;
+mod setup;
 mod stdio;

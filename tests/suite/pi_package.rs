@@ -2,10 +2,10 @@
 //! real `git daemon` (npm resolves `ws` itself), the installed extension autoconnects, `pi
 //! remove` takes it away; and `npm pack` ships the extension and nothing else.
 
+use crate::common::fake_model::FakeModel;
 use crate::common::git_serve::{git_daemon_available, GitServer};
 use crate::common::pi::{find_pi, pi_cli, pi_home, Pi, PiInstall};
 use crate::common::*;
-use crate::common::fake_model::FakeModel;
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -55,12 +55,15 @@ async fn pi_install_from_git_autoconnects_and_pi_remove_removes_it() {
     session.toast(0, "Auto-connected to").await;
     let e = id.clone();
     broker
-        .wait_status("the installed extension's session on the editor", move |st| {
-            st["sessions"].as_array().is_some_and(|s| {
-                s.iter()
-                    .any(|s| s["editor"] == e.as_str() && s["door"] == "native")
-            })
-        })
+        .wait_status(
+            "the installed extension's session on the editor",
+            move |st| {
+                st["sessions"].as_array().is_some_and(|s| {
+                    s.iter()
+                        .any(|s| s["editor"] == e.as_str() && s["door"] == "native")
+                })
+            },
+        )
         .await;
     session.quit().await;
 
@@ -84,7 +87,11 @@ async fn npm_pack_ships_only_the_extension() {
         .await
         .expect("npm pack timed out")
         .expect("run npm pack");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).expect("npm pack --json output");
     let files: Vec<String> = v[0]["files"]
         .as_array()
@@ -107,7 +114,11 @@ async fn npm_pack_ships_only_the_extension() {
     let ext = crate::common::pi::extension_dir();
     let mut needed = vec!["extensions/pi/index.ts".to_string()];
     for e in std::fs::read_dir(ext.join("src")).expect("extension src") {
-        let name = e.expect("dir entry").file_name().to_string_lossy().to_string();
+        let name = e
+            .expect("dir entry")
+            .file_name()
+            .to_string_lossy()
+            .to_string();
         needed.push(format!("extensions/pi/src/{name}"));
     }
     for n in &needed {
@@ -123,7 +134,10 @@ fn root_manifest_matches_the_extension() {
     };
     let root = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("package.json"));
     let ext = read(&crate::common::pi::extension_dir().join("package.json"));
-    assert_eq!(root["pi"]["extensions"], json!(["./extensions/pi/index.ts"]));
+    assert_eq!(
+        root["pi"]["extensions"],
+        json!(["./extensions/pi/index.ts"])
+    );
     assert_eq!(root["dependencies"], ext["dependencies"]);
     assert_eq!(root["engines"], ext["engines"]);
     assert_eq!(root["version"], env!("CARGO_PKG_VERSION"));

@@ -41,7 +41,10 @@ fn user_path_is_at_most_300_lines() {
         .find("<!-- user-path:end")
         .expect("README marks the end of its user path with <!-- user-path:end");
     let lines = text[..end].lines().count();
-    assert!(lines <= 300, "the README's user path is {lines} lines (at most 300)");
+    assert!(
+        lines <= 300,
+        "the README's user path is {lines} lines (at most 300)"
+    );
 }
 
 #[test]
@@ -64,6 +67,9 @@ fn every_docs_link_in_the_readme_exists() {
         if target.starts_with("http") || target.is_empty() {
             continue;
         }
-        assert!(root.join(target).exists(), "README links to missing {target}");
+        assert!(
+            root.join(target).exists(),
+            "README links to missing {target}"
+        );
     }
 }

@@ -16,7 +16,9 @@ pub struct GitServer {
 
 /// Whether `git daemon` exists here (Debian's `git` has it; some builds split it out).
 pub fn git_daemon_available() -> bool {
-    let exec = std::process::Command::new("git").arg("--exec-path").output();
+    let exec = std::process::Command::new("git")
+        .arg("--exec-path")
+        .output();
     match exec {
         Ok(o) if o.status.success() => {
             let dir = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string());
@@ -80,7 +82,10 @@ fn free_port() -> u16 {
 async fn wait_listening(port: u16, log: &Path) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             return;
         }
         if tokio::time::Instant::now() > deadline {

@@ -49,7 +49,12 @@ pub fn extension_dir() -> PathBuf {
 
 /// `PATH` with pi's node first, so pi's own `npm` and `git` children run under it.
 pub fn path_with_node(install: &PiInstall) -> std::ffi::OsString {
-    let mut dirs: Vec<PathBuf> = install.node.parent().map(Path::to_path_buf).into_iter().collect();
+    let mut dirs: Vec<PathBuf> = install
+        .node
+        .parent()
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect();
     if let Some(p) = std::env::var_os("PATH") {
         dirs.extend(std::env::split_paths(&p));
     }
