@@ -73,3 +73,63 @@ fn every_docs_link_in_the_readme_exists() {
         );
     }
 }
+
+/// The README's two install commands as written, the URL replaced by a `git daemon` serving
+/// this repository: `cargo install` builds the release binary from it (minutes: only with
+/// `PI_IDE_BROKER_INSTALL_TEST=1`, which `.ci/run` sets), and its `setup` installs the pi
+/// extension of the very commit cargo built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_block_as_written() {
+    if std::env::var("PI_IDE_BROKER_INSTALL_TEST").as_deref() != Ok("1") {
+        crate::common::cannot_run(
+            "the README's install block builds a release binary (minutes): set PI_IDE_BROKER_INSTALL_TEST=1 (bash .ci/run does)",
+        );
+        return;
+    }
+    let Some(pi) = crate::setup::tools() else {
+        return;
+    };
+    let server = crate::common::git_serve::GitServer::start().await;
+    let mut h = crate::setup::Home::new(&pi);
+    let root = h.home.join("cargo-root");
+    h.path_prepend(&root.join("bin"));
+    // The build's own target dir is kept between runs, so a rerun only relinks.
+    let target = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("readme-install");
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .unwrap_or_else(|| dirs_home().join(".cargo").into_os_string());
+    let env = [
+        ("CARGO_INSTALL_ROOT", root.as_os_str()),
+        ("CARGO_TARGET_DIR", target.as_os_str()),
+        ("CARGO_HOME", cargo_home.as_os_str()),
+    ];
+    for cmd in install_commands(&readme()) {
+        let cmd = cmd.replace(README_GIT_URL, &server.url);
+        let (ok, out) = h.run_with(Path::new("sh"), &["-c", &cmd], &env).await;
+        assert!(ok, "`{cmd}` failed:\n{out}");
+    }
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git rev-parse");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    assert_eq!(
+        h.pi_packages(),
+        serde_json::json!([format!("git:{}@{head}", server.url)]),
+        "setup did not install the extension of the commit cargo built"
+    );
+    let (ok, out) = h
+        .run_with(&root.join("bin/pi-ide-broker"), &["setup", "--undo"], &env)
+        .await;
+    assert!(ok, "{out}");
+    assert_eq!(h.pi_packages(), serde_json::json!([]), "{out}");
+}
+
+/// The real user's home (for cargo's registry cache), not the test's.
+fn dirs_home() -> std::path::PathBuf {
+    std::env::var_os("HOME")
+        .map(Into::into)
+        .unwrap_or_else(|| "/".into())
+}

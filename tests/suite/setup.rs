@@ -47,8 +47,25 @@ impl Home {
         }
     }
 
+    /// Prepends `dir` to this HOME's PATH.
+    pub fn path_prepend(&mut self, dir: &Path) {
+        let mut dirs = vec![dir.to_path_buf()];
+        dirs.extend(std::env::split_paths(&self.path));
+        self.path = std::env::join_paths(dirs).expect("PATH");
+    }
+
     /// Runs `pi-ide-broker <args>` (or another program) in this HOME; (success, output).
     pub async fn run(&self, program: &Path, args: &[&str]) -> (bool, String) {
+        self.run_with(program, args, &[]).await
+    }
+
+    /// [`Home::run`] with these environment variables set too.
+    pub async fn run_with(
+        &self,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> (bool, String) {
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .current_dir(&self.home)
@@ -68,6 +85,7 @@ impl Home {
         ] {
             cmd.env_remove(v);
         }
+        cmd.envs(env.iter().copied());
         cmd.stdin(std::process::Stdio::null()).kill_on_drop(true);
         let what = format!("{} {}", program.display(), args.join(" "));
         let out = tokio::time::timeout(std::time::Duration::from_secs(600), cmd.output())
@@ -105,7 +123,7 @@ fn script(path: &Path, body: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
-fn tools() -> Option<PiInstall> {
+pub fn tools() -> Option<PiInstall> {
     let pi = find_pi()?;
     if !git_daemon_available() {
         cannot_run("`git daemon` not found (Debian's git package has it)");
