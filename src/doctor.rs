@@ -600,3 +600,43 @@ pub fn render(r: &Report) -> String {
     });
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service_line(enabled: &str, active: &str) -> Check {
+        let mut b = Builder(Vec::new());
+        systemd_unit_state(&mut b, "pi-ide-broker.service", enabled, active);
+        b.0.pop().expect("one line")
+    }
+
+    #[test]
+    fn the_service_line_always_ends_in_a_state_and_says_what_to_do() {
+        let ok = service_line("enabled", "active");
+        assert_eq!(ok.level, Level::Ok);
+        assert!(ok.fix.is_none());
+        for (en, act) in [
+            ("disabled", ""),
+            ("enabled", ""),
+            ("disabled", "inactive"),
+            ("enabled", "failed"),
+        ] {
+            let c = service_line(en, act);
+            assert_eq!(c.level, Level::Warn, "{en} {act}");
+            assert!(!c.message.trim_end().ends_with(','), "{}", c.message);
+            assert!(
+                c.fix.as_deref().is_some_and(|f| !f.is_empty()),
+                "{en} {act}: no fix"
+            );
+        }
+        assert!(service_line("enabled", "failed")
+            .fix
+            .unwrap_or_default()
+            .contains("journalctl"));
+        assert!(service_line("disabled", "inactive")
+            .fix
+            .unwrap_or_default()
+            .contains("service install"));
+    }
+}

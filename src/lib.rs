@@ -37,6 +37,7 @@ pub mod state;
 pub mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod version;
 pub mod woken;
 pub mod wsframe;
 pub mod wsupgrade;

@@ -230,7 +230,7 @@ async fn setup(
     config: &Config,
     config_path: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let env = pi_ide_broker::setup::Env::from_process(config.state_dir());
+    let env = pi_ide_broker::setup::Env::from_process(config, config_path.clone());
     let lines = pi_ide_broker::setup::run(opts, &env);
     if !opts.undo {
         println!("\ndoctor:");

@@ -5,6 +5,7 @@
 //! so that `setup --undo` takes back exactly that. A failed step says why and what to do; the
 //! others still run.
 
+mod daemon;
 mod jsonedit;
 pub mod mcp;
 pub mod pi;
@@ -44,11 +45,17 @@ pub struct Env {
     pub manifest_dir: PathBuf,
     /// `$PATH`.
     pub path: Option<OsString>,
+    /// The broker's socket (where a daemon setup starts listens).
+    pub socket: PathBuf,
+    /// The config file the daemon runs with, when there is one.
+    pub config: Option<PathBuf>,
 }
 
 impl Env {
-    /// The environment of this process, with `state_dir` from the config.
-    pub fn from_process(state_dir: PathBuf) -> Env {
+    /// The environment of this process, with the broker's paths from `config` (read from
+    /// `config_path`, when that file exists).
+    pub fn from_process(config: &crate::config::Config, config_path: Option<PathBuf>) -> Env {
+        let state_dir = config.state_dir();
         let home = crate::config::home_dir();
         let var = |k: &str| {
             std::env::var_os(k)
@@ -64,6 +71,8 @@ impl Env {
             exe: std::fs::canonicalize(&exe).unwrap_or(exe),
             manifest_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
             path: std::env::var_os("PATH"),
+            socket: config.socket_to_dial(),
+            config: config_path.filter(|p| p.exists()),
         }
     }
 

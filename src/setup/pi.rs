@@ -93,6 +93,14 @@ pub fn installed(settings: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A git source without its `@ref` (the source itself when it has none).
+pub fn without_ref(source: &str) -> &str {
+    match source.rsplit_once('@') {
+        Some((base, r)) if !r.contains('/') && base.contains("://") => base,
+        _ => source,
+    }
+}
+
 /// Whether an installed source is this package (any ref of it, or a checkout of it).
 pub fn is_ours(source: &str) -> bool {
     source.contains("pi-ide-broker")
@@ -125,6 +133,17 @@ mod tests {
             from_cargo_source("registry+https://github.com/rust-lang/crates.io-index"),
             None
         );
+    }
+
+    #[test]
+    fn a_ref_is_cut_from_git_sources_only() {
+        assert_eq!(without_ref("git:https://h/o/r@v1"), "git:https://h/o/r");
+        assert_eq!(
+            without_ref("git:git://127.0.0.1:9/l/r.git@abc"),
+            "git:git://127.0.0.1:9/l/r.git"
+        );
+        assert_eq!(without_ref("git:https://h/o/r"), "git:https://h/o/r");
+        assert_eq!(without_ref("/home/u@x/src"), "/home/u@x/src");
     }
 
     #[test]

@@ -10,6 +10,9 @@ pub struct Record {
     /// The service unit setup wrote and enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_unit: Option<PathBuf>,
+    /// The daemon setup started where no service manager could (its pid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_pid: Option<u32>,
     /// The pi package source setup installed (`pi install <source>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pi_source: Option<String>,

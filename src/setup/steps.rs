@@ -1,6 +1,7 @@
 //! The steps of `setup` and of `setup --undo`, each on its own: one failing never stops the
 //! next.
 
+use super::daemon;
 use super::mcp::{self, FileClient};
 use super::pi::{self, Source};
 use super::record::{McpFile, Record};
@@ -71,7 +72,13 @@ fn no_manager(manager: Manager, env: &Env) -> Option<String> {
 
 fn service_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
     let manager = Manager::here();
-    let unit = service::unit(manager, &env.exe, None, &env.home, &env.config_home);
+    let unit = service::unit(
+        manager,
+        &env.exe,
+        env.config.as_deref(),
+        &env.home,
+        &env.config_home,
+    );
     let cmds = service::commands(manager, &unit, true);
     let on_disk = std::fs::read_to_string(&unit.path).ok();
     if on_disk.is_some() && rec.service_unit.is_none() {
@@ -85,8 +92,7 @@ fn service_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
         );
     }
     if let Some(why) = no_manager(manager, env) {
-        return Line::new(Level::Warn, "service", format!("no user service manager answers here ({why}); nothing installed"))
-            .fix("nothing to do: the pi extension and `pi-ide-broker mcp` start a daemon when none runs, and it stays up after them; `pi-ide-broker daemon` runs one in a terminal");
+        return background_daemon(opts, env, rec, &why);
     }
     if opts.dry_run {
         return Line::new(
@@ -140,6 +146,46 @@ fn service_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
     )
 }
 
+/// No service manager: a daemon in the background instead, unless one runs already.
+fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> Line {
+    let later = "when it stops (a reboot), the pi extension and `pi-ide-broker mcp` start one whenever none runs";
+    let head = format!("no user service manager answers here ({why})");
+    if daemon::answering(env) {
+        return Line::new(
+            Level::Ok,
+            "service",
+            format!("{head}; a daemon is running on {}", env.socket.display()),
+        )
+        .fix(later);
+    }
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "service",
+            format!(
+                "{head}; would start `pi-ide-broker daemon` in the background (log: {})",
+                daemon::log_path(env).display()
+            ),
+        );
+    }
+    match daemon::start(env) {
+        Ok(pid) => {
+            rec.daemon_pid = Some(pid);
+            Line::new(
+                Level::Ok,
+                "service",
+                format!(
+                    "{head}; started a daemon in the background (pid {pid}, log: {})",
+                    daemon::log_path(env).display()
+                ),
+            )
+            .fix(later)
+        }
+        Err(e) => Line::new(Level::Warn, "service", format!("{head}; {e}"))
+            .fix(format!("run `pi-ide-broker daemon` in a terminal; {later}")),
+    }
+}
+
 fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
     let source = pi::resolve(opts.pi_source.as_deref(), &env.exe, &env.manifest_dir);
     let by_hand = source.as_ref().map_or(
@@ -172,7 +218,17 @@ fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
             format!("the extension is installed ({})", source.arg()),
         );
     }
-    if let Some(other) = installed.iter().find(|s| pi::is_ours(s)) {
+    // Another ref of the same repository is an older (or newer) extension: this build's
+    // replaces it. Anything else (a checkout, another URL) is the user's choice.
+    let target = source.arg();
+    let same_repo = installed
+        .iter()
+        .find(|s| s.contains('@') && pi::without_ref(s) == pi::without_ref(&target))
+        .cloned();
+    if let Some(other) = installed
+        .iter()
+        .find(|s| pi::is_ours(s) && Some(*s) != same_repo.as_ref())
+    {
         return Line::new(
             Level::Ok,
             "pi",
@@ -183,9 +239,23 @@ fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
         ));
     }
     if opts.dry_run {
-        return Line::new(Level::Info, "pi", format!("would run: {by_hand}"));
+        let first = same_repo
+            .as_ref()
+            .map_or(String::new(), |o| format!("pi remove {o}; "));
+        return Line::new(Level::Info, "pi", format!("would run: {first}{by_hand}"));
     }
-    if let Source::Checkout(dir) = &source {
+    pi_install(&source, same_repo.as_deref(), env, rec, &by_hand)
+}
+
+/// Installs `source` (after removing `replacing`, another ref of it), and records it.
+fn pi_install(
+    source: &Source,
+    replacing: Option<&str>,
+    env: &Env,
+    rec: &mut Record,
+    by_hand: &str,
+) -> Line {
+    if let Source::Checkout(dir) = source {
         if let Err(e) = checkout_deps(dir, env) {
             return Line::new(Level::Fail, "pi", e).fix(format!(
                 "run `npm install --omit=dev --legacy-peer-deps` in {}, then setup again",
@@ -193,14 +263,24 @@ fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
             ));
         }
     }
+    if let Some(old) = replacing {
+        if let Err(e) = run(
+            &["pi".into(), "remove".into(), old.to_string()],
+            env,
+            Some(&env.home),
+        ) {
+            return Line::new(Level::Fail, "pi", e).fix(format!("pi remove {old} && {by_hand}"));
+        }
+    }
     let cmd = ["pi".to_string(), "install".to_string(), source.arg()];
     match run(&cmd, env, Some(&env.home)) {
         Ok(_) => {
             rec.pi_source = Some(source.arg());
+            let was = replacing.map_or(String::new(), |o| format!(" (replacing {o})"));
             Line::new(
                 Level::Ok,
                 "pi",
-                format!("installed the extension: {by_hand}"),
+                format!("installed the extension: {by_hand}{was}"),
             )
         }
         Err(e) => Line::new(Level::Fail, "pi", e).fix(format!(
@@ -279,27 +359,10 @@ fn file_step(client: FileClient, opts: &Options, env: &Env, rec: &mut Record) ->
             ),
         );
     }
-    let text = match std::fs::read_to_string(&file) {
-        Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            return Line::new(
-                Level::Fail,
-                step,
-                format!("cannot read {}: {e}", file.display()),
-            )
-            .fix(format!("add by hand: {snippet}"))
-        }
-    };
-    let plan = match mcp::add(client, text.as_deref().unwrap_or(""), &bin) {
-        Ok(p) => p,
-        Err(e) => {
-            return Line::new(
-                Level::Warn,
-                step,
-                format!("{} cannot be edited safely: {e}", file.display()),
-            )
-            .fix(format!("add by hand: {snippet}"))
+    let (text, plan) = match plan_file(client, &file, &bin) {
+        Ok(tp) => tp,
+        Err((level, why)) => {
+            return Line::new(level, step, why).fix(format!("add by hand: {snippet}"));
         }
     };
     let (new_text, created_container) = match plan {
@@ -348,6 +411,27 @@ fn file_step(client: FileClient, opts: &Options, env: &Env, rec: &mut Record) ->
     )
 }
 
+/// The file's text (`None`: no file yet) and what adding the entry to it comes to; or how bad
+/// it is and why, when it cannot be read or edited safely.
+fn plan_file(
+    client: FileClient,
+    file: &Path,
+    bin: &str,
+) -> Result<(Option<String>, mcp::Plan), (Level, String)> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err((Level::Fail, format!("cannot read {}: {e}", file.display()))),
+    };
+    match mcp::add(client, text.as_deref().unwrap_or(""), bin) {
+        Ok(plan) => Ok((text, plan)),
+        Err(e) => Err((
+            Level::Warn,
+            format!("{} cannot be edited safely: {e}", file.display()),
+        )),
+    }
+}
+
 /// Writes `text` to `path` through a temporary file beside it, keeping the file's mode.
 fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -376,6 +460,9 @@ pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(L
     }
     if let Some(unit) = rec.service_unit.clone() {
         emit(undo_service(opts, env, &unit, rec));
+    }
+    if let Some(pid) = rec.daemon_pid {
+        emit(undo_daemon(opts, pid, rec));
     }
     if let Some(source) = rec.pi_source.clone() {
         emit(undo_command(
@@ -449,6 +536,32 @@ fn undo_service(opts: &Options, env: &Env, unit_path: &Path, rec: &mut Record) -
             format!("cannot remove {}: {e}", unit_path.display()),
         )
         .fix("remove it by hand, then `systemctl --user daemon-reload`"),
+    }
+}
+
+fn undo_daemon(opts: &Options, pid: u32, rec: &mut Record) -> Line {
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "service",
+            format!("would stop the daemon setup started (pid {pid})"),
+        );
+    }
+    match daemon::stop(pid) {
+        Ok(stopped) => {
+            rec.daemon_pid = None;
+            let what = if stopped {
+                "stopped"
+            } else {
+                "no longer runs:"
+            };
+            Line::new(
+                Level::Ok,
+                "service",
+                format!("{what} the daemon setup started (pid {pid})"),
+            )
+        }
+        Err(e) => Line::new(Level::Fail, "service", e).fix(format!("kill {pid}")),
     }
 }
 

@@ -20,3 +20,4 @@ mod service;
 mod sessions;
 mod setup;
 mod stdio;
+mod version;

@@ -59,8 +59,12 @@ async fn pi_install_from_git_autoconnects_and_pi_remove_removes_it() {
             "the installed extension's session on the editor",
             move |st| {
                 st["sessions"].as_array().is_some_and(|s| {
-                    s.iter()
-                        .any(|s| s["editor"] == e.as_str() && s["door"] == "native")
+                    s.iter().any(|s| {
+                        s["editor"] == e.as_str()
+                            && s["door"] == "native"
+                            && s["client"]["name"] == "pi-ide-broker-pi"
+                            && s["client"]["version"] == env!("CARGO_PKG_VERSION")
+                    })
                 })
             },
         )

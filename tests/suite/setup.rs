@@ -20,6 +20,9 @@ pub struct Home {
     _dir: tempfile::TempDir,
     pub home: PathBuf,
     path: std::ffi::OsString,
+    /// `$TMPDIR`: the default socket (`$TMPDIR/pi-ide-broker-<uid>/sock`, with no
+    /// `XDG_RUNTIME_DIR`) lands in the test's own dir.
+    tmp: PathBuf,
 }
 
 impl Home {
@@ -29,6 +32,8 @@ impl Home {
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&home).expect("mkdir home");
         std::fs::create_dir_all(&bin).expect("mkdir bin");
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).expect("mkdir tmp");
         script(
             &bin.join("pi"),
             &format!("exec '{}' '{}' \"$@\"", pi.node.display(), pi.cli.display()),
@@ -44,6 +49,7 @@ impl Home {
             _dir: dir,
             home,
             path,
+            tmp,
         }
     }
 
@@ -71,6 +77,7 @@ impl Home {
             .current_dir(&self.home)
             .env("HOME", &self.home)
             .env("PATH", &self.path)
+            .env("TMPDIR", &self.tmp)
             .env("npm_config_update_notifier", "false");
         for v in [
             "XDG_CONFIG_HOME",
@@ -152,30 +159,18 @@ async fn dry_run_write_again_and_undo_in_a_fresh_home() {
         a
     };
 
-    // --dry-run shows every step and changes nothing.
-    let (ok, out) = h.run(&bin, &setup(&["--write", "--dry-run"])).await;
-    assert!(ok, "{out}");
-    assert!(
-        out.contains(&format!("would run: pi install {source}")),
-        "{out}"
-    );
-    assert!(
-        out.contains("would add to") && out.contains(".codex/config.toml"),
-        "{out}"
-    );
-    assert!(
-        out.contains("no user service manager answers here"),
-        "{out}"
-    );
-    assert!(out.contains("doctor:"), "{out}");
-    assert_eq!(h.pi_packages(), Value::Null, "{out}");
-    assert_eq!(h.read(".codex/config.toml").as_deref(), Some(CODEX_BEFORE));
-    assert!(h.read(".config/opencode/opencode.json").is_none());
-    assert!(h.read(".local/state/pi-ide-broker/setup.json").is_none());
+    let mut dry = setup(&["--write"]);
+    dry.push("--dry-run");
+    dry_run_changes_nothing(&h, &bin, &dry, &source).await;
 
     // --write: the extension installed, the entries merged beside the others.
     let (ok, out) = h.run(&bin, &setup(&["--write"])).await;
     assert!(ok, "{out}");
+    assert!(out.contains("started a daemon in the background"), "{out}");
+    assert!(
+        out.contains("✓ daemon: running"),
+        "doctor sees no daemon:\n{out}"
+    );
     assert_eq!(h.pi_packages(), json!([source]), "{out}");
     let codex = h.read(".codex/config.toml").expect("codex config");
     assert!(codex.starts_with(CODEX_BEFORE), "{codex}");
@@ -210,13 +205,46 @@ async fn dry_run_write_again_and_undo_in_a_fresh_home() {
     let (ok, out) = h.run(&bin, &setup(&["--write"])).await;
     assert!(ok, "{out}");
     assert!(out.contains("the extension is installed"), "{out}");
+    assert!(out.contains("a daemon is running on"), "{out}");
     assert!(out.contains("has the `editor` MCP server"), "{out}");
     let after: Vec<_> = files.iter().map(|f| h.read(f)).collect();
     assert_eq!(before, after, "{out}");
 
-    // --undo: exactly what setup did is taken back.
-    let (ok, out) = h.run(&bin, &["setup", "--undo"]).await;
+    undo_takes_back_exactly_that(&h, &bin).await;
+}
+
+/// `--dry-run` shows every step and changes nothing.
+async fn dry_run_changes_nothing(h: &Home, bin: &Path, args: &[&str], source: &str) {
+    let (ok, out) = h.run(bin, &args).await;
     assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("would run: pi install {source}")),
+        "{out}"
+    );
+    assert!(
+        out.contains("would add to") && out.contains(".codex/config.toml"),
+        "{out}"
+    );
+    assert!(
+        out.contains("no user service manager answers here"),
+        "{out}"
+    );
+    assert!(out.contains("doctor:"), "{out}");
+    assert!(
+        out.contains("would start `pi-ide-broker daemon` in the background"),
+        "{out}"
+    );
+    assert_eq!(h.pi_packages(), Value::Null, "{out}");
+    assert_eq!(h.read(".codex/config.toml").as_deref(), Some(CODEX_BEFORE));
+    assert!(h.read(".config/opencode/opencode.json").is_none());
+    assert!(h.read(".local/state/pi-ide-broker/setup.json").is_none());
+}
+
+/// `--undo` after the runs above: what setup did is taken back, the rest is as it was.
+async fn undo_takes_back_exactly_that(h: &Home, bin: &Path) {
+    let (ok, out) = h.run(bin, &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("stopped the daemon setup started"), "{out}");
     assert_eq!(h.pi_packages(), json!([]), "{out}");
     assert_eq!(
         h.read(".codex/config.toml").as_deref(),
@@ -233,7 +261,7 @@ async fn dry_run_write_again_and_undo_in_a_fresh_home() {
         h.read(".local/state/pi-ide-broker/setup.json").is_none(),
         "{out}"
     );
-    let (ok, out) = h.run(&bin, &["setup", "--undo"]).await;
+    let (ok, out) = h.run(bin, &["setup", "--undo"]).await;
     assert!(ok && out.contains("nothing to undo"), "{out}");
 }
 

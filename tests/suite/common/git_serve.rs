@@ -12,6 +12,8 @@ pub struct GitServer {
     _daemon: Child,
     /// `git://127.0.0.1:<port>/local/pi-ide-broker.git`.
     pub url: String,
+    /// The commit it serves as `HEAD`.
+    pub head: String,
 }
 
 /// Whether `git daemon` exists here (Debian's `git` has it; some builds split it out).
@@ -45,6 +47,12 @@ impl GitServer {
             "git clone --bare failed: {}",
             String::from_utf8_lossy(&clone.stderr)
         );
+        let head = std::process::Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(&repo)
+            .output()
+            .expect("git rev-parse");
+        let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("git-daemon.log")).expect("log file");
         let daemon = Command::new("git")
@@ -64,6 +72,7 @@ impl GitServer {
             _dir: dir,
             _daemon: daemon,
             url: format!("git://127.0.0.1:{port}/local/pi-ide-broker.git"),
+            head,
         }
     }
 

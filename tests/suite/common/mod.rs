@@ -38,6 +38,12 @@ pub fn cannot_run(msg: &str) {
     if std::env::var("PI_IDE_BROKER_REQUIRE_PI").is_ok_and(|v| v == "1") {
         panic!("{msg}");
     }
+    skipped(msg);
+}
+
+/// Says that a test (or part of one) is skipped, on a line of its own past the harness's
+/// capture; for what even CI may lack (a second uid, python3), so it never fails.
+pub fn skipped(msg: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
 }

@@ -149,6 +149,17 @@ impl Pi {
         Self::launch(install, home, cwd, env, &all)
     }
 
+    /// Starts pi with the extension in `ext` (a modified copy) instead of this repo's.
+    pub async fn start_with_extension(
+        install: &PiInstall,
+        home: &Path,
+        cwd: &Path,
+        env: &[(&str, &std::ffi::OsStr)],
+        ext: &Path,
+    ) -> Pi {
+        Self::launch(install, home, cwd, env, &["-e".into(), ext.into()])
+    }
+
     /// Starts pi with only the extensions its settings name (a package `pi install`ed).
     pub async fn start_installed(
         install: &PiInstall,
