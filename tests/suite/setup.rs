@@ -215,7 +215,7 @@ async fn dry_run_write_again_and_undo_in_a_fresh_home() {
 
 /// `--dry-run` shows every step and changes nothing.
 async fn dry_run_changes_nothing(h: &Home, bin: &Path, args: &[&str], source: &str) {
-    let (ok, out) = h.run(bin, &args).await;
+    let (ok, out) = h.run(bin, args).await;
     assert!(ok, "{out}");
     assert!(
         out.contains(&format!("would run: pi install {source}")),
