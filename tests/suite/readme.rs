@@ -93,10 +93,13 @@ async fn install_block_as_written() {
     let mut h = crate::setup::Home::new(&pi);
     let root = h.home.join("cargo-root");
     h.path_prepend(&root.join("bin"));
-    // The build's own target dir is kept between runs, so a rerun only relinks.
+    // The build's target dir is kept between runs, so a rerun compiles only this crate. Cargo
+    // takes a git package's artifacts for fresh whatever commit they were built from (a
+    // commit is assumed never to change), so this crate's own are removed first.
     let target = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("target")
         .join("readme-install");
+    forget_this_crate(&target.join("release"));
     let cargo_home = std::env::var_os("CARGO_HOME")
         .unwrap_or_else(|| dirs_home().join(".cargo").into_os_string());
     let env = [
@@ -119,6 +122,29 @@ async fn install_block_as_written() {
         .await;
     assert!(ok, "{out}");
     assert_eq!(h.pi_packages(), serde_json::json!([]), "{out}");
+}
+
+/// Removes this crate's fingerprints and artifacts from a cargo profile dir (dependencies stay).
+fn forget_this_crate(profile: &Path) {
+    for (dir, prefixes) in [
+        (profile.join(".fingerprint"), &["pi-ide-broker-"][..]),
+        (
+            profile.join("deps"),
+            &["pi_ide_broker-", "libpi_ide_broker-"][..],
+        ),
+    ] {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if prefixes.iter().any(|p| name.starts_with(p)) {
+                let p = e.path();
+                let _ = if p.is_dir() {
+                    std::fs::remove_dir_all(&p)
+                } else {
+                    std::fs::remove_file(&p)
+                };
+            }
+        }
+    }
 }
 
 /// The real user's home (for cargo's registry cache), not the test's.
