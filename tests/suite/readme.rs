@@ -112,6 +112,14 @@ async fn install_block_as_written() {
         let (ok, out) = h.run_with(Path::new("sh"), &["-c", &cmd], &env).await;
         assert!(ok, "`{cmd}` failed:\n{out}");
     }
+    let (_, version) = h
+        .run_with(&root.join("bin/pi-ide-broker"), &["--version"], &env)
+        .await;
+    assert!(
+        version.contains(&server.head[..12]),
+        "cargo installed a build of another commit than {}: {version}",
+        server.head
+    );
     assert_eq!(
         h.pi_packages(),
         serde_json::json!([format!("git:{}@{}", server.url, server.head)]),
