@@ -115,6 +115,26 @@ pub fn claude_add(bin: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// Claude Code's user config (`$CLAUDE_CONFIG_DIR/.claude.json`, default `~/.claude.json`).
+pub fn claude_config(home: &Path) -> PathBuf {
+    match std::env::var_os("CLAUDE_CONFIG_DIR").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d).join(".claude.json"),
+        None => home.join(".claude.json"),
+    }
+}
+
+/// The user-scope `editor` MCP server Claude Code has, if any.
+pub fn claude_entry(home: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(claude_config(home)).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["mcpServers"].get(NAME).cloned()
+}
+
+/// Whether a Claude Code entry runs this broker's `mcp --dialect claude`.
+pub fn is_claude_entry(entry: &Value, bin: &str) -> bool {
+    entry["command"] == bin && entry["args"] == json!(["mcp", "--dialect", "claude"])
+}
+
 /// The Claude Code command that removes it again.
 pub fn claude_remove() -> Vec<String> {
     ["claude", "mcp", "remove", "--scope", "user", NAME]

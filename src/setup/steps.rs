@@ -323,6 +323,22 @@ fn claude_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
             format!("not on PATH; once it is: {line}"),
         );
     }
+    match mcp::claude_entry(&env.home) {
+        Some(e) if mcp::is_claude_entry(&e, &env.broker_command()) => {
+            return Line::new(Level::Ok, "Claude Code", "has the `editor` MCP server");
+        }
+        Some(e) => {
+            return Line::new(
+                Level::Warn,
+                "Claude Code",
+                format!("has another `editor` MCP server ({e}); left as it is"),
+            )
+            .fix(format!(
+                "to use the broker: claude mcp remove --scope user editor && {line}"
+            ));
+        }
+        None => {}
+    }
     if !opts.write || opts.dry_run {
         return Line::new(
             Level::Info,

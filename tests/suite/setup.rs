@@ -306,3 +306,82 @@ async fn a_failed_step_says_why_and_the_others_still_run() {
     assert!(ok, "{out}");
     assert_eq!(h.read(".codex/config.toml").as_deref(), Some(""), "{out}");
 }
+
+/// The real Claude Code CLI (`PI_IDE_BROKER_CLAUDE`, installed by `.ci/run`), or `None` after
+/// saying it is missing.
+fn find_claude() -> Option<PathBuf> {
+    match std::env::var_os("PI_IDE_BROKER_CLAUDE").map(PathBuf::from) {
+        Some(p) if p.exists() => Some(p),
+        _ => {
+            cannot_run("Claude Code CLI not found: set PI_IDE_BROKER_CLAUDE (bash .ci/run does)");
+            None
+        }
+    }
+}
+
+/// With the real `claude` on PATH: `--write` adds the server through `claude mcp add` beside
+/// one the user has, a second run leaves it, `--undo` removes only setup's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_gets_the_server_through_its_own_cli_and_loses_only_that() {
+    let Some(pi) = find_pi() else { return };
+    let Some(claude) = find_claude() else { return };
+    let mut h = Home::new(&pi);
+    let bin_dir = h.home.join("claude-bin");
+    std::fs::create_dir_all(&bin_dir).expect("mkdir");
+    std::os::unix::fs::symlink(&claude, bin_dir.join("claude")).expect("link claude");
+    h.path_prepend(&bin_dir);
+    // pi already has "this build's" extension: the pi step runs no pi command.
+    let source = "git:example.org/o/pi-ide-broker@v0";
+    h.write(
+        ".pi/agent/settings.json",
+        &json!({"packages": [source]}).to_string(),
+    );
+    let claude_cli = bin_dir.join("claude");
+    let (ok, out) = h
+        .run(
+            &claude_cli,
+            &[
+                "mcp",
+                "add",
+                "--scope",
+                "user",
+                "other",
+                "--",
+                "other-server",
+            ],
+        )
+        .await;
+    assert!(ok, "{out}");
+    let servers = || json_of(&h.read(".claude.json"))["mcpServers"].clone();
+
+    let (ok, out) = h
+        .run(&broker_bin(), &["setup", "--write", "--pi-source", source])
+        .await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("✓ Claude Code: added: claude mcp add --scope user editor --"),
+        "{out}"
+    );
+    let s = servers();
+    assert_eq!(
+        s["editor"]["args"],
+        json!(["mcp", "--dialect", "claude"]),
+        "{s}"
+    );
+    assert_eq!(s["other"]["command"], "other-server", "{s}");
+    let (ok, out) = h
+        .run(&broker_bin(), &["setup", "--write", "--pi-source", source])
+        .await;
+    assert!(ok && out.contains("added by an earlier setup"), "{out}");
+
+    let (ok, out) = h.run(&broker_bin(), &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+    let s = servers();
+    assert!(s.get("editor").is_none(), "{s}");
+    assert_eq!(s["other"]["command"], "other-server", "{s}");
+    assert_eq!(
+        h.pi_packages(),
+        json!([source]),
+        "undo removed an extension setup did not install"
+    );
+}
