@@ -246,13 +246,30 @@ fn check_service(b: &mut Builder) {
         ask(&["--user", "is-active", unit], "systemctl"),
     ) {
         (Some(en), Some(act)) if !en.is_empty() => systemd_unit_state(b, unit, &en, &act),
+        _ if !user_systemd_answers() => b.fix(
+            "service",
+            Level::Warn,
+            "no user service manager here (`systemctl --user` does not answer)",
+            "nothing to install: `pi-ide-broker setup`, the pi extension and `pi-ide-broker mcp` start a daemon when none runs",
+        ),
         _ => b.fix(
             "service",
             Level::Warn,
-            "no systemd user unit installed (or no user systemd here)",
+            "no systemd user unit installed",
             "`pi-ide-broker service install` starts the daemon at every login",
         ),
     }
+}
+
+/// Whether a systemd user manager answers (a container, or a session without a user bus,
+/// has none).
+fn user_systemd_answers() -> bool {
+    std::process::Command::new("systemctl")
+        .args(["--user", "show-environment"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The service line for a unit systemd knows: ok when enabled and active, else what to do.

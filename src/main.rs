@@ -234,7 +234,7 @@ async fn setup(
     let lines = pi_ide_broker::setup::run(opts, &env);
     if !opts.undo {
         println!("\ndoctor:");
-        let cwd = std::env::current_dir().unwrap_or_else(|_| env.home.clone());
+        let cwd = report_cwd(&env);
         let report = pi_ide_broker::doctor::run(&pi_ide_broker::doctor::Options {
             config_path,
             cwd,
@@ -242,12 +242,20 @@ async fn setup(
         })
         .await;
         print!("{}", pi_ide_broker::doctor::render(&report));
+        if !report.ok {
+            println!("(The route is checked for {}: once an editor has a project open, `pi-ide-broker doctor` there says whether an agent reaches it.)", report_cwd(&env).display());
+        }
     }
     Ok(if pi_ide_broker::setup::all_ok(&lines) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The directory setup's doctor run explains the route for: the current one.
+fn report_cwd(env: &pi_ide_broker::setup::Env) -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| env.home.clone())
 }
 
 /// Says that no daemon answers and how to start one; exit status 3.
