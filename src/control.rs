@@ -127,6 +127,9 @@ pub struct SessionStatus {
     /// Calls waiting for the editor: diffs first, then oldest first.
     #[serde(default)]
     pub in_flight: Vec<InFlight>,
+    /// What the client says it is (name, version, protocol revision), if it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<crate::version::ClientInfo>,
 }
 
 /// One call waiting for an editor.
@@ -219,6 +222,7 @@ pub fn status(reg: &Registry) -> Status {
                 remote: s.remote.as_ref().map(|(n, _)| n.clone()),
                 host_cwd: s.remote.as_ref().map(|_| s.cwd.display().to_string()),
                 in_flight: in_flight.into_iter().map(|(_, v)| v).collect(),
+                client: s.client.clone(),
             }
         })
         .collect();
@@ -476,6 +480,12 @@ fn session_line(sess: &SessionStatus, now: u64) -> String {
     if sess.key.is_some() {
         let _ = write!(l, " · key {}", opt(&sess.key));
     }
+    if let Some(c) = &sess.client {
+        let _ = write!(l, " · {}", c.name);
+        if let Some(v) = &c.version {
+            let _ = write!(l, " {v}");
+        }
+    }
     if let (Some(r), Some(h)) = (&sess.remote, &sess.host_cwd) {
         let _ = write!(l, " · remote {r} (here {h})");
     }
@@ -518,7 +528,7 @@ mod tests {
                  "rtt_ms": null, "connected_since": null, "restarts": 0, "tools": [], "sessions": 0}
             ],
             "sessions": [
-                {"id": 3, "door": "native", "dialect": "pi", "cwd": "/home/u/proj/src", "key": "999", "editor": "neovim-3fa2c1",
+                {"id": 3, "door": "native", "dialect": "pi", "cwd": "/home/u/proj/src", "key": "999", "editor": "neovim-3fa2c1", "client": {"name": "pi-ide-broker-pi", "version": "0.1.0", "protocol": 1},
                  "since": 1100, "in_flight": [{"method": "tools/call", "tool": "openDiff", "age_s": 12}]},
                 {"id": 4, "door": "compat", "dialect": "pi", "cwd": "/tmp", "key": null, "editor": null, "since": 1190, "in_flight": []}
             ],
@@ -529,7 +539,7 @@ pi-ide-broker 0.1.0 · pid 42 · up 3m12s · socket /run/user/1000/pi-ide-broker
 
 EDITOR         FAMILY  PORT   PID   STATE    RTT    UP     RESTARTS  SESSIONS  WORKSPACE
 neovim-3fa2c1  pi      41234  5678  ready    0.4ms  3m20s  1         1         /home/u/proj
-  └ session 3 · native · pi · cwd /home/u/proj/src · key 999 · for 1m40s · in flight: openDiff (12s)
+  └ session 3 · native · pi · cwd /home/u/proj/src · key 999 · pi-ide-broker-pi 0.1.0 · for 1m40s · in flight: openDiff (12s)
 code-00aa11    claude  5      77    backoff  -      -      0         0         -
 
 Unattached sessions:

@@ -245,25 +245,65 @@ fn check_service(b: &mut Builder) {
         ask(&["--user", "is-enabled", unit], "systemctl"),
         ask(&["--user", "is-active", unit], "systemctl"),
     ) {
-        (Some(en), Some(act)) if !en.is_empty() => {
-            let level = if en == "enabled" && act == "active" {
-                Level::Ok
-            } else {
-                Level::Warn
-            };
-            b.add(
-                "service",
-                level,
-                format!("systemd user unit {unit}: {en}, {act}"),
-            );
-        }
+        (Some(en), Some(act)) if !en.is_empty() => systemd_unit_state(b, unit, &en, &act),
+        _ if !user_systemd_answers() => b.fix(
+            "service",
+            Level::Warn,
+            "no user service manager here (`systemctl --user` does not answer)",
+            "nothing to install: `pi-ide-broker setup`, the pi extension and `pi-ide-broker mcp` start a daemon when none runs",
+        ),
         _ => b.fix(
             "service",
             Level::Warn,
-            "no systemd user unit installed (or no user systemd here)",
+            "no systemd user unit installed",
             "`pi-ide-broker service install` starts the daemon at every login",
         ),
     }
+}
+
+/// Whether a systemd user manager answers (a container, or a session without a user bus,
+/// has none).
+fn user_systemd_answers() -> bool {
+    std::process::Command::new("systemctl")
+        .args(["--user", "show-environment"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The service line for a unit systemd knows: ok when enabled and active, else what to do.
+fn systemd_unit_state(b: &mut Builder, unit: &str, enabled: &str, active: &str) {
+    if enabled == "enabled" && active == "active" {
+        b.add(
+            "service",
+            Level::Ok,
+            format!("systemd user unit {unit}: enabled, active"),
+        );
+        return;
+    }
+    let (active, fix) = if active.is_empty() {
+        (
+            "state unknown (no user service manager answers)",
+            "this session has no `systemctl --user`; the pi extension and `pi-ide-broker mcp` start a daemon themselves".to_string(),
+        )
+    } else if enabled != "enabled" {
+        (
+            active,
+            "`pi-ide-broker service install` enables and starts it".to_string(),
+        )
+    } else {
+        (
+            active,
+            format!("`systemctl --user start {unit}`; `journalctl --user -u {unit}` says why it stopped"),
+        )
+    };
+    b.fix(
+        "service",
+        Level::Warn,
+        format!("systemd user unit {unit}: {enabled}, {active}"),
+        fix,
+    );
 }
 
 fn mode_of(path: &Path) -> Option<(u32, u32)> {
@@ -576,4 +616,44 @@ pub fn render(r: &Report) -> String {
         "\nSomething above is in the way (✗); each has its fix.\n"
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service_line(enabled: &str, active: &str) -> Check {
+        let mut b = Builder(Vec::new());
+        systemd_unit_state(&mut b, "pi-ide-broker.service", enabled, active);
+        b.0.pop().expect("one line")
+    }
+
+    #[test]
+    fn the_service_line_always_ends_in_a_state_and_says_what_to_do() {
+        let ok = service_line("enabled", "active");
+        assert_eq!(ok.level, Level::Ok);
+        assert!(ok.fix.is_none());
+        for (en, act) in [
+            ("disabled", ""),
+            ("enabled", ""),
+            ("disabled", "inactive"),
+            ("enabled", "failed"),
+        ] {
+            let c = service_line(en, act);
+            assert_eq!(c.level, Level::Warn, "{en} {act}");
+            assert!(!c.message.trim_end().ends_with(','), "{}", c.message);
+            assert!(
+                c.fix.as_deref().is_some_and(|f| !f.is_empty()),
+                "{en} {act}: no fix"
+            );
+        }
+        assert!(service_line("enabled", "failed")
+            .fix
+            .unwrap_or_default()
+            .contains("journalctl"));
+        assert!(service_line("disabled", "inactive")
+            .fix
+            .unwrap_or_default()
+            .contains("service install"));
+    }
 }

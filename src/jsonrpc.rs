@@ -228,6 +228,9 @@ pub mod broker {
     pub const ATTACHED: &str = "broker/attached";
     /// Notification `{reason}`: no longer attached.
     pub const DETACHED: &str = "broker/detached";
+    /// Broker → session: something the user should know once (`{level, message}`), e.g. a
+    /// protocol revision that differs from the client's (`version`).
+    pub const NOTICE: &str = "broker/notice";
 }
 
 /// The `DIFF_REJECTED` the broker answers itself when a diff cannot reach the user (editor

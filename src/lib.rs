@@ -33,10 +33,12 @@ pub mod schema;
 pub mod secret;
 pub mod service;
 pub mod session;
+pub mod setup;
 pub mod state;
 pub mod sync;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod version;
 pub mod woken;
 pub mod wsframe;
 pub mod wsupgrade;

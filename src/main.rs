@@ -24,8 +24,9 @@ Environment:
 
 Quick start: `pi-ide-broker daemon` in one terminal, `pi-ide-broker status` in another.
 Something wrong? `pi-ide-broker doctor` checks everything and says what to fix.
-pi: `pi install ./extensions/pi` (README \"Use it with pi\"); the published pi-ide extension
-reaches the broker with `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`."
+First time? `pi-ide-broker setup` installs the service and the pi extension (`pi install
+git:<this repository>`) and prints the MCP entries for Claude Code, Codex, OpenCode and Gemini
+CLI. The published pi-ide extension reaches the broker with `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`."
 )]
 struct Cli {
     /// Config file (TOML). A missing file means defaults.
@@ -74,6 +75,27 @@ enum Command {
         /// Never start the daemon (fail if it is not running).
         #[arg(long, env = "PI_IDE_BROKER_NO_SPAWN", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0, default_missing_value = "true", default_value = "false")]
         no_spawn: bool,
+    },
+    /// Set everything up after `cargo install`: the service, the pi extension, the MCP entries.
+    ///
+    /// Installs and starts the user service where systemd or launchd answers; installs the pi
+    /// extension with `pi install` when pi is on PATH (the repository and commit this binary
+    /// was built from); prints the MCP entries for Claude Code, Codex, OpenCode and Gemini CLI
+    /// (`--write` adds them, next to what is there); ends with `doctor`'s verdict. Safe to run
+    /// again. What it changed is recorded in the state dir, and `--undo` takes back exactly that.
+    Setup {
+        /// Also add the MCP entries to the clients' config files (and run `claude mcp add`).
+        #[arg(long)]
+        write: bool,
+        /// Show every step, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Take back what earlier `setup` runs did, and nothing else.
+        #[arg(long, conflicts_with = "write")]
+        undo: bool,
+        /// The pi package to install instead of this build's own (e.g. `git:<url>@<tag>`).
+        #[arg(long, value_name = "SOURCE")]
+        pi_source: Option<String>,
     },
     /// Install, remove or inspect the user service (systemd on Linux, launchd on macOS).
     Service {
@@ -213,6 +235,40 @@ async fn doctor(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `setup` (or its undo), then doctor's verdict after a setup; exit status 1 when a step failed.
+async fn setup(
+    opts: &pi_ide_broker::setup::Options,
+    config: &Config,
+    config_path: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let env = pi_ide_broker::setup::Env::from_process(config, config_path.clone());
+    let lines = pi_ide_broker::setup::run(opts, &env);
+    if !opts.undo {
+        println!("\ndoctor:");
+        let cwd = report_cwd(&env);
+        let report = pi_ide_broker::doctor::run(&pi_ide_broker::doctor::Options {
+            config_path,
+            cwd,
+            key: None,
+        })
+        .await;
+        print!("{}", pi_ide_broker::doctor::render(&report));
+        if !report.ok {
+            println!("(The route is checked for {}: once an editor has a project open, `pi-ide-broker doctor` there says whether an agent reaches it.)", report_cwd(&env).display());
+        }
+    }
+    Ok(if pi_ide_broker::setup::all_ok(&lines) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The directory setup's doctor run explains the route for: the current one.
+fn report_cwd(env: &pi_ide_broker::setup::Env) -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| env.home.clone())
 }
 
 /// Says that no daemon answers and how to start one; exit status 3.
@@ -391,6 +447,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(ManagerArg::Launchd) => service::Manager::Launchd,
             },
         ),
+        Command::Setup {
+            write,
+            dry_run,
+            undo,
+            pi_source,
+        } => {
+            let opts = pi_ide_broker::setup::Options {
+                write,
+                dry_run,
+                undo,
+                pi_source,
+            };
+            setup(&opts, &config, config_path).await
+        }
         Command::Remote { remote_socket } => {
             let here = config.socket_to_dial();
             let there = remote_socket.display();

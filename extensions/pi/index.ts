@@ -91,6 +91,8 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	let lastName = "the editor";
 
 	const notify = (text: string, kind: "info" | "warning" | "error" = "info") => ctx?.ui.notify(text, kind);
+	// Notices already shown in this pi session (a version skew is told once, not per reconnect).
+	const told = new Set<string>();
 
 	const render = () => {
 		if (!ctx) return;
@@ -186,6 +188,11 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 					if (method === "selection_changed" && applySelection(state, params, l.attached?.folders[0])) render();
 				},
 				onSpawned: (log) => notify(`Started pi-ide-broker${log ? ` (log: ${log})` : ""}`),
+				onNotice: (message) => {
+					if (told.has(message)) return;
+					told.add(message);
+					notify(message, "warning");
+				},
 			},
 			options.spawn ? options.command : undefined,
 			paths.log,

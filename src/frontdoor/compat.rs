@@ -298,6 +298,7 @@ fn intro(reg: &Registry, id: String, dialect: Family) -> Intro {
         pinned: true,
         remote: None,
         dialect,
+        client: None,
     }
 }
 

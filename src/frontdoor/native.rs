@@ -214,8 +214,16 @@ fn events(reg: Arc<Registry>) -> Response<Body> {
     r
 }
 
-/// Parses `cwd` (required, absolute), `session`, `inherit`, `editor` and `dialect` from a
-/// query string.
+/// The client's own words about itself, gathered from the query.
+#[derive(Default)]
+struct ClientQuery {
+    name: Option<String>,
+    version: Option<String>,
+    protocol: Option<u32>,
+}
+
+/// Parses `cwd` (required, absolute), `session`, `inherit`, `editor`, `dialect` and the
+/// client's `client`, `client_version` and `protocol` from a query string.
 pub fn parse_intro(query: &str) -> Result<Intro, String> {
     let mut intro = Intro {
         door: Door::Native,
@@ -226,7 +234,9 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
         pinned: false,
         remote: None,
         dialect: Family::Pi,
+        client: None,
     };
+    let mut client = ClientQuery::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let v = crate::percent::decode_query(v)
@@ -245,9 +255,22 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
                 }
             }
             "door" if v == "stdio" => intro.door = Door::Stdio,
+            "client" if !v.is_empty() => client.name = Some(v),
+            "client_version" if !v.is_empty() => client.version = Some(v),
+            "protocol" => {
+                client.protocol = Some(
+                    v.parse()
+                        .map_err(|_| format!("protocol must be a revision number, not {v:?}"))?,
+                )
+            }
             _ => {}
         }
     }
+    intro.client = client.name.map(|name| crate::version::ClientInfo {
+        name,
+        version: client.version,
+        protocol: client.protocol,
+    });
     if intro.cwd.is_empty() {
         return Err(
             "missing query parameter cwd (the session's absolute working directory)".into(),
@@ -274,6 +297,15 @@ mod tests {
         assert!(parse_intro("session=1").unwrap_err().contains("cwd"));
         assert!(parse_intro("cwd=rel/x").unwrap_err().contains("absolute"));
         assert!(parse_intro("cwd=/x&dialect=vim").is_err());
+        let c = parse_intro("cwd=/p&session=k2&client=test-client&client_version=9.9.9&protocol=2")
+            .expect("intro")
+            .client
+            .expect("client");
+        assert_eq!(
+            (c.name.as_str(), c.version.as_deref(), c.protocol),
+            ("test-client", Some("9.9.9"), Some(2))
+        );
+        assert!(parse_intro("cwd=/x&protocol=two").is_err());
         assert!(parse_intro("cwd=%ZZ").is_err());
     }
 }

@@ -46,6 +46,8 @@ pub struct Intro {
     pub inherit: Option<String>,
     /// The dialect the client speaks.
     pub dialect: Family,
+    /// What the client says it is (`client`, `client_version`, `protocol` on the native door).
+    pub client: Option<crate::version::ClientInfo>,
 }
 
 /// Attachment changes, told to the session task (which resubscribes and tells its client).
@@ -73,6 +75,8 @@ pub struct Session {
     pub key: Option<String>,
     /// The dialect it speaks.
     pub dialect: Family,
+    /// What the client says it is (name, version, protocol revision), if it said.
+    pub client: Option<crate::version::ClientInfo>,
     /// When it connected.
     pub since: SystemTime,
     /// The attached editor id (shared: every call reads it).
@@ -134,6 +138,7 @@ impl Session {
             cwd_raw: intro.cwd.clone(),
             key: intro.key.clone(),
             dialect: intro.dialect,
+            client: intro.client.clone(),
             since: SystemTime::now(),
             editor: Mutex::new(None),
             pinned: intro.pinned,

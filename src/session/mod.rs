@@ -72,6 +72,16 @@ async fn serve<R>(
     // then they follow the answer, in order. A pi-ide client that attaches its message handler
     // only after the upgrade would otherwise lose them.
     let mut held: Option<Vec<String>> = Some(Vec::new());
+    // A protocol revision other than ours: told once, first thing after the handshake.
+    if let Some(note) = intro.client.as_ref().and_then(crate::version::skew_notice) {
+        tracing::info!(session = id, notice = %note, "protocol revisions differ");
+        if let Some(h) = held.as_mut() {
+            h.push(jsonrpc::notification(
+                jsonrpc::broker::NOTICE,
+                json!({"level": "warning", "message": note}),
+            ));
+        }
+    }
     let progress_every = Duration::from_millis(reg.config().timeouts.progress_ms.max(10));
     let mut progress_tick =
         tokio::time::interval_at(tokio::time::Instant::now() + progress_every, progress_every);
@@ -197,9 +207,9 @@ fn attached_params(reg: &Registry, editor: &str) -> Value {
     match reg.editor(editor) {
         Some(e) => {
             let l = e.lockfile();
-            json!({"editor": editor, "ide_name": l.ide_name, "workspace_folders": l.workspace_folders, "family": e.family})
+            json!({"editor": editor, "ide_name": l.ide_name, "workspace_folders": l.workspace_folders, "family": e.family, "broker": crate::version::broker_info()})
         }
-        None => json!({"editor": editor}),
+        None => json!({"editor": editor, "broker": crate::version::broker_info()}),
     }
 }
 

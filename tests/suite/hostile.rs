@@ -120,7 +120,7 @@ async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
     .unwrap();
     let chowned = std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).is_ok();
     if !chowned {
-        eprintln!("SKIPPED foreign-owner lockfile: chown needs root");
+        crate::common::skipped("foreign-owner lockfile: chown needs root");
     }
     // Create, rewrite and delete them 30 times over.
     for round in 0..30 {

@@ -143,7 +143,7 @@ async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<S
     let sshd = std::path::Path::new("/usr/sbin/sshd");
     let have = |c: &str| std::process::Command::new(c).arg("-V").output().is_ok();
     if !sshd.exists() || !have("ssh") || !rustix::process::getuid().is_root() {
-        eprintln!("SKIPPED ssh test: needs /usr/sbin/sshd, ssh and root (bash .ci/run installs openssh-server and openssh-client)");
+        crate::common::cannot_run("ssh test: needs /usr/sbin/sshd, ssh and root (bash .ci/run installs openssh-server and openssh-client)");
         return None;
     }
     for key in ["host_key", "user_key"] {
@@ -177,9 +177,12 @@ async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<S
         .arg("-f")
         .arg(&cfg)
         .args(["-D", "-e"])
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("start sshd");
+    let mut sshd = sshd;
+    crate::common::process::capture_stderr(&mut sshd, "sshd");
     within("sshd listening", async {
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
@@ -211,9 +214,12 @@ async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<S
         .args(["-p", &port.to_string(), "-R"])
         .arg(format!("{}:{}", remote.display(), local.display()))
         .arg("root@127.0.0.1")
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("start ssh");
+    let mut ssh = ssh;
+    crate::common::process::capture_stderr(&mut ssh, "ssh");
     pi_ide_broker::testkit::eventually("the forwarded socket", || remote.exists().then_some(()))
         .await;
     Some(SshForward {

@@ -19,9 +19,10 @@ impl Mcp {
     fn spawn(cmd: &mut Command) -> Mcp {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn mcp");
+        crate::common::process::capture_stderr(&mut child, "mcp");
         let stdin = child.stdin.take();
         let out = BufReader::new(child.stdout.take().expect("stdout")).lines();
         Mcp { child, stdin, out }

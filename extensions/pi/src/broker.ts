@@ -7,6 +7,7 @@ import { spawn } from "node:child_process";
 import { appendFileSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import WebSocket from "ws";
+import { CLIENT_NAME, CLIENT_VERSION, olderDaemonNotice, PROTOCOL } from "./version.ts";
 
 /** `PI_IDE_BROKER_DEBUG=<file>`: every frame from the broker is appended to that file (cut
  * at 300 chars); pi's own stdout/stderr belong to its UI. */
@@ -53,6 +54,9 @@ export type LinkEvents = {
 	onUnreachable?: (why: string) => void;
 	/** A notification from the editor (selection_changed, at_mentioned, …). */
 	onNotification?: (method: string, params: unknown) => void;
+	/** Something the user should know once (the broker's `broker/notice`, a daemon too old
+	 * to say its version); the owner shows each text once. */
+	onNotice?: (message: string) => void;
 	/** The daemon was started by us; where it logs. */
 	onSpawned?: (log: string | undefined) => void;
 };
@@ -69,7 +73,14 @@ export function backoffDelay(attempt: number, firstMs = 100, capMs = 800): numbe
 
 /** The request path for a session. */
 export function sessionPath(intro: Intro): string {
-	const q = new URLSearchParams({ cwd: intro.cwd, session: intro.session, dialect: "pi" });
+	const q = new URLSearchParams({
+		cwd: intro.cwd,
+		session: intro.session,
+		dialect: "pi",
+		client: CLIENT_NAME,
+		client_version: CLIENT_VERSION,
+		protocol: String(PROTOCOL),
+	});
 	if (intro.inherit) q.set("inherit", intro.inherit);
 	if (intro.editor) q.set("editor", intro.editor);
 	return `/v1/session?${q.toString()}`;
@@ -280,8 +291,13 @@ export class BrokerLink {
 					folders: Array.isArray(p.workspace_folders) ? p.workspace_folders.map(String) : [],
 				};
 				this.events.onAttached?.(this.attached);
+				const old = olderDaemonNotice(p);
+				if (old) this.events.onNotice?.(old);
 				return;
 			}
+			case "broker/notice":
+				if (typeof msg.params?.message === "string") this.events.onNotice?.(msg.params.message);
+				return;
 			case "broker/detached":
 				this.attached = null;
 				this.events.onDetached?.(String(msg.params?.reason ?? "detached"));

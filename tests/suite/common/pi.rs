@@ -34,11 +34,7 @@ pub fn find_pi() -> Option<PiInstall> {
             Some(PiInstall { node, cli })
         }
         _ => {
-            let msg = "pi CLI not found: set PI_IDE_BROKER_PI_NODE and PI_IDE_BROKER_PI_CLI (bash .ci/run does)";
-            if std::env::var("PI_IDE_BROKER_REQUIRE_PI").is_ok_and(|v| v == "1") {
-                panic!("{msg}");
-            }
-            eprintln!("SKIPPED: {msg}");
+            super::cannot_run("pi CLI not found: set PI_IDE_BROKER_PI_NODE and PI_IDE_BROKER_PI_CLI (bash .ci/run does)");
             None
         }
     }
@@ -49,6 +45,49 @@ pub fn extension_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("extensions")
         .join("pi")
+}
+
+/// `PATH` with pi's node first, so pi's own `npm` and `git` children run under it.
+pub fn path_with_node(install: &PiInstall) -> std::ffi::OsString {
+    let mut dirs: Vec<PathBuf> = install
+        .node
+        .parent()
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect();
+    if let Some(p) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
+/// Runs one pi package command (`install`, `remove`, `list`) in `home`; (success, output).
+pub async fn pi_cli(install: &PiInstall, home: &Path, args: &[&str]) -> (bool, String) {
+    // npm fetches from its registry: minutes, not seconds, on a slow day.
+    let what = format!("pi {}", args.join(" "));
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(300),
+        Command::new(&install.node)
+            .arg(&install.cli)
+            .args(args)
+            .current_dir(home)
+            .env("HOME", home)
+            .env("PI_CODING_AGENT_DIR", home.join(".pi").join("agent"))
+            .env("PATH", path_with_node(install))
+            .env("npm_config_update_notifier", "false")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("timed out after 300 s waiting for {what}"))
+    .expect("run pi");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
 
 /// One pi process.
@@ -105,6 +144,39 @@ impl Pi {
         env: &[(&str, &std::ffi::OsStr)],
         args: &[&str],
     ) -> Pi {
+        let mut all: Vec<std::ffi::OsString> = vec!["-e".into(), extension_dir().into()];
+        all.extend(args.iter().map(|a| a.into()));
+        Self::launch(install, home, cwd, env, &all)
+    }
+
+    /// Starts pi with the extension in `ext` (a modified copy) instead of this repo's.
+    pub async fn start_with_extension(
+        install: &PiInstall,
+        home: &Path,
+        cwd: &Path,
+        env: &[(&str, &std::ffi::OsStr)],
+        ext: &Path,
+    ) -> Pi {
+        Self::launch(install, home, cwd, env, &["-e".into(), ext.into()])
+    }
+
+    /// Starts pi with only the extensions its settings name (a package `pi install`ed).
+    pub async fn start_installed(
+        install: &PiInstall,
+        home: &Path,
+        cwd: &Path,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Pi {
+        Self::launch(install, home, cwd, env, &[])
+    }
+
+    fn launch(
+        install: &PiInstall,
+        home: &Path,
+        cwd: &Path,
+        env: &[(&str, &std::ffi::OsStr)],
+        args: &[std::ffi::OsString],
+    ) -> Pi {
         let mut cmd = Command::new(&install.node);
         cmd.arg(&install.cli)
             .args([
@@ -115,8 +187,6 @@ impl Pi {
                 "--model",
                 "fake-model",
             ])
-            .arg("-e")
-            .arg(extension_dir())
             .args(args)
             .current_dir(cwd)
             .env("HOME", home)

@@ -185,9 +185,9 @@ pub async fn other_uid_usable() -> bool {
 pub async fn other_uid_or_skip(test: &str) -> bool {
     let usable = other_uid_usable().await;
     if !usable {
-        eprintln!(
-            "SKIPPED {test}: needs root, setpriv, and a build dir other users can execute from"
-        );
+        super::skipped(&format!(
+            "{test}: needs root, setpriv, and a build dir other users can execute from"
+        ));
     }
     usable
 }
@@ -206,4 +206,17 @@ pub fn expose_socket(socket: &Path, root: &Path, open: bool) {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(dirs)).unwrap();
     }
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(sock)).unwrap();
+}
+
+/// Forwards a child's stderr, line by line, into the test's own output: the harness keeps it
+/// and shows it only when the test fails (a passing run prints no child's stderr).
+pub fn capture_stderr(child: &mut Child, label: &'static str) {
+    if let Some(err) = child.stderr.take() {
+        tokio::spawn(async move {
+            let mut r = BufReader::new(err).lines();
+            while let Ok(Some(l)) = r.next_line().await {
+                eprintln!("[{label} stderr] {l}");
+            }
+        });
+    }
 }

@@ -1,0 +1,163 @@
+//! The README is the user's guide: its user path stays short, and its install block is what a
+//! test runs (`install_block_as_written` in `setup`'s tests).
+
+use std::path::Path;
+
+/// The README's text.
+pub fn readme() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("read README.md")
+}
+
+/// The commands of the block between the `install-block` markers, one per line.
+pub fn install_commands(readme: &str) -> Vec<String> {
+    let start = readme
+        .find("<!-- install-block:begin")
+        .expect("README has an install-block:begin marker");
+    let end = readme[start..]
+        .find("<!-- install-block:end -->")
+        .expect("README has an install-block:end marker")
+        + start;
+    let block = &readme[start..end];
+    let body = block
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a ```sh block between the install-block markers");
+    body.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect()
+}
+
+/// The git URL the README's install block names (what a test substitutes).
+pub const README_GIT_URL: &str = "https://github.com/OWNER/pi-ide-broker";
+
+#[test]
+fn user_path_is_at_most_300_lines() {
+    let text = readme();
+    let end = text
+        .find("<!-- user-path:end")
+        .expect("README marks the end of its user path with <!-- user-path:end");
+    let lines = text[..end].lines().count();
+    assert!(
+        lines <= 300,
+        "the README's user path is {lines} lines (at most 300)"
+    );
+}
+
+#[test]
+fn install_block_is_two_commands_naming_the_git_url() {
+    let cmds = install_commands(&readme());
+    assert_eq!(cmds.len(), 2, "{cmds:?}");
+    assert!(
+        cmds[0].starts_with("cargo install --locked --git ") && cmds[0].contains(README_GIT_URL),
+        "{cmds:?}"
+    );
+    assert_eq!(cmds[1], "pi-ide-broker setup");
+}
+
+#[test]
+fn every_docs_link_in_the_readme_exists() {
+    let text = readme();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for part in text.split("](").skip(1) {
+        let target = part.split([')', '#']).next().unwrap_or_default();
+        if target.starts_with("http") || target.is_empty() {
+            continue;
+        }
+        assert!(
+            root.join(target).exists(),
+            "README links to missing {target}"
+        );
+    }
+}
+
+/// The README's two install commands as written, the URL replaced by a `git daemon` serving
+/// this repository: `cargo install` builds the release binary from it (minutes: only with
+/// `PI_IDE_BROKER_INSTALL_TEST=1`, which `.ci/run` sets), and its `setup` installs the pi
+/// extension of the very commit cargo built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_block_as_written() {
+    if std::env::var("PI_IDE_BROKER_INSTALL_TEST").as_deref() != Ok("1") {
+        crate::common::cannot_run(
+            "the README's install block builds a release binary (minutes): set PI_IDE_BROKER_INSTALL_TEST=1 (bash .ci/run does)",
+        );
+        return;
+    }
+    let Some(pi) = crate::setup::tools() else {
+        return;
+    };
+    let server = crate::common::git_serve::GitServer::start().await;
+    let mut h = crate::setup::Home::new(&pi);
+    let root = h.home.join("cargo-root");
+    h.path_prepend(&root.join("bin"));
+    // The build's target dir is kept between runs, so a rerun compiles only this crate. Cargo
+    // takes a git package's artifacts for fresh whatever commit they were built from (a
+    // commit is assumed never to change), so this crate's own are removed first.
+    let target = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("readme-install");
+    forget_this_crate(&target.join("release"));
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .unwrap_or_else(|| dirs_home().join(".cargo").into_os_string());
+    let env = [
+        ("CARGO_INSTALL_ROOT", root.as_os_str()),
+        ("CARGO_TARGET_DIR", target.as_os_str()),
+        ("CARGO_HOME", cargo_home.as_os_str()),
+    ];
+    for cmd in install_commands(&readme()) {
+        let cmd = cmd.replace(README_GIT_URL, &server.url);
+        let (ok, out) = h.run_with(Path::new("sh"), &["-c", &cmd], &env).await;
+        assert!(ok, "`{cmd}` failed:\n{out}");
+    }
+    let (_, version) = h
+        .run_with(&root.join("bin/pi-ide-broker"), &["--version"], &env)
+        .await;
+    assert!(
+        version.contains(&server.head[..12]),
+        "cargo installed a build of another commit than {}: {version}",
+        server.head
+    );
+    assert_eq!(
+        h.pi_packages(),
+        serde_json::json!([format!("git:{}@{}", server.url, server.head)]),
+        "setup did not install the extension of the commit cargo built"
+    );
+    let (ok, out) = h
+        .run_with(&root.join("bin/pi-ide-broker"), &["setup", "--undo"], &env)
+        .await;
+    assert!(ok, "{out}");
+    assert_eq!(h.pi_packages(), serde_json::json!([]), "{out}");
+}
+
+/// Removes this crate's fingerprints and artifacts from a cargo profile dir (dependencies stay).
+fn forget_this_crate(profile: &Path) {
+    for (dir, prefixes) in [
+        (profile.join(".fingerprint"), &["pi-ide-broker-"][..]),
+        (
+            profile.join("deps"),
+            &["pi_ide_broker-", "libpi_ide_broker-"][..],
+        ),
+    ] {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if prefixes.iter().any(|p| name.starts_with(p)) {
+                let p = e.path();
+                let _ = if p.is_dir() {
+                    std::fs::remove_dir_all(&p)
+                } else {
+                    std::fs::remove_file(&p)
+                };
+            }
+        }
+    }
+}
+
+/// The real user's home (for cargo's registry cache), not the test's.
+fn dirs_home() -> std::path::PathBuf {
+    std::env::var_os("HOME")
+        .map(Into::into)
+        .unwrap_or_else(|| "/".into())
+}

@@ -1,0 +1,387 @@
+//! `pi-ide-broker setup` in a fresh HOME with the real pi (installing this repository from a
+//! real `git daemon`): `--dry-run` changes nothing, `--write` installs the extension and merges
+//! the MCP entries into existing files beside their other entries, a second run changes
+//! nothing, `--undo` takes back exactly what was done. The service step meets no user
+//! service manager: a `systemctl` on the test's PATH fails as it does without a user bus
+//! (this machine has no systemd user session to test against).
+
+use crate::common::git_serve::{git_daemon_available, GitServer};
+use crate::common::pi::{find_pi, path_with_node, PiInstall};
+use crate::common::{cannot_run, process::broker_bin};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+const CODEX_BEFORE: &str =
+    "# my settings\nmodel = \"o3\"\n\n[mcp_servers.other]\ncommand = \"other-server\"\n";
+const GEMINI_BEFORE: &str = "{\n  \"theme\": \"dark\",\n  \"mcpServers\": {\n    \"other\": { \"command\": \"other-server\" }\n  }\n}\n";
+
+/// A fresh HOME with a `pi` and a failing `systemctl` on its PATH.
+pub struct Home {
+    _dir: tempfile::TempDir,
+    pub home: PathBuf,
+    path: std::ffi::OsString,
+    /// `$TMPDIR`: the default socket (`$TMPDIR/pi-ide-broker-<uid>/sock`, with no
+    /// `XDG_RUNTIME_DIR`) lands in the test's own dir.
+    tmp: PathBuf,
+}
+
+impl Home {
+    pub fn new(pi: &PiInstall) -> Home {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().join("home");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&home).expect("mkdir home");
+        std::fs::create_dir_all(&bin).expect("mkdir bin");
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).expect("mkdir tmp");
+        script(
+            &bin.join("pi"),
+            &format!("exec '{}' '{}' \"$@\"", pi.node.display(), pi.cli.display()),
+        );
+        script(
+            &bin.join("systemctl"),
+            "echo 'Failed to connect to bus: No medium found' >&2; exit 1",
+        );
+        let mut dirs = vec![bin];
+        dirs.extend(std::env::split_paths(&path_with_node(pi)));
+        let path = std::env::join_paths(dirs).expect("PATH");
+        Home {
+            _dir: dir,
+            home,
+            path,
+            tmp,
+        }
+    }
+
+    /// Prepends `dir` to this HOME's PATH.
+    pub fn path_prepend(&mut self, dir: &Path) {
+        let mut dirs = vec![dir.to_path_buf()];
+        dirs.extend(std::env::split_paths(&self.path));
+        self.path = std::env::join_paths(dirs).expect("PATH");
+    }
+
+    /// Runs `pi-ide-broker <args>` (or another program) in this HOME; (success, output).
+    pub async fn run(&self, program: &Path, args: &[&str]) -> (bool, String) {
+        self.run_with(program, args, &[]).await
+    }
+
+    /// [`Home::run`] with these environment variables set too.
+    pub async fn run_with(
+        &self,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> (bool, String) {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .current_dir(&self.home)
+            .env("HOME", &self.home)
+            .env("PATH", &self.path)
+            .env("TMPDIR", &self.tmp)
+            .env("npm_config_update_notifier", "false");
+        for v in [
+            "XDG_CONFIG_HOME",
+            "XDG_STATE_HOME",
+            "XDG_DATA_HOME",
+            "XDG_RUNTIME_DIR",
+            "CODEX_HOME",
+            "PI_CODING_AGENT_DIR",
+            "PI_IDE_BROKER_CONFIG",
+            "PI_IDE_BROKER_SOCKET",
+            "CARGO_TARGET_DIR",
+        ] {
+            cmd.env_remove(v);
+        }
+        cmd.envs(env.iter().copied());
+        cmd.stdin(std::process::Stdio::null()).kill_on_drop(true);
+        let what = format!("{} {}", program.display(), args.join(" "));
+        let out = tokio::time::timeout(std::time::Duration::from_secs(600), cmd.output())
+            .await
+            .unwrap_or_else(|_| panic!("timed out after 600 s: {what}"))
+            .expect("run");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    pub fn read(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.home.join(rel)).ok()
+    }
+
+    pub fn write(&self, rel: &str, text: &str) {
+        let p = self.home.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+
+    /// The package sources in pi's settings.
+    pub fn pi_packages(&self) -> Value {
+        let text = self.read(".pi/agent/settings.json").unwrap_or_default();
+        serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)["packages"].clone()
+    }
+}
+
+fn script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+pub fn tools() -> Option<PiInstall> {
+    let pi = find_pi()?;
+    if !git_daemon_available() {
+        cannot_run("`git daemon` not found (Debian's git package has it)");
+        return None;
+    }
+    Some(pi)
+}
+
+fn json_of(text: &Option<String>) -> Value {
+    serde_json::from_str(text.as_deref().unwrap_or("null")).expect("valid JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_write_again_and_undo_in_a_fresh_home() {
+    let Some(pi) = tools() else { return };
+    let server = GitServer::start().await;
+    let h = Home::new(&pi);
+    h.write(".codex/config.toml", CODEX_BEFORE);
+    h.write(".gemini/settings.json", GEMINI_BEFORE);
+    std::fs::create_dir_all(h.home.join(".config/opencode")).expect("mkdir opencode");
+    let source = server.pi_source();
+    let bin = broker_bin();
+    let setup = |extra: &'static [&'static str]| {
+        let mut a = vec!["setup", "--pi-source", source.as_str()];
+        a.extend_from_slice(extra);
+        a
+    };
+
+    let mut dry = setup(&["--write"]);
+    dry.push("--dry-run");
+    dry_run_changes_nothing(&h, &bin, &dry, &source).await;
+
+    // --write: the extension installed, the entries merged beside the others.
+    let (ok, out) = h.run(&bin, &setup(&["--write"])).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("started a daemon in the background"), "{out}");
+    assert!(
+        out.contains("✓ daemon: running"),
+        "doctor sees no daemon:\n{out}"
+    );
+    assert_eq!(h.pi_packages(), json!([source]), "{out}");
+    let codex = h.read(".codex/config.toml").expect("codex config");
+    assert!(codex.starts_with(CODEX_BEFORE), "{codex}");
+    let t: toml::Table = toml::from_str(&codex).expect("codex TOML");
+    assert_eq!(
+        t["mcp_servers"]["other"]["command"].as_str(),
+        Some("other-server")
+    );
+    assert_eq!(
+        t["mcp_servers"]["editor"]["args"],
+        toml::Value::Array(vec!["mcp".into()])
+    );
+    let gemini = json_of(&h.read(".gemini/settings.json"));
+    assert_eq!(gemini["theme"], "dark");
+    assert_eq!(
+        gemini["mcpServers"]["other"],
+        json!({"command": "other-server"})
+    );
+    assert_eq!(gemini["mcpServers"]["editor"]["args"], json!(["mcp"]));
+    let opencode = json_of(&h.read(".config/opencode/opencode.json"));
+    assert_eq!(opencode["mcp"]["editor"]["type"], "local");
+    assert_eq!(opencode["mcp"]["editor"]["command"][1], "mcp");
+
+    // Again: nothing changes.
+    let files = [
+        ".codex/config.toml",
+        ".gemini/settings.json",
+        ".config/opencode/opencode.json",
+        ".pi/agent/settings.json",
+    ];
+    let before: Vec<_> = files.iter().map(|f| h.read(f)).collect();
+    let (ok, out) = h.run(&bin, &setup(&["--write"])).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("the extension is installed"), "{out}");
+    assert!(out.contains("a daemon is running on"), "{out}");
+    assert!(out.contains("has the `editor` MCP server"), "{out}");
+    let after: Vec<_> = files.iter().map(|f| h.read(f)).collect();
+    assert_eq!(before, after, "{out}");
+
+    undo_takes_back_exactly_that(&h, &bin).await;
+}
+
+/// `--dry-run` shows every step and changes nothing.
+async fn dry_run_changes_nothing(h: &Home, bin: &Path, args: &[&str], source: &str) {
+    let (ok, out) = h.run(bin, args).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("would run: pi install {source}")),
+        "{out}"
+    );
+    assert!(
+        out.contains("would add to") && out.contains(".codex/config.toml"),
+        "{out}"
+    );
+    assert!(
+        out.contains("no user service manager answers here"),
+        "{out}"
+    );
+    assert!(out.contains("doctor:"), "{out}");
+    assert!(
+        out.contains("would start `pi-ide-broker daemon` in the background"),
+        "{out}"
+    );
+    assert_eq!(h.pi_packages(), Value::Null, "{out}");
+    assert_eq!(h.read(".codex/config.toml").as_deref(), Some(CODEX_BEFORE));
+    assert!(h.read(".config/opencode/opencode.json").is_none());
+    assert!(h.read(".local/state/pi-ide-broker/setup.json").is_none());
+}
+
+/// `--undo` after the runs above: what setup did is taken back, the rest is as it was.
+async fn undo_takes_back_exactly_that(h: &Home, bin: &Path) {
+    let (ok, out) = h.run(bin, &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("stopped the daemon setup started"), "{out}");
+    assert_eq!(h.pi_packages(), json!([]), "{out}");
+    assert_eq!(
+        h.read(".codex/config.toml").as_deref(),
+        Some(CODEX_BEFORE),
+        "{out}"
+    );
+    assert_eq!(
+        h.read(".gemini/settings.json").as_deref(),
+        Some(GEMINI_BEFORE),
+        "{out}"
+    );
+    assert!(h.read(".config/opencode/opencode.json").is_none(), "{out}");
+    assert!(
+        h.read(".local/state/pi-ide-broker/setup.json").is_none(),
+        "{out}"
+    );
+    let (ok, out) = h.run(bin, &["setup", "--undo"]).await;
+    assert!(ok && out.contains("nothing to undo"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_step_says_why_and_the_others_still_run() {
+    let Some(pi) = tools() else { return };
+    let h = Home::new(&pi);
+    // Not JSON (a comment): left alone, with the entry to add by hand.
+    h.write(".gemini/settings.json", "// mine\n{}\n");
+    h.write(".codex/config.toml", "");
+    let bin = broker_bin();
+    let (ok, out) = h
+        .run(
+            &bin,
+            &[
+                "setup",
+                "--write",
+                "--pi-source",
+                "git:git://127.0.0.1:1/nobody/nothing.git",
+            ],
+        )
+        .await;
+    assert!(!ok, "a failed pi install must fail setup:\n{out}");
+    assert!(
+        out.contains("✗ pi: `pi install git:git://127.0.0.1:1/nobody/nothing.git` failed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cannot be edited safely") && out.contains("add by hand"),
+        "{out}"
+    );
+    assert_eq!(
+        h.read(".gemini/settings.json").as_deref(),
+        Some("// mine\n{}\n")
+    );
+    assert!(
+        h.read(".codex/config.toml")
+            .is_some_and(|t| t.contains("[mcp_servers.editor]")),
+        "{out}"
+    );
+    let (ok, out) = h.run(&bin, &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+    assert_eq!(h.read(".codex/config.toml").as_deref(), Some(""), "{out}");
+}
+
+/// The real Claude Code CLI (`PI_IDE_BROKER_CLAUDE`, installed by `.ci/run`), or `None` after
+/// saying it is missing.
+fn find_claude() -> Option<PathBuf> {
+    match std::env::var_os("PI_IDE_BROKER_CLAUDE").map(PathBuf::from) {
+        Some(p) if p.exists() => Some(p),
+        _ => {
+            cannot_run("Claude Code CLI not found: set PI_IDE_BROKER_CLAUDE (bash .ci/run does)");
+            None
+        }
+    }
+}
+
+/// With the real `claude` on PATH: `--write` adds the server through `claude mcp add` beside
+/// one the user has, a second run leaves it, `--undo` removes only setup's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_gets_the_server_through_its_own_cli_and_loses_only_that() {
+    let Some(pi) = find_pi() else { return };
+    let Some(claude) = find_claude() else { return };
+    let mut h = Home::new(&pi);
+    let bin_dir = h.home.join("claude-bin");
+    std::fs::create_dir_all(&bin_dir).expect("mkdir");
+    std::os::unix::fs::symlink(&claude, bin_dir.join("claude")).expect("link claude");
+    h.path_prepend(&bin_dir);
+    // pi already has "this build's" extension: the pi step runs no pi command.
+    let source = "git:example.org/o/pi-ide-broker@v0";
+    h.write(
+        ".pi/agent/settings.json",
+        &json!({"packages": [source]}).to_string(),
+    );
+    let claude_cli = bin_dir.join("claude");
+    let (ok, out) = h
+        .run(
+            &claude_cli,
+            &[
+                "mcp",
+                "add",
+                "--scope",
+                "user",
+                "other",
+                "--",
+                "other-server",
+            ],
+        )
+        .await;
+    assert!(ok, "{out}");
+    let servers = || json_of(&h.read(".claude.json"))["mcpServers"].clone();
+
+    let (ok, out) = h
+        .run(&broker_bin(), &["setup", "--write", "--pi-source", source])
+        .await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("✓ Claude Code: added: claude mcp add --scope user editor --"),
+        "{out}"
+    );
+    let s = servers();
+    assert_eq!(
+        s["editor"]["args"],
+        json!(["mcp", "--dialect", "claude"]),
+        "{s}"
+    );
+    assert_eq!(s["other"]["command"], "other-server", "{s}");
+    let (ok, out) = h
+        .run(&broker_bin(), &["setup", "--write", "--pi-source", source])
+        .await;
+    assert!(ok && out.contains("added by an earlier setup"), "{out}");
+
+    let (ok, out) = h.run(&broker_bin(), &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+    let s = servers();
+    assert!(s.get("editor").is_none(), "{s}");
+    assert_eq!(s["other"]["command"], "other-server", "{s}");
+    assert_eq!(
+        h.pi_packages(),
+        json!([source]),
+        "undo removed an extension setup did not install"
+    );
+}
