@@ -375,12 +375,17 @@ async fn check_lockfile(
                 what,
                 level,
                 format!(
-                    "{} {} (pid {}, port {}) is {state}: editor {}",
+                    "{} {} (pid {}, port {}) is {state}: editor {}{}",
                     e.ide_name,
                     e.workspace_folders.join(", "),
                     e.pid,
                     e.port,
-                    e.id
+                    e.id,
+                    if e.no_token {
+                        " (no token: the editor asks for none)"
+                    } else {
+                        ""
+                    }
                 ),
             );
             return;
@@ -392,7 +397,17 @@ async fn check_lockfile(
         )
         .await
         .is_ok_and(|r| r.is_ok());
-        if open {
+        if open && e.no_token {
+            b.fix(
+                what,
+                Level::Fail,
+                format!(
+                    "port {} answers but the link is {state}: its lockfile has no token and the editor refused the handshake",
+                    e.port
+                ),
+                "restart the editor's IDE server; if it wants a token, it must write one into its lockfile",
+            );
+        } else if open {
             b.fix(
                 what,
                 Level::Fail,

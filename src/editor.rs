@@ -709,7 +709,7 @@ async fn dial(
         &mut stream,
         lf.port,
         lf.family.auth_header(),
-        lf.auth_token.expose(),
+        lf.auth_token.as_ref().map(|t| t.expose()),
     )
     .await
     .map_err(|e| match e {
@@ -1192,7 +1192,7 @@ mod tests {
             pid: 1,
             workspace_folders: Vec::new(),
             ide_name: "test".into(),
-            auth_token: crate::secret::Token::new("t".into()),
+            auth_token: Some(crate::secret::Token::new("t".into())),
         };
         Editor::new(
             "test".into(),

@@ -9,6 +9,7 @@ mod broker_core;
 mod cli;
 mod compat;
 mod doctor;
+mod editor_quirks;
 mod faults;
 mod hostile;
 mod identity;
