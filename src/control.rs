@@ -100,6 +100,9 @@ pub struct EditorStatus {
     /// auth header.
     #[serde(default)]
     pub no_token: bool,
+    /// Why it is in its state when the state alone does not say (`taken`: who holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_reason: Option<String>,
 }
 
 /// One session.
@@ -186,6 +189,9 @@ pub fn status(reg: &Registry) -> Status {
                     .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
                     .count(),
                 no_token: l.auth_token.is_none(),
+                state_reason: (link.state == LinkState::Taken)
+                    .then_some(link.reason)
+                    .flatten(),
             }
         })
         .collect();
@@ -476,6 +482,9 @@ fn editor_notes(e: &EditorStatus) -> String {
     let mut l = String::new();
     if e.no_token {
         l.push_str("  · no token: its lockfile has none, so it is dialled without one\n");
+    }
+    if let Some(r) = &e.state_reason {
+        let _ = writeln!(l, "  · {}: {r}", json_name(&e.state));
     }
     l
 }

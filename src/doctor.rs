@@ -390,6 +390,21 @@ async fn check_lockfile(
             );
             return;
         }
+        if state == "taken" {
+            b.fix(
+                what,
+                Level::Warn,
+                format!(
+                    "{} (pid {}, port {}) is taken: {}",
+                    e.ide_name,
+                    e.pid,
+                    e.port,
+                    e.state_reason.as_deref().unwrap_or("another client holds it")
+                ),
+                "nothing to do: the broker connects again when one of its sessions calls the editor or the other client leaves; [editors] single_client = \"take\" makes it fight for the editor instead",
+            );
+            return;
+        }
         // Known but not connected: find out why.
         let open = tokio::time::timeout(
             Duration::from_secs(1),

@@ -228,6 +228,9 @@ pub mod broker {
     pub const ATTACHED: &str = "broker/attached";
     /// Notification `{reason}`: no longer attached.
     pub const DETACHED: &str = "broker/detached";
+    /// Notification `{editor, state, reason}`: the attached editor's link is `taken` by
+    /// another client (a single-client editor), or `ready` again; the session stays attached.
+    pub const EDITOR_STATE: &str = "broker/editor_state";
 }
 
 /// The `DIFF_REJECTED` the broker answers itself when a diff cannot reach the user (editor

@@ -83,6 +83,9 @@ pub struct Options {
     /// Emacs's claude-code-ide.el: no `authToken` in the lockfile, and the upgrade is taken
     /// without an auth header (a header, if sent, is ignored as that server ignores it).
     pub no_token: bool,
+    /// The Claude Code VS Code extension: one client at a time; a client that completes the
+    /// upgrade makes the editor close every older one (a close frame without a code).
+    pub one_client: bool,
 }
 
 impl Options {
@@ -98,6 +101,18 @@ impl Options {
             auto_accept: false,
             burn_us: 0,
             no_token: false,
+            one_client: false,
+        }
+    }
+
+    /// The Claude Code VS Code extension (as code-server runs it): Claude family, ideName
+    /// "code-server", one client at a time.
+    pub fn vscode(folders: &[&str]) -> Self {
+        Options {
+            family: Family::Claude,
+            ide_name: "code-server".into(),
+            one_client: true,
+            ..Options::pi(folders)
         }
     }
 
@@ -127,6 +142,8 @@ struct Shared {
     last_selection: Mutex<Option<String>>,
     /// Upgrades that carried an auth header (either family's), counted for `no_token` tests.
     auth_headers_seen: AtomicU64,
+    /// Clients closed because another connected (`one_client`).
+    evictions: AtomicU64,
 }
 
 /// A running fake editor. Dropping it stops it (like a crash: the lockfile stays).
@@ -166,6 +183,7 @@ impl FakeEditor {
             next_out: AtomicU64::new(1),
             last_selection: Mutex::new(None),
             auth_headers_seen: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
         });
         let stop = CancellationToken::new();
         let s2 = shared.clone();
@@ -252,6 +270,11 @@ impl FakeEditor {
     /// How many upgrades so far carried an auth header.
     pub fn auth_headers_seen(&self) -> u64 {
         self.shared.auth_headers_seen.load(Ordering::Relaxed)
+    }
+
+    /// How many clients it closed because another connected (`one_client`).
+    pub fn evictions(&self) -> u64 {
+        self.shared.evictions.load(Ordering::Relaxed)
     }
 
     /// Number of connected clients.
@@ -402,7 +425,17 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     };
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
-    lock(&shared.clients).insert(conn, tx.clone());
+    {
+        let mut clients = lock(&shared.clients);
+        if shared.opts.one_client {
+            for older in clients.values() {
+                if older.send(Message::Close(None)).is_ok() {
+                    shared.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        clients.insert(conn, tx.clone());
+    }
     let _ = shared.events.send(Event::Connected { conn });
     let (mut sink, mut stream) = ws.split();
     let mut frozen = shared.frozen.subscribe();
@@ -418,7 +451,10 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
         };
         tokio::select! {
             _ = stop.cancelled() => break,
-            Some(m) = rx.recv() => { if sink.send(m).await.is_err() { break } }
+            Some(m) = rx.recv() => {
+                let close = matches!(m, Message::Close(_));
+                if sink.send(m).await.is_err() || close { break }
+            }
             _ = ping_tick => { if sink.send(Message::Ping(b"ping".to_vec().into())).await.is_err() { break } }
             _ = async { frozen.wait_for(|f| *f).await.map(|_| ()) } => {
                 // Frozen: read nothing (so no pongs) until thawed.
