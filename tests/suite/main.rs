@@ -18,3 +18,4 @@ mod remote;
 mod service;
 mod sessions;
 mod stdio;
+mod vscode;

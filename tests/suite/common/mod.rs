@@ -30,6 +30,7 @@ pub struct TestBroker {
 pub mod fake_model;
 pub mod pi;
 pub mod process;
+pub mod vscode;
 
 pub fn test_config(root: &std::path::Path) -> Config {
     let mut c = Config {
