@@ -63,17 +63,37 @@ fn lock_port(dir: &std::path::Path, lock: &Value) -> u16 {
 /// Calls `tool` and returns the answer (bounded by the VS Code wait).
 async fn call(a: &mut Agent, id: i64, tool: &str, args: Value) -> Value {
     a.call_tool(json!(id), tool, args).await;
-    tokio::time::timeout(VSCODE_WAIT, async {
-        loop {
-            match a.next_unbounded().await {
-                Some(v) if v["id"] == id => return v,
-                Some(_) => {}
-                None => panic!("the session closed before answering {tool}"),
+    next_with_id(a, id).await
+}
+
+/// Types `text` at the end of the proposed line `line` of the open diff (its modified side),
+/// retrying until the diff editor is there.
+async fn edit_proposal(vsc: &mut VsCode, line: &str, text: &str) {
+    let selector = format!(".editor.modified .view-line:has-text(\"{line}\")");
+    let t0 = std::time::Instant::now();
+    loop {
+        match vsc
+            .drive(json!({"cmd": "click", "selector": selector}))
+            .await
+        {
+            Ok(()) => break,
+            Err(e) if t0.elapsed() < VSCODE_WAIT => {
+                eprintln!("no diff editor yet: {e}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
+            Err(e) => panic!("no diff editor: {e}\n{}", vsc.log()),
         }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no answer to {tool}"))
+    }
+    // The extension swallows typing into a new diff for its first second (its own timer, a
+    // guard against keystrokes meant for the previous editor): wait it out.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    vsc.drive(json!({"cmd": "press", "key": "End"}))
+        .await
+        .expect("go to the end of the line");
+    vsc.drive(json!({"cmd": "type", "text": text}))
+        .await
+        .expect("type");
+    screenshot(vsc, "after-edit").await;
 }
 
 fn text_of(v: &Value) -> String {
@@ -88,7 +108,7 @@ async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_dia
 ) {
     let Some(install) = find_vscode() else { return };
     let root = tempfile::tempdir().unwrap();
-    let vsc = VsCode::start(&install, root.path(), &[("bad.json", BAD_JSON)]).await;
+    let mut vsc = VsCode::start(&install, root.path(), &[("bad.json", BAD_JSON)]).await;
     let (b, e, mut a) = broker_on(&vsc, |_| {}).await;
     assert_eq!(e["ide_name"], "code-server", "{e:#}");
     assert_eq!(e["no_token"], false);
@@ -118,18 +138,20 @@ async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_dia
     let bad = vsc.workspace.join("bad.json");
     let opened = call(&mut a, 1, "openFile", json!({"filePath": bad, "preview": false, "startText": "\"b\"", "endText": "2", "makeFrontmost": true})).await;
     assert!(opened.get("result").is_some(), "{opened:#}");
-    let sel = tokio::time::timeout(
-        VSCODE_WAIT,
-        a.until("selection_changed", |m| m["method"] == "selection_changed"),
-    )
+    // The selection reaches a session whether it came before it attached (replayed) or after;
+    // this one is pi-dialect (bridged).
+    let cwd = pi_ide_broker::percent::encode_query(&vsc.workspace.display().to_string());
+    let mut p = Agent::connect(&b.socket, &format!("cwd={cwd}"))
+        .await
+        .expect("pi agent");
+    let sel = next_matching(&mut p, "a selection_changed for bad.json", |m| {
+        m["method"] == "selection_changed"
+            && m["params"]["filePath"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("bad.json"))
+    })
     .await;
-    let sel = sel.expect("a selection_changed");
-    assert!(
-        sel["params"]["filePath"]
-            .as_str()
-            .is_some_and(|p| p.ends_with("bad.json")),
-        "{sel:#}"
-    );
+    assert_eq!(sel["params"]["text"], "\"b\": 2", "{sel:#}");
     let uri = format!("file://{}", bad.display());
     let t0 = std::time::Instant::now();
     let diagnostics = loop {
@@ -160,51 +182,130 @@ async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_dia
         "{diagnostics:?}"
     );
     eprintln!("VS Code diagnostics for bad.json: {diagnostics:?}");
+    // The same through the bridge, for a pi-dialect session: a map of arrays by path.
+    let bridged = call(&mut p, 3, "getDiagnostics", json!({"uri": uri})).await;
+    let map: Value = serde_json::from_str(&text_of(&bridged)).unwrap_or(Value::Null);
+    let diags = map
+        .as_object()
+        .and_then(|m| m.values().next())
+        .and_then(Value::as_array);
+    assert!(
+        diags.is_some_and(|d| d.iter().any(|d| d["message"] == "Property expected")),
+        "{bridged:#}"
+    );
+    assert!(b.status().await["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["bridged"] == true));
+    // An @-mention from the editor (its own command, on the selection) reaches the sessions.
+    vsc.drive(json!({"cmd": "command", "title": "Claude Code: Insert At-Mentioned"}))
+        .await
+        .expect("at-mention");
+    let m = next_matching(&mut a, "an at_mentioned", |m| m["method"] == "at_mentioned").await;
+    assert!(
+        m["params"]["filePath"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("bad.json")),
+        "{m:#}"
+    );
+    p.close().await;
     a.close().await;
     b.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_diff_accepted_and_one_rejected_in_vs_code_reach_the_session() {
+async fn diffs_accepted_edited_and_rejected_in_vs_code_reach_the_session() {
     let Some(install) = find_vscode() else { return };
     let root = tempfile::tempdir().unwrap();
     let mut vsc = VsCode::start(&install, root.path(), &[("notes.txt", "old line\n")]).await;
     let (b, _e, mut a) = broker_on(&vsc, |_| {}).await;
     let path = vsc.workspace.join("notes.txt").display().to_string();
-    for (n, verdict) in [(1, "accept"), (2, "reject")] {
+    // Accepted with the title bar's button, edited in the diff's right side then accepted (the
+    // edited text comes back), rejected with the button.
+    for (n, verdict) in [(1, "accept"), (2, "edit"), (3, "reject")] {
         let tab = format!("✻ [Claude Code] notes.txt ({n}) ⧉");
         a.call_tool(json!(n), "openDiff", json!({"old_file_path": path, "new_file_path": path, "new_file_contents": format!("new line {n}\n"), "tab_name": tab})).await;
-        let label = if verdict == "accept" {
-            "Claude Code: Accept Proposed Changes"
-        } else {
-            "Claude Code: Reject Proposed Changes"
-        };
-        // The button shows once the diff editor is open.
-        let t0 = std::time::Instant::now();
-        loop {
-            match vsc.drive(json!({"cmd": "click", "label": label})).await {
-                Ok(()) => break,
-                Err(e) if t0.elapsed() < VSCODE_WAIT => eprintln!("not yet: {e}"),
-                Err(e) => panic!("could not {verdict} the diff: {e}\n{}", vsc.log()),
+        match verdict {
+            "edit" => {
+                edit_proposal(&mut vsc, &format!("new line {n}"), " (edited)").await;
+                click_when_shown(&mut vsc, "Claude Code: Accept Proposed Changes").await;
+            }
+            "accept" => click_when_shown(&mut vsc, "Claude Code: Accept Proposed Changes").await,
+            _ => click_when_shown(&mut vsc, "Claude Code: Reject Proposed Changes").await,
+        }
+        let r = next_with_id(&mut a, n).await;
+        let content = &r["result"]["content"];
+        match verdict {
+            "accept" => {
+                assert_eq!(content[0]["text"], "FILE_SAVED", "{r:#}");
+                assert_eq!(content[1]["text"], format!("new line {n}\n"));
+            }
+            "edit" => {
+                assert_eq!(content[0]["text"], "FILE_SAVED", "{r:#}");
+                assert_eq!(content[1]["text"], format!("new line {n} (edited)\n"));
+            }
+            _ => {
+                assert_eq!(content[0]["text"], "DIFF_REJECTED", "{r:#}");
+                assert!(
+                    r["result"]["_meta"].is_null(),
+                    "the user's own verdict: {r:#}"
+                );
             }
         }
-        let r = tokio::time::timeout(VSCODE_WAIT, a.until("the diff's verdict", |m| m["id"] == n))
-            .await
-            .expect("a verdict");
-        let first = r["result"]["content"][0]["text"].clone();
-        if verdict == "accept" {
-            assert_eq!(first, "FILE_SAVED", "{r:#}");
-            assert_eq!(r["result"]["content"][1]["text"], format!("new line {n}\n"));
-        } else {
-            assert_eq!(first, "DIFF_REJECTED", "{r:#}");
-            assert!(
-                r["result"]["_meta"].is_null(),
-                "the user's own verdict: {r:#}"
-            );
+        // Claude Code closes an accepted diff's tab itself; so does the session here.
+        if verdict != "reject" {
+            let _ = call(&mut a, 100 + n, "close_tab", json!({"tab_name": tab})).await;
         }
     }
     a.close().await;
     b.stop().await;
+}
+
+/// A screenshot of the workbench into `$PI_IDE_BROKER_VSCODE_SCREENSHOTS/<name>.png`, when
+/// that is set (to see what a failing step saw).
+async fn screenshot(vsc: &mut VsCode, name: &str) {
+    if let Ok(dir) = std::env::var("PI_IDE_BROKER_VSCODE_SCREENSHOTS") {
+        let path = format!("{dir}/{name}.png");
+        if let Err(e) = vsc.drive(json!({"cmd": "screenshot", "path": path})).await {
+            eprintln!("no screenshot {path}: {e}");
+        }
+    }
+}
+
+/// Clicks the element labelled `label` once the diff editor shows it.
+async fn click_when_shown(vsc: &mut VsCode, label: &str) {
+    let t0 = std::time::Instant::now();
+    loop {
+        match vsc.drive(json!({"cmd": "click", "label": label})).await {
+            Ok(()) => return,
+            Err(e) if t0.elapsed() < VSCODE_WAIT => {
+                eprintln!("not yet: {e}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("could not click {label}: {e}\n{}", vsc.log()),
+        }
+    }
+}
+
+/// The next message with `id` (others skipped), bounded by the VS Code wait.
+async fn next_with_id(a: &mut Agent, id: i64) -> Value {
+    next_matching(a, &format!("the answer to {id}"), |v| v["id"] == id).await
+}
+
+/// The next message for which `pred` holds (others skipped), bounded by the VS Code wait.
+async fn next_matching(a: &mut Agent, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    tokio::time::timeout(VSCODE_WAIT, async {
+        loop {
+            match a.next_unbounded().await {
+                Some(v) if pred(&v) => return v,
+                Some(_) => {}
+                None => panic!("the session closed before {what}"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {what}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

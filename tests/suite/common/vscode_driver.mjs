@@ -7,9 +7,11 @@
 // on stdout by {"id", "ok", "error"?}:
 //   {"id", "cmd": "command", "title"}   run a command by its title through the palette (F1)
 //   {"id", "cmd": "click", "label"}     click the first element with that aria-label
+//   {"id", "cmd": "click", "selector"}  click the first element matching a CSS selector
 //   {"id", "cmd": "type", "text"}       type into whatever has the focus
 //   {"id", "cmd": "press", "key"}       press a key (playwright's names, e.g. "Control+End")
 //   {"id", "cmd": "reload"}             reload the page (a new extension host)
+//   {"id", "cmd": "screenshot", "path"} save a screenshot (for a failing test's report)
 // First line on stdout: {"ready": true} once the workbench shows.
 import { createRequire } from "node:module";
 import readline from "node:readline";
@@ -46,9 +48,11 @@ async function palette(title) {
 
 const run = {
   command: (c) => palette(c.title),
-  click: (c) => page.locator(`[aria-label="${c.label}"]`).first().click(),
+  click: (c) =>
+    page.locator(c.selector ?? `[aria-label="${c.label}"]`).first().click({ timeout: 5000 }),
   type: (c) => page.keyboard.type(c.text),
   press: (c) => page.keyboard.press(c.key),
+  screenshot: (c) => page.screenshot({ path: c.path }),
   reload: async () => {
     await page.reload();
     await page.locator(".monaco-workbench").waitFor();
