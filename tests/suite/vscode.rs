@@ -383,3 +383,88 @@ async fn a_reloaded_window_is_followed_by_the_session() {
     a.close().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pi_session_gets_vs_codes_selection_and_its_writes_are_reviewed_in_vs_code() {
+    use crate::common::fake_model::{all_text, FakeModel, Reply};
+    use crate::common::pi::{find_pi, pi_home, Pi};
+    let (Some(install), Some(pi_install)) = (find_vscode(), find_pi()) else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let mut vsc = VsCode::start(
+        &install,
+        root.path(),
+        &[("src/main.rs", "fn main() {\n    let x = 1;\n}\n")],
+    )
+    .await;
+    // The broker, and a Claude-dialect helper session that makes VS Code select a line.
+    let (b, e, mut helper) = broker_on(&vsc, |_| {}).await;
+    let model = FakeModel::start().await;
+    let home = pi_home(root.path(), &model.models_json());
+    let mut pi = Pi::start(&pi_install, &home, &vsc.workspace, &b.socket, &[]).await;
+    pi.toast(0, "Auto-connected to code-server").await;
+    let id = e["id"].as_str().unwrap().to_string();
+    b.wait_status("pi attached to VS Code", |st| {
+        st["sessions"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["editor"] == id.as_str() && s["dialect"] == "pi")
+        })
+    })
+    .await;
+    let main = vsc.workspace.join("src/main.rs");
+    let opened = call(&mut helper, 1, "openFile", json!({"filePath": main, "preview": false, "startText": "let x", "endText": "1;", "makeFrontmost": true})).await;
+    assert!(opened.get("result").is_some(), "{opened:#}");
+    pi.until("the widget", 0, |v| {
+        v["method"] == "setWidget"
+            && v["widgetLines"][0]
+                .as_str()
+                .is_some_and(|l| l.contains("main.rs"))
+    })
+    .await;
+    pi.prompt("hello").await;
+    let mut model = model;
+    let text = all_text(&model.next_chat().await);
+    assert!(
+        text.contains("<editor>") && text.contains("src/main.rs") && text.contains("let x = 1;"),
+        "{text}"
+    );
+
+    // A write accepted with an edit in VS Code's diff editor writes the edited text.
+    let target = vsc.workspace.join("a.txt");
+    let write = |path: &str, content: &str| Reply::Tool {
+        name: "write".into(),
+        args: json!({"path": path, "content": content}),
+    };
+    model.push(write("a.txt", "proposed\n"));
+    let review = async {
+        edit_proposal(&mut vsc, "proposed", " and edited").await;
+        click_when_shown(&mut vsc, "Claude Code: Accept Proposed Changes").await;
+    };
+    tokio::join!(pi.prompt("write it"), review);
+    assert_eq!(
+        std::fs::read_to_string(&target).ok().as_deref(),
+        Some("proposed and edited\n")
+    );
+    // A write rejected there leaves the file alone.
+    model.push(write("a.txt", "never\n"));
+    let from = pi.mark();
+    tokio::join!(
+        pi.prompt("write again"),
+        click_when_shown(&mut vsc, "Claude Code: Reject Proposed Changes")
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).ok().as_deref(),
+        Some("proposed and edited\n")
+    );
+    let results = pi.tool_results(from);
+    assert!(
+        results
+            .first()
+            .is_some_and(|r| r.1 && r.2.contains("rejected")),
+        "{results:?}"
+    );
+    pi.quit().await;
+    helper.close().await;
+    b.stop().await;
+}
