@@ -323,30 +323,39 @@ async fn the_users_own_claude_code_keeps_the_extension_while_the_broker_is_idle(
     let port = e["port"].as_u64().unwrap() as u16;
     let (_, lock) = vsc.wait_lockfile(None).await;
     let token = lock["authToken"].as_str().map(String::from);
-    // As Claude Code's CLI: the token header, and a reconnect whenever it is closed.
-    let mut rival = Rival::start(port, Family::Claude.auth_header(), token, true).await;
-    rival.wait_connected().await;
-    let e = b.wait_editor(port, "taken").await;
-    eprintln!("taken: {}", e["state_reason"]);
-    tokio::time::sleep(idle).await;
-    assert_eq!(
-        rival.evictions(),
-        0,
-        "the user's client was closed while the broker was idle"
-    );
-    assert!(rival.is_connected());
-    assert_eq!(rival.connections(), 1);
-    assert_eq!(
-        editor_by_port(&b.status().await, port).unwrap()["state"],
-        "taken"
-    );
-    rival.leave().await;
-    b.wait_editor(port, "ready").await;
-    let r = call(&mut a, 1, "getWorkspaceFolders", json!({})).await;
-    assert!(
-        text_of(&r).contains(&vsc.workspace.display().to_string()),
-        "{r:#}"
-    );
+    // As Claude Code's CLI, with its token header: first a client that stays away once closed,
+    // then one that reconnects whenever it is closed (Claude Code 2.1).
+    for (n, reconnect) in [(1, false), (2, true)] {
+        let mut rival =
+            Rival::start(port, Family::Claude.auth_header(), token.clone(), reconnect).await;
+        rival.wait_connected().await;
+        let e = b.wait_editor(port, "taken").await;
+        eprintln!(
+            "taken (reconnecting rival: {reconnect}): {}",
+            e["state_reason"]
+        );
+        tokio::time::sleep(idle).await;
+        assert_eq!(
+            rival.evictions(),
+            0,
+            "the user's client was closed while the broker was idle"
+        );
+        assert!(rival.is_connected());
+        assert_eq!(rival.connections(), 1);
+        let st = b.status().await;
+        assert_eq!(editor_by_port(&st, port).unwrap()["state"], "taken");
+        eprintln!(
+            "the user's client kept the extension for {} s, 0 evictions",
+            idle.as_secs()
+        );
+        rival.leave().await;
+        b.wait_editor(port, "ready").await;
+        let r = call(&mut a, n, "getWorkspaceFolders", json!({})).await;
+        assert!(
+            text_of(&r).contains(&vsc.workspace.display().to_string()),
+            "{r:#}"
+        );
+    }
     a.close().await;
     b.stop().await;
 }
