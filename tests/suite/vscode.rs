@@ -209,9 +209,54 @@ async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_dia
             .is_some_and(|f| f.ends_with("bad.json")),
         "{m:#}"
     );
+    // And for a Claude-dialect MCP client on the stdio door (`mcp --dialect claude`).
+    let stdio = mcp_call(&b, &vsc, "getDiagnostics", json!({"uri": uri})).await;
+    assert!(text_of(&stdio).contains("Property expected"), "{stdio:#}");
     p.close().await;
     a.close().await;
     b.stop().await;
+}
+
+/// One tool call through `pi-ide-broker mcp --dialect claude` (a child on real pipes, its own
+/// config, the broker's socket), after the MCP handshake; returns the answer.
+async fn mcp_call(b: &TestBroker, vsc: &VsCode, tool: &str, args: Value) -> Value {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let cfg = crate::common::process::write_config(b.dir.path(), "");
+    let mut child = tokio::process::Command::new(crate::common::process::broker_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["mcp", "--dialect", "claude", "--no-spawn", "--cwd"])
+        .arg(&vsc.workspace)
+        .env("PI_IDE_BROKER_SOCKET", &b.socket)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut out = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let frames = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "test"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": args}}),
+    ];
+    for f in frames {
+        stdin
+            .write_all(format!("{f}\n").as_bytes())
+            .await
+            .expect("write to mcp");
+    }
+    tokio::time::timeout(VSCODE_WAIT, async {
+        while let Ok(Some(line)) = out.next_line().await {
+            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if v["id"] == 2 {
+                return v;
+            }
+        }
+        panic!("mcp ended before answering {tool}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("mcp did not answer {tool}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
