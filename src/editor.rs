@@ -621,25 +621,8 @@ enum DialError {
 pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
     let mut backoff = Backoff::new(&host.config());
     loop {
-        // Before every dial: the lockfile must still be there and its pid alive.
-        let path = editor.lockfile().path;
-        match lockfile::read(&path, editor.family) {
-            Ok(fresh) => {
-                let mut current = lock(&editor.lock);
-                if fresh.port != current.port || fresh.pid != current.pid {
-                    // A different editor now: the registry will replace us on its Upsert.
-                    drop(current);
-                    host.editor_gone(&editor, "lockfile now names another editor".into());
-                    return;
-                }
-                *current = fresh;
-            }
-            Err(LockfileError::Incomplete) => {}
-            Err(e) => {
-                tracing::info!(editor = %editor.id, reason = %e, "editor gone");
-                host.editor_gone(&editor, e.to_string());
-                return;
-            }
+        if !still_there(&editor, &*host) {
+            return;
         }
         let config = host.config();
         editor.set_state(LinkState::Connecting);
@@ -699,6 +682,31 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
         tokio::select! {
             _ = editor.cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Before every dial: the lockfile must still be there, name this editor and its pid be alive
+/// (the re-read lockfile is taken: a new token). False once the editor is gone (told to `host`).
+fn still_there(editor: &Arc<Editor>, host: &dyn LinkHost) -> bool {
+    let path = editor.lockfile().path;
+    match lockfile::read(&path, editor.family) {
+        Ok(fresh) => {
+            let mut current = lock(&editor.lock);
+            if fresh.port != current.port || fresh.pid != current.pid {
+                // A different editor now: the registry will replace us on its Upsert.
+                drop(current);
+                host.editor_gone(editor, "lockfile now names another editor".into());
+                return false;
+            }
+            *current = fresh;
+            true
+        }
+        Err(LockfileError::Incomplete) => true,
+        Err(e) => {
+            tracing::info!(editor = %editor.id, reason = %e, "editor gone");
+            host.editor_gone(editor, e.to_string());
+            false
         }
     }
 }

@@ -425,17 +425,7 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     };
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
-    {
-        let mut clients = lock(&shared.clients);
-        if shared.opts.one_client {
-            for older in clients.values() {
-                if older.send(Message::Close(None)).is_ok() {
-                    shared.evictions.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        clients.insert(conn, tx.clone());
-    }
+    register_client(&shared, conn, tx);
     let _ = shared.events.send(Event::Connected { conn });
     let (mut sink, mut stream) = ws.split();
     let mut frozen = shared.frozen.subscribe();
@@ -480,6 +470,19 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     }
     lock(&shared.clients).remove(&conn);
     let _ = shared.events.send(Event::Disconnected { conn });
+}
+
+/// Adds a client; a `one_client` editor first closes every older one (a close frame, no code).
+fn register_client(shared: &Shared, conn: u64, tx: mpsc::UnboundedSender<Message>) {
+    let mut clients = lock(&shared.clients);
+    if shared.opts.one_client {
+        for older in clients.values() {
+            if older.send(Message::Close(None)).is_ok() {
+                shared.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    clients.insert(conn, tx);
 }
 
 fn tools(family: Family) -> Value {

@@ -44,6 +44,18 @@ async fn broker_on(
     (b, e, a)
 }
 
+/// Waits until a session of `dialect` is attached to editor `e`.
+async fn wait_attached(b: &TestBroker, e: &Value, dialect: &str) {
+    let id = e["id"].as_str().unwrap_or_default().to_string();
+    b.wait_status(&format!("a {dialect} session on {id}"), |st| {
+        st["sessions"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["editor"] == id.as_str() && s["dialect"] == dialect)
+        })
+    })
+    .await;
+}
+
 /// The port of the (only) lockfile in `dir` whose JSON is `lock`.
 fn lock_port(dir: &std::path::Path, lock: &Value) -> u16 {
     std::fs::read_dir(dir)
@@ -103,15 +115,8 @@ fn text_of(v: &Value) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_diagnostic_and_selection(
-) {
-    let Some(install) = find_vscode() else { return };
-    let root = tempfile::tempdir().unwrap();
-    let mut vsc = VsCode::start(&install, root.path(), &[("bad.json", BAD_JSON)]).await;
-    let (b, e, mut a) = broker_on(&vsc, |_| {}).await;
-    assert_eq!(e["ide_name"], "code-server", "{e:#}");
-    assert_eq!(e["no_token"], false);
+/// The extension's tools, in the editor's status and in a session's `tools/list`.
+async fn assert_lists_the_extensions_tools(e: &Value, a: &mut Agent) {
     let tools: Vec<&str> = e["tools"]
         .as_array()
         .unwrap()
@@ -133,6 +138,44 @@ async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_dia
         list["result"]["tools"].as_array().map(Vec::len),
         Some(tools.len())
     );
+}
+
+/// `getDiagnostics` for `uri`, asked again until VS Code's language server has reported some
+/// (it validates a document only once it is open); returns them.
+async fn first_diagnostics(a: &mut Agent, uri: &str) -> Vec<Value> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let last = call(a, 2, "getDiagnostics", json!({"uri": uri})).await;
+        let parsed: Value = serde_json::from_str(&text_of(&last)).unwrap_or(Value::Null);
+        let found = parsed.as_array().and_then(|files| {
+            files.iter().find_map(|f| {
+                f["diagnostics"]
+                    .as_array()
+                    .filter(|d| !d.is_empty())
+                    .cloned()
+            })
+        });
+        if let Some(d) = found {
+            return d;
+        }
+        assert!(
+            t0.elapsed() < VSCODE_WAIT,
+            "no diagnostic for {uri}: {last:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_diagnostic_and_selection(
+) {
+    let Some(install) = find_vscode() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let mut vsc = VsCode::start(&install, root.path(), &[("bad.json", BAD_JSON)]).await;
+    let (b, e, mut a) = broker_on(&vsc, |_| {}).await;
+    assert_eq!(e["ide_name"], "code-server", "{e:#}");
+    assert_eq!(e["no_token"], false);
+    assert_lists_the_extensions_tools(&e, &mut a).await;
     // Open the file through the broker, selecting a line: VS Code's JSON server validates it,
     // and the selection reaches the session.
     let bad = vsc.workspace.join("bad.json");
@@ -153,27 +196,7 @@ async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_dia
     .await;
     assert_eq!(sel["params"]["text"], "\"b\": 2", "{sel:#}");
     let uri = format!("file://{}", bad.display());
-    let t0 = std::time::Instant::now();
-    let diagnostics = loop {
-        let last = call(&mut a, 2, "getDiagnostics", json!({"uri": uri})).await;
-        let parsed: Value = serde_json::from_str(&text_of(&last)).unwrap_or(Value::Null);
-        let found = parsed.as_array().and_then(|files| {
-            files.iter().find_map(|f| {
-                f["diagnostics"]
-                    .as_array()
-                    .filter(|d| !d.is_empty())
-                    .cloned()
-            })
-        });
-        if let Some(d) = found {
-            break d;
-        }
-        assert!(
-            t0.elapsed() < VSCODE_WAIT,
-            "no diagnostic for {uri}: {last:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let diagnostics = first_diagnostics(&mut a, &uri).await;
     // VS Code's own JSON language server, on the line of the double comma (0-based line 1).
     assert!(
         diagnostics.iter().any(|d| d["source"] == "json"
@@ -458,14 +481,7 @@ async fn a_pi_session_gets_vs_codes_selection_and_its_writes_are_reviewed_in_vs_
     let home = pi_home(root.path(), &model.models_json());
     let mut pi = Pi::start(&pi_install, &home, &vsc.workspace, &b.socket, &[]).await;
     pi.toast(0, "Auto-connected to code-server").await;
-    let id = e["id"].as_str().unwrap().to_string();
-    b.wait_status("pi attached to VS Code", |st| {
-        st["sessions"].as_array().is_some_and(|s| {
-            s.iter()
-                .any(|s| s["editor"] == id.as_str() && s["dialect"] == "pi")
-        })
-    })
-    .await;
+    wait_attached(&b, &e, "pi").await;
     let main = vsc.workspace.join("src/main.rs");
     let opened = call(&mut helper, 1, "openFile", json!({"filePath": main, "preview": false, "startText": "let x", "endText": "1;", "makeFrontmost": true})).await;
     assert!(opened.get("result").is_some(), "{opened:#}");

@@ -107,15 +107,16 @@ pub struct VsCode {
     browser_in: ChildStdin,
     browser_out: mpsc::UnboundedReceiver<Value>,
     /// Everything code-server and the driver printed (for failure messages).
-    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    log: Log,
     next_id: u64,
     _gate: tokio::sync::SemaphorePermit<'static>,
 }
 
+/// Keeps each line of `r` in `log`, tagged; JSON lines go to `json_to` instead, when given.
 fn keep_lines(
     r: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     tag: &'static str,
-    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    log: Log,
     json_to: Option<mpsc::UnboundedSender<Value>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -139,116 +140,20 @@ impl VsCode {
     /// it in Chromium, and waits for the extension's lockfile.
     pub async fn start(install: &VsCodeInstall, root: &Path, files: &[(&str, &str)]) -> VsCode {
         let gate = GATE.acquire().await.expect("the VS Code gate");
-        let ext = extensions_dir(install);
         let home = root.join("vsc-home");
-        let data = root.join("vsc-data");
         let workspace = root.join("ws");
         for (p, text) in files {
             let path = workspace.join(p);
             std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
             std::fs::write(path, text).expect("write a workspace file");
         }
-        std::fs::create_dir_all(data.join("User")).expect("mkdir user data");
-        std::fs::write(
-            data.join("User").join("settings.json"),
-            json!({
-                "security.workspace.trust.enabled": false,
-                "workbench.startupEditor": "none",
-                "extensions.autoUpdate": false,
-                "extensions.autoCheckUpdates": false,
-                "telemetry.telemetryLevel": "off",
-                "workbench.tips.enabled": false,
-            })
-            .to_string(),
-        )
-        .expect("settings.json");
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let t0 = Instant::now();
-        let mut server = Command::new(&install.node);
-        server
-            .arg(&install.server)
-            .args(["--bind-addr", "127.0.0.1:0", "--auth", "none"])
-            .args([
-                "--disable-telemetry",
-                "--disable-update-check",
-                "--disable-workspace-trust",
-            ])
-            .args(["--disable-getting-started-override"])
-            .arg("--extensions-dir")
-            .arg(&ext)
-            .arg("--user-data-dir")
-            .arg(&data)
-            .arg(&workspace)
-            .env("HOME", &home)
-            .env_remove("CLAUDE_CONFIG_DIR")
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
         std::fs::create_dir_all(&home).expect("mkdir home");
-        let mut server = server.spawn().expect("spawn code-server");
-        let (url_tx, mut url_rx) = mpsc::unbounded_channel::<String>();
-        let out = server.stdout.take().expect("stdout");
-        let err = server.stderr.take().expect("stderr");
-        let l2 = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(out).lines();
-            while let Ok(Some(l)) = lines.next_line().await {
-                if let Some(i) = l.find("http://127.0.0.1:") {
-                    let _ = url_tx.send(l[i..].trim().trim_end_matches('/').to_string());
-                }
-                if let Ok(mut g) = l2.lock() {
-                    g.push(format!("code-server: {l}"));
-                }
-            }
-        });
-        keep_lines(err, "code-server", log.clone(), None);
-        let base = tokio::time::timeout(VSCODE_WAIT, url_rx.recv())
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| {
-                panic!(
-                    "code-server printed no address: {:?}",
-                    log.lock().map(|g| g.clone())
-                )
-            });
-        let profile = root.join("chromium-profile");
-        let mut browser = Command::new(&install.node);
-        browser
-            .arg(driver_script())
-            .env("PLAYWRIGHT", &install.playwright)
-            .env("CHROMIUM", &install.chromium)
-            .env("URL", format!("{base}/?folder={}", workspace.display()))
-            .env("PROFILE", &profile)
-            .env("HOME", &home)
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut browser = browser.spawn().expect("spawn the playwright driver");
-        let (tx, mut browser_out) = mpsc::unbounded_channel();
-        keep_lines(
-            browser.stdout.take().expect("stdout"),
-            "driver",
-            log.clone(),
-            Some(tx),
-        );
-        keep_lines(
-            browser.stderr.take().expect("stderr"),
-            "driver",
-            log.clone(),
-            None,
-        );
-        let browser_in = browser.stdin.take().expect("stdin");
-        let ready = tokio::time::timeout(VSCODE_WAIT, browser_out.recv()).await;
-        assert!(
-            matches!(&ready, Ok(Some(v)) if v["ready"] == true),
-            "the workbench did not open: {ready:?}; {:?}",
-            log.lock().map(|g| g.clone())
-        );
+        let log: Log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let t0 = Instant::now();
+        let (server, base) = start_server(install, root, &home, &workspace, &log).await;
+        let url = format!("{base}/?folder={}", workspace.display());
+        let (browser, browser_in, browser_out) =
+            open_browser(install, &root.join("chromium-profile"), &home, &url, &log).await;
         let lock_dir = home.join(".claude").join("ide");
         let mut vsc = VsCode {
             home,
@@ -348,6 +253,140 @@ impl Drop for VsCode {
             let _ = child.start_kill();
         }
     }
+}
+
+/// What the children printed, kept for failure messages.
+type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Settings for a fresh user-data dir: workspace trust off (the extension stays inactive in
+/// Restricted Mode), nothing that reaches the network or opens on its own.
+fn write_settings(data: &Path) {
+    std::fs::create_dir_all(data.join("User")).expect("mkdir user data");
+    std::fs::write(
+        data.join("User").join("settings.json"),
+        json!({
+            "security.workspace.trust.enabled": false,
+            "workbench.startupEditor": "none",
+            "extensions.autoUpdate": false,
+            "extensions.autoCheckUpdates": false,
+            "telemetry.telemetryLevel": "off",
+            "workbench.tips.enabled": false,
+        })
+        .to_string(),
+    )
+    .expect("settings.json");
+}
+
+/// code-server on a port of its own choosing (its process group, HOME `home`); returns it and
+/// the address it printed.
+async fn start_server(
+    install: &VsCodeInstall,
+    root: &Path,
+    home: &Path,
+    workspace: &Path,
+    log: &Log,
+) -> (Child, String) {
+    let data = root.join("vsc-data");
+    write_settings(&data);
+    let mut server = Command::new(&install.node);
+    server
+        .arg(&install.server)
+        .args(["--bind-addr", "127.0.0.1:0", "--auth", "none"])
+        .args([
+            "--disable-telemetry",
+            "--disable-update-check",
+            "--disable-workspace-trust",
+        ])
+        .args(["--disable-getting-started-override"])
+        .arg("--extensions-dir")
+        .arg(extensions_dir(install))
+        .arg("--user-data-dir")
+        .arg(&data)
+        .arg(workspace)
+        .env("HOME", home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut server = server.spawn().expect("spawn code-server");
+    let (url_tx, mut url_rx) = mpsc::unbounded_channel::<String>();
+    let out = server.stdout.take().expect("stdout");
+    let l2 = log.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(out).lines();
+        while let Ok(Some(l)) = lines.next_line().await {
+            if let Some(i) = l.find("http://127.0.0.1:") {
+                let _ = url_tx.send(l[i..].trim().trim_end_matches('/').to_string());
+            }
+            if let Ok(mut g) = l2.lock() {
+                g.push(format!("code-server: {l}"));
+            }
+        }
+    });
+    keep_lines(
+        server.stderr.take().expect("stderr"),
+        "code-server",
+        log.clone(),
+        None,
+    );
+    let base = tokio::time::timeout(VSCODE_WAIT, url_rx.recv())
+        .await
+        .ok()
+        .flatten();
+    let base = base.unwrap_or_else(|| {
+        panic!(
+            "code-server printed no address: {:?}",
+            log.lock().map(|g| g.clone())
+        )
+    });
+    (server, base)
+}
+
+/// The playwright driver with Chromium on `url` (a fresh `profile`), once the workbench shows.
+async fn open_browser(
+    install: &VsCodeInstall,
+    profile: &Path,
+    home: &Path,
+    url: &str,
+    log: &Log,
+) -> (Child, ChildStdin, mpsc::UnboundedReceiver<Value>) {
+    let mut browser = Command::new(&install.node);
+    browser
+        .arg(driver_script())
+        .env("PLAYWRIGHT", &install.playwright)
+        .env("CHROMIUM", &install.chromium)
+        .env("URL", url)
+        .env("PROFILE", profile)
+        .env("HOME", home)
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut browser = browser.spawn().expect("spawn the playwright driver");
+    let (tx, mut out) = mpsc::unbounded_channel();
+    keep_lines(
+        browser.stdout.take().expect("stdout"),
+        "driver",
+        log.clone(),
+        Some(tx),
+    );
+    keep_lines(
+        browser.stderr.take().expect("stderr"),
+        "driver",
+        log.clone(),
+        None,
+    );
+    let stdin = browser.stdin.take().expect("stdin");
+    let ready = tokio::time::timeout(VSCODE_WAIT, out.recv()).await;
+    assert!(
+        matches!(&ready, Ok(Some(v)) if v["ready"] == true),
+        "the workbench did not open: {ready:?}; {:?}",
+        log.lock().map(|g| g.clone())
+    );
+    (browser, stdin, out)
 }
 
 /// `tests/suite/common/vscode_driver.mjs`.
