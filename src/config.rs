@@ -29,6 +29,8 @@ pub struct Config {
     pub timeouts: TimeoutConfig,
     /// The compat door for the unmodified pi-ide extension.
     pub compat: CompatConfig,
+    /// How editors that keep one client at a time are treated.
+    pub editors: EditorsConfig,
     /// How long a lost editor's id is remembered (in `state.json`, across broker restarts) so
     /// a restart of it, even days later, is recognised as its successor and inherits its
     /// sticky targets.
@@ -78,6 +80,52 @@ impl Default for CompatConfig {
             enabled: true,
             lock_dir: None,
         }
+    }
+}
+
+/// What the broker does when a single-client editor (the Claude Code VS Code extension)
+/// drops its link because another client connected.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SingleClient {
+    /// Mark the editor `taken` and leave the other client alone; connect again when a session
+    /// calls the editor, or once the other client has left.
+    #[default]
+    Yield,
+    /// Redial at once with backoff, as for any lost link (the two clients evict each other).
+    Take,
+}
+
+/// `[editors]`: single-client editors.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EditorsConfig {
+    /// The policy for every family without its own entry in `single_client_for`.
+    pub single_client: SingleClient,
+    /// Per-family policy, e.g. `{ claude = "take" }`.
+    pub single_client_for: std::collections::HashMap<Family, SingleClient>,
+    /// While an editor is `taken`, how often the broker looks (without connecting) whether
+    /// the other client is still there.
+    pub taken_probe_ms: u64,
+}
+
+impl Default for EditorsConfig {
+    fn default() -> Self {
+        EditorsConfig {
+            single_client: SingleClient::Yield,
+            single_client_for: std::collections::HashMap::new(),
+            taken_probe_ms: 2_000,
+        }
+    }
+}
+
+impl EditorsConfig {
+    /// The policy for editors of `family`.
+    pub fn single_client(&self, family: Family) -> SingleClient {
+        self.single_client_for
+            .get(&family)
+            .copied()
+            .unwrap_or(self.single_client)
     }
 }
 
@@ -142,6 +190,7 @@ impl Default for Config {
             backoff: BackoffConfig::default(),
             timeouts: TimeoutConfig::default(),
             compat: CompatConfig::default(),
+            editors: EditorsConfig::default(),
             successor_window_ms: 14 * 24 * 3600 * 1000,
             editor_grace_ms: 10_000,
             rescan_interval_ms: 30_000,
@@ -427,6 +476,27 @@ mod tests {
         assert_eq!(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
         assert_eq!(parsed.compat.enabled, d.compat.enabled);
         assert_eq!(parsed.compat.lock_dir, d.compat.lock_dir);
+        assert_eq!(parsed.editors.single_client, d.editors.single_client);
+        assert_eq!(
+            parsed.editors.single_client_for,
+            d.editors.single_client_for
+        );
+        assert_eq!(parsed.editors.taken_probe_ms, d.editors.taken_probe_ms);
+    }
+
+    #[test]
+    fn the_single_client_policy_is_per_family_with_a_default() {
+        let c: Config = toml::from_str(
+            "[editors]\nsingle_client = \"yield\"\nsingle_client_for = { claude = \"take\" }\n",
+        )
+        .unwrap();
+        assert_eq!(c.editors.single_client(Family::Claude), SingleClient::Take);
+        assert_eq!(c.editors.single_client(Family::Pi), SingleClient::Yield);
+        assert_eq!(
+            Config::default().editors.single_client(Family::Claude),
+            SingleClient::Yield
+        );
+        assert!(toml::from_str::<Config>("[editors]\nsingle_client = \"fight\"\n").is_err());
     }
 
     #[test]

@@ -96,6 +96,13 @@ pub struct EditorStatus {
     pub tools: Vec<String>,
     /// Sessions attached to it.
     pub sessions: usize,
+    /// True when its lockfile has no token (Emacs's claude-code-ide.el): dialled without the
+    /// auth header.
+    #[serde(default)]
+    pub no_token: bool,
+    /// Why it is in its state when the state alone does not say (`taken`: who holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_reason: Option<String>,
 }
 
 /// One session.
@@ -184,6 +191,10 @@ pub fn status(reg: &Registry) -> Status {
                     .iter()
                     .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
                     .count(),
+                no_token: l.auth_token.is_none(),
+                state_reason: (link.state == LinkState::Taken)
+                    .then_some(link.reason)
+                    .flatten(),
             }
         })
         .collect();
@@ -439,6 +450,7 @@ pub fn render(status: &Status, now: u64) -> String {
         for (r, e) in rows.iter().zip(&status.editors) {
             out.push_str(&line(r));
             out.push('\n');
+            out.push_str(&editor_notes(e));
             for sess in status
                 .sessions
                 .iter()
@@ -467,6 +479,18 @@ pub fn render(status: &Status, now: u64) -> String {
         }
     }
     out
+}
+
+/// The lines under an editor's row that say what its columns cannot.
+fn editor_notes(e: &EditorStatus) -> String {
+    let mut l = String::new();
+    if e.no_token {
+        l.push_str("  · no token: its lockfile has none, so it is dialled without one\n");
+    }
+    if let Some(r) = &e.state_reason {
+        let _ = writeln!(l, "  · {}: {r}", json_name(&e.state));
+    }
+    l
 }
 
 fn session_line(sess: &SessionStatus, now: u64) -> String {
@@ -555,5 +579,26 @@ Unattached sessions:
         );
         let t = render(&status, 0);
         assert!(t.contains("No editors found"), "{t}");
+    }
+
+    #[test]
+    fn an_editor_without_a_token_says_so_under_its_row() {
+        let status = parse(json!({
+            "broker": {"pid": 1, "version": "0.1.0", "socket": "/s", "uptime_s": 5},
+            "editors": [
+                {"id": "emacs-1", "ide_name": "Emacs", "family": "claude", "lockfile": "/h/.claude/ide/5.lock",
+                 "port": 5, "pid": 77, "workspace_folders": ["/p"], "state": "ready",
+                 "rtt_ms": null, "connected_since": null, "restarts": 0, "sessions": 0, "no_token": true},
+                {"id": "neovim-1", "ide_name": "Neovim", "family": "pi", "lockfile": "/h/.pi/ide/6.lock",
+                 "port": 6, "pid": 78, "workspace_folders": ["/q"], "state": "ready",
+                 "rtt_ms": null, "connected_since": null, "restarts": 0, "sessions": 0}
+            ],
+            "sessions": []
+        }));
+        let t = render(&status, 0);
+        let lines: Vec<&str> = t.lines().collect();
+        let emacs = lines.iter().position(|l| l.starts_with("emacs-1")).unwrap();
+        assert!(lines[emacs + 1].contains("no token"), "{t}");
+        assert_eq!(t.matches("no token").count(), 1, "{t}");
     }
 }

@@ -392,6 +392,57 @@ async fn check_lock_dir(b: &mut Builder, dir: &LockDirConfig, status: Option<&St
     }
 }
 
+/// The verdict for a known editor whose link state says it all (ready, unhealthy, taken);
+/// false when the state needs looking into.
+fn link_verdict(
+    b: &mut Builder,
+    what: &str,
+    e: &crate::control::EditorStatus,
+    state: &str,
+) -> bool {
+    if state == "ready" || state == "unhealthy" {
+        let level = if state == "ready" {
+            Level::Ok
+        } else {
+            Level::Warn
+        };
+        b.add(
+            what.to_string(),
+            level,
+            format!(
+                "{} {} (pid {}, port {}) is {state}: editor {}{}",
+                e.ide_name,
+                e.workspace_folders.join(", "),
+                e.pid,
+                e.port,
+                e.id,
+                if e.no_token {
+                    " (no token: the editor asks for none)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        return true;
+    }
+    if state == "taken" {
+        b.fix(
+                what.to_string(),
+                Level::Warn,
+                format!(
+                    "{} (pid {}, port {}) is taken: {}",
+                    e.ide_name,
+                    e.pid,
+                    e.port,
+                    e.state_reason.as_deref().unwrap_or("another client holds it")
+                ),
+                "nothing to do: the broker connects again when one of its sessions calls the editor or the other client leaves; [editors] single_client = \"take\" makes it fight for the editor instead",
+            );
+        return true;
+    }
+    false
+}
+
 async fn check_lockfile(
     b: &mut Builder,
     path: &Path,
@@ -405,24 +456,7 @@ async fn check_lockfile(
             .ok()
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default();
-        if state == "ready" || state == "unhealthy" {
-            let level = if state == "ready" {
-                Level::Ok
-            } else {
-                Level::Warn
-            };
-            b.add(
-                what,
-                level,
-                format!(
-                    "{} {} (pid {}, port {}) is {state}: editor {}",
-                    e.ide_name,
-                    e.workspace_folders.join(", "),
-                    e.pid,
-                    e.port,
-                    e.id
-                ),
-            );
+        if link_verdict(b, &what, e, &state) {
             return;
         }
         // Known but not connected: find out why.
@@ -432,7 +466,17 @@ async fn check_lockfile(
         )
         .await
         .is_ok_and(|r| r.is_ok());
-        if open {
+        if open && e.no_token {
+            b.fix(
+                what,
+                Level::Fail,
+                format!(
+                    "port {} answers but the link is {state}: its lockfile has no token and the editor refused the handshake",
+                    e.port
+                ),
+                "restart the editor's IDE server; if it wants a token, it must write one into its lockfile",
+            );
+        } else if open {
             b.fix(
                 what,
                 Level::Fail,

@@ -27,6 +27,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+mod taken;
+
 /// The protocol version the broker speaks to editors.
 pub const PROTOCOL_VERSION: &str = "2024-11-05";
 /// How many frames may queue for one editor's socket before callers get "busy".
@@ -44,6 +46,9 @@ pub enum LinkState {
     Unhealthy,
     /// Down; waiting before the next dial.
     Backoff,
+    /// Down because a single-client editor closed the link for another client (the user's
+    /// own Claude Code); left alone until a session calls it or the other client leaves.
+    Taken,
 }
 
 /// What the link task knows about the link, for status and routing.
@@ -59,6 +64,8 @@ pub struct LinkInfo {
     pub initialize: Option<Value>,
     /// The editor's `tools/list` result, replayed to sessions.
     pub tools: Option<Value>,
+    /// Why the link is in its state, when the state alone does not say (`taken`).
+    pub reason: Option<String>,
 }
 
 /// Who waits for the answer to a request sent upstream.
@@ -176,6 +183,8 @@ pub struct Editor {
     delegated: DashMap<String, Delegation>,
     /// Cancelled when the editor is gone; stops the link task.
     cancel: CancellationToken,
+    /// Woken by a call to a `taken` editor: a session needs it, so the link is dialled again.
+    wanted: tokio::sync::Notify,
 }
 
 /// Why a request could not be sent upstream.
@@ -212,6 +221,7 @@ impl Editor {
                 connected_since: None,
                 initialize: None,
                 tools: None,
+                reason: None,
             }),
             out: Shared::new(None),
             pending: DashMap::default(),
@@ -222,6 +232,7 @@ impl Editor {
             focus: AtomicU64::new(0),
             delegated: DashMap::new(),
             cancel,
+            wanted: tokio::sync::Notify::new(),
         }
     }
 
@@ -502,6 +513,11 @@ impl Editor {
                     LinkState::Backoff => "backoff",
                     LinkState::Ready => "ready",
                     LinkState::Unhealthy => "unhealthy",
+                    LinkState::Taken => {
+                        // A session needs the editor: the link task dials it again now.
+                        self.wanted.notify_one();
+                        "taken by another client"
+                    }
                 },
             ),
         })
@@ -586,6 +602,8 @@ pub trait LinkHost: Send + Sync + 'static {
 enum LinkEnd {
     Cancelled,
     Closed(String),
+    /// The editor closed it (a close frame or the end of the stream).
+    EditorClosed(String),
 }
 
 /// Why a dial failed.
@@ -603,25 +621,8 @@ enum DialError {
 pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
     let mut backoff = Backoff::new(&host.config());
     loop {
-        // Before every dial: the lockfile must still be there and its pid alive.
-        let path = editor.lockfile().path;
-        match lockfile::read(&path, editor.family) {
-            Ok(fresh) => {
-                let mut current = lock(&editor.lock);
-                if fresh.port != current.port || fresh.pid != current.pid {
-                    // A different editor now: the registry will replace us on its Upsert.
-                    drop(current);
-                    host.editor_gone(&editor, "lockfile now names another editor".into());
-                    return;
-                }
-                *current = fresh;
-            }
-            Err(LockfileError::Incomplete) => {}
-            Err(e) => {
-                tracing::info!(editor = %editor.id, reason = %e, "editor gone");
-                host.editor_gone(&editor, e.to_string());
-                return;
-            }
+        if !still_there(&editor, &*host) {
+            return;
         }
         let config = host.config();
         editor.set_state(LinkState::Connecting);
@@ -634,6 +635,7 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
         match dialled {
             Ok(Ok(link)) => {
                 backoff.reset();
+                let client_port = link.client_port;
                 let end = run_link(&editor, &*host, link, &config).await;
                 editor.out.take();
                 {
@@ -643,12 +645,22 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
                 }
                 let why = match &end {
                     LinkEnd::Cancelled => "editor gone".to_string(),
-                    LinkEnd::Closed(r) => r.clone(),
+                    LinkEnd::Closed(r) | LinkEnd::EditorClosed(r) => r.clone(),
                 };
                 editor.fail_pending(&why);
                 host.state_changed();
                 if let LinkEnd::Cancelled = end {
                     return;
+                }
+                let by_editor = matches!(end, LinkEnd::EditorClosed(_));
+                if let Some(reason) = by_editor
+                    .then(|| taken::taken_by_another(&editor, &config, client_port))
+                    .flatten()
+                {
+                    if !taken::wait_while_taken(&editor, &*host, reason).await {
+                        return;
+                    }
+                    continue;
                 }
                 tracing::warn!(editor = %editor.id, reason = %why, "editor link lost; redialling");
             }
@@ -674,6 +686,31 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
     }
 }
 
+/// Before every dial: the lockfile must still be there, name this editor and its pid be alive
+/// (the re-read lockfile is taken: a new token). False once the editor is gone (told to `host`).
+fn still_there(editor: &Arc<Editor>, host: &dyn LinkHost) -> bool {
+    let path = editor.lockfile().path;
+    match lockfile::read(&path, editor.family) {
+        Ok(fresh) => {
+            let mut current = lock(&editor.lock);
+            if fresh.port != current.port || fresh.pid != current.pid {
+                // A different editor now: the registry will replace us on its Upsert.
+                drop(current);
+                host.editor_gone(editor, "lockfile now names another editor".into());
+                return false;
+            }
+            *current = fresh;
+            true
+        }
+        Err(LockfileError::Incomplete) => true,
+        Err(e) => {
+            tracing::info!(editor = %editor.id, reason = %e, "editor gone");
+            host.editor_gone(editor, e.to_string());
+            false
+        }
+    }
+}
+
 /// The tracing span of an editor's link task, at debug level: entering this span and the
 /// session's on every poll cost about 1.5 k instructions a call, so at the default level
 /// (info) they are off, and the link's info lines and above name the editor themselves.
@@ -691,6 +728,8 @@ struct Dialled {
     reader: LinkReader,
     writer: LinkSink,
     quick_ack: crate::quickack::QuickAck,
+    /// The link's own local port (told apart from other clients of the editor).
+    client_port: u16,
 }
 
 /// Dial, upgrade with the family's auth header, `initialize`, `notifications/initialized`,
@@ -705,11 +744,12 @@ async fn dial(
         .await
         .map_err(|e| DialError::Other(format!("connect 127.0.0.1:{}: {e}", lf.port)))?;
     let _ = stream.set_nodelay(true);
+    let client_port = stream.local_addr().map(|a| a.port()).unwrap_or(0);
     let read_ahead = crate::wsupgrade::upgrade(
         &mut stream,
         lf.port,
         lf.family.auth_header(),
-        lf.auth_token.expose(),
+        lf.auth_token.as_ref().map(|t| t.expose()),
     )
     .await
     .map_err(|e| match e {
@@ -761,6 +801,7 @@ async fn dial(
     l.tools = tools.or(Some(json!({"tools": []})));
     l.connected_since = Some(SystemTime::now());
     Ok(Dialled {
+        client_port,
         reader,
         writer,
         quick_ack,
@@ -841,6 +882,7 @@ async fn run_link(
         mut reader,
         writer,
         quick_ack,
+        client_port: _,
     } = link;
     editor.out.install(LinkOut::new(writer, OUTBOUND_QUEUE));
     // Ready only now that requests can be queued: a session attached on this news must be
@@ -849,6 +891,7 @@ async fn run_link(
     tracing::info!(editor = %editor.id, port = editor.lockfile().port, restarts = editor.restarts, "editor ready");
     host.state_changed();
     host.editor_ready(editor);
+    taken::announce_back(editor, host);
     // Settings re-read on every tick, so a reloaded config reaches live links.
     let mut health = Health::new(config.health.clone(), tokio::time::Instant::now());
     // Once cancelled, the link stays up (bounded) until the editor has answered the requests
@@ -934,7 +977,7 @@ async fn run_link(
             frame = reader.next() => {
                 let frame = match frame {
                     Ok(Some(f)) => f,
-                    Ok(None) => break LinkEnd::Closed("connection closed".into()),
+                    Ok(None) => break LinkEnd::EditorClosed("connection closed".into()),
                     Err(e) => {
                         owed_close = e.close_code();
                         break LinkEnd::Closed(e.to_string());
@@ -963,7 +1006,7 @@ async fn run_link(
                     }
                     Frame::Close(c) => {
                         owed_close = Some(c.unwrap_or(1000));
-                        break LinkEnd::Closed(format!("closed by editor ({})", c.map_or_else(|| "no code".into(), |c| c.to_string())));
+                        break LinkEnd::EditorClosed(format!("closed by editor ({})", c.map_or_else(|| "no code".into(), |c| c.to_string())));
                     }
                     other => {
                         // Read in place: the answer's bytes are copied once, into the
@@ -997,7 +1040,7 @@ async fn run_link(
             // Let queued frames (e.g. close_tab on shutdown) reach the editor first, then close.
             out.finish(Duration::from_secs(1)).await;
         }
-        (LinkEnd::Closed(_), Some(mut out), Some(code)) => {
+        (LinkEnd::Closed(_) | LinkEnd::EditorClosed(_), Some(mut out), Some(code)) => {
             // The closing handshake, bounded: our Close, then the editor's end of the stream.
             let _ = out.send(Out::Close(code));
             out.finish(CLOSE_WAIT).await;
@@ -1215,7 +1258,7 @@ mod tests {
             pid: 1,
             workspace_folders: Vec::new(),
             ide_name: "test".into(),
-            auth_token: crate::secret::Token::new("t".into()),
+            auth_token: Some(crate::secret::Token::new("t".into())),
         };
         Editor::new(
             "test".into(),

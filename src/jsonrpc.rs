@@ -231,6 +231,9 @@ pub mod broker {
     /// Broker → session: something the user should know once (`{level, message}`), e.g. a
     /// protocol revision that differs from the client's (`version`).
     pub const NOTICE: &str = "broker/notice";
+    /// Notification `{editor, state, reason}`: the attached editor's link is `taken` by
+    /// another client (a single-client editor), or `ready` again; the session stays attached.
+    pub const EDITOR_STATE: &str = "broker/editor_state";
 }
 
 /// The `DIFF_REJECTED` the broker answers itself when a diff cannot reach the user (editor

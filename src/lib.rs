@@ -25,6 +25,7 @@ pub mod logging;
 pub mod outbox;
 pub mod pathmap;
 pub mod percent;
+pub mod portpeers;
 pub mod procinfo;
 pub mod quickack;
 pub mod registry;

@@ -26,8 +26,9 @@ pub struct Lockfile {
     pub workspace_folders: Vec<String>,
     /// `ideName`, or `"unknown"`.
     pub ide_name: String,
-    /// The token for the auth header.
-    pub auth_token: Token,
+    /// The token for the auth header; `None` for an editor that writes none (Emacs's
+    /// claude-code-ide.el): the link is dialled without the header.
+    pub auth_token: Option<Token>,
 }
 
 /// Why a file is not (yet) a usable lockfile.
@@ -90,6 +91,7 @@ struct Raw {
     ide_name: Option<String>,
     #[serde(default)]
     transport: Option<String>,
+    #[serde(default)]
     auth_token: serde_json::Value,
     /// Present only in the broker's own virtual lockfiles (compat door): never an editor.
     #[serde(default, rename = "piIdeBroker")]
@@ -195,7 +197,8 @@ pub fn parse(
         .filter(|p| *p > 0 && i32::try_from(*p).is_ok())
         .ok_or_else(|| LockfileError::Malformed("\"pid\" must be a positive integer".into()))?;
     let auth_token = match raw.auth_token {
-        serde_json::Value::String(s) if (10..=500).contains(&s.len()) => Token::new(s),
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) if (10..=500).contains(&s.len()) => Some(Token::new(s)),
         serde_json::Value::String(_) => {
             return Err(LockfileError::Malformed(
                 "\"authToken\" must be 10..500 chars".into(),
@@ -281,6 +284,27 @@ mod tests {
         let l = parse(&minimal, &p("1.lock"), Family::Claude, 1).unwrap();
         assert_eq!(l.ide_name, "unknown");
         assert!(l.workspace_folders.is_empty());
+        assert!(l
+            .auth_token
+            .is_some_and(|t| t.expose() == "0123456789abcdef"));
+    }
+
+    #[test]
+    fn an_emacs_lockfile_without_a_token_is_accepted_as_tokenless() {
+        // claude-code-ide.el's shape (manzaltu/claude-code-ide.el at 1de17bb).
+        let me = std::process::id();
+        let emacs = format!(
+            r#"{{"pid":{me},"workspaceFolders":["/home/u/proj"],"ideName":"Emacs","transport":"ws"}}"#
+        );
+        let l = parse(&emacs, &p("1.lock"), Family::Claude, 1).unwrap();
+        assert_eq!(l.ide_name, "Emacs");
+        assert_eq!(l.workspace_folders, vec!["/home/u/proj".to_string()]);
+        assert!(l.auth_token.is_none());
+        let null = format!(r#"{{"pid":{me},"authToken":null}}"#);
+        assert!(parse(&null, &p("1.lock"), Family::Claude, 1)
+            .unwrap()
+            .auth_token
+            .is_none());
     }
 
     #[test]
@@ -291,6 +315,8 @@ mod tests {
             r#"{"pid":1.5,"authToken":"0123456789abcdef"}"#,
             r#"{"pid":12,"authToken":5}"#,
             r#"{"pid":12,"authToken":"short"}"#,
+            r#"{"pid":12,"authToken":""}"#,
+            r#"{"pid":12,"authToken":["0123456789abcdef"]}"#,
             r#"{"pid":12,"authToken":"0123456789abcdef","workspaceFolders":"/a"}"#,
             r#"{"pid":12,"authToken":"0123456789abcdef","transport":"sse"}"#,
             r#"[1,2,3]"#,

@@ -655,6 +655,9 @@ impl Registry {
                     "workspace_folders": l.workspace_folders,
                     "matched_folder": c.matched.folder,
                     "state": e.state(),
+                    "reason": (e.state() == crate::editor::LinkState::Taken)
+                        .then(|| e.link_info().reason)
+                        .flatten(),
                 }))
             })
             .collect();

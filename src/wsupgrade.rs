@@ -23,25 +23,29 @@ pub enum UpgradeError {
 }
 
 /// Upgrades `stream` (connected to `127.0.0.1:port`) to a WebSocket, presenting `token` in
-/// header `auth_header`. Returns the bytes the editor sent past its response (its first
+/// header `auth_header` (no header for an editor without a token). Returns the bytes the editor sent past its response (its first
 /// frames, if it was quick).
 pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     port: u16,
     auth_header: &str,
-    token: &str,
+    token: Option<&str>,
 ) -> Result<Vec<u8>, UpgradeError> {
     // The rule the link used before it wrote the request itself: no CR, LF or other
     // control byte can end the header line.
-    if hyper::header::HeaderValue::from_str(token).is_err() {
+    if token.is_some_and(|t| hyper::header::HeaderValue::from_str(t).is_err()) {
         return Err(UpgradeError::Bad(
             "the token is not a valid header value".into(),
         ));
     }
     let key = generate_key();
+    let auth = match token {
+        Some(t) => format!("{auth_header}: {t}\r\n"),
+        None => String::new(),
+    };
     let request = format!(
         "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{auth_header}: {token}\r\n\r\n"
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{auth}\r\n"
     );
     stream.write_all(request.as_bytes()).await?;
     let mut buf = Vec::with_capacity(1024);
@@ -113,6 +117,15 @@ mod tests {
         answer: impl FnOnce(&str) -> Vec<u8> + Send + 'static,
         pieces: usize,
     ) -> (Vec<String>, Result<Vec<u8>, UpgradeError>) {
+        against_with(Some("tok"), answer, pieces).await
+    }
+
+    /// [`against`], presenting `token` (or none).
+    async fn against_with(
+        token: Option<&'static str>,
+        answer: impl FnOnce(&str) -> Vec<u8> + Send + 'static,
+        pieces: usize,
+    ) -> (Vec<String>, Result<Vec<u8>, UpgradeError>) {
         let (mut ours, theirs) = tokio::io::duplex(64 * 1024);
         let peer = tokio::spawn(async move {
             let mut r = tokio::io::BufReader::new(theirs);
@@ -141,7 +154,7 @@ mod tests {
         });
         let result = tokio::time::timeout(
             Duration::from_secs(10),
-            upgrade(&mut ours, 4242, "x-pi-ide-authorization", "tok"),
+            upgrade(&mut ours, 4242, "x-pi-ide-authorization", token),
         )
         .await
         .expect("the upgrade hung");
@@ -178,6 +191,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_editor_without_a_token_gets_no_auth_header_and_the_request_stays_whole() {
+        let (lines, result) = against_with(None, |key| switching(key).into_bytes(), 1000).await;
+        assert_eq!(result.unwrap(), b"");
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.to_ascii_lowercase().contains("authorization")),
+            "{lines:?}"
+        );
+        // Every header line made it (the blank line that ends the request came last).
+        assert!(lines.contains(&"Sec-WebSocket-Version: 13".to_string()));
+        assert!(lines.iter().any(|l| l.starts_with("Sec-WebSocket-Key: ")));
+    }
+
+    #[tokio::test]
     async fn refusals_and_bad_answers_are_told_apart() {
         let (_, r) = against(|_| b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec(), 1000).await;
         assert!(matches!(r, Err(UpgradeError::Refused)), "{r:?}");
@@ -194,7 +222,13 @@ mod tests {
     #[tokio::test]
     async fn a_token_that_would_split_the_request_is_not_sent() {
         let (mut ours, _theirs) = tokio::io::duplex(1024);
-        let r = upgrade(&mut ours, 1, "x-pi-ide-authorization", "a\r\nHost: evil").await;
+        let r = upgrade(
+            &mut ours,
+            1,
+            "x-pi-ide-authorization",
+            Some("a\r\nHost: evil"),
+        )
+        .await;
         assert!(matches!(r, Err(UpgradeError::Bad(_))));
     }
 }

@@ -80,6 +80,12 @@ pub struct Options {
     /// CPU each `echo` answer burns first, like a real editor's main loop (a Lua editor spends
     /// about 150 µs on a getDiagnostics): for the bench's realistic scenario.
     pub burn_us: u64,
+    /// Emacs's claude-code-ide.el: no `authToken` in the lockfile, and the upgrade is taken
+    /// without an auth header (a header, if sent, is ignored as that server ignores it).
+    pub no_token: bool,
+    /// The Claude Code VS Code extension: one client at a time; a client that completes the
+    /// upgrade makes the editor close every older one (a close frame without a code).
+    pub one_client: bool,
 }
 
 impl Options {
@@ -94,6 +100,29 @@ impl Options {
             port: 0,
             auto_accept: false,
             burn_us: 0,
+            no_token: false,
+            one_client: false,
+        }
+    }
+
+    /// The Claude Code VS Code extension (as code-server runs it): Claude family, ideName
+    /// "code-server", one client at a time.
+    pub fn vscode(folders: &[&str]) -> Self {
+        Options {
+            family: Family::Claude,
+            ide_name: "code-server".into(),
+            one_client: true,
+            ..Options::pi(folders)
+        }
+    }
+
+    /// claude-code-ide.el-like (Emacs): Claude family, `ideName` "Emacs", no token.
+    pub fn emacs(folders: &[&str]) -> Self {
+        Options {
+            family: Family::Claude,
+            ide_name: "Emacs".into(),
+            no_token: true,
+            ..Options::pi(folders)
         }
     }
 }
@@ -111,6 +140,10 @@ struct Shared {
     next_conn: AtomicU64,
     next_out: AtomicU64,
     last_selection: Mutex<Option<String>>,
+    /// Upgrades that carried an auth header (either family's), counted for `no_token` tests.
+    auth_headers_seen: AtomicU64,
+    /// Clients closed because another connected (`one_client`).
+    evictions: AtomicU64,
 }
 
 /// A running fake editor. Dropping it stops it (like a crash: the lockfile stays).
@@ -149,6 +182,8 @@ impl FakeEditor {
             next_conn: AtomicU64::new(1),
             next_out: AtomicU64::new(1),
             last_selection: Mutex::new(None),
+            auth_headers_seen: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
         });
         let stop = CancellationToken::new();
         let s2 = shared.clone();
@@ -184,16 +219,19 @@ impl FakeEditor {
         &self.shared.token
     }
 
-    /// The lockfile JSON this editor announces itself with.
+    /// The lockfile JSON this editor announces itself with (without `authToken` when
+    /// `no_token`, as claude-code-ide.el writes it).
     pub fn lockfile_json(&self) -> String {
-        json!({
+        let mut v = json!({
             "pid": std::process::id(),
             "workspaceFolders": self.shared.opts.folders,
             "ideName": self.shared.opts.ide_name,
             "transport": "ws",
-            "authToken": self.shared.token,
-        })
-        .to_string()
+        });
+        if !self.shared.opts.no_token {
+            v["authToken"] = json!(self.shared.token);
+        }
+        v.to_string()
     }
 
     /// Writes `<dir>/<port>.lock` atomically (temp + rename), mode 0600.
@@ -227,6 +265,16 @@ impl FakeEditor {
     /// Subscribes to what it sees from now on.
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.shared.events.subscribe()
+    }
+
+    /// How many upgrades so far carried an auth header.
+    pub fn auth_headers_seen(&self) -> u64 {
+        self.shared.auth_headers_seen.load(Ordering::Relaxed)
+    }
+
+    /// How many clients it closed because another connected (`one_client`).
+    pub fn evictions(&self) -> u64 {
+        self.shared.evictions.load(Ordering::Relaxed)
     }
 
     /// Number of connected clients.
@@ -348,6 +396,14 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     let s = shared.clone();
     let callback = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
         let h = req.headers();
+        if h.contains_key("x-pi-ide-authorization")
+            || h.contains_key("x-claude-code-ide-authorization")
+        {
+            s.auth_headers_seen.fetch_add(1, Ordering::Relaxed);
+        }
+        if s.opts.no_token {
+            return Ok(resp);
+        }
         let presented = match s.opts.family {
             Family::Pi => h
                 .get("x-pi-ide-authorization")
@@ -369,7 +425,7 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     };
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
-    lock(&shared.clients).insert(conn, tx.clone());
+    register_client(&shared, conn, tx);
     let _ = shared.events.send(Event::Connected { conn });
     let (mut sink, mut stream) = ws.split();
     let mut frozen = shared.frozen.subscribe();
@@ -385,7 +441,10 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
         };
         tokio::select! {
             _ = stop.cancelled() => break,
-            Some(m) = rx.recv() => { if sink.send(m).await.is_err() { break } }
+            Some(m) = rx.recv() => {
+                let close = matches!(m, Message::Close(_));
+                if sink.send(m).await.is_err() || close { break }
+            }
             _ = ping_tick => { if sink.send(Message::Ping(b"ping".to_vec().into())).await.is_err() { break } }
             _ = async { frozen.wait_for(|f| *f).await.map(|_| ()) } => {
                 // Frozen: read nothing (so no pongs) until thawed.
@@ -411,6 +470,19 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     }
     lock(&shared.clients).remove(&conn);
     let _ = shared.events.send(Event::Disconnected { conn });
+}
+
+/// Adds a client; a `one_client` editor first closes every older one (a close frame, no code).
+fn register_client(shared: &Shared, conn: u64, tx: mpsc::UnboundedSender<Message>) {
+    let mut clients = lock(&shared.clients);
+    if shared.opts.one_client {
+        for older in clients.values() {
+            if older.send(Message::Close(None)).is_ok() {
+                shared.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    clients.insert(conn, tx);
 }
 
 fn tools(family: Family) -> Value {

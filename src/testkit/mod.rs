@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod fake_editor;
 pub mod pi_client;
+pub mod rival;
 
 use std::time::Duration;
 

@@ -31,6 +31,7 @@ pub mod git_serve;
 pub mod pi;
 pub mod pi_web;
 pub mod process;
+pub mod vscode;
 
 /// A test that cannot run here says so on a line of its own, past the test harness's capture
 /// (so a skip never looks like a pass); under CI (`PI_IDE_BROKER_REQUIRE_PI=1`, set by

@@ -1,0 +1,187 @@
+//! Editors that differ from pi-ide.nvim in what the broker must respect: Emacs's
+//! claude-code-ide.el writes no token, and the Claude Code VS Code extension keeps one client
+//! at a time (`taken`). Both against the fake editor in the recorded shapes (PROTOCOL.md).
+
+use crate::common::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emacs_lockfile_without_a_token_links_without_the_header_and_serves_calls() {
+    let b = TestBroker::start().await;
+    let fe = FakeEditor::start_in(&b.claude_dir, Options::emacs(&["/emacs-proj"]))
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(b.claude_dir.join(format!("{}.lock", fe.port))).unwrap();
+    assert!(!text.contains("authToken"), "the recorded shape: {text}");
+    let e = b.wait_editor(fe.port, "ready").await;
+    assert_eq!(e["ide_name"], "Emacs");
+    assert_eq!(e["family"], "claude");
+    assert_eq!(e["no_token"], true, "{e:#}");
+    assert_eq!(fe.auth_headers_seen(), 0, "dialled without an auth header");
+    let mut a = Agent::connect(&b.socket, "cwd=/emacs-proj&dialect=claude")
+        .await
+        .unwrap();
+    let r = a
+        .request(
+            json!(1),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {}}),
+        )
+        .await;
+    assert!(
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("boom")),
+        "{r:#}"
+    );
+    assert!(b.status().await["lockfiles_rejected"]
+        .as_array()
+        .is_some_and(|r| r.is_empty()));
+    // A tokened editor beside it still gets its header and is not marked.
+    let (nv, _) = b.editor(&["/nv"]).await;
+    assert!(nv.auth_headers_seen() >= 1);
+    let st = b.status().await;
+    assert_eq!(editor_by_port(&st, nv.port).unwrap()["no_token"], false);
+    a.close().await;
+    b.stop().await;
+}
+
+/// How long the idle broker must leave a single-client editor's other client alone: each
+/// test's window is 30 probes of the `taken` check, and 6 of the take policy's first backoffs
+/// (the fight it would have).
+const WINDOW: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// A broker whose `taken` probe runs every 50 ms, beside a one-client fake editor with an
+/// attached Claude-dialect agent; `policy` is `[editors] single_client`.
+async fn one_client_setup(
+    policy: pi_ide_broker::config::SingleClient,
+) -> (TestBroker, FakeEditor, Agent) {
+    let b = TestBroker::start_with(|c| {
+        c.editors.single_client = policy;
+        c.editors.taken_probe_ms = 50;
+    })
+    .await;
+    let fe = FakeEditor::start_in(&b.claude_dir, Options::vscode(&["/vsc"]))
+        .await
+        .unwrap();
+    b.wait_editor(fe.port, "ready").await;
+    let mut a = Agent::connect(&b.socket, "cwd=/vsc&dialect=claude")
+        .await
+        .unwrap();
+    a.attached().await;
+    (b, fe, a)
+}
+
+async fn echo_works(a: &mut Agent, id: i64) -> bool {
+    let r = a
+        .request(
+            json!(id),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"x": "hi"}}),
+        )
+        .await;
+    r["result"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("hi"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_broker_yields_a_single_client_editor_and_takes_it_back_when_the_other_leaves() {
+    use pi_ide_broker::testkit::rival::Rival;
+    let (b, fe, mut a) = one_client_setup(Default::default()).await;
+    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    // The user's Claude Code, which reconnects whenever it is closed.
+    let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), true).await;
+    rival.wait_connected().await;
+    let e = b.wait_editor(fe.port, "taken").await;
+    assert!(
+        e["state_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("another client")),
+        "{e:#}"
+    );
+    let note = a
+        .until("the taken notice", |m| m["method"] == "broker/editor_state")
+        .await;
+    assert_eq!(note["params"]["state"], "taken", "{note:#}");
+    let routes = a.request(json!("ed"), "broker/editors", json!({})).await;
+    assert_eq!(
+        routes["result"]["editors"][0]["state"], "taken",
+        "{routes:#}"
+    );
+    assert!(routes["result"]["editors"][0]["reason"].is_string());
+    let st = b.status().await;
+    assert_eq!(
+        st["sessions"][0]["editor"], e["id"],
+        "the session stays attached"
+    );
+    // The broker's session is idle: nothing may evict the other client.
+    tokio::time::sleep(WINDOW).await;
+    assert_eq!(rival.evictions(), 0, "the other client was never closed");
+    assert!(rival.is_connected());
+    assert_eq!(fe.evictions(), 1, "only the broker's first link was closed");
+    assert_eq!(
+        editor_by_port(&b.status().await, fe.port).unwrap()["state"],
+        "taken"
+    );
+    // The other client leaves: the broker connects again by itself, and the next call works.
+    rival.leave().await;
+    b.wait_editor(fe.port, "ready").await;
+    let back = a
+        .until("the ready notice", |m| m["method"] == "broker/editor_state")
+        .await;
+    assert_eq!(back["params"]["state"], "ready", "{back:#}");
+    assert!(echo_works(&mut a, 2).await);
+    assert_eq!(fe.evictions(), 1);
+    a.close().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_to_a_taken_editor_connects_again_once_and_the_retry_works() {
+    use pi_ide_broker::testkit::rival::Rival;
+    let (b, fe, mut a) = one_client_setup(Default::default()).await;
+    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    // A plain second client that does not come back once closed.
+    let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), false).await;
+    rival.wait_connected().await;
+    b.wait_editor(fe.port, "taken").await;
+    let r = a
+        .request(
+            json!(1),
+            "tools/call",
+            json!({"name": "echo", "arguments": {"x": "hi"}}),
+        )
+        .await;
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("taken")),
+        "{r:#}"
+    );
+    // The call said the session needs the editor: the broker takes it (one eviction).
+    b.wait_editor(fe.port, "ready").await;
+    assert!(echo_works(&mut a, 2).await);
+    assert_eq!(rival.evictions(), 1);
+    rival.leave().await;
+    a.close().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_take_policy_the_two_clients_fight_as_before() {
+    // The contrast that shows the fake reproduces the fight the yield policy avoids.
+    use pi_ide_broker::testkit::rival::Rival;
+    let (b, fe, a) = one_client_setup(pi_ide_broker::config::SingleClient::Take).await;
+    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), true).await;
+    rival.wait_connected().await;
+    pi_ide_broker::testkit::eventually("the broker to evict the other client", || {
+        (rival.evictions() >= 2).then_some(())
+    })
+    .await;
+    assert!(fe.evictions() >= 3, "{}", fe.evictions());
+    rival.leave().await;
+    a.close().await;
+    b.stop().await;
+}
