@@ -471,7 +471,7 @@ fn door_fds(port: u16, socket: &std::path::Path) -> usize {
 }
 
 /// 5,000 idle TCP connections to a compat port and 5,000 idle connections to the socket: the
-/// excess is closed at once (no fd or task kept for it), a real session keeps working
+/// excess is closed (the oldest silent ones make room), a real session keeps working
 /// throughout, and once the flood goes, the fds come back to where they were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(target_os = "linux"), ignore = "reads /proc")]
@@ -512,10 +512,10 @@ async fn connection_floods_are_capped_on_both_doors() {
         "broker-side fds on its doors: baseline {baseline}, with {} idle clients {peak}",
         tcp.len() + unix.len()
     );
-    // The broker side keeps at most the handshake caps (64 per door) open, not one per client
-    // (which would be ~10,000).
+    // The broker side keeps at most the handshake caps (64 per door, each pending connection
+    // with the duplicate its eviction peeks through) open, not one per client (~10,000).
     assert!(tcp.len() + unix.len() > 9000, "the flood did not happen");
-    assert!(peak <= baseline + 2 * 64, "peak {peak}");
+    assert!(peak <= baseline + 2 * 2 * 64, "peak {peak}");
     // Flooding the compat port (any local user can) does not lock the owner out of the socket.
     drop(unix);
     let mut late = Agent::open(&b.socket, "/flood", None).await;
