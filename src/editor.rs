@@ -330,7 +330,7 @@ impl Editor {
         build: impl FnOnce(u64) -> String,
         pending: Pending,
     ) -> Result<u64, SendError> {
-        let uid = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let uid = mint_id(&self.next_id);
         let text = build(uid);
         let deadline = pending.deadline;
         self.pending.insert(uid, pending);
@@ -817,7 +817,7 @@ async fn call(
     method: &str,
     params: Value,
 ) -> Result<Value, DialError> {
-    let uid = editor.next_id.fetch_add(1, Ordering::Relaxed);
+    let uid = mint_id(&editor.next_id);
     writer
         .send(Out::Text(jsonrpc::request(&uid.into(), method, params)))
         .await
@@ -1230,9 +1230,34 @@ impl Backoff {
     }
 }
 
+/// The largest id the broker mints: ids stay exact as the doubles Lua and JavaScript editors
+/// read them as (2^53 - 1), and start again at 1 after it.
+const MAX_MINTED_ID: u64 = (1 << 53) - 1;
+
+/// The next id from `counter`: 1, 2, … up to [`MAX_MINTED_ID`], then 1 again.
+fn mint_id(counter: &AtomicU64) -> u64 {
+    let wrap = |id: u64| if id >= MAX_MINTED_ID { 1 } else { id + 1 };
+    match counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| Some(wrap(id))) {
+        Ok(id) | Err(id) => id.clamp(1, MAX_MINTED_ID),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minted_ids_stay_below_2_pow_53_and_start_again_at_1() {
+        let counter = AtomicU64::new(1);
+        assert_eq!((mint_id(&counter), mint_id(&counter)), (1, 2));
+        let counter = AtomicU64::new(MAX_MINTED_ID - 1);
+        let ids: Vec<u64> = (0..4).map(|_| mint_id(&counter)).collect();
+        assert_eq!(ids, vec![MAX_MINTED_ID - 1, MAX_MINTED_ID, 1, 2]);
+        assert!(
+            ids.iter().all(|id| (*id as f64) as u64 == *id),
+            "exact as doubles"
+        );
+    }
 
     #[test]
     fn backoff_grows_to_the_cap_with_jitter() {

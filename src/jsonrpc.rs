@@ -348,8 +348,13 @@ mod tests {
 
     proptest! {
         #[test]
-        fn never_panics_on_arbitrary_text(s in ".{0,200}") {
-            let _ = classify(&s);
+        fn arbitrary_text_is_classified_or_refused_with_a_well_formed_error(s in ".{0,200}") {
+            if let Err(r) = classify(&s) {
+                prop_assert!([PARSE_ERROR, INVALID_REQUEST].contains(&r.code), "{}", r.code);
+                let answer: Value = serde_json::from_str(&rejection(&r)).expect("our error is JSON");
+                prop_assert_eq!(&answer["error"]["code"], &json!(r.code));
+                prop_assert_eq!(&answer["jsonrpc"], &json!("2.0"));
+            }
         }
 
         #[test]

@@ -266,6 +266,34 @@ impl PiClient {
         }
     }
 
+    /// How a `write` ended, read exactly: `FILE_SAVED` with the text, `DIFF_REJECTED` with
+    /// the broker's `undelivered` reason when the diff never reached the user, or the raw
+    /// result of anything else (so a test cannot take an unexpected answer for a rejection).
+    pub async fn write_verdict(
+        &mut self,
+        path: &str,
+        content: &str,
+        call_id: &str,
+    ) -> Result<WriteVerdict, String> {
+        let tab = format!("pi-write:{call_id}");
+        let v = self
+            .tool("openDiff", super::diff_args(path, content, &tab))
+            .await?;
+        let result = &v["result"];
+        let text = |i: usize| result["content"][i]["text"].as_str().map(str::to_string);
+        Ok(match text(0).as_deref() {
+            Some("FILE_SAVED") => WriteVerdict::Saved(text(1).unwrap_or_default()),
+            Some("DIFF_REJECTED") if text(1).as_deref() == Some(tab.as_str()) => {
+                WriteVerdict::Rejected {
+                    undelivered: result["_meta"]["pi-ide-broker/undelivered"]
+                        .as_str()
+                        .map(str::to_string),
+                }
+            }
+            _ => WriteVerdict::Other(v),
+        })
+    }
+
     /// The raw answer of an `openDiff` (for tests that check the echoed tab name).
     pub async fn open_diff_raw(&mut self, path: &str, tab: &str) -> Result<Value, String> {
         self.tool("openDiff", super::diff_args(path, "new", tab))
@@ -276,4 +304,19 @@ impl PiClient {
     pub async fn close(mut self) {
         let _ = self.ws.close(None).await;
     }
+}
+
+/// How a `write` through the editor ended ([`PiClient::write_verdict`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteVerdict {
+    /// `FILE_SAVED` with the text the user saved.
+    Saved(String),
+    /// `DIFF_REJECTED` echoing the tab name; `undelivered` is the broker's reason when the
+    /// diff never reached the user (`_meta."pi-ide-broker/undelivered"`).
+    Rejected {
+        /// Why the diff could not be shown, or `None` for the user's own rejection.
+        undelivered: Option<String>,
+    },
+    /// Any other answer, whole.
+    Other(Value),
 }

@@ -758,11 +758,21 @@ proptest! {
         cut in 1usize..64,
         server in any::<bool>(),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let pieces = bytes.chunks(cut).map(<[u8]>::to_vec).collect();
         let role = if server { Role::Server } else { Role::Client };
         let mut r = FrameReader::new(Pieces(pieces), role, 256, &[]);
-        let _ = rt.block_on(read_all(&mut r));
+        let end = rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), read_all(&mut r)).await
+        });
+        prop_assert!(end.is_ok(), "the reader hung");
+        if let Ok(Err(e)) = end {
+            // A violation owes its close code; only a stream cut mid-frame has none.
+            prop_assert!(
+                e.close_code().is_some() || matches!(&e, WsError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof),
+                "{e}"
+            );
+        }
     }
 
     /// Masking eight bytes at a time is masking byte by byte.

@@ -281,10 +281,19 @@ async fn a_bridged_diff_is_rejected_never_saved_when_the_editor_dies() {
     let b = TestBroker::start().await;
     let (fe, _) = claude_editor(&b, "/vs").await;
     let mut c = pi_client_for(&b, "/vs").await;
-    let w = tokio::spawn(async move { c.write_file("/vs/z", "z", "dies").await });
+    let w = tokio::spawn(async move { c.write_verdict("/vs/z", "z", "dies").await });
     eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
     fe.crash();
-    assert_eq!(within("answer", w).await.unwrap(), Ok(None));
+    let r = within("answer", w).await.unwrap();
+    assert!(
+        matches!(
+            &r,
+            Ok(pi_ide_broker::testkit::pi_client::WriteVerdict::Rejected {
+                undelivered: Some(_)
+            })
+        ),
+        "rejected as undelivered, never saved: {r:?}"
+    );
     b.stop().await;
 }
 

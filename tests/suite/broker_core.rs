@@ -221,7 +221,11 @@ async fn a_wrong_token_backs_off_instead_of_spinning() {
         refused <= 5,
         "{refused} redials in one second is a tight loop"
     );
-    assert_ne!(b.status().await["editors"][0]["state"], "ready");
+    // The editor is listed (a missing entry would pass a check on its state alone) and is
+    // not ready with the wrong token.
+    let st = b.status().await;
+    let e = editor_by_port(&st, fe.port).unwrap_or_else(|| panic!("the editor is listed: {st}"));
+    assert_ne!(e["state"], "ready", "{e}");
     // The editor's real token appears in the lockfile: the broker re-reads it and connects.
     fe.write_lockfile(&b.pi_dir).unwrap();
     b.wait_editor(fe.port, "ready").await;
@@ -325,6 +329,14 @@ async fn selection_and_tools_are_cached_per_editor() {
     })
     .await;
     assert!(sel.contains("/p/main.rs"));
+    // The tools are cached too: the editor's own list, as its tools/list gave it.
+    let tools = reg
+        .editor(&id)
+        .and_then(|e| e.tool_names())
+        .expect("the editor's tools/list is cached");
+    for t in ["openDiff", "getDiagnostics", "close_tab"] {
+        assert!(tools.iter().any(|n| n == t), "{t} missing from {tools:?}");
+    }
     b.stop().await;
 }
 #[allow(dead_code)]

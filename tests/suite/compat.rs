@@ -1,6 +1,7 @@
 //! Issue: the compat door — the unmodified pi-ide extension through virtual lockfiles.
 
 use crate::common::*;
+use pi_ide_broker::testkit::pi_client::WriteVerdict;
 use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};
@@ -112,19 +113,34 @@ async fn an_editor_killed_mid_diff_gives_diff_rejected_not_a_closed_socket() {
     let cand = one_candidate(&b, "/w").await;
     let mut c = PiClient::connect(&cand).await.unwrap();
     let writer = tokio::spawn(async move {
-        let r = c.write_file("/w/f", "x", "k").await;
+        let r = c.write_verdict("/w/f", "x", "k").await;
         (r, c)
     });
     eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
     fe.crash();
     let (r, mut c) = within("writer", writer).await.unwrap();
-    assert_eq!(
-        r,
-        Ok(None),
-        "a rejection (blocks the write), never an error (writes unreviewed)"
+    // A rejection marked undelivered (blocks the write as "not reviewed"), never an error
+    // (pi-ide would write unreviewed) and never the user's own "no".
+    assert!(
+        matches!(
+            &r,
+            Ok(WriteVerdict::Rejected {
+                undelivered: Some(_)
+            })
+        ),
+        "{r:?}"
     );
-    // The socket is still open: a diff while the editor is down is rejected too.
-    assert_eq!(c.write_file("/w/f", "x", "k2").await, Ok(None));
+    // The socket is still open: a diff while the editor is down is undelivered too.
+    let again = c.write_verdict("/w/f", "x", "k2").await;
+    assert!(
+        matches!(
+            &again,
+            Ok(WriteVerdict::Rejected {
+                undelivered: Some(_)
+            })
+        ),
+        "{again:?}"
+    );
     b.stop().await;
 }
 

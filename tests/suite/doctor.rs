@@ -360,6 +360,19 @@ async fn the_events_stream_survives_a_client_that_stops_reading() {
         text.contains("200 OK") && text.contains("\"seq\""),
         "{text}"
     );
+    // The first read could be the stream's opening event alone: the stream must still carry
+    // what happens now, after the stall.
+    let late = Agent::open(&b.socket, "/busy", Some("after-the-stall")).await;
+    let mut seen = text.to_string();
+    within("an event after the stall", async {
+        while !seen.contains("after-the-stall") {
+            let n = stalled.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the event stream ended");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+    .await;
+    late.close().await;
     b.stop().await;
 }
 

@@ -317,6 +317,8 @@ async fn the_broker_killed_under_load_restarts_with_sticky_targets_and_compat_en
     })
     .await;
     // Load: calls in flight while the broker dies.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = answered.clone();
     let load = tokio::spawn(async move {
         for i in 0..10_000 {
             let req = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {}}});
@@ -328,14 +330,22 @@ async fn the_broker_killed_under_load_restarts_with_sticky_targets_and_compat_en
             if sent.is_err() || a.next().await.is_none() {
                 return i;
             }
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         10_000
     });
-    tokio::time::sleep(Duration::from_millis(50)).await; // let the load run a little
+    // The load is running (answers are coming) when the broker dies.
+    pi_ide_broker::testkit::eventually("the first answers of the load", || {
+        (answered.load(std::sync::atomic::Ordering::Relaxed) >= 10).then_some(())
+    })
+    .await;
     daemon.signal(Signal::KILL);
     daemon.wait_exit().await;
     let done = within("load ends with the broker", load).await.unwrap();
-    assert!(done < 10_000, "the connection must have dropped");
+    assert!(
+        (10..10_000).contains(&done),
+        "calls were answered, then the connection dropped: {done}"
+    );
     // The leftovers: a stale socket and two virtual lockfiles of a dead broker.
     let mut daemon = start_daemon(&cfg).await;
     daemon

@@ -122,8 +122,8 @@ async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
     if !chowned {
         crate::common::skipped("foreign-owner lockfile: chown needs root");
     }
-    // Create, rewrite and delete them 30 times over.
-    for round in 0..30 {
+    // Create, rewrite and delete them 30 times over, ending with every one of them written.
+    for round in 0..31 {
         for (name, body) in &shapes {
             let p = d.join(name);
             if round % 3 == 2 {
@@ -134,17 +134,26 @@ async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
         }
     }
     still_serving(&b, "/good").await;
+    // A good editor's lockfile written after all of them: once it is ready, the watcher has
+    // handled every earlier event (it reads them in order), so what status shows is final.
+    let (_sentinel, sentinel_id) = b.editor(&["/sentinel"]).await;
     let st = b.status().await;
-    let ids: Vec<&str> = st["editors"]
+    let mut ids: Vec<&str> = st["editors"]
         .as_array()
         .unwrap()
         .iter()
         .map(|e| e["id"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        ids,
-        vec![good_id.as_str()],
-        "no bad lockfile became an editor"
+    ids.sort_unstable();
+    let mut want = vec![good_id.as_str(), sentinel_id.as_str()];
+    want.sort_unstable();
+    assert_eq!(ids, want, "no bad lockfile became an editor");
+    assert!(
+        st["lockfiles_rejected"]
+            .as_array()
+            .is_some_and(|r| r.len() >= 8),
+        "the bad files are there and refused: {}",
+        st["lockfiles_rejected"]
     );
     // pid 1 is alive (init) but is no editor: it is listed, never becomes ready, and
     // costs nobody else anything (a closed port: the link backs off).
@@ -677,5 +686,40 @@ async fn a_flood_that_reopens_its_connections_never_holds_out_a_new_client() {
         "peak {peak} over the caps"
     );
     let _ = within("the flood to exit", flood.wait()).await;
+    b.stop().await;
+}
+
+/// The compat door's listeners are on loopback only: its port is open to this machine's users,
+/// never to the network (the kernel's own table of listening sockets says where it is bound).
+#[tokio::test]
+#[cfg_attr(not(target_os = "linux"), ignore = "reads /proc/net")]
+async fn compat_listeners_listen_on_loopback_only() {
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/loop"]).await;
+    let cand = compat_entry(&b.dir.path().join("compat"), "/loop").await;
+    let port = format!("{:04X}", cand.port);
+    let mut bound = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table)
+            .expect("/proc/net/tcp")
+            .lines()
+            .skip(1)
+        {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // Column 1: local address:port; column 3: state (0A = LISTEN).
+            if cols.get(3) == Some(&"0A")
+                && cols
+                    .get(1)
+                    .is_some_and(|a| a.ends_with(&format!(":{port}")))
+            {
+                bound.push(cols[1].to_string());
+            }
+        }
+    }
+    assert_eq!(
+        bound,
+        vec![format!("0100007F:{port}")],
+        "the compat port listens on 127.0.0.1 alone"
+    );
     b.stop().await;
 }

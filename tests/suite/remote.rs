@@ -64,11 +64,19 @@ async fn a_remote_sessions_paths_are_mapped_both_ways() {
             json!({"name": "getDiagnostics", "arguments": {"uri": "file:///workspaces/app/my%20file.rs"}}),
         )
         .await;
+    // What the editor was asked for: the host's path (the fake answers with the uri it was
+    // sent, so the answer alone would pass without any mapping at all).
+    let args = next_tool_call(&mut ev, "getDiagnostics").await;
+    assert_eq!(
+        args["uri"],
+        format!("file://{}/my%20file.rs", host_s.replace(' ', "%20")),
+        "the editor must see the host's uri"
+    );
     let body: Value =
         serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
     assert!(
         body.get("file:///workspaces/app/my%20file.rs").is_some(),
-        "{body}"
+        "the answer comes back in the agent's spelling: {body}"
     );
 
     // The editor's selection reaches the agent with agent paths (replay and live).

@@ -285,13 +285,14 @@ async fn a_session_that_stops_reading_does_not_slow_the_others() {
         let mut a = Agent::open(&b.socket, "/p", None).await;
         a.attached().await;
         readers.push(tokio::spawn(async move {
-            let mut mentions = 0;
+            let (mut mentions, mut selections) = (0, 0);
             a.until("the last selection", |v| {
                 mentions += usize::from(v["method"] == "at_mentioned");
+                selections += usize::from(v["method"] == "selection_changed");
                 v["method"] == "selection_changed" && v["params"]["text"] == "sel 2999"
             })
             .await;
-            (mentions, a)
+            (mentions, selections, a)
         }));
     }
     // Selection floods coalesce; at_mentioned floods (~6 MB in all) are bounded per session.
@@ -307,11 +308,19 @@ async fn a_session_that_stops_reading_does_not_slow_the_others() {
         }
     }
     let mut alive = Vec::new();
+    let mut most_selections = 0;
     for r in readers {
-        let (mentions, a) = within("reader", r).await.expect("reader");
+        let (mentions, selections, a) = within("reader", r).await.expect("reader");
         assert_eq!(mentions, 1500, "a reading session loses nothing");
+        most_selections = most_selections.max(selections);
         alive.push(a);
     }
+    // 3,000 selections were sent: a session is handed the latest, not each one (a queue per
+    // selection would deliver all 3,000 to a session that reads them all).
+    assert!(
+        most_selections < 3000,
+        "selections were queued, not coalesced: {most_selections}"
+    );
     // The stuck one was dropped once its bounded queue filled: memory stays bounded.
     b.wait_status("the stuck session dropped", |st| {
         editor_by_id(st, &id).is_some_and(|e| e["sessions"] == 10)
