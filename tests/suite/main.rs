@@ -10,6 +10,7 @@ mod cli;
 mod compat;
 mod doctor;
 mod faults;
+mod gemini;
 mod hostile;
 mod identity;
 mod lockdirs;

@@ -28,6 +28,7 @@ pub struct TestBroker {
 
 /// A config for a test broker rooted at `root`.
 pub mod fake_model;
+pub mod gemini;
 pub mod pi;
 pub mod pi_web;
 pub mod process;
@@ -49,6 +50,7 @@ pub fn test_config(root: &std::path::Path) -> Config {
         ..Config::default()
     };
     c.compat.lock_dir = Some(root.join("compat"));
+    c.gemini.dir = Some(root.join("gemini"));
     c.backoff.initial_ms = 50;
     c.backoff.max_ms = 1000;
     c
