@@ -194,6 +194,15 @@ async fn an_accepted_diff_reaches_only_its_session_with_the_editors_text() {
             .all(|s| s["door"] == "gemini"),
         "{st}"
     );
+    assert_eq!(
+        st["gemini_files"][0]["path"],
+        d.path.display().to_string(),
+        "{st}"
+    );
+    assert_eq!(
+        st["gemini_files"][0]["editor"], st["editors"][0]["id"],
+        "{st}"
+    );
 
     let r = a
         .call(
@@ -377,9 +386,15 @@ async fn editor_requests_never_go_to_a_gemini_session() {
     let (b, fe, _d, mut c) = setup(&g, "/g/r").await;
     let mut agent = Agent::open(&b.socket, "/g/r", None).await;
     agent.attached().await;
-    // The gemini session is the most recently active one.
-    c.call("closeDiff", json!({"filePath": "/g/r/none.rs"}))
-        .await;
+    // The gemini session is the most recently active one: its diff went to the editor last.
+    c.call(
+        "openDiff",
+        json!({"filePath": "/g/r/x.rs", "newContent": "x\n"}),
+    )
+    .await;
+    let tab = pending_tab(&fe).await;
+    assert!(fe.reject_diff(&tab));
+    c.notification("ide/diffRejected").await;
     let mut ev = fe.events();
     fe.request_suggestions().expect("a client");
     let req = agent
@@ -402,6 +417,45 @@ async fn editor_requests_never_go_to_a_gemini_session() {
     fe.request_suggestions().expect("a client");
     let answer = next_answer(&mut ev, "an error answer").await;
     assert!(answer.get("error").is_some(), "{answer}");
+    c.close().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_family_editor_gets_a_marked_tab_and_its_accepted_diff_closed() {
+    let Some(g) = find_gemini() else { return };
+    let b = TestBroker::start().await;
+    let mut opts = Options::pi(&["/g/cl"]);
+    opts.family = pi_ide_broker::family::Family::Claude;
+    opts.ide_name = "VS Code".into();
+    let fe = FakeEditor::start_in(&b.claude_dir, opts).await.unwrap();
+    b.wait_editor(fe.port, "ready").await;
+    let d = one_discovery(&gemini_dir(&b), "/g/cl").await;
+    assert_eq!(
+        d.body["ideInfo"],
+        json!({"name": "vscode", "displayName": "VS Code"})
+    );
+    let mut c = connected(&g, &d).await;
+    c.call(
+        "openDiff",
+        json!({"filePath": "/g/cl/m.ts", "newContent": "m\n"}),
+    )
+    .await;
+    let tab = pending_tab(&fe).await;
+    assert!(
+        tab.contains('✻') && tab.contains('⧉'),
+        "claudecode closes only marked tabs: {tab}"
+    );
+    assert!(fe.accept_diff(&tab, "m // kept\n"));
+    let n = c.notification("ide/diffAccepted").await;
+    assert_eq!(
+        n,
+        json!({"filePath": "/g/cl/m.ts", "content": "m // kept\n"})
+    );
+    eventually("the accepted diff closed", || {
+        fe.open_accepted().is_empty().then_some(())
+    })
+    .await;
     c.close().await;
     b.stop().await;
 }
