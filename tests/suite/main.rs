@@ -11,6 +11,7 @@ mod compat;
 mod doctor;
 mod faults;
 mod gemini;
+mod gemini_cli;
 mod hostile;
 mod identity;
 mod lockdirs;

@@ -26,6 +26,7 @@ pub struct TestBroker {
     join: Option<tokio::task::JoinHandle<()>>,
 }
 
+pub mod fake_gemini;
 /// A config for a test broker rooted at `root`.
 pub mod fake_model;
 pub mod gemini;
