@@ -437,12 +437,14 @@ fn get_stream(ep: &Endpoint, req: &Request<Incoming>) -> Response<Body> {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let rx = session.open_stream();
+    let (rx, guard) = session.open_stream();
     let ended = session.ended.clone();
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The guard lives as long as the body: hyper drops it when the client's connection goes.
+    let state = (rx, ended, tick, guard);
     let stream =
-        futures_util::stream::unfold((rx, ended, tick), |(mut rx, ended, mut tick)| async move {
+        futures_util::stream::unfold(state, |(mut rx, ended, mut tick, guard)| async move {
             let bytes = tokio::select! {
                 biased;
                 m = rx.recv() => Bytes::from(format!("event: message\ndata: {}\n\n", m?)),
@@ -451,7 +453,7 @@ fn get_stream(ep: &Endpoint, req: &Request<Incoming>) -> Response<Body> {
             };
             Some((
                 Ok::<_, Infallible>(hyper::body::Frame::data(bytes)),
-                (rx, ended, tick),
+                (rx, ended, tick, guard),
             ))
         });
     let mut r = Response::new(StreamBody::new(stream).boxed());

@@ -28,8 +28,6 @@ pub const MAX_SELECTED_TEXT: usize = 16 * 1024;
 const MAX_OPEN_FILES: usize = 10;
 /// Notifications held for a session whose event stream is not open (yet, or again).
 const MAX_BACKLOG: usize = 1024;
-/// Notifications in flight on an open event stream before the client counts as stuck.
-pub const STREAM_CAPACITY: usize = 256;
 /// The in-process pipe between the adapter and its broker session.
 const PIPE_BYTES: usize = 256 * 1024;
 
@@ -50,6 +48,30 @@ pub enum Command {
 struct Notices {
     stream: Option<mpsc::Sender<String>>,
     backlog: VecDeque<String>,
+    /// Counts the streams opened, so a closed stream's guard knows whether it was the last.
+    generation: u64,
+}
+
+/// A session with no event stream open this long is over. Gemini CLI does not end its session
+/// (`DELETE`) when it exits: its event stream's connection closing is the only sign.
+pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Held by an open event stream's body; its drop (the client's connection closed) starts the
+/// [`ABANDONED_AFTER`] clock.
+pub struct StreamGuard {
+    session: Arc<McpSession>,
+    generation: u64,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let mut n = lock(&self.session.notices);
+        if n.generation == self.generation {
+            n.stream = None;
+            drop(n);
+            self.session.end_if_abandoned();
+        }
+    }
 }
 
 /// A live Gemini MCP session, as the HTTP side holds it.
@@ -60,6 +82,7 @@ pub struct McpSession {
     notices: Mutex<Notices>,
     /// Fires when the session is over (client's DELETE, editor gone, broker stopping).
     pub ended: CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
 }
 
 impl McpSession {
@@ -77,7 +100,9 @@ impl McpSession {
             cmds,
             notices: Mutex::new(Notices::default()),
             ended: reg.cancel.child_token(),
+            tracker: reg.tracker.clone(),
         });
+        session.end_if_abandoned();
         let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
         let (srv_rd, srv_wr) = tokio::io::split(theirs);
         let max = reg.config().max_frame_bytes;
@@ -110,14 +135,37 @@ impl McpSession {
     }
 
     /// Opens the event stream (replacing an older one): what was held comes first.
-    pub fn open_stream(&self) -> mpsc::Receiver<String> {
-        let (tx, rx) = mpsc::channel(STREAM_CAPACITY.max(MAX_BACKLOG));
+    pub fn open_stream(self: &Arc<Self>) -> (mpsc::Receiver<String>, StreamGuard) {
+        let (tx, rx) = mpsc::channel(MAX_BACKLOG);
         let mut n = lock(&self.notices);
         for text in n.backlog.drain(..) {
             let _ = tx.try_send(text);
         }
         n.stream = Some(tx);
-        rx
+        n.generation += 1;
+        let guard = StreamGuard {
+            session: self.clone(),
+            generation: n.generation,
+        };
+        (rx, guard)
+    }
+
+    /// Ends the session [`ABANDONED_AFTER`] from now unless an event stream is open by then.
+    fn end_if_abandoned(self: &Arc<Self>) {
+        let session = self.clone();
+        let generation = lock(&self.notices).generation;
+        self.tracker.spawn(async move {
+            tokio::select! {
+                _ = session.ended.cancelled() => return,
+                _ = tokio::time::sleep(ABANDONED_AFTER) => {}
+            }
+            let n = lock(&session.notices);
+            if n.stream.is_none() && n.generation == generation {
+                drop(n);
+                tracing::info!("a Gemini CLI session has had no event stream for {ABANDONED_AFTER:?} (the CLI exited?); ending it");
+                session.ended.cancel();
+            }
+        });
     }
 
     /// Sends a notification to this session's client (held while no stream is open).

@@ -230,6 +230,11 @@ impl McpClient {
             .await
     }
 
+    /// Kills the process, as a Gemini CLI that exits (it never sends DELETE).
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+
     /// Ends the session (DELETE) and the process.
     pub async fn close(mut self) {
         let _ = self.stdin.write_all(b"{\"op\":\"close\"}\n").await;
