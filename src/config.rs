@@ -92,6 +92,10 @@ pub struct GeminiConfig {
     /// Where they go; `None` means `os.tmpdir()/gemini/ide` as node computes it
     /// (`$TMPDIR`, else `/tmp`), where Gemini CLI looks.
     pub dir: Option<PathBuf>,
+    /// Publish a Qwen Code lock file for each editor too (same endpoint).
+    pub qwen: bool,
+    /// Where Qwen Code looks; `None` means `~/.qwen/ide`.
+    pub qwen_dir: Option<PathBuf>,
 }
 
 impl Default for GeminiConfig {
@@ -99,6 +103,8 @@ impl Default for GeminiConfig {
         GeminiConfig {
             enabled: true,
             dir: None,
+            qwen: true,
+            qwen_dir: None,
         }
     }
 }
@@ -391,6 +397,17 @@ impl Config {
             Some(p) => expand_home(p),
             None => node_tmpdir().join("gemini").join("ide"),
         }
+    }
+
+    /// Qwen Code's lock dir when its files are on (`gemini.qwen_dir`, default `~/.qwen/ide`).
+    pub fn qwen_dir(&self) -> Option<PathBuf> {
+        if !self.gemini.qwen {
+            return None;
+        }
+        Some(match &self.gemini.qwen_dir {
+            Some(p) => expand_home(p),
+            None => home_dir().join(".qwen").join("ide"),
+        })
     }
 }
 

@@ -31,18 +31,41 @@ pub const FILE_PREFIX: &str = "gemini-ide-server-";
 struct Entry {
     port: u16,
     path: PathBuf,
+    /// Qwen Code's lock file for the same endpoint, if published.
+    qwen: Option<PathBuf>,
     token: Token,
     stop: CancellationToken,
 }
 
-/// Runs the gemini door until the broker stops, then removes every discovery file.
-pub async fn run(reg: Arc<Registry>, dir: PathBuf) {
+/// Where the door writes: Gemini CLI's dir, and Qwen Code's when that is on.
+struct Dirs {
+    gemini: PathBuf,
+    qwen: Option<PathBuf>,
+}
+
+/// Runs the gemini door until the broker stops, then removes every discovery file. With
+/// `qwen_dir`, each editor gets a Qwen Code lock file there too.
+pub async fn run(reg: Arc<Registry>, dir: PathBuf, qwen_dir: Option<PathBuf>) {
     let mut events = reg.subscribe_editors();
     if let Err(e) = secure_dirs(&dir) {
         tracing::error!(dir = %dir.display(), error = %e, "gemini door disabled");
         return;
     }
-    clean_leftovers(&dir);
+    clean_leftovers(&dir, is_gemini_name);
+    let qwen_dir = qwen_dir.filter(|q| match super::socket::secure_dir(q) {
+        Ok(()) => {
+            clean_leftovers(q, super::gemini_qwen::is_lock_name);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(dir = %q.display(), error = %e, "Qwen Code lock files disabled");
+            false
+        }
+    });
+    let dirs = Dirs {
+        gemini: dir,
+        qwen: qwen_dir,
+    };
     let mut entries: HashMap<String, Entry> = HashMap::new();
     loop {
         let ev = tokio::select! {
@@ -50,7 +73,7 @@ pub async fn run(reg: Arc<Registry>, dir: PathBuf) {
             ev = events.recv() => match ev { Some(e) => e, None => break },
         };
         match ev {
-            EditorEvent::Ready(id) => on_ready(&reg, &dir, &mut entries, id).await,
+            EditorEvent::Ready(id) => on_ready(&reg, &dirs, &mut entries, id).await,
             EditorEvent::Gone(id) => {
                 if let Some(e) = entries.remove(&id) {
                     tracing::info!(editor = %id, port = e.port, "gemini discovery file withdrawn");
@@ -66,40 +89,53 @@ pub async fn run(reg: Arc<Registry>, dir: PathBuf) {
 
 async fn on_ready(
     reg: &Arc<Registry>,
-    dir: &Path,
+    dirs: &Dirs,
     entries: &mut HashMap<String, Entry>,
     id: String,
 ) {
     if let Some(e) = entries.get_mut(&id) {
         // A successor: same port and token; its pid (the file's name) and folders may differ.
-        let Some(body) = discovery_body(reg, &id, e.port, &e.token) else {
-            return;
-        };
-        let path = dir.join(file_name(editor_pid(reg, &id), e.port));
-        match crate::state::write_atomic_unsynced(&path, body.to_string().as_bytes()) {
-            Ok(()) if path != e.path => {
-                let _ = std::fs::remove_file(&e.path);
-                e.path = path;
-            }
-            Ok(()) => {}
-            Err(err) => {
-                tracing::warn!(editor = %id, error = %err, "cannot refresh gemini discovery file")
-            }
+        if let Err(err) = refresh(reg, dirs, &id, e) {
+            tracing::warn!(editor = %id, error = %err, "cannot refresh gemini discovery file");
         }
         return;
     }
-    match publish(reg, &id, dir).await {
-        Ok(entry) => {
+    match publish(reg, &id, &dirs.gemini).await {
+        Ok(mut entry) => {
             tracing::info!(editor = %id, port = entry.port, file = %entry.path.display(), "gemini discovery file published");
+            if let Err(err) = refresh(reg, dirs, &id, &mut entry) {
+                tracing::warn!(editor = %id, error = %err, "cannot write Qwen Code lock file");
+            }
             entries.insert(id, entry);
         }
         Err(e) => tracing::warn!(editor = %id, error = %e, "cannot publish gemini discovery file"),
     }
 }
 
+/// Rewrites an entry's files for editor `id` as it is now (a successor's pid renames the
+/// gemini file), and the Qwen Code lock file beside it.
+fn refresh(reg: &Registry, dirs: &Dirs, id: &str, e: &mut Entry) -> std::io::Result<()> {
+    let Some(body) = discovery_body(reg, id, e.port, &e.token) else {
+        return Ok(());
+    };
+    let path = dirs.gemini.join(file_name(editor_pid(reg, id), e.port));
+    crate::state::write_atomic_unsynced(&path, body.to_string().as_bytes())?;
+    if path != e.path {
+        let _ = std::fs::remove_file(&e.path);
+        e.path = path;
+    }
+    if let Some(q) = &dirs.qwen {
+        e.qwen = Some(super::gemini_qwen::write(q, e.port, &body)?);
+    }
+    Ok(())
+}
+
 fn withdraw(e: &Entry) {
     e.stop.cancel();
     let _ = std::fs::remove_file(&e.path);
+    if let Some(q) = &e.qwen {
+        let _ = std::fs::remove_file(q);
+    }
 }
 
 /// `os.tmpdir()/gemini` and `…/gemini/ide`: made 0700 when missing; refused when not ours,
@@ -120,8 +156,14 @@ fn editor_pid(reg: &Registry, id: &str) -> u32 {
     reg.editor(id).map(|e| e.lockfile().pid).unwrap_or(0)
 }
 
-/// Removes discovery files left by a broker that died: ours by marker, with a dead pid.
-fn clean_leftovers(dir: &Path) {
+/// True for a name Gemini CLI reads as a discovery file.
+fn is_gemini_name(name: &str) -> bool {
+    name.starts_with(FILE_PREFIX) && name.ends_with(".json")
+}
+
+/// Removes discovery files (names `matches` accepts) left by a broker that died: ours by
+/// marker, with a dead pid.
+fn clean_leftovers(dir: &Path, matches: fn(&str) -> bool) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -129,7 +171,7 @@ fn clean_leftovers(dir: &Path) {
         let path = entry.path();
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if !name.starts_with(FILE_PREFIX) || !name.ends_with(".json") {
+        if !matches(name) {
             continue;
         }
         let Some(pid) = leftover_broker_pid(&path) else {
@@ -176,6 +218,7 @@ async fn publish(reg: &Arc<Registry>, id: &str, dir: &Path) -> std::io::Result<E
     Ok(Entry {
         port,
         path,
+        qwen: None,
         token,
         stop,
     })
@@ -203,7 +246,7 @@ fn discovery_body(reg: &Registry, id: &str, port: u16, token: &Token) -> Option<
         "workspacePath": folders.join(":"),
         "authToken": token.expose(),
         "ideInfo": {"name": ide_slug(&display), "displayName": display},
-        MARKER: {"pid": std::process::id(), "editor": id, "family": editor.family},
+        MARKER: {"pid": std::process::id(), "editor": id, "family": editor.family, "editorPid": lock.pid},
     }))
 }
 
@@ -267,7 +310,7 @@ mod tests {
             json!({"port": 3, MARKER: {"pid": std::process::id()}}).to_string(),
         )
         .unwrap();
-        clean_leftovers(dir.path());
+        clean_leftovers(dir.path(), is_gemini_name);
         assert!(
             foreign.exists(),
             "a file without our marker is never touched"

@@ -3,6 +3,7 @@
 pub mod compat;
 pub mod gemini;
 mod gemini_http;
+mod gemini_qwen;
 mod gemini_session;
 pub mod limits;
 pub mod native;

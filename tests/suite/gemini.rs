@@ -81,12 +81,30 @@ async fn a_discovery_file_appears_and_vanishes_with_its_editor_and_the_broker() 
     assert_eq!(mode, 0o600);
     let dmode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(dmode, 0o700);
+    // Qwen Code's lock file for the same endpoint (it deletes one whose ppid is dead).
+    let qwen = b
+        .dir
+        .path()
+        .join("qwen-ide")
+        .join(format!("{}.lock", d.port));
+    let q: Value = serde_json::from_str(&std::fs::read_to_string(&qwen).unwrap()).unwrap();
+    assert_eq!(q["ppid"], std::process::id());
+    assert_eq!(
+        (&q["port"], &q["authToken"]),
+        (&d.body["port"], &d.body["authToken"])
+    );
+    assert_eq!(q["workspacePath"], "/g/one");
+    assert_eq!(q["ideName"], "Neovim");
+    assert_eq!(
+        std::fs::metadata(&qwen).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
 
     // The editor goes for good: its file goes.
     fe.remove_lockfile();
     fe.crash();
-    within("the discovery file removed", async {
-        while d.path.exists() {
+    within("the discovery files removed", async {
+        while d.path.exists() || qwen.exists() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
