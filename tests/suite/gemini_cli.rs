@@ -36,34 +36,18 @@ impl GeminiTui {
             settings.to_string(),
         )
         .expect("settings.json");
-        let cmd = format!(
-            "stty cols 160 rows 50; exec {} {}",
-            g.node.display(),
-            g.cli().display()
-        );
-        let mut child = Command::new("script")
-            .args(["-qfec", &cmd, "/dev/null"])
-            .current_dir(project)
-            .env("GEMINI_CLI_HOME", &home)
+        let mut cmd = tui_command(&g.node, &g.cli(), project);
+        cmd.env("GEMINI_CLI_HOME", &home)
             .env("HOME", &home)
             .env("TMPDIR", root.join("tmp"))
             .env("GEMINI_API_KEY", "fake-key")
             .env("GOOGLE_GEMINI_BASE_URL", format!("http://127.0.0.1:{api}"))
-            .env("GEMINI_CLI_IDE_PID", std::process::id().to_string())
-            // In a container Gemini CLI dials host.docker.internal unless it sees SSH.
-            .env("SSH_CONNECTION", "127.0.0.1 1 127.0.0.1 2")
-            .env("TERM", "xterm-256color")
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("http_proxy")
-            .env_remove("https_proxy")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn script");
+            .env("GEMINI_CLI_IDE_PID", std::process::id().to_string());
+        Self::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> GeminiTui {
+        let mut child = cmd.spawn().expect("spawn script");
         let stdin = child.stdin.take().expect("stdin");
         let screen = Arc::new(Mutex::new(String::new()));
         for mut out in [
@@ -129,6 +113,32 @@ impl GeminiTui {
             let _ = self.child.kill().await;
         }
     }
+}
+
+/// `node <cli>` in a pty (`script`, 160x50) in `cwd`, with the environment a loopback test
+/// needs: no proxies, and `SSH_CONNECTION` (in a container the CLIs dial
+/// host.docker.internal instead of 127.0.0.1 unless they see SSH).
+fn tui_command(node: &Path, cli: &Path, cwd: &Path) -> Command {
+    let line = format!(
+        "stty cols 160 rows 50; exec {} {}",
+        node.display(),
+        cli.display()
+    );
+    let mut cmd = Command::new("script");
+    cmd.args(["-qfec", &line, "/dev/null"])
+        .current_dir(cwd)
+        .env("SSH_CONNECTION", "127.0.0.1 1 127.0.0.1 2")
+        .env("TERM", "xterm-256color")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
 }
 
 /// True when `script` (util-linux: a pty for the interactive CLI) runs; else skips or fails
@@ -283,6 +293,103 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
         std::fs::read_to_string(&kept).ok().as_deref(),
         Some("original\n")
     );
+    tui.quit().await;
+    b.stop().await;
+}
+
+/// Qwen Code's `cli.js` (`PI_IDE_BROKER_QWEN_CLI`, which `.ci/run` sets), or `None` after
+/// saying why (a failure under `PI_IDE_BROKER_REQUIRE_GEMINI=1`).
+fn find_qwen() -> Option<PathBuf> {
+    let cli = std::env::var_os("PI_IDE_BROKER_QWEN_CLI").map(PathBuf::from);
+    match cli {
+        Some(c) if c.exists() => Some(c),
+        _ => {
+            let msg = "Qwen Code not found: set PI_IDE_BROKER_QWEN_CLI (bash .ci/run does)";
+            if std::env::var("PI_IDE_BROKER_REQUIRE_GEMINI").is_ok_and(|v| v == "1") {
+                panic!("{msg}");
+            }
+            eprintln!("SKIPPED: {msg}");
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_qwen_code_finds_the_editor_without_an_exported_port_and_reviews_in_it() {
+    use crate::common::fake_model::{self, FakeModel};
+    let Some(g) = find_gemini() else { return };
+    let Some(qwen) = find_qwen() else { return };
+    if !have_script() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let qwen_home = std::fs::canonicalize(dir.path())
+        .expect("canonical")
+        .join("qwen-home");
+    let qh = qwen_home.clone();
+    let b = TestBroker::start_in(dir, |c| c.gemini.qwen_dir = Some(qh.join("ide"))).await;
+    let project = qwen_home.parent().expect("root").join("project");
+    std::fs::create_dir_all(&project).expect("project");
+    let fe = FakeEditor::start_in(&b.pi_dir, Options::pi(&[project.to_str().unwrap_or("/")]))
+        .await
+        .expect("fake editor");
+    b.wait_editor(fe.port, "ready").await;
+    let active = project.join("focus.py");
+    fe.select(active.to_str().unwrap_or("/"), "def focus", 2);
+    let settings = json!({
+        "ide": {"enabled": true, "hasSeenNudge": true},
+        "security": {"auth": {"selectedType": "openai"}, "folderTrust": {"enabled": false}},
+        "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+        "privacy": {"usageStatisticsEnabled": false},
+        "model": {"name": "fake-model"},
+    });
+    std::fs::write(qwen_home.join("settings.json"), settings.to_string()).expect("settings");
+
+    let mut model = FakeModel::start().await;
+    let target = project.join("q.txt");
+    model.push(fake_model::Reply::Tool {
+        name: "write_file".into(),
+        args: json!({"file_path": target.to_str(), "content": "proposed\n"}),
+    });
+    model.push(fake_model::Reply::Text("written".into()));
+    let mut cmd = tui_command(&g.node, &qwen, &project);
+    cmd.env("QWEN_HOME", &qwen_home)
+        .env("HOME", qwen_home.parent().expect("root"))
+        .env("OPENAI_API_KEY", "fake-key")
+        .env(
+            "OPENAI_BASE_URL",
+            format!("http://127.0.0.1:{}/v1", model.port),
+        )
+        .env("OPENAI_MODEL", "fake-model")
+        .env_remove("QWEN_CODE_IDE_SERVER_PORT");
+    let mut tui = GeminiTui::spawn(cmd);
+    b.wait_status("a qwen session (door gemini)", |st| {
+        st["sessions"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|x| x["door"] == "gemini"))
+    })
+    .await;
+    tui.wait_for("Type your message").await;
+    tui.type_line("please write q.txt").await;
+    let chat = model.next_chat().await;
+    let text = fake_model::all_text(&chat);
+    assert!(
+        text.contains(active.to_str().unwrap_or("?")),
+        "no IDE context in: {text}"
+    );
+    let tab = eventually("the diff in the editor", || {
+        fe.pending_diffs().first().cloned()
+    })
+    .await;
+    assert!(fe.accept_diff(&tab, "proposed, edited in the editor\n"));
+    within("the file written", async {
+        while std::fs::read_to_string(&target).ok().as_deref()
+            != Some("proposed, edited in the editor\n")
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     tui.quit().await;
     b.stop().await;
 }
