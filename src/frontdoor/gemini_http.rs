@@ -226,7 +226,7 @@ async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
             "Content-Type must be application/json",
         );
     }
-    let session = if is_initialize_request(&req) {
+    let session = if has_no_session(&req) {
         None
     } else {
         match ep.session(&req) {
@@ -279,8 +279,8 @@ async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
-/// True for a request without a session header, which must be `initialize`.
-fn is_initialize_request(req: &Request<Incoming>) -> bool {
+/// True for a request without a session header (which must be `initialize`).
+fn has_no_session(req: &Request<Incoming>) -> bool {
     !req.headers().contains_key(SESSION_HEADER)
 }
 

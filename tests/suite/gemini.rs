@@ -342,11 +342,16 @@ async fn a_killed_editor_rejects_the_pending_diff_at_once_and_its_restart_is_fol
     .await;
     pending_tab(&fe).await;
     fe.remove_lockfile();
+    let killed = std::time::Instant::now();
     fe.crash();
     let n = tokio::time::timeout(Duration::from_secs(1), c.notification("ide/diffRejected"))
         .await
         .expect("ide/diffRejected within 1 s of the editor's death");
     assert_eq!(n, json!({"filePath": "/g/k/f.rs"}));
+    eprintln!(
+        "ide/diffRejected {:?} after the editor's death",
+        killed.elapsed()
+    );
     b.wait_editor_gone(fe.port).await;
 
     // Its restart (a new process on a new port, same folder) is followed by the same session,
