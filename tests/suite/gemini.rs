@@ -514,3 +514,86 @@ async fn a_client_that_exits_without_ending_its_session_leaves_no_broker_session
         .await;
     b.stop().await;
 }
+
+/// A raw POST of `body` on session `sid`: (status, body).
+async fn raw_post(d: &Discovery, sid: &str, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", d.port))
+        .await
+        .unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nMcp-Session-Id: {sid}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        d.port, d.token, body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    within("an HTTP answer", s.read_to_end(&mut out))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_messages_get_clear_errors_and_the_session_keeps_working() {
+    let Some(g) = find_gemini() else { return };
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/g/bad"]).await;
+    let d = one_discovery(&gemini_dir(&b), "/g/bad").await;
+    let (mut c, first) = McpClient::connect(&g, d.port, Some(&d.token)).await;
+    let sid = first["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
+    let (status, body) = raw_post(&d, &sid, "{not json").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("-32700"), "{body}");
+    let (status, body) = raw_post(&d, &sid, "[1, 2]").await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = raw_post(
+        &d,
+        "no-such-session",
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = raw_post(
+        &d,
+        &sid,
+        r#"{"jsonrpc":"2.0","id":2,"method":"resources/list"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(body.contains("-32601"), "{body}");
+    let r = c
+        .call(
+            "openDiff",
+            json!({"filePath": "relative.rs", "newContent": "x"}),
+        )
+        .await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let r = c.call("openDiff", json!({"filePath": "/g/bad/a.rs"})).await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let r = c
+        .call("deleteEverything", json!({"filePath": "/g/bad/a.rs"}))
+        .await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    // The session is as it was.
+    let tools = c.list_tools().await;
+    assert_eq!(
+        tools["result"]["tools"].as_array().map(Vec::len),
+        Some(2),
+        "{tools}"
+    );
+    c.close().await;
+    b.stop().await;
+}
