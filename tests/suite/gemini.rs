@@ -597,3 +597,51 @@ async fn bad_messages_get_clear_errors_and_the_session_keeps_working() {
     c.close().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_editor_process_gets_the_same_endpoint_under_its_new_pid() {
+    use crate::common::process::start_editor;
+    let b = TestBroker::start().await;
+    let dir = gemini_dir(&b);
+    let (mut first, port) = start_editor(&b.pi_dir, &["--folder", "/g/proc"]).await;
+    b.wait_editor(port, "ready").await;
+    let d = one_discovery(&dir, "/g/proc").await;
+    assert_eq!(
+        Some(d.pid),
+        first.child.id(),
+        "named with the editor process's pid"
+    );
+    first.child.kill().await.expect("kill the editor");
+    let (second, port2) = start_editor(&b.pi_dir, &["--folder", "/g/proc"]).await;
+    b.wait_editor(port2, "ready").await;
+    let again = within("the file renamed for the new pid", async {
+        loop {
+            let found = discovery_files(&dir, "/g/proc");
+            if let [one] = found.as_slice() {
+                if Some(one.pid) == second.child.id() {
+                    return one.clone();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(
+        (again.port, again.token.as_str()),
+        (d.port, d.token.as_str())
+    );
+    assert!(!d.path.exists(), "the old name is gone");
+    // Qwen Code's lock file (written just after) names the new process too.
+    let qwen = b
+        .dir
+        .path()
+        .join("qwen-ide")
+        .join(format!("{}.lock", d.port));
+    let new_pid = second.child.id().map(u64::from);
+    eventually("Qwen Code's ppid follows", || {
+        let q: Value = serde_json::from_str(&std::fs::read_to_string(&qwen).ok()?).ok()?;
+        (q["ppid"].as_u64() == new_pid).then_some(())
+    })
+    .await;
+    b.stop().await;
+}
