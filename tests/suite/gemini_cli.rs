@@ -36,7 +36,7 @@ impl GeminiTui {
             settings.to_string(),
         )
         .expect("settings.json");
-        let mut cmd = tui_command(&g.node, &g.cli(), project);
+        let mut cmd = tui_command(&g.node, &g.cli(), "", project);
         cmd.env("GEMINI_CLI_HOME", &home)
             .env("HOME", &home)
             .env("TMPDIR", root.join("tmp"))
@@ -115,12 +115,12 @@ impl GeminiTui {
     }
 }
 
-/// `node <cli>` in a pty (`script`, 160x50) in `cwd`, with the environment a loopback test
+/// `node <cli> <args>` in a pty (`script`, 160x50) in `cwd`, with the environment a loopback test
 /// needs: no proxies, and `SSH_CONNECTION` (in a container the CLIs dial
 /// host.docker.internal instead of 127.0.0.1 unless they see SSH).
-fn tui_command(node: &Path, cli: &Path, cwd: &Path) -> Command {
+fn tui_command(node: &Path, cli: &Path, args: &str, cwd: &Path) -> Command {
     let line = format!(
-        "stty cols 160 rows 50; exec {} {}",
+        "stty cols 160 rows 50; exec {} {} {args}",
         node.display(),
         cli.display()
     );
@@ -139,6 +139,26 @@ fn tui_command(node: &Path, cli: &Path, cwd: &Path) -> Command {
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     cmd
+}
+
+/// The tab of the first diff pending in `fe`, waited for; the CLI's screen is shown if none comes.
+async fn diff_opened(fe: &FakeEditor, tui: &GeminiTui) -> String {
+    let found = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Some(t) = fe.pending_diffs().first() {
+                return t.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    match found {
+        Ok(t) => t,
+        Err(_) => panic!(
+            "no diff opened in the editor; the CLI's screen:\n{}",
+            tail(&strip_ansi(&tui.screen()))
+        ),
+    }
 }
 
 /// True when `script` (util-linux: a pty for the interactive CLI) runs; else skips or fails
@@ -258,10 +278,7 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
 
     // The proposed write opens as a diff in the editor; accepted there with an edit, the file
     // is written with the editor's text.
-    let tab = eventually("the diff in the editor", || {
-        fe.pending_diffs().first().cloned()
-    })
-    .await;
+    let tab = diff_opened(&fe, &tui).await;
     assert!(fe.accept_diff(&tab, "proposed, edited in the editor\n"));
     within("the file written", async {
         while std::fs::read_to_string(&target).ok().as_deref()
@@ -352,7 +369,8 @@ async fn the_real_qwen_code_finds_the_editor_without_an_exported_port_and_review
         args: json!({"file_path": target.to_str(), "content": "proposed\n"}),
     });
     model.push(fake_model::Reply::Text("written".into()));
-    let mut cmd = tui_command(&g.node, &qwen, &project);
+    // Newer Qwen Code starts in "auto" mode (a classifier approves tools): ask first.
+    let mut cmd = tui_command(&g.node, &qwen, "--approval-mode default", &project);
     cmd.env("QWEN_HOME", &qwen_home)
         .env("HOME", qwen_home.parent().expect("root"))
         .env("OPENAI_API_KEY", "fake-key")
@@ -377,10 +395,7 @@ async fn the_real_qwen_code_finds_the_editor_without_an_exported_port_and_review
         text.contains(active.to_str().unwrap_or("?")),
         "no IDE context in: {text}"
     );
-    let tab = eventually("the diff in the editor", || {
-        fe.pending_diffs().first().cloned()
-    })
-    .await;
+    let tab = diff_opened(&fe, &tui).await;
     assert!(fe.accept_diff(&tab, "proposed, edited in the editor\n"));
     within("the file written", async {
         while std::fs::read_to_string(&target).ok().as_deref()
