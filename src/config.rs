@@ -31,6 +31,8 @@ pub struct Config {
     pub compat: CompatConfig,
     /// How editors that keep one client at a time are treated.
     pub editors: EditorsConfig,
+    /// The gemini door: Gemini CLI's IDE companion protocol.
+    pub gemini: GeminiConfig,
     /// How long a lost editor's id is remembered (in `state.json`, across broker restarts) so
     /// a restart of it, even days later, is recognised as its successor and inherits its
     /// sticky targets.
@@ -119,6 +121,32 @@ impl Default for EditorsConfig {
     }
 }
 
+/// The gemini door: one discovery file + loopback MCP endpoint per editor for Gemini CLI.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GeminiConfig {
+    /// Publish discovery files at all.
+    pub enabled: bool,
+    /// Where they go; `None` means `os.tmpdir()/gemini/ide` as node computes it
+    /// (`$TMPDIR`, else `/tmp`), where Gemini CLI looks.
+    pub dir: Option<PathBuf>,
+    /// Publish a Qwen Code lock file for each editor too (same endpoint).
+    pub qwen: bool,
+    /// Where Qwen Code looks; `None` means `~/.qwen/ide`.
+    pub qwen_dir: Option<PathBuf>,
+}
+
+impl Default for GeminiConfig {
+    fn default() -> Self {
+        GeminiConfig {
+            enabled: true,
+            dir: None,
+            qwen: true,
+            qwen_dir: None,
+        }
+    }
+}
+
 impl EditorsConfig {
     /// The policy for editors of `family`.
     pub fn single_client(&self, family: Family) -> SingleClient {
@@ -191,6 +219,7 @@ impl Default for Config {
             timeouts: TimeoutConfig::default(),
             compat: CompatConfig::default(),
             editors: EditorsConfig::default(),
+            gemini: GeminiConfig::default(),
             successor_window_ms: 14 * 24 * 3600 * 1000,
             editor_grace_ms: 10_000,
             rescan_interval_ms: 30_000,
@@ -408,6 +437,38 @@ impl Config {
             None => home_dir().join(".pi").join("ide-broker"),
         }
     }
+}
+
+impl Config {
+    /// The gemini discovery dir (`gemini.dir`, default `os.tmpdir()/gemini/ide`).
+    pub fn gemini_dir(&self) -> PathBuf {
+        match &self.gemini.dir {
+            Some(p) => expand_home(p),
+            None => node_tmpdir().join("gemini").join("ide"),
+        }
+    }
+
+    /// Qwen Code's lock dir when its files are on (`gemini.qwen_dir`, default `~/.qwen/ide`).
+    pub fn qwen_dir(&self) -> Option<PathBuf> {
+        if !self.gemini.qwen {
+            return None;
+        }
+        Some(match &self.gemini.qwen_dir {
+            Some(p) => expand_home(p),
+            None => home_dir().join(".qwen").join("ide"),
+        })
+    }
+}
+
+/// `os.tmpdir()` as node computes it on Unix: `$TMPDIR` (`$TMP`, `$TEMP`) without a trailing
+/// slash, else `/tmp`.
+fn node_tmpdir() -> PathBuf {
+    let dir = ["TMPDIR", "TMP", "TEMP"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "/tmp".into());
+    let trimmed = dir.trim_end_matches('/');
+    PathBuf::from(if trimmed.is_empty() { "/" } else { trimmed })
 }
 
 /// toml's multi-line error as one log-friendly line: "line L, column C: what (at `source`)".

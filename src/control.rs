@@ -31,6 +31,18 @@ pub struct Status {
     /// Files in the lock dirs that are not usable lockfiles, and why.
     #[serde(default)]
     pub lockfiles_rejected: Vec<RejectedLockfile>,
+    /// The gemini door's discovery files (Gemini CLI reads them), one per editor.
+    #[serde(default)]
+    pub gemini_files: Vec<GeminiFile>,
+}
+
+/// A discovery file the gemini door published.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GeminiFile {
+    /// The file.
+    pub path: PathBuf,
+    /// The editor it stands for.
+    pub editor: String,
 }
 
 /// A file the broker refused as a lockfile.
@@ -268,7 +280,26 @@ pub fn status(reg: &Registry) -> Status {
                 since,
             })
             .collect(),
+        gemini_files: gemini_files(reg),
     }
+}
+
+/// The discovery files of this broker's gemini door (ours by marker).
+fn gemini_files(reg: &Registry) -> Vec<GeminiFile> {
+    let config = reg.config();
+    if !config.gemini.enabled {
+        return Vec::new();
+    }
+    let dir = config.gemini_dir();
+    crate::frontdoor::gemini::list_files(&dir)
+        .into_iter()
+        .filter_map(|(name, editor)| {
+            Some(GeminiFile {
+                path: dir.join(name),
+                editor: editor?,
+            })
+        })
+        .collect()
 }
 
 /// What changed between two status documents, one line per change a person cares about
@@ -469,6 +500,12 @@ pub fn render(status: &Status, now: u64) -> String {
         out.push_str("\nUnattached sessions:\n");
         for sess in loose {
             out.push_str(&session_line(sess, now));
+        }
+    }
+    if !status.gemini_files.is_empty() {
+        out.push_str("\nGemini CLI discovery files:\n");
+        for f in &status.gemini_files {
+            let _ = writeln!(out, "  {} → {}", f.editor, f.path.display());
         }
     }
     match status.lockfiles_rejected.len() {

@@ -124,6 +124,13 @@ pub async fn serve(
         }
         tasks.spawn(frontdoor::compat::run(reg.clone(), config.compat_dir()));
     }
+    if config.gemini.enabled {
+        tasks.spawn(frontdoor::gemini::run(
+            reg.clone(),
+            config.gemini_dir(),
+            config.qwen_dir(),
+        ));
+    }
     let reg_save = reg.clone();
     tasks.spawn(async move { reg_save.state.saver(&reg_save.cancel).await });
     tasks.spawn(frontdoor::native::serve(listener, reg.clone()));

@@ -116,6 +116,7 @@ pub async fn run(opts: &Options) -> Report {
         check_lock_dir(&mut b, &dir, status.as_ref()).await;
     }
     check_compat(&mut b, &config);
+    check_gemini(&mut b, &config);
     let route = match &status {
         Some(_) => {
             let mut path = format!(
@@ -592,6 +593,46 @@ fn check_compat(b: &mut Builder, config: &Config) {
             Level::Warn,
             "PI_IDE_LOCK_DIR points at the compat dir in this shell: pi-ide.nvim started from here would write its lockfile there too",
             "set it for pi only (alias pi='PI_IDE_LOCK_DIR=… pi'), not in your shell profile",
+        );
+    }
+}
+
+fn check_gemini(b: &mut Builder, config: &Config) {
+    if !config.gemini.enabled {
+        b.add(
+            "gemini",
+            Level::Ok,
+            "the gemini door is off ([gemini] enabled = false)",
+        );
+        return;
+    }
+    let dir = config.gemini_dir();
+    let files = crate::frontdoor::gemini::list_files(&dir);
+    let ours = files.iter().filter(|(_, e)| e.is_some()).count();
+    b.add(
+        "gemini",
+        Level::Ok,
+        format!(
+            "{} holds {ours} discovery file{} for Gemini CLI ({} from other programs)",
+            dir.display(),
+            if ours == 1 { "" } else { "s" },
+            files.len() - ours
+        ),
+    );
+    let home = std::env::var_os("GEMINI_CLI_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(crate::config::home_dir);
+    let settings = home.join(".gemini").join("settings.json");
+    let enabled = std::fs::read_to_string(&settings)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .is_some_and(|v| v.pointer("/ide/enabled") == Some(&Value::Bool(true)));
+    if !enabled {
+        b.fix(
+            "gemini",
+            Level::Ok,
+            format!("IDE mode is not on in {}", settings.display()),
+            "run /ide enable in Gemini CLI, or set {\"ide\": {\"enabled\": true}} there",
         );
     }
 }

@@ -777,6 +777,8 @@ impl LinkHost for Registry {
             .sessions
             .iter()
             .filter(|s| s.editor_id().as_deref() == Some(editor.id.as_str()))
+            // Gemini CLI cannot answer editor-initiated requests (`getSuggestions`).
+            .filter(|s| s.door != crate::session::handle::Door::Gemini)
             .max_by_key(|s| s.last_active.load(Ordering::Relaxed))
             .map(|s| s.clone());
         let Some(target) = target else {

@@ -1,6 +1,10 @@
 //! The ways in. Every door ends in [`crate::session::run`].
 
 pub mod compat;
+pub mod gemini;
+mod gemini_http;
+mod gemini_qwen;
+mod gemini_session;
 pub mod limits;
 pub mod native;
 pub mod socket;

@@ -23,6 +23,8 @@ pub enum Door {
     Compat,
     /// `pi-ide-broker mcp` (which itself dials the native socket).
     Stdio,
+    /// Gemini CLI's IDE companion protocol (MCP over Streamable HTTP, `frontdoor::gemini`).
+    Gemini,
 }
 
 /// How a session introduces itself.

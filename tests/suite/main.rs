@@ -12,6 +12,8 @@ mod conformance;
 mod doctor;
 mod editor_quirks;
 mod faults;
+mod gemini;
+mod gemini_cli;
 mod hostile;
 mod identity;
 mod lockdirs;

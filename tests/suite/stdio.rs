@@ -338,6 +338,8 @@ async fn a_stripped_environment_finds_the_running_daemon_and_never_starts_a_seco
         .env("HOME", &home)
         .env("PATH", &path)
         .env("XDG_RUNTIME_DIR", &runtime)
+        // Its gemini door's discovery files go under here, not the machine's /tmp.
+        .env("TMPDIR", &root)
         .env("RUST_LOG", "info");
     let mut daemon = Proc::spawn(&mut daemon_cmd);
     daemon.wait_line(&["pi-ide-broker ready"]).await;

@@ -26,7 +26,9 @@ pub struct TestBroker {
     join: Option<tokio::task::JoinHandle<()>>,
 }
 
+pub mod fake_gemini;
 pub mod fake_model;
+pub mod gemini;
 pub mod git_serve;
 pub mod pi;
 pub mod pi_web;
@@ -68,6 +70,8 @@ pub fn test_config(root: &std::path::Path) -> Config {
         ..Config::default()
     };
     c.compat.lock_dir = Some(root.join("compat"));
+    c.gemini.dir = Some(root.join("gemini"));
+    c.gemini.qwen_dir = Some(root.join("qwen-ide"));
     c.backoff.initial_ms = 50;
     c.backoff.max_ms = 1000;
     c

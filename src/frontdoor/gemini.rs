@@ -1,0 +1,321 @@
+//! The gemini door: Gemini CLI's IDE companion protocol for every live editor. Per editor, a
+//! discovery file `gemini-ide-server-<EDITOR_PID>-<PORT>.json` in `os.tmpdir()/gemini/ide`
+//! (named with the editor's own pid, so a CLI started in that editor's terminal prefers it)
+//! and a loopback MCP endpoint over Streamable HTTP on that port (`gemini_http`), whose every
+//! MCP session is a broker session pinned to the editor (`gemini_session`).
+//!
+//! One endpoint per editor rather than one for all: Gemini CLI sends no cwd, so the file it
+//! picks (by workspace and pid) is the only routing signal there is.
+//!
+//! As the compat door: an entry keeps its port and token across the editor's restarts (the
+//! file is renamed for the successor's pid), is withdrawn when the editor is gone for good,
+//! every entry is removed on shutdown, and a dead broker's leftovers (marked) are cleaned at
+//! start. Files without the marker are never touched.
+
+use super::gemini_http::Endpoint;
+use crate::registry::{EditorEvent, Registry};
+use crate::secret::Token;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The field that marks a discovery file as written by a pi-ide-broker.
+pub const MARKER: &str = "piIdeBroker";
+
+/// The file name prefix Gemini CLI looks for.
+pub const FILE_PREFIX: &str = "gemini-ide-server-";
+
+struct Entry {
+    port: u16,
+    path: PathBuf,
+    /// Qwen Code's lock file for the same endpoint, if published.
+    qwen: Option<PathBuf>,
+    token: Token,
+    stop: CancellationToken,
+}
+
+/// Where the door writes: Gemini CLI's dir, and Qwen Code's when that is on.
+struct Dirs {
+    gemini: PathBuf,
+    qwen: Option<PathBuf>,
+}
+
+/// Runs the gemini door until the broker stops, then removes every discovery file. With
+/// `qwen_dir`, each editor gets a Qwen Code lock file there too.
+pub async fn run(reg: Arc<Registry>, dir: PathBuf, qwen_dir: Option<PathBuf>) {
+    let mut events = reg.subscribe_editors();
+    if let Err(e) = secure_dirs(&dir) {
+        tracing::error!(dir = %dir.display(), error = %e, "gemini door disabled");
+        return;
+    }
+    clean_leftovers(&dir, is_gemini_name);
+    let qwen_dir = qwen_dir.filter(|q| match super::socket::secure_dir(q) {
+        Ok(()) => {
+            clean_leftovers(q, super::gemini_qwen::is_lock_name);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(dir = %q.display(), error = %e, "Qwen Code lock files disabled");
+            false
+        }
+    });
+    let dirs = Dirs {
+        gemini: dir,
+        qwen: qwen_dir,
+    };
+    let mut entries: HashMap<String, Entry> = HashMap::new();
+    loop {
+        let ev = tokio::select! {
+            _ = reg.cancel.cancelled() => break,
+            ev = events.recv() => match ev { Some(e) => e, None => break },
+        };
+        match ev {
+            EditorEvent::Ready(id) => on_ready(&reg, &dirs, &mut entries, id).await,
+            EditorEvent::Gone(id) => {
+                if let Some(e) = entries.remove(&id) {
+                    tracing::info!(editor = %id, port = e.port, "gemini discovery file withdrawn");
+                    withdraw(&e);
+                }
+            }
+        }
+    }
+    for e in entries.values() {
+        withdraw(e);
+    }
+}
+
+async fn on_ready(
+    reg: &Arc<Registry>,
+    dirs: &Dirs,
+    entries: &mut HashMap<String, Entry>,
+    id: String,
+) {
+    if let Some(e) = entries.get_mut(&id) {
+        // A successor: same port and token; its pid (the file's name) and folders may differ.
+        if let Err(err) = refresh(reg, dirs, &id, e) {
+            tracing::warn!(editor = %id, error = %err, "cannot refresh gemini discovery file");
+        }
+        return;
+    }
+    match publish(reg, &id, &dirs.gemini).await {
+        Ok(mut entry) => {
+            tracing::info!(editor = %id, port = entry.port, file = %entry.path.display(), "gemini discovery file published");
+            if let Err(err) = refresh(reg, dirs, &id, &mut entry) {
+                tracing::warn!(editor = %id, error = %err, "cannot write Qwen Code lock file");
+            }
+            entries.insert(id, entry);
+        }
+        Err(e) => tracing::warn!(editor = %id, error = %e, "cannot publish gemini discovery file"),
+    }
+}
+
+/// Rewrites an entry's files for editor `id` as it is now (a successor's pid renames the
+/// gemini file), and the Qwen Code lock file beside it.
+fn refresh(reg: &Registry, dirs: &Dirs, id: &str, e: &mut Entry) -> std::io::Result<()> {
+    let Some(body) = discovery_body(reg, id, e.port, &e.token) else {
+        return Ok(());
+    };
+    let path = dirs.gemini.join(file_name(editor_pid(reg, id), e.port));
+    crate::state::write_atomic_unsynced(&path, body.to_string().as_bytes())?;
+    if path != e.path {
+        let _ = std::fs::remove_file(&e.path);
+        e.path = path;
+    }
+    if let Some(q) = &dirs.qwen {
+        e.qwen = Some(super::gemini_qwen::write(q, e.port, &body)?);
+    }
+    Ok(())
+}
+
+fn withdraw(e: &Entry) {
+    e.stop.cancel();
+    let _ = std::fs::remove_file(&e.path);
+    if let Some(q) = &e.qwen {
+        let _ = std::fs::remove_file(q);
+    }
+}
+
+/// `os.tmpdir()/gemini` and `…/gemini/ide`: made 0700 when missing; refused when not ours,
+/// a symlink, or writable by others (another user could swap the files Gemini CLI reads).
+fn secure_dirs(dir: &Path) -> Result<(), String> {
+    if let Some(parent) = dir.parent() {
+        super::socket::secure_dir(parent).map_err(|e| e.to_string())?;
+    }
+    super::socket::secure_dir(dir).map_err(|e| e.to_string())
+}
+
+/// `gemini-ide-server-<pid>-<port>.json`.
+pub fn file_name(pid: u32, port: u16) -> String {
+    format!("{FILE_PREFIX}{pid}-{port}.json")
+}
+
+fn editor_pid(reg: &Registry, id: &str) -> u32 {
+    reg.editor(id).map(|e| e.lockfile().pid).unwrap_or(0)
+}
+
+/// True for a name Gemini CLI reads as a discovery file.
+fn is_gemini_name(name: &str) -> bool {
+    name.starts_with(FILE_PREFIX) && name.ends_with(".json")
+}
+
+/// Removes discovery files (names `matches` accepts) left by a broker that died: ours by
+/// marker, with a dead pid.
+fn clean_leftovers(dir: &Path, matches: fn(&str) -> bool) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !matches(name) {
+            continue;
+        }
+        let Some(pid) = leftover_broker_pid(&path) else {
+            continue; // not ours: never touched
+        };
+        if pid != std::process::id() && !crate::procinfo::alive(pid) {
+            tracing::info!(file = %path.display(), "removing a gemini discovery file left by a broker that died");
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The broker pid a marked discovery file names, or `None` for a file that is not ours.
+fn leftover_broker_pid(path: &Path) -> Option<u32> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > crate::lockfile::MAX_LOCKFILE_BYTES {
+        return None;
+    }
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let mark = v.get(MARKER)?;
+    let pid = mark.get("pid").and_then(Value::as_u64).unwrap_or(0);
+    Some(u32::try_from(pid).unwrap_or(0))
+}
+
+/// Binds a listener, mints a token, writes the discovery file and starts serving.
+async fn publish(reg: &Arc<Registry>, id: &str, dir: &Path) -> std::io::Result<Entry> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let port = listener.local_addr()?.port();
+    let token = Token::generate()?;
+    let body = discovery_body(reg, id, port, &token)
+        .ok_or_else(|| std::io::Error::other("the editor is gone"))?;
+    let path = dir.join(file_name(editor_pid(reg, id), port));
+    crate::state::write_atomic_unsynced(&path, body.to_string().as_bytes())?;
+    let stop = reg.accepting.child_token();
+    let endpoint = Arc::new(Endpoint::new(
+        reg.clone(),
+        id.to_string(),
+        port,
+        token.clone(),
+        stop.clone(),
+    ));
+    reg.tracker
+        .spawn(super::gemini_http::accept_loop(endpoint, listener));
+    Ok(Entry {
+        port,
+        path,
+        qwen: None,
+        token,
+        stop,
+    })
+}
+
+/// The discovery file's JSON: what Gemini CLI reads, plus our marker.
+fn discovery_body(reg: &Registry, id: &str, port: u16, token: &Token) -> Option<Value> {
+    let editor = reg.editor(id)?;
+    let lock = editor.lockfile();
+    // The CLI realpaths each folder: the resolved forms are enough, the written ones kept too.
+    let mut folders: Vec<String> = lock.workspace_folders.clone();
+    for f in &editor.folders {
+        let s = f.display().to_string();
+        if !folders.contains(&s) {
+            folders.push(s);
+        }
+    }
+    let display = if lock.ide_name.is_empty() {
+        "Editor".to_string()
+    } else {
+        lock.ide_name.clone()
+    };
+    Some(json!({
+        "port": port,
+        "workspacePath": folders.join(":"),
+        "authToken": token.expose(),
+        "ideInfo": {"name": ide_slug(&display), "displayName": display},
+        MARKER: {"pid": std::process::id(), "editor": id, "family": editor.family, "editorPid": lock.pid},
+    }))
+}
+
+/// A short lowercase identifier for `ideInfo.name` ("Neovim" → "neovim", "VS Code" → "vscode").
+fn ide_slug(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// The discovery files in `dir` (for `doctor`): name, and the editor id our marker names
+/// (`None` for a file some other program wrote).
+pub fn list_files(dir: &Path) -> Vec<(String, Option<String>)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, Option<String>)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            if !name.starts_with(FILE_PREFIX) || !name.ends_with(".json") {
+                return None;
+            }
+            let editor = std::fs::read_to_string(e.path())
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .and_then(|v| v.get(MARKER)?.get("editor")?.as_str().map(String::from));
+            Some((name, editor))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_what_gemini_cli_matches() {
+        assert_eq!(file_name(42, 5000), "gemini-ide-server-42-5000.json");
+        assert_eq!(ide_slug("VS Code"), "vscode");
+        assert_eq!(ide_slug("Neovim"), "neovim");
+    }
+
+    #[test]
+    fn leftovers_are_ours_only_and_only_when_their_broker_died() {
+        let dir = tempfile::tempdir().unwrap();
+        let foreign = dir.path().join(file_name(1, 1));
+        std::fs::write(&foreign, r#"{"port":1,"authToken":"x"}"#).unwrap();
+        let dead = dir.path().join(file_name(2, 2));
+        std::fs::write(
+            &dead,
+            json!({"port": 2, MARKER: {"pid": u32::MAX - 1}}).to_string(),
+        )
+        .unwrap();
+        let live = dir.path().join(file_name(3, 3));
+        std::fs::write(
+            &live,
+            json!({"port": 3, MARKER: {"pid": std::process::id()}}).to_string(),
+        )
+        .unwrap();
+        clean_leftovers(dir.path(), is_gemini_name);
+        assert!(
+            foreign.exists(),
+            "a file without our marker is never touched"
+        );
+        assert!(!dead.exists(), "a dead broker's file is removed");
+        assert!(live.exists(), "a live broker's file is kept");
+    }
+}
