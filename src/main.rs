@@ -726,12 +726,28 @@ fn service_cmd(action: ServiceAction, manager: service::Manager) -> anyhow::Resu
                     ),
                 ],
             };
-            run_steps(&[service::Step {
-                argv,
-                required: Some(
-                    "is the service installed? `pi-ide-broker service install` installs it".into(),
-                ),
-            }])
+            // The service manager's own report goes straight to the terminal.
+            match std::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .status()
+            {
+                Ok(s) if s.success() => Ok(ExitCode::SUCCESS),
+                Ok(s) => {
+                    eprintln!(
+                        "`{}` says the service is not running ({s}); `pi-ide-broker service install` installs and starts it",
+                        argv.join(" ")
+                    );
+                    Ok(ExitCode::FAILURE)
+                }
+                Err(_) => {
+                    eprintln!(
+                        "{} is not available here; run `{}` where your service manager is",
+                        argv[0],
+                        argv.join(" ")
+                    );
+                    Ok(ExitCode::FAILURE)
+                }
+            }
         }
     }
 }
