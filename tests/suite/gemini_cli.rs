@@ -138,6 +138,15 @@ fn tui_command(node: &Path, cli: &Path, args: &str, cwd: &Path) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // Ink's `is-in-ci` turns the interactive app off when it sees CI, CONTINUOUS_INTEGRATION
+    // or any CI_* variable (Gemini CLI's troubleshooting guide), and .ci/run runs with CI=true:
+    // the CLI must see the environment a user's terminal has.
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k == "CI" || k == "CONTINUOUS_INTEGRATION" || k.starts_with("CI_") {
+            cmd.env_remove(&key);
+        }
+    }
     cmd
 }
 
