@@ -16,7 +16,6 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -264,17 +263,7 @@ async fn connection(
         };
         async move { Ok::<_, Infallible>(answer) }
     });
-    let conn = async move {
-        if !super::limits::first_byte(&stream, &spoke).await {
-            return Ok(());
-        }
-        hyper::server::conn::http1::Builder::new()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(super::limits::HANDSHAKE_DEADLINE)
-            .serve_connection(TokioIo::new(stream), svc)
-            .with_upgrades()
-            .await
-    };
+    let conn = super::serve_http(stream, &spoke, svc);
     tokio::select! {
         // pi-ide probes the port with a bare connect-and-close: not worth a warning.
         r = conn => if let Err(e) = r { tracing::debug!(editor = %id, error = %e, "compat handshake not completed") },

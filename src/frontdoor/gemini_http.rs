@@ -16,7 +16,6 @@ use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -122,16 +121,7 @@ async fn connection(ep: Arc<Endpoint>, stream: TcpStream, slot: HandshakeSlot) {
         let ep = ep.clone();
         async move { Ok::<_, Infallible>(handle(&ep, req).await) }
     });
-    let conn = async move {
-        if !super::limits::first_byte(&stream, &spoke).await {
-            return Ok(());
-        }
-        hyper::server::conn::http1::Builder::new()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(super::limits::HANDSHAKE_DEADLINE)
-            .serve_connection(TokioIo::new(stream), svc)
-            .await
-    };
+    let conn = super::serve_http(stream, &spoke, svc);
     tokio::select! {
         r = conn => if let Err(e) = r { tracing::debug!(editor = %editor, error = %e, "gemini connection ended") },
         why = closer => tracing::debug!(editor = %editor, reason = why, "gemini connection closed in its handshake"),

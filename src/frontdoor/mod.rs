@@ -120,3 +120,34 @@ pub fn switching_protocols<B: Default>(key: &str, mcp: bool) -> hyper::Response<
     }
     r
 }
+
+/// Serves one accepted connection over HTTP/1.1 (upgrades allowed), the same way on every
+/// door: nothing at all unless it sends a first byte within [`limits::FIRST_BYTE`] (noted on
+/// its handshake place through `spoke`), and each request head within
+/// [`limits::HANDSHAKE_DEADLINE`].
+pub async fn serve_http<S, Svc, B>(
+    stream: S,
+    spoke: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    svc: Svc,
+) -> Result<(), hyper::Error>
+where
+    S: limits::Readable + tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    Svc: hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+        Response = hyper::Response<B>,
+    >,
+    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    Svc::Future: 'static,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    if !limits::first_byte(&stream, spoke).await {
+        return Ok(());
+    }
+    hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits::HANDSHAKE_DEADLINE)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+        .with_upgrades()
+        .await
+}

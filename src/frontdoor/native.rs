@@ -10,7 +10,6 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,17 +63,7 @@ async fn connection(
         async move { Ok::<_, Infallible>(route(req, reg)) }
     });
     // A peer that opens the socket and sends nothing gets a second, not a task forever.
-    let conn = async move {
-        if !super::limits::first_byte(&stream, &spoke).await {
-            return Ok(());
-        }
-        hyper::server::conn::http1::Builder::new()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(super::limits::HANDSHAKE_DEADLINE)
-            .serve_connection(TokioIo::new(stream), svc)
-            .with_upgrades()
-            .await
-    };
+    let conn = super::serve_http(stream, &spoke, svc);
     tokio::select! {
         r = conn => if let Err(e) = r { tracing::debug!(error = %e, "native connection ended with an error") },
         why = closer => tracing::debug!(reason = why, "native connection closed in its handshake"),

@@ -149,6 +149,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Raw<S> {
         }
     }
 
+    /// The HTTP head before the frames (the upgrade request or its answer), taken off the
+    /// buffer; what follows it stays for the frames.
+    async fn http_head(&mut self, what: &str) -> String {
+        within(what, async {
+            let end = loop {
+                if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                assert!(
+                    self.fill(self.buf.len() + 1).await,
+                    "closed during the upgrade"
+                );
+            };
+            let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+            self.buf.drain(..end);
+            head
+        })
+        .await
+    }
+
     /// Frames until one that `want` accepts; the broker's notices and the like are skipped.
     async fn until(&mut self, what: &str, mut want: impl FnMut(&Got) -> bool) -> Got {
         within(what, async {
@@ -406,24 +426,7 @@ async fn raw_session(b: &TestBroker) -> Raw<tokio::net::UnixStream> {
         mask: true,
         broker_masks: false,
     };
-    let head = within("the upgrade", async {
-        while !raw.buf.windows(4).any(|w| w == b"\r\n\r\n") {
-            assert!(
-                raw.fill(raw.buf.len() + 1).await,
-                "closed during the upgrade"
-            );
-        }
-        let end = raw
-            .buf
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .unwrap_or(0)
-            + 4;
-        let head = String::from_utf8_lossy(&raw.buf[..end]).into_owned();
-        raw.buf.drain(..end);
-        head
-    })
-    .await;
+    let head = raw.http_head("the upgrade").await;
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     let init = br#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{}}"#;
     let f = raw.frame(0x81, init);
@@ -494,24 +497,7 @@ async fn crafted_editor(
         mask: false,
         broker_masks: true,
     };
-    let head = within("the upgrade request", async {
-        while !raw.buf.windows(4).any(|w| w == b"\r\n\r\n") {
-            assert!(
-                raw.fill(raw.buf.len() + 1).await,
-                "closed during the upgrade"
-            );
-        }
-        let end = raw
-            .buf
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .unwrap_or(0)
-            + 4;
-        let head = String::from_utf8_lossy(&raw.buf[..end]).into_owned();
-        raw.buf.drain(..end);
-        head
-    })
-    .await;
+    let head = raw.http_head("the upgrade request").await;
     let key = head
         .lines()
         .find_map(|l| {

@@ -434,6 +434,22 @@ async fn browser_origins_are_refused_on_the_native_socket_too() {
     b.stop().await;
 }
 
+/// Every TCP socket of this machine (IPv4 and IPv6), as the columns of its line in
+/// `/proc/net/tcp{,6}`. Linux only: a missing `/proc` fails the test (ignored elsewhere).
+fn tcp_sockets() -> Vec<Vec<String>> {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .flat_map(|table| {
+            std::fs::read_to_string(table)
+                .expect("/proc/net/tcp")
+                .lines()
+                .skip(1)
+                .map(|l| l.split_whitespace().map(String::from).collect())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Open fds of this process on the broker's side of its two doors: sockets whose local address
 /// is the compat port or the native socket path (the listeners and every accepted connection).
 /// Read through `/proc/net`, so the clients' own sockets, connections still in a listen backlog
@@ -442,16 +458,9 @@ async fn browser_origins_are_refused_on_the_native_socket_too() {
 fn door_fds(port: u16, socket: &std::path::Path) -> usize {
     let mut inodes = std::collections::HashSet::new();
     let local_port = format!(":{port:04X}");
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        for line in std::fs::read_to_string(table)
-            .expect("/proc/net/tcp")
-            .lines()
-            .skip(1)
-        {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            if cols.get(1).is_some_and(|a| a.ends_with(&local_port)) {
-                inodes.extend(cols.get(9).map(|i| i.to_string()));
-            }
+    for cols in tcp_sockets() {
+        if cols.get(1).is_some_and(|a| a.ends_with(&local_port)) {
+            inodes.extend(cols.get(9).cloned());
         }
     }
     let path = socket.to_string_lossy();
@@ -698,24 +707,17 @@ async fn compat_listeners_listen_on_loopback_only() {
     let (_fe, _) = b.editor(&["/loop"]).await;
     let cand = compat_entry(&b.dir.path().join("compat"), "/loop").await;
     let port = format!("{:04X}", cand.port);
-    let mut bound = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        for line in std::fs::read_to_string(table)
-            .expect("/proc/net/tcp")
-            .lines()
-            .skip(1)
-        {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            // Column 1: local address:port; column 3: state (0A = LISTEN).
-            if cols.get(3) == Some(&"0A")
+    // Column 1: local address:port; column 3: state (0A = LISTEN).
+    let bound: Vec<String> = tcp_sockets()
+        .into_iter()
+        .filter(|cols| {
+            cols.get(3).is_some_and(|s| s == "0A")
                 && cols
                     .get(1)
                     .is_some_and(|a| a.ends_with(&format!(":{port}")))
-            {
-                bound.push(cols[1].to_string());
-            }
-        }
-    }
+        })
+        .map(|cols| cols[1].clone())
+        .collect();
     assert_eq!(
         bound,
         vec![format!("0100007F:{port}")],
