@@ -393,10 +393,10 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
 
 /// True when `p` is still running: its pid is alive and (where known) started when it did.
 pub fn process_alive(p: &Process) -> bool {
-    if !crate::procinfo::alive(p.pid) {
+    let Some(now) = crate::procinfo::running(p.pid) else {
         return false;
-    }
-    match (p.start, process_start_ticks(p.pid)) {
+    };
+    match (p.start, now.start) {
         (Some(want), Some(now)) => want == now,
         _ => true,
     }

@@ -158,12 +158,15 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
         return Err(LockfileError::TooLarge(text.len() as u64));
     }
     let lock = parse(&text, path, family, port)?;
-    if !crate::procinfo::alive(lock.pid) {
+    let Some(process) = crate::procinfo::running(lock.pid) else {
         return Err(LockfileError::DeadPid(lock.pid));
-    }
+    };
     #[allow(clippy::useless_conversion)] // time_t is not i64 on every target
     let written = i64::try_from(stat.st_mtime).unwrap_or(i64::MAX);
-    if crate::procinfo::start_unix(lock.pid).is_some_and(|started| started > written + 1) {
+    if process
+        .start_unix
+        .is_some_and(|started| started > written + 1)
+    {
         return Err(LockfileError::RecycledPid(lock.pid));
     }
     Ok(lock)

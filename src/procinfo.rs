@@ -68,7 +68,24 @@ pub struct Facts {
 
 /// True if `pid` names a running process (ours or not), false if it is gone or a zombie.
 pub fn alive(pid: u32) -> bool {
-    signal_alive(pid) && facts(pid).is_none_or(|f| !f.zombie)
+    running(pid).is_some()
+}
+
+/// What is known of `pid` when it is running (ours or not), read once; `None` when it is gone
+/// or a zombie. The signal-only source knows only that it runs (no start time).
+pub fn running(pid: u32) -> Option<Facts> {
+    if !signal_alive(pid) {
+        return None;
+    }
+    match facts(pid) {
+        Some(f) if f.zombie => None,
+        Some(f) => Some(f),
+        None => Some(Facts {
+            zombie: false,
+            start: None,
+            start_unix: None,
+        }),
+    }
 }
 
 /// The process's start token (see [`Facts::start`]).
