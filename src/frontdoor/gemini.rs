@@ -138,13 +138,50 @@ fn withdraw(e: &Entry) {
     }
 }
 
-/// `os.tmpdir()/gemini` and `…/gemini/ide`: made 0700 when missing; refused when not ours,
-/// a symlink, or writable by others (another user could swap the files Gemini CLI reads).
+/// The discovery dir (`os.tmpdir()/gemini/ide` by default) made 0700 when missing and refused
+/// when not ours, a symlink, or writable by others (another user could swap the files Gemini
+/// CLI reads). Its parent is made 0700 when missing too, and when it exists only checked the
+/// same way, never chmodded: it may be a dir the user configured the door into (a test's
+/// temp root opened to another uid, a folder in `$HOME`), which is not the broker's to close.
 fn secure_dirs(dir: &Path) -> Result<(), String> {
     if let Some(parent) = dir.parent() {
-        super::socket::secure_dir(parent).map_err(|e| e.to_string())?;
+        match std::fs::symlink_metadata(parent) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                super::socket::secure_dir(parent).map_err(|e| e.to_string())?;
+            }
+            Err(e) => return Err(format!("cannot stat {}: {e}", parent.display())),
+            Ok(meta) => check_parent(parent, &meta)?,
+        }
     }
     super::socket::secure_dir(dir).map_err(|e| e.to_string())
+}
+
+/// An existing parent of the discovery dir: a directory of ours that others cannot write to.
+fn check_parent(parent: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::getuid().as_raw();
+    if !meta.is_dir() {
+        return Err(format!(
+            "{} is not a directory; remove it",
+            parent.display()
+        ));
+    }
+    if meta.uid() != me {
+        return Err(format!(
+            "{} belongs to uid {}, not to you (uid {me}); remove it or set [gemini] dir",
+            parent.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by others (mode {mode:04o}); run chmod 700 {}",
+            parent.display(),
+            parent.display()
+        ));
+    }
+    Ok(())
 }
 
 /// `gemini-ide-server-<pid>-<port>.json`.
@@ -285,6 +322,32 @@ pub fn list_files(dir: &Path) -> Vec<(String, Option<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The discovery dir is made private; an existing parent the user chose is left as it is
+    /// (it was chmodded to 0700, which locked another uid out of a test's opened temp root).
+    #[test]
+    fn the_discovery_dir_is_private_and_an_existing_parent_is_left_as_it_is() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        let dir = root.path().join("ide");
+        secure_dirs(&dir).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(
+            mode(root.path()),
+            0o711,
+            "the parent is not the broker's to close"
+        );
+        // A missing parent is made, private.
+        let deeper = root.path().join("gemini").join("ide");
+        secure_dirs(&deeper).unwrap();
+        assert_eq!(mode(&root.path().join("gemini")), 0o700);
+        // A parent others can write to is refused.
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = secure_dirs(&dir).unwrap_err();
+        assert!(err.contains("writable by others"), "{err}");
+    }
 
     #[test]
     fn names_are_what_gemini_cli_matches() {
