@@ -205,9 +205,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let in_handshake = reg
-            .limits
-            .handshake("compat", std::os::fd::AsFd::as_fd(&stream));
+        let in_handshake = reg.limits.handshake("compat").await;
         let _ = stream.set_nodelay(true);
         reg.clone().tracker.spawn(connection(
             reg.clone(),

@@ -100,10 +100,7 @@ pub async fn accept_loop(ep: Arc<Endpoint>, listener: TcpListener) {
                 continue;
             }
         };
-        let slot = ep
-            .reg
-            .limits
-            .handshake("gemini", std::os::fd::AsFd::as_fd(&stream));
+        let slot = ep.reg.limits.handshake("gemini").await;
         let _ = stream.set_nodelay(true);
         ep.reg.tracker.spawn(connection(ep.clone(), stream, slot));
     }

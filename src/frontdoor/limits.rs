@@ -7,7 +7,10 @@
 //! taken a pending connection is closed to make room, never the newcomer: the oldest that has
 //! sent nothing yet, else the oldest. A real client sends its request at once and finishes in
 //! a millisecond, so idle connections held open (and reopened) by someone else are the ones
-//! pushed out, however fast they come. A session over its cap is refused.
+//! pushed out, however fast they come: each eviction yields the accept loop for one turn of
+//! the I/O driver, so the tasks of the connections accepted before it see (and note) their
+//! first bytes before they are next in line. A session over its cap is refused. A pending
+//! connection costs one fd: the place holds no duplicate of its socket.
 //! Evictions and refusals are logged at most once per 10 s, with their count, so a flood
 //! cannot flood the log either.
 
@@ -44,34 +47,11 @@ pub struct Limits {
 struct Pending {
     /// At most this many.
     cap: usize,
-    /// Each one's number, the token that closes it, and what tells whether it has sent
-    /// anything.
-    queue: Mutex<VecDeque<(u64, CancellationToken, Spoke)>>,
+    /// Each one's number, the token that closes it, and whether it has sent anything (set by
+    /// [`first_byte`]).
+    queue: Mutex<VecDeque<(u64, CancellationToken, Arc<AtomicBool>)>>,
     /// The next number.
     next: AtomicU64,
-}
-
-/// Whether a pending connection has sent anything: noted once its task saw it readable, or
-/// seen at once by peeking at a duplicate of its socket (its task may not have run yet).
-struct Spoke {
-    /// Set by [`first_byte`].
-    noted: Arc<AtomicBool>,
-    /// A duplicate of the connection's socket, for a non-blocking peek.
-    fd: Option<std::os::fd::OwnedFd>,
-}
-
-impl Spoke {
-    fn spoke(&self) -> bool {
-        if self.noted.load(Ordering::Relaxed) {
-            return true;
-        }
-        let Some(fd) = &self.fd else { return false };
-        let mut byte = [0u8; 1];
-        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
-        // Data waiting: it spoke. The end of the stream or an error: it is gone, a fine
-        // victim. Would block: silent.
-        matches!(rustix::net::recv(fd, &mut byte, flags), Ok((n, _)) if n > 0)
-    }
 }
 
 /// A connection's place in the handshake: given back when dropped. `evicted` fires when the
@@ -87,6 +67,8 @@ pub struct HandshakeSlot {
     spoke: Arc<AtomicBool>,
     /// The door's queue, to leave it on drop.
     pending: Arc<Pending>,
+    /// Whether taking this place closed another pending connection.
+    evicted_another: bool,
 }
 
 impl HandshakeSlot {
@@ -144,8 +126,19 @@ impl Limits {
     }
 
     /// A place in the handshake for a new connection on `door` (`"native"` or `"compat"`);
-    /// with every place taken, the oldest pending connection of that door is evicted for it.
-    pub fn handshake(&self, door: &str, socket: std::os::fd::BorrowedFd<'_>) -> HandshakeSlot {
+    /// with every place taken, the oldest pending connection of that door is evicted for it,
+    /// and the accept loop yields (one eviction per turn of the I/O driver), so a burst of
+    /// flooding connections waiting to be accepted cannot push out, within one turn, a client
+    /// whose request has not been seen yet.
+    pub async fn handshake(&self, door: &str) -> HandshakeSlot {
+        let slot = self.place(door);
+        if slot.evicted_another {
+            tokio::task::yield_now().await;
+        }
+        slot
+    }
+
+    fn place(&self, door: &str) -> HandshakeSlot {
         let pending = if door == "native" {
             &self.native
         } else {
@@ -157,22 +150,15 @@ impl Limits {
         let oldest = {
             let mut q = crate::sync::lock(&pending.queue);
             let oldest = if q.len() >= pending.cap {
-                let silent = q.iter().position(|(.., s)| !s.spoke());
+                let silent = q.iter().position(|(.., s)| !s.load(Ordering::Relaxed));
                 q.remove(silent.unwrap_or(0))
             } else {
                 None
             };
-            let fd = socket.try_clone_to_owned().ok();
-            q.push_back((
-                id,
-                evicted.clone(),
-                Spoke {
-                    noted: spoke.clone(),
-                    fd,
-                },
-            ));
+            q.push_back((id, evicted.clone(), spoke.clone()));
             oldest
         };
+        let evicted_another = oldest.is_some();
         if let Some((_, token, _)) = oldest {
             token.cancel();
             self.note_refusal(
@@ -186,6 +172,7 @@ impl Limits {
             released: CancellationToken::new(),
             spoke,
             pending: pending.clone(),
+            evicted_another,
         }
     }
 
@@ -248,36 +235,31 @@ mod tests {
 
     #[test]
     fn a_full_door_evicts_its_oldest_pending_connection_for_a_newcomer() {
-        use std::os::fd::AsFd;
         let l = Limits::new(2, 1);
-        let (sock, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
-        let fd = sock.as_fd();
-        let a = l.handshake("compat", fd);
-        let b = l.handshake("compat", fd);
+        let a = l.place("compat");
+        let b = l.place("compat");
         assert!(!a.evicted.is_cancelled() && !b.evicted.is_cancelled());
-        let c = l.handshake("compat", fd);
+        assert!(!a.evicted_another && !b.evicted_another);
+        let c = l.place("compat");
         assert!(a.evicted.is_cancelled(), "the oldest makes room");
+        assert!(c.evicted_another, "the accept loop is told to yield");
         assert!(!b.evicted.is_cancelled() && !c.evicted.is_cancelled());
         // One that has sent its request is passed over for an older silent one.
         b.spoke().store(true, Ordering::Relaxed);
-        let e = l.handshake("compat", fd);
+        let e = l.place("compat");
         assert!(c.evicted.is_cancelled() && !b.evicted.is_cancelled());
-        drop(e);
-        // One whose request is waiting on its socket, though its task has not looked yet.
-        let (talker, mut talker_peer) = std::os::unix::net::UnixStream::pair().unwrap();
-        std::io::Write::write_all(&mut talker_peer, b"GET").unwrap();
-        drop(b);
-        let t = l.handshake("compat", talker.as_fd());
-        let f1 = l.handshake("compat", fd);
-        let f2 = l.handshake("compat", fd);
-        assert!(!t.evicted.is_cancelled() && f1.evicted.is_cancelled());
-        drop((t, f1, f2));
+        // All have spoken: the oldest goes.
+        e.spoke().store(true, Ordering::Relaxed);
+        let f = l.place("compat");
+        assert!(b.evicted.is_cancelled() && !e.evicted.is_cancelled());
+        drop((e, f));
         // Places given back (upgrades done) leave the queue: nobody else is evicted.
-        let c = l.handshake("compat", fd);
-        let d = l.handshake("compat", fd);
+        let c = l.place("compat");
+        let d = l.place("compat");
         assert!(!c.evicted.is_cancelled() && !d.evicted.is_cancelled());
+        assert!(!c.evicted_another && !d.evicted_another);
         // The other door's places are its own.
-        let n = l.handshake("native", fd);
+        let n = l.place("native");
         assert!(!n.evicted.is_cancelled() && !c.evicted.is_cancelled());
         let s = l.session("t");
         assert!(s.is_some() && l.session("t").is_none());

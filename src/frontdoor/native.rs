@@ -28,9 +28,7 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
                     tracing::warn!(reason = %why, "refused a connection on the broker socket");
                     continue;
                 }
-                let permit = reg
-                    .limits
-                    .handshake("native", std::os::fd::AsFd::as_fd(&stream));
+                let permit = reg.limits.handshake("native").await;
                 let reg2 = reg.clone();
                 reg.tracker.spawn(connection(stream, reg2, permit));
             }
