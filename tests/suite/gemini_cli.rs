@@ -82,26 +82,61 @@ impl GeminiTui {
 
     /// Waits until the screen (since the start) shows `text`.
     async fn wait_for(&self, text: &str) {
+        self.wait_until(text, |tui| tui.shown(text) > 0).await;
+    }
+
+    /// Types `text`, and presses Enter once the prompt shows it (Ink reads a line that comes
+    /// in one piece with its Enter as a paste).
+    async fn type_line(&mut self, text: &str) {
+        let before = self.shown(text);
+        self.stdin.write_all(text.as_bytes()).await.expect("type");
+        self.wait_until(text, |tui| tui.shown(text) > before).await;
+        self.stdin.write_all(b"\r").await.expect("enter");
+    }
+
+    /// How many times the screen (since the start) has shown `text`.
+    fn shown(&self, text: &str) -> usize {
+        strip_ansi(&self.screen()).matches(text).count()
+    }
+
+    /// Waits (60 s at most) until `done` holds of the screen; shows it if not.
+    async fn wait_until(&self, what: &str, done: impl Fn(&Self) -> bool) {
         let shown = tokio::time::timeout(Duration::from_secs(60), async {
-            while !strip_ansi(&self.screen()).contains(text) {
+            while !done(self) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
         .await;
         if shown.is_err() {
             panic!(
-                "Gemini CLI never showed {text:?}; its screen:\n{}",
+                "the CLI never showed {what:?}; its screen:\n{}",
                 tail(&strip_ansi(&self.screen()))
             );
         }
     }
 
-    /// Types `text`, and presses Enter once the prompt shows it (Ink reads a line that comes
-    /// in one piece with its Enter as a paste).
-    async fn type_line(&mut self, text: &str) {
-        self.stdin.write_all(text.as_bytes()).await.expect("type");
-        self.wait_for(text).await;
-        self.stdin.write_all(b"\r").await.expect("enter");
+    /// Asks `/ide status` until the CLI says it is connected to the IDE, which it says only
+    /// once it has listed the IDE's tools: a prompt typed before that gets its edits confirmed
+    /// in the terminal, with no diff in the editor (a race the fresh-clone CI run hit with
+    /// Qwen Code).
+    async fn wait_ide_connected(&mut self) {
+        const ANSWERS: [&str; 3] = ["Connected to", "Connecting", "Disconnected"];
+        for _ in 0..30 {
+            let connected = self.shown("Connected to");
+            let answered = |tui: &Self| ANSWERS.iter().map(|a| tui.shown(a)).sum::<usize>();
+            let before = answered(self);
+            self.type_line("/ide status").await;
+            self.wait_until("an /ide status answer", |tui| answered(tui) > before)
+                .await;
+            if self.shown("Connected to") > connected {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!(
+            "the CLI never connected to the IDE; its screen:\n{}",
+            tail(&strip_ansi(&self.screen()))
+        );
     }
 
     async fn quit(mut self) {
@@ -275,6 +310,7 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
     })
     .await;
     tui.wait_for("Type your message").await;
+    tui.wait_ide_connected().await;
     tui.type_line("please write new.txt").await;
 
     // The chat request carries the editor's active file as IDE context.
@@ -397,6 +433,7 @@ async fn the_real_qwen_code_finds_the_editor_without_an_exported_port_and_review
     })
     .await;
     tui.wait_for("Type your message").await;
+    tui.wait_ide_connected().await;
     tui.type_line("please write q.txt").await;
     let chat = model.next_chat().await;
     let text = fake_model::all_text(&chat);

@@ -690,10 +690,7 @@ async fn a_flood_that_reopens_its_connections_never_holds_out_a_new_client() {
     eprintln!("slowest try (both doors) {slowest:?}; broker door fds {baseline} -> peak {peak}; flood {reopened}");
     // The broker side holds the pending places (64 per door, one fd each) and the sessions,
     // never one fd per flooding connection.
-    assert!(
-        peak <= baseline + 2 * 64 + 64,
-        "peak {peak} over the caps"
-    );
+    assert!(peak <= baseline + 2 * 64 + 64, "peak {peak} over the caps");
     let _ = within("the flood to exit", flood.wait()).await;
     b.stop().await;
 }
