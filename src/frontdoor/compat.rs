@@ -124,7 +124,7 @@ fn clean_leftovers(dir: &Path) {
 
 /// Binds a listener, mints a token, writes the virtual lockfile and starts accepting.
 async fn publish(reg: &Arc<Registry>, id: &str, dir: &Path) -> std::io::Result<Entry> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let listener = super::limits::loopback_listener()?;
     let port = listener.local_addr()?.port();
     let token = Token::generate()?;
     let path = dir.join(format!("{port}.lock"));
@@ -228,7 +228,7 @@ async fn connection(
     // The handshake place is held until the upgrade is done (or the connection ends); a
     // connection that holds it too long, or whose place a newer one took, is closed.
     let closer = in_handshake.closer();
-    let spoke = in_handshake.spoke();
+    let heard = in_handshake.heard();
     let place = Arc::new(std::sync::Mutex::new(Some(in_handshake)));
     let cancel = reg.cancel.clone();
     let editor = id.clone();
@@ -261,7 +261,7 @@ async fn connection(
         };
         async move { Ok::<_, Infallible>(answer) }
     });
-    let conn = super::serve_http(stream, &spoke, svc);
+    let conn = super::serve_http(stream, &heard, svc);
     tokio::select! {
         // pi-ide probes the port with a bare connect-and-close: not worth a warning.
         r = conn => if let Err(e) = r { tracing::debug!(editor = %id, error = %e, "compat handshake not completed") },

@@ -19,7 +19,6 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// The field that marks a discovery file as written by a pi-ide-broker.
@@ -235,7 +234,7 @@ fn leftover_broker_pid(path: &Path) -> Option<u32> {
 
 /// Binds a listener, mints a token, writes the discovery file and starts serving.
 async fn publish(reg: &Arc<Registry>, id: &str, dir: &Path) -> std::io::Result<Entry> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let listener = super::limits::loopback_listener()?;
     let port = listener.local_addr()?.port();
     let token = Token::generate()?;
     let body = discovery_body(reg, id, port, &token)

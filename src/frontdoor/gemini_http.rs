@@ -106,19 +106,30 @@ pub async fn accept_loop(ep: Arc<Endpoint>, listener: TcpListener) {
     }
 }
 
-/// One HTTP connection: its handshake place is given back once its first request is in.
+/// One HTTP connection: its handshake place is given back once a request with the token is in
+/// (until then it is closed at the handshake deadline, as any connection is).
 async fn connection(ep: Arc<Endpoint>, stream: TcpStream, slot: HandshakeSlot) {
     let closer = slot.closer();
-    let spoke = slot.spoke();
+    let heard = slot.heard();
     let place = Arc::new(Mutex::new(Some(slot)));
     let cancel = ep.reg.cancel.clone();
     let editor = ep.editor.clone();
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        crate::sync::lock(&place).take();
-        let ep = ep.clone();
-        async move { Ok::<_, Infallible>(handle(&ep, req).await) }
+        let (ep, place) = (ep.clone(), place.clone());
+        async move {
+            let answer = match check(&ep, &req) {
+                Err(refused) => refused,
+                Ok(()) => {
+                    // A client with the token is no flood: its place goes back, and its
+                    // keep-alive connection may idle between requests.
+                    crate::sync::lock(&place).take();
+                    route(&ep, req).await
+                }
+            };
+            Ok::<_, Infallible>(answer)
+        }
     });
-    let conn = super::serve_http(stream, &spoke, svc);
+    let conn = super::serve_http(stream, &heard, svc);
     tokio::select! {
         r = conn => if let Err(e) = r { tracing::debug!(editor = %editor, error = %e, "gemini connection ended") },
         why = closer => tracing::debug!(editor = %editor, reason = why, "gemini connection closed in its handshake"),
@@ -126,11 +137,8 @@ async fn connection(ep: Arc<Endpoint>, stream: TcpStream, slot: HandshakeSlot) {
     }
 }
 
-/// One request, checked and routed.
-async fn handle(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
-    if let Err(refused) = check(ep, &req) {
-        return refused;
-    }
+/// One request whose token was checked ([`check`]), routed.
+async fn route(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
     if req.uri().path() != "/mcp" {
         return plain(StatusCode::NOT_FOUND, "the MCP endpoint is /mcp");
     }

@@ -15,7 +15,7 @@
 //! cannot flood the log either.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -47,11 +47,32 @@ pub struct Limits {
 struct Pending {
     /// At most this many.
     cap: usize,
-    /// Each one's number, the token that closes it, and whether it has sent anything (set by
-    /// [`first_byte`]).
-    queue: Mutex<VecDeque<(u64, CancellationToken, Arc<AtomicBool>)>>,
+    /// Each one's number, the token that closes it, and what its task has heard from it.
+    queue: Mutex<VecDeque<(u64, CancellationToken, Arc<Heard>)>>,
     /// The next number.
     next: AtomicU64,
+}
+
+/// What a pending connection's task has heard from it, noted by [`first_byte`]: not looked
+/// yet (its task has not run since the accept), silent when it looked, or spoke.
+pub struct Heard(AtomicU8);
+
+impl Heard {
+    const NOT_LOOKED: u8 = 0;
+    const SILENT: u8 = 1;
+    const SPOKE: u8 = 2;
+
+    fn new() -> Heard {
+        Heard(AtomicU8::new(Self::NOT_LOOKED))
+    }
+
+    fn get(&self) -> u8 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, v: u8) {
+        self.0.store(v, Ordering::Relaxed);
+    }
 }
 
 /// A connection's place in the handshake: given back when dropped. `evicted` fires when the
@@ -63,8 +84,8 @@ pub struct HandshakeSlot {
     pub evicted: CancellationToken,
     /// Fires when the place is given back (the upgrade done, or the connection gone).
     released: CancellationToken,
-    /// Set once the connection has sent its first byte (evicted after the silent ones).
-    spoke: Arc<AtomicBool>,
+    /// What its task has heard from it (the silent are evicted first).
+    heard: Arc<Heard>,
     /// The door's queue, to leave it on drop.
     pending: Arc<Pending>,
     /// Whether taking this place closed another pending connection.
@@ -72,9 +93,9 @@ pub struct HandshakeSlot {
 }
 
 impl HandshakeSlot {
-    /// The flag [`first_byte`] sets once the connection has sent something.
-    pub fn spoke(&self) -> Arc<AtomicBool> {
-        self.spoke.clone()
+    /// Where [`first_byte`] notes what it heard from the connection.
+    pub fn heard(&self) -> Arc<Heard> {
+        self.heard.clone()
     }
 
     /// Resolves, with the reason, when the connection holding this place must be closed: its
@@ -146,16 +167,21 @@ impl Limits {
         };
         let id = pending.next.fetch_add(1, Ordering::Relaxed);
         let evicted = CancellationToken::new();
-        let spoke = Arc::new(AtomicBool::new(false));
+        let heard = Arc::new(Heard::new());
         let oldest = {
             let mut q = crate::sync::lock(&pending.queue);
             let oldest = if q.len() >= pending.cap {
-                let silent = q.iter().position(|(.., s)| !s.load(Ordering::Relaxed));
-                q.remove(silent.unwrap_or(0))
+                // Silent when its task looked; else one whose task has not looked yet (its
+                // request may be waiting unread); else the oldest.
+                let first = |state| q.iter().position(|(.., h)| h.get() == state);
+                let victim = first(Heard::SILENT)
+                    .or_else(|| first(Heard::NOT_LOOKED))
+                    .unwrap_or(0);
+                q.remove(victim)
             } else {
                 None
             };
-            q.push_back((id, evicted.clone(), spoke.clone()));
+            q.push_back((id, evicted.clone(), heard.clone()));
             oldest
         };
         let evicted_another = oldest.is_some();
@@ -170,7 +196,7 @@ impl Limits {
             id,
             evicted,
             released: CancellationToken::new(),
-            spoke,
+            heard,
             pending: pending.clone(),
             evicted_another,
         }
@@ -200,32 +226,112 @@ impl Limits {
     }
 }
 
+/// A listener on 127.0.0.1 (a port the kernel picks) for a door open to every local user.
+/// On Linux the kernel holds back a connection that has sent nothing (`TCP_DEFER_ACCEPT`, up
+/// to about [`FIRST_BYTE`]): a flood of idle connections stays in the kernel's handshake queue
+/// instead of filling the accept queue, where a new client's connect would wait for TCP's 1 s
+/// retransmission; a client that sends its request at once is accepted at once.
+pub fn loopback_listener() -> std::io::Result<tokio::net::TcpListener> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(([127, 0, 0, 1], 0).into())?;
+    #[cfg(target_os = "linux")]
+    if let Err(e) = defer_accept(&socket, FIRST_BYTE) {
+        tracing::debug!(error = %e, "TCP_DEFER_ACCEPT not set");
+    }
+    socket.listen(1024)
+}
+
+/// `TCP_DEFER_ACCEPT` (rustix has no setter for it).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn defer_accept(socket: &tokio::net::TcpSocket, wait: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let secs: libc::c_int = wait.as_secs().clamp(1, 60).try_into().unwrap_or(1);
+    // SAFETY: a valid socket fd, and a c_int option passed with its size.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            std::ptr::from_ref(&secs).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Waits until `stream` has something to read, at most [`FIRST_BYTE`], and notes on its
-/// place that it spoke; false if it stayed silent (close it).
-pub async fn first_byte<S: Readable>(stream: &S, spoke: &Arc<AtomicBool>) -> bool {
-    let ok = matches!(
-        tokio::time::timeout(FIRST_BYTE, stream.wait_readable()).await,
-        Ok(Ok(()))
-    );
-    spoke.store(ok, Ordering::Relaxed);
-    ok
+/// place what it heard: at once whether its request is already waiting (a peek before any
+/// wait: an eviction before the next turn of the I/O driver must not take a client that has
+/// spoken), then that it spoke once bytes come. A readiness without bytes (tokio's may be
+/// spurious) is no first byte; the end of the stream is none either. False if nothing came
+/// (close it).
+pub async fn first_byte<S: Readable>(stream: &S, heard: &Heard) -> bool {
+    let spoke = |n: usize| {
+        if n > 0 {
+            heard.set(Heard::SPOKE);
+        }
+        n > 0
+    };
+    match peek(stream.as_fd()) {
+        Ok(n) => return spoke(n),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(_) => return false,
+    }
+    heard.set(Heard::SILENT);
+    let bytes = tokio::time::timeout(FIRST_BYTE, async {
+        loop {
+            stream.wait_readable().await?;
+            match stream.try_peek() {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    })
+    .await;
+    matches!(bytes, Ok(Ok(n)) if spoke(n))
 }
 
 /// A socket that can say when it is readable without reading.
-pub trait Readable {
-    /// Resolves once a read would not block (data, or the end of the stream).
+pub trait Readable: std::os::fd::AsFd {
+    /// Resolves once a read may not block (bytes, the end of the stream, or a false alarm).
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send;
+    /// After a wait: whether bytes are waiting (0: the end of the stream), without blocking
+    /// or reading them; `WouldBlock` clears the socket's readiness (tokio's `try_io`), so the
+    /// next wait is for real bytes.
+    fn try_peek(&self) -> std::io::Result<usize>;
+}
+
+/// A non-blocking peek at one byte: 1 if any is waiting, 0 at the end of the stream.
+fn peek(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
+    let mut byte = [0u8; 1];
+    let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+    Ok(rustix::net::recv(fd, &mut byte, flags)?.0)
 }
 
 impl Readable for tokio::net::TcpStream {
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
         self.readable()
     }
+
+    fn try_peek(&self) -> std::io::Result<usize> {
+        use std::os::fd::AsFd;
+        self.try_io(tokio::io::Interest::READABLE, || peek(self.as_fd()))
+    }
 }
 
 impl Readable for tokio::net::UnixStream {
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
         self.readable()
+    }
+
+    fn try_peek(&self) -> std::io::Result<usize> {
+        use std::os::fd::AsFd;
+        self.try_io(tokio::io::Interest::READABLE, || peek(self.as_fd()))
     }
 }
 
@@ -244,12 +350,17 @@ mod tests {
         assert!(a.evicted.is_cancelled(), "the oldest makes room");
         assert!(c.evicted_another, "the accept loop is told to yield");
         assert!(!b.evicted.is_cancelled() && !c.evicted.is_cancelled());
-        // One that has sent its request is passed over for an older silent one.
-        b.spoke().store(true, Ordering::Relaxed);
-        let e = l.place("compat");
+        // One that was silent when its task looked goes before one not looked at yet.
+        c.heard().set(Heard::SILENT);
+        let d = l.place("compat");
         assert!(c.evicted.is_cancelled() && !b.evicted.is_cancelled());
+        // One that has sent its request is passed over for an older silent one.
+        b.heard().set(Heard::SPOKE);
+        d.heard().set(Heard::SILENT);
+        let e = l.place("compat");
+        assert!(d.evicted.is_cancelled() && !b.evicted.is_cancelled());
         // All have spoken: the oldest goes.
-        e.spoke().store(true, Ordering::Relaxed);
+        e.heard().set(Heard::SPOKE);
         let f = l.place("compat");
         assert!(b.evicted.is_cancelled() && !e.evicted.is_cancelled());
         drop((e, f));
@@ -263,5 +374,31 @@ mod tests {
         assert!(!n.evicted.is_cancelled() && !c.evicted.is_cancelled());
         let s = l.session("t");
         assert!(s.is_some() && l.session("t").is_none());
+    }
+
+    /// A request already waiting when the task first looks is heard at once, before any
+    /// readiness comes from the I/O driver; a connection that only closes says nothing.
+    #[tokio::test]
+    async fn a_request_waiting_at_the_first_look_is_heard_at_once() {
+        let (ours, mut theirs) = tokio::net::UnixStream::pair().unwrap();
+        let heard = Heard::new();
+        tokio::io::AsyncWriteExt::write_all(&mut theirs, b"GET")
+            .await
+            .unwrap();
+        assert_eq!(peek(std::os::fd::AsFd::as_fd(&ours)).unwrap(), 1);
+        assert!(first_byte(&ours, &heard).await);
+        assert_eq!(heard.get(), Heard::SPOKE);
+        let (quiet, peer) = tokio::net::UnixStream::pair().unwrap();
+        let heard = Heard::new();
+        let closes = tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            drop(peer);
+        });
+        assert!(
+            !first_byte(&quiet, &heard).await,
+            "an end of stream is no first byte"
+        );
+        assert_eq!(heard.get(), Heard::SILENT);
+        closes.await.unwrap();
     }
 }

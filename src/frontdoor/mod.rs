@@ -121,13 +121,19 @@ pub fn switching_protocols<B: Default>(key: &str, mcp: bool) -> hyper::Response<
     r
 }
 
+/// How long a connection that has given its handshake place back may wait between requests.
+pub const KEEP_ALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Serves one accepted connection over HTTP/1.1 (upgrades allowed), the same way on every
 /// door: nothing at all unless it sends a first byte within [`limits::FIRST_BYTE`] (noted on
-/// its handshake place through `spoke`), and each request head within
-/// [`limits::HANDSHAKE_DEADLINE`].
+/// its handshake place through `heard`). Until it gives its handshake place back the door
+/// closes it at [`limits::HANDSHAKE_DEADLINE`] (the place's `closer`); after that, a
+/// keep-alive connection may idle [`KEEP_ALIVE_IDLE`] between requests (HTTP clients such
+/// as Node's close theirs after 4 s idle: the client, not the broker, ends an idle one, so no
+/// request races a close).
 pub async fn serve_http<S, Svc, B>(
     stream: S,
-    spoke: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    heard: &limits::Heard,
     svc: Svc,
 ) -> Result<(), hyper::Error>
 where
@@ -141,12 +147,12 @@ where
     B: hyper::body::Body + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    if !limits::first_byte(&stream, spoke).await {
+    if !limits::first_byte(&stream, heard).await {
         return Ok(());
     }
     hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(limits::HANDSHAKE_DEADLINE)
+        .header_read_timeout(KEEP_ALIVE_IDLE)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
         .with_upgrades()
         .await

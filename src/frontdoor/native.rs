@@ -48,7 +48,7 @@ async fn connection(
 ) {
     // Closed if it still holds its place at the deadline, or a newer connection took it.
     let closer = permit.closer();
-    let spoke = permit.spoke();
+    let heard = permit.heard();
     let cancel = reg.cancel.clone();
     // The handshake place is held until the connection ends, or until it turns into a
     // long-lived stream (`/v1/events`), which is no handshake any more.
@@ -61,7 +61,7 @@ async fn connection(
         async move { Ok::<_, Infallible>(route(req, reg)) }
     });
     // A peer that opens the socket and sends nothing gets a second, not a task forever.
-    let conn = super::serve_http(stream, &spoke, svc);
+    let conn = super::serve_http(stream, &heard, svc);
     tokio::select! {
         r = conn => if let Err(e) = r { tracing::debug!(error = %e, "native connection ended with an error") },
         why = closer => tracing::debug!(reason = why, "native connection closed in its handshake"),

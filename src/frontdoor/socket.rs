@@ -180,15 +180,22 @@ pub async fn bind(path: &Path) -> Result<tokio::net::UnixListener, SocketError> 
             }
         }
     }
+    let fd = bound_private(path)?;
+    rustix::net::listen(&fd, 1024).map_err(|e| io("cannot listen on", path)(e.into()))?;
+    let std_listener = std::os::unix::net::UnixListener::from(fd);
+    tokio::net::UnixListener::from_std(std_listener).map_err(io("cannot register socket", path))
+}
+
+/// A socket bound at `path` and made 0600, not yet listening: nobody can connect to it before
+/// its mode is the owner's alone, whatever the umask.
+fn bound_private(path: &Path) -> Result<std::os::fd::OwnedFd, SocketError> {
     let fd = unix_stream_socket().map_err(|e| io("cannot create socket", path)(e.into()))?;
     let addr = rustix::net::SocketAddrUnix::new(path)
         .map_err(|e| io("socket path too long", path)(e.into()))?;
     rustix::net::bind(&fd, &addr).map_err(|e| io("cannot bind", path)(e.into()))?;
     rustix::fs::chmod(path, Mode::from_raw_mode(0o600))
         .map_err(|e| io("cannot chmod socket", path)(e.into()))?;
-    rustix::net::listen(&fd, 1024).map_err(|e| io("cannot listen on", path)(e.into()))?;
-    let std_listener = std::os::unix::net::UnixListener::from(fd);
-    tokio::net::UnixListener::from_std(std_listener).map_err(io("cannot register socket", path))
+    Ok(fd)
 }
 
 /// A new Unix stream socket, close-on-exec and non-blocking. Where the kernel takes both
@@ -261,5 +268,26 @@ pub fn peer_allowed(stream: &tokio::net::UnixStream, allow: &[u32]) -> Result<()
             c.uid()
         )),
         Err(e) => Err(format!("cannot read peer credentials: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The socket is 0600 while it cannot yet be connected to (bound, not listening): there
+    /// is no moment when another user's connect could be accepted under a wider mode.
+    #[test]
+    fn the_socket_is_private_before_it_listens() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sock");
+        let fd = bound_private(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "mode {mode:o} before listen");
+        let refused = std::os::unix::net::UnixStream::connect(&path);
+        assert!(refused.is_err(), "connectable before listen");
+        rustix::net::listen(&fd, 1).unwrap();
+        assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
     }
 }
