@@ -141,12 +141,6 @@ pub async fn serve(
         tracing::warn!(file = %record.display(), error = %e, "cannot record the running daemon; clients with another environment may not find it");
     }
     tracing::info!(socket = %socket.display(), state = %state_file.display(), "pi-ide-broker ready");
-    let line = crate::service::status_line(&reg);
-    crate::service::notify(&[
-        sd_notify::NotifyState::Ready,
-        sd_notify::NotifyState::Status(&line),
-    ]);
-    reg.tracker.spawn(crate::service::run(reg.clone()));
     on_ready(
         Ready {
             socket: socket.clone(),
@@ -159,10 +153,6 @@ pub async fn serve(
     );
 
     shutdown.cancelled().await;
-    crate::service::notify(&[
-        sd_notify::NotifyState::Stopping,
-        sd_notify::NotifyState::Status("stopping"),
-    ]);
     tracing::info!("stopping");
     // The stop order:
     // 1. the doors stop accepting, so no session arrives while the others are told;

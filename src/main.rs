@@ -598,9 +598,18 @@ async fn run_daemon(config: Config, config_path: Option<PathBuf>) -> anyhow::Res
             h = &mut handle_rx, if handle_pending => {
                 handle_pending = false;
                 handle = h.ok();
+                if let Some(h) = &handle {
+                    service::announce_ready(h.registry());
+                }
             }
-            _ = term.recv() => shutdown.cancel(),
-            _ = int.recv() => shutdown.cancel(),
+            _ = term.recv() => {
+                service::announce_stopping();
+                shutdown.cancel();
+            }
+            _ = int.recv() => {
+                service::announce_stopping();
+                shutdown.cancel();
+            }
             _ = hup.recv() => {
                 let Some(h) = &handle else { continue };
                 service::notify_reloading();

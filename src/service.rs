@@ -26,6 +26,20 @@ pub fn notify(states: &[NotifyState]) {
     }
 }
 
+/// Tells the service manager the daemon is ready, and keeps it told (see [`run`]). Only the
+/// `daemon` command does, never a broker a library user runs (such as a test's, which may
+/// inherit a manager's `NOTIFY_SOCKET`).
+pub fn announce_ready(reg: &Arc<Registry>) {
+    let line = status_line(reg);
+    notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
+    reg.tracker.spawn(run(reg.clone()));
+}
+
+/// Tells the service manager the daemon is stopping.
+pub fn announce_stopping() {
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+}
+
 /// "4 editors ready, 9 sessions"
 pub fn status_line(reg: &Registry) -> String {
     let editors = reg.editors();
