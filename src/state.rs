@@ -59,6 +59,8 @@ pub struct StateStore {
     state: Mutex<State>,
     /// Wakes the saver after a change.
     dirty: Notify,
+    /// How many times the file was written.
+    writes: std::sync::atomic::AtomicU64,
 }
 
 impl StateStore {
@@ -89,6 +91,7 @@ impl StateStore {
             path,
             state: Mutex::new(state),
             dirty: Notify::new(),
+            writes: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -161,7 +164,19 @@ impl StateStore {
 
     /// Writes the current state now.
     pub fn save(&self) -> std::io::Result<()> {
-        write_atomic(&self.path, &self.snapshot()?)
+        write_atomic(&self.path, &self.snapshot()?)?;
+        self.wrote();
+        Ok(())
+    }
+
+    /// How many times this store wrote its file (each write an fsync or two).
+    pub fn writes(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn wrote(&self) {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The file's bytes for the current state.
@@ -195,8 +210,11 @@ impl StateStore {
                     .unwrap_or_else(|e| Err(std::io::Error::other(e))),
                 Err(e) => Err(e),
             };
-            if let Err(e) = written {
-                tracing::warn!(file = %self.path.display(), error = %e, "cannot write state file");
+            match written {
+                Ok(()) => self.wrote(),
+                Err(e) => {
+                    tracing::warn!(file = %self.path.display(), error = %e, "cannot write state file")
+                }
             }
         }
     }
@@ -251,6 +269,35 @@ fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ten changes 10 ms apart (an editor flapping its lockfile) are saved in a write or two,
+    /// not ten, and the file ends with the last.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_changes_shares_its_writes_and_the_last_one_is_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(StateStore::load(dir.path()));
+        let stop = CancellationToken::new();
+        let saver = tokio::spawn({
+            let (s, stop) = (s.clone(), stop.clone());
+            async move { s.saver(&stop).await }
+        });
+        for i in 0..10 {
+            s.set_sticky("k", &format!("editor-{i}"));
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        crate::testkit::eventually("the last change on disk", || {
+            let on_disk = StateStore::load(dir.path()).sticky("k");
+            (on_disk.as_deref() == Some("editor-9")).then_some(())
+        })
+        .await;
+        let writes = s.writes();
+        // 100 ms of changes span one or two 100 ms windows (three on a slow machine).
+        assert!((1..=4).contains(&writes), "{writes} writes for 10 changes");
+        stop.cancel();
+        crate::testkit::within("the saver stops", saver)
+            .await
+            .unwrap();
+    }
 
     #[test]
     fn round_trips_and_survives_corruption() {

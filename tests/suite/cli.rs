@@ -246,24 +246,15 @@ async fn log_lines_at_the_default_level_name_their_session_and_editor() {
     assert!(daemon.wait_exit().await.success());
 }
 
-/// The daemon's minor page faults so far (`minflt`, field 10 of `/proc/PID/stat`).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn minor_faults(pid: u32) -> u64 {
-    pi_ide_broker::procinfo::procfs::stat_field(pid, 10).expect("minflt from /proc/PID/stat")
-}
-
-/// A 1 MiB call passes through about four large buffers in the daemon, all freed when the call
-/// is done. With glibc's default thresholds each was mapped afresh for every call: about 950
-/// page faults per call, most of the daemon's CPU for it. `allocator` keeps them for the next
-/// call. Counted, not timed: the daemon's faults over calls after a warm-up.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// 1 MiB calls pass through the daemon whole, one after another, on one session (the large
+/// buffers `allocator` keeps for the next call are reused, never shared: each answer carries
+/// its own call's payload). The page faults this saves are counted in `benches/` (memory).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn megabyte_calls_reuse_the_daemons_memory() {
+async fn megabyte_calls_pass_whole_one_after_another() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let cfg = write_config(root, "");
     let mut daemon = start_daemon_logging(&cfg, Some("info")).await;
-    let pid = daemon.child.id().expect("daemon pid");
     let (_editor, port) = start_editor(&root.join("pi-ide"), &["--folder", "/big"]).await;
     daemon
         .wait_line(&["editor ready", &format!("port={port}")])
@@ -271,12 +262,9 @@ async fn megabyte_calls_reuse_the_daemons_memory() {
     let mut a =
         pi_ide_broker::testkit::agent::Agent::open(&root.join("run/sock"), "/big", None).await;
     a.attached().await;
-    let pad = "x".repeat(1 << 20);
-    let mut faults = Vec::new();
-    for i in 0..12 {
-        if i == 4 {
-            faults.push(minor_faults(pid));
-        }
+    for i in 0..6 {
+        // Each call's payload differs, so an answer built from a reused buffer shows.
+        let pad = char::from(b'a' + i as u8).to_string().repeat(1 << 20);
         let r = a
             .request(
                 serde_json::json!(i),
@@ -292,14 +280,67 @@ async fn megabyte_calls_reuse_the_daemons_memory() {
             "call {i}: the payload changed"
         );
     }
-    faults.push(minor_faults(pid));
-    let per_call = (faults[1] - faults[0]) / 8;
-    // 64 pages is 256 KiB: a quarter of one frame, where the defaults faulted in four frames.
-    assert!(
-        per_call < 64,
-        "{per_call} page faults per 1 MiB call: large buffers are mapped afresh for each call"
-    );
     a.close().await;
     daemon.signal(Signal::TERM);
     assert!(daemon.wait_exit().await.success());
+}
+
+/// No token is ever written where a user or a log reader sees it: a compat client with a
+/// wrong token is refused with a log line that names the refusal, not the token; `status`,
+/// `doctor` (text and JSON) and the daemon's trace-level log never print the editor's token,
+/// the compat door's or the wrong one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_never_printed_or_logged() {
+    use pi_ide_broker::testkit::pi_client::PiClient;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(root, "");
+    let mut daemon = start_daemon(&cfg).await;
+    let (_editor, port) = start_editor(&root.join("pi-ide"), &["--folder", "/tok"]).await;
+    daemon
+        .wait_line(&["editor ready", &format!("port={port}")])
+        .await;
+    let lock: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join(format!("pi-ide/{port}.lock"))).unwrap(),
+    )
+    .unwrap();
+    let editor_token = lock["authToken"].as_str().unwrap().to_string();
+    let compat = crate::common::compat_entry(&root.join("compat"), "/tok").await;
+    let wrong = "wrong-token-0123456789abcdef";
+    let refused = PiClient::connect_with(compat.port, "x-pi-ide-authorization", wrong, None).await;
+    assert!(refused.is_err(), "a wrong token got in");
+    daemon
+        .wait_line(&["refused a compat connection with a wrong token"])
+        .await;
+    // The right token still works (the refusal cost nobody anything).
+    let mut ok = PiClient::connect(&compat).await.expect("the right token");
+    assert!(ok.call("initialize", serde_json::json!({})).await.is_ok());
+    let secrets = [editor_token.as_str(), compat.token.as_str(), wrong];
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["doctor", "--cwd", "/tok"],
+        &["doctor", "--json", "--cwd", "/tok"],
+    ] {
+        let out = run_cli(&cfg, args).await;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("/tok"),
+            "{args:?} says nothing of the editor:\n{text}"
+        );
+        for s in secrets {
+            assert!(!text.contains(s), "{args:?} printed a token:\n{text}");
+        }
+    }
+    drop(ok);
+    daemon.signal(Signal::TERM);
+    assert!(daemon.wait_exit().await.success());
+    let log = daemon.seen.join("\n");
+    for s in secrets {
+        assert!(!log.contains(s), "the daemon logged a token:\n{log}");
+    }
 }

@@ -363,3 +363,50 @@ async fn a_multi_megabyte_echo_crosses_the_compat_door_whole() {
     let echoed: Value = serde_json::from_str(text).expect("echo payload");
     assert!(echoed["pad"] == pad.as_str(), "the payload changed");
 }
+
+/// When an editor becomes ready, the sessions waiting for its folder are placed before the
+/// compat door hears of it (agents first, the door's file work after): the registry's `Ready`
+/// event, which the door waits for, finds every waiting session already on the editor, and so
+/// does the door's entry once it is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_sessions_are_placed_before_the_compat_door_hears_of_the_editor() {
+    use pi_ide_broker::registry::EditorEvent;
+    let b = TestBroker::start().await;
+    const WAITING: usize = 250;
+    let mut waiting = Vec::new();
+    for i in 0..WAITING {
+        waiting.push(Agent::open(&b.socket, &format!("/late/{i}"), None).await);
+    }
+    let reg = b.handle.registry().clone();
+    eventually("the sessions registered", || {
+        (reg.sessions().len() == WAITING).then_some(())
+    })
+    .await;
+    let unplaced = |reg: &pi_ide_broker::registry::Registry| {
+        reg.sessions()
+            .iter()
+            .filter(|s| s.editor_id().is_none())
+            .count()
+    };
+    assert_eq!(unplaced(&reg), WAITING);
+    // As the compat door does: told of the editor by the registry's events.
+    let mut events = reg.subscribe_editors();
+    let _fe = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/late"]))
+        .await
+        .expect("fake editor");
+    let at_ready = within("the editor's Ready event", async {
+        loop {
+            match events.recv().await {
+                Some(EditorEvent::Ready(_)) => return unplaced(&reg),
+                Some(_) => continue,
+                None => panic!("the registry's events ended"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(at_ready, 0, "Ready was told with sessions still waiting");
+    compat_entry(&b.dir.path().join("compat"), "/late").await;
+    assert_eq!(unplaced(&reg), 0);
+    drop(waiting);
+    b.stop().await;
+}

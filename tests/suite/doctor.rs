@@ -140,6 +140,8 @@ async fn every_refused_lockfile_is_explained_in_status_and_doctor() {
     b.wait_editor(closed_port, "ready").await;
     closed.crash();
     b.wait_editor(closed_port, "backoff").await;
+    // Refused by now: held so no concurrent test's listener can open it again.
+    let _held = hold_closed(closed_port).expect("the crashed editor's port is free to hold");
     // Token refused: the lockfile's token is not the editor's.
     let liar = FakeEditor::start(Options::pi(&["/liar"])).await.unwrap();
     let mut lie: Value = serde_json::from_str(&liar.lockfile_json()).unwrap();

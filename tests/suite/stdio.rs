@@ -1,6 +1,6 @@
 //! Issue: the stdio door — `pi-ide-broker mcp` driven through real pipes of a child process.
 
-use crate::common::process::{broker_bin, write_config};
+use crate::common::process::{broker_bin, isolate, write_config};
 use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use pi_ide_broker::testkit::{eventually, within};
@@ -93,6 +93,7 @@ async fn an_mcp_client_through_real_pipes() {
         "--no-spawn",
     ])
     .env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
     let mut m = Mcp::spawn(&mut cmd);
     let init = m.request(json!(1), "initialize", json!({"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
     assert_eq!(init["result"]["serverInfo"]["name"], "pi-ide-broker");
@@ -166,6 +167,7 @@ async fn without_an_editor_it_still_answers_and_says_why() {
     let mut cmd = Command::new(broker_bin());
     cmd.args(["mcp", "--cwd", "/nowhere", "--no-spawn"])
         .env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
     let mut m = Mcp::spawn(&mut cmd);
     m.request(json!(1), "initialize", json!({})).await;
     m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
@@ -219,11 +221,14 @@ async fn two_clients_starting_at_once_share_one_autostarted_daemon() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("pi-ide")).unwrap();
     let cfg = write_config(dir.path(), "");
+    // The daemon the clients start is no child of ours: killed at the end, passed or failed.
+    let _reaper = crate::common::process::DaemonReaper(dir.path().join("state"));
     let spawn = || {
         let mut cmd = Command::new(broker_bin());
         cmd.args(["--config", cfg.to_str().unwrap(), "mcp", "--cwd", "/x"])
             .env_remove("PI_IDE_BROKER_SOCKET")
             .env_remove("PI_IDE_BROKER_NO_SPAWN");
+        isolate(&mut cmd, dir.path());
         Mcp::spawn(&mut cmd)
     };
     let (mut a, mut b) = (spawn(), spawn());
@@ -267,6 +272,7 @@ async fn nothing_but_answers_before_the_client_is_initialized() {
     let mut cmd = Command::new(broker_bin());
     cmd.args(["mcp", "--cwd", "/early", "--no-spawn"])
         .env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
     let mut m = Mcp::spawn(&mut cmd);
     m.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}))
         .await;

@@ -2,7 +2,7 @@
 //! `StreamableHTTPClientTransport`, as Gemini CLI makes it), run by node and driven line by line
 //! (`gemini_client.mjs`). `.ci/run` installs the SDK with Gemini CLI into its cache and exports
 //! `PI_IDE_BROKER_GEMINI_NODE` and `PI_IDE_BROKER_GEMINI_MODULES`; without them the tests skip
-//! (unless `PI_IDE_BROKER_REQUIRE_GEMINI=1`, as in CI, which makes them fail).
+//! (unless `PI_IDE_BROKER_REQUIRE_ALL=1`, as in CI, which makes them fail).
 
 use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};
@@ -45,10 +45,7 @@ pub fn find_gemini() -> Option<GeminiInstall> {
         }
         _ => {
             let msg = "node and @modelcontextprotocol/sdk not found: set PI_IDE_BROKER_GEMINI_NODE and PI_IDE_BROKER_GEMINI_MODULES (bash .ci/run does)";
-            if std::env::var("PI_IDE_BROKER_REQUIRE_GEMINI").is_ok_and(|v| v == "1") {
-                panic!("{msg}");
-            }
-            eprintln!("SKIPPED: {msg}");
+            crate::common::cannot_run(msg);
             None
         }
     }

@@ -35,21 +35,73 @@ pub mod pi_web;
 pub mod process;
 pub mod vscode;
 
-/// A test that cannot run here says so on a line of its own, past the test harness's capture
-/// (so a skip never looks like a pass); under CI (`PI_IDE_BROKER_REQUIRE_PI=1`, set by
-/// `.ci/run`) it fails instead.
+/// A test (or a part of one) that cannot run here, for want of `msg`'s tool: under
+/// `PI_IDE_BROKER_REQUIRE_ALL=1` (`.ci/run` sets it, having installed everything) it fails;
+/// elsewhere it says `SKIPPED: msg` on a line of its own past the harness's capture, and the
+/// run ends with a line counting every skip, after libtest's summary, so a skip never looks
+/// like a pass.
 pub fn cannot_run(msg: &str) {
-    if std::env::var("PI_IDE_BROKER_REQUIRE_PI").is_ok_and(|v| v == "1") {
-        panic!("{msg}");
+    if std::env::var("PI_IDE_BROKER_REQUIRE_ALL").is_ok_and(|v| v == "1") {
+        panic!("{msg} (PI_IDE_BROKER_REQUIRE_ALL=1: nothing may be skipped)");
     }
-    skipped(msg);
-}
-
-/// Says that a test (or part of one) is skipped, on a line of its own past the harness's
-/// capture; for what even CI may lack (a second uid, python3), so it never fails.
-pub fn skipped(msg: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+    skips::note(msg);
+}
+
+/// The skips of this run, told once at exit.
+mod skips {
+    use std::sync::Mutex;
+
+    static SKIPPED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    extern "C" {
+        fn atexit(f: extern "C" fn()) -> std::os::raw::c_int;
+    }
+
+    extern "C" fn tell() {
+        use std::io::Write;
+        let skipped = SKIPPED.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(
+            err,
+            "\nSKIPPED {} test part(s) for want of a tool (PI_IDE_BROKER_REQUIRE_ALL=1 fails them instead):",
+            skipped.len()
+        );
+        for s in skipped {
+            let _ = writeln!(err, "  - {s}");
+        }
+    }
+
+    pub fn note(msg: &str) {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        // SAFETY: `tell` is a plain function that lives as long as the process.
+        ONCE.call_once(|| unsafe {
+            atexit(tell);
+        });
+        if let Ok(mut s) = SKIPPED.lock() {
+            s.push(msg.to_string());
+        }
+    }
+}
+
+/// A loopback port nothing listens on, held for as long as the socket returned lives: bound,
+/// never listening, so a connection to it is refused and no other test's listener takes it.
+pub fn closed_port() -> (tokio::net::TcpSocket, u16) {
+    let sock = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+    sock.bind(([127, 0, 0, 1], 0).into())
+        .expect("bind a free port");
+    let port = sock.local_addr().expect("its port").port();
+    (sock, port)
+}
+
+/// Holds `port` closed (see [`closed_port`]) once its listener is gone, as a crashed editor's
+/// port is: `None` if another socket took it meanwhile.
+pub fn hold_closed(port: u16) -> Option<tokio::net::TcpSocket> {
+    let sock = tokio::net::TcpSocket::new_v4().ok()?;
+    sock.set_reuseaddr(true).ok()?;
+    sock.bind(([127, 0, 0, 1], port).into()).ok()?;
+    Some(sock)
 }
 
 /// A config for a test broker rooted at `root`.

@@ -1,7 +1,7 @@
 //! The real pi CLI in RPC mode (`pi --mode rpc`), with this repo's extension loaded (`-e`),
 //! offline against a fake model. `.ci/run` installs pi and node 22 into a cache and exports
 //! `PI_IDE_BROKER_PI_NODE` and `PI_IDE_BROKER_PI_CLI`; without them the pi tests skip (unless
-//! `PI_IDE_BROKER_REQUIRE_PI=1`, as in CI, which makes a missing pi a failure).
+//! `PI_IDE_BROKER_REQUIRE_ALL=1`, as in CI, which makes a missing pi a failure).
 
 use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};

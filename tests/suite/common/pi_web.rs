@@ -1,7 +1,7 @@
 //! pi-web (`@agegr/pi-web`): the browser UI that hosts one pi session per chat in one Node
 //! process, driven through its HTTP API only, offline against the fake model. `.ci/run`
 //! installs it into its cache and exports `PI_IDE_BROKER_PI_WEB` (its `bin/pi-web.js`); without
-//! it the pi-web tests skip (unless `PI_IDE_BROKER_REQUIRE_PI=1`, as in CI).
+//! it the pi-web tests skip (unless `PI_IDE_BROKER_REQUIRE_ALL=1`, as in CI).
 
 use crate::common::pi::extension_dir;
 use crate::common::process::Proc;
@@ -35,10 +35,7 @@ pub fn find_pi_web() -> Option<PiWebInstall> {
     };
     if found.is_none() {
         let msg = "pi-web not found: set PI_IDE_BROKER_PI_NODE and PI_IDE_BROKER_PI_WEB (bin/pi-web.js of @agegr/pi-web, next to its @earendil-works/pi-coding-agent; bash .ci/run does)";
-        if std::env::var("PI_IDE_BROKER_REQUIRE_PI").is_ok_and(|v| v == "1") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED: {msg}");
+        crate::common::cannot_run(msg);
     }
     found
 }

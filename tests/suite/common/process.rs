@@ -125,6 +125,39 @@ pub fn write_config(root: &Path, extra: &str) -> PathBuf {
     cfg
 }
 
+/// Gives a child of the test its own HOME (under `root`) and no service-manager or lock-dir
+/// variables of the test's own environment, so it never reads the real user's config or talks
+/// to the real user's service manager.
+pub fn isolate<'c>(cmd: &'c mut Command, root: &Path) -> &'c mut Command {
+    let home = root.join("home");
+    let _ = std::fs::create_dir_all(&home);
+    cmd.env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
+        .env_remove("PI_IDE_LOCK_DIR")
+}
+
+/// Kills, when dropped, the daemon recorded as running in `state_dir` (`running.json`): an
+/// autostarted daemon is no child of the test, and a failed assert would leave it running.
+pub struct DaemonReaper(pub PathBuf);
+
+impl Drop for DaemonReaper {
+    fn drop(&mut self) {
+        let record = std::fs::read_to_string(self.0.join("running.json")).unwrap_or_default();
+        let pid = serde_json::from_str::<serde_json::Value>(&record)
+            .ok()
+            .and_then(|v| v["pid"].as_i64())
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(rustix::process::Pid::from_raw);
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 /// Starts the daemon process on `config`, logging everything, and waits for its ready line.
 pub async fn start_daemon(config: &Path) -> Proc {
     start_daemon_logging(config, Some("trace")).await
@@ -137,8 +170,10 @@ pub async fn start_daemon_logging(config: &Path, filter: Option<&str>) -> Proc {
         .arg(config)
         .arg("daemon")
         .env_remove("RUST_LOG")
-        .env_remove("PI_IDE_BROKER_SOCKET")
-        .env_remove("NOTIFY_SOCKET");
+        .env_remove("PI_IDE_BROKER_SOCKET");
+    if let Some(root) = config.parent() {
+        isolate(&mut cmd, root);
+    }
     if let Some(f) = filter {
         cmd.env("RUST_LOG", f);
     }
@@ -162,31 +197,40 @@ pub async fn start_editor(dir: &Path, args: &[&str]) -> (Proc, u16) {
 }
 
 /// Runs `examples/connect_probe SOCKET` as uid 65534 (setpriv) and returns what it printed:
-/// `connect-failed <errno>`, `dropped` or `answered <bytes>`. `None` when it cannot run.
+/// `connect-failed <errno>`, `dropped` or `answered <bytes>`. `None` when it cannot run. The
+/// probe runs from a copy in a dir every user may enter, whatever the build dir's modes.
 pub async fn probe_as_nobody(socket: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("pi-ide-broker-probe")
+        .tempdir_in("/tmp")
+        .ok()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).ok()?;
+    let bin = dir.path().join("connect_probe");
+    std::fs::copy(example_bin("connect_probe"), &bin).ok()?;
     let out = tokio::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(example_bin("connect_probe"))
+        .arg(&bin)
         .arg(socket)
         .output();
     let out = within("probe as another uid", out).await.ok()?;
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// True where another uid can be tried: root, setpriv, and a build dir others can run from.
+/// True where another uid can be tried: root and `setpriv` (util-linux).
 pub async fn other_uid_usable() -> bool {
-    rustix::process::getuid().as_raw() == 0
+    rustix::process::getuid().is_root()
         && probe_as_nobody(Path::new("/nonexistent"))
             .await
             .is_some_and(|o| o.starts_with("connect-failed"))
 }
 
-/// [`other_uid_usable`], saying that `test` is SKIPPED, and why, where it is not.
+/// [`other_uid_usable`], or the test cannot run here (see [`super::cannot_run`]).
 pub async fn other_uid_or_skip(test: &str) -> bool {
     let usable = other_uid_usable().await;
     if !usable {
-        super::skipped(&format!(
-            "{test}: needs root, setpriv, and a build dir other users can execute from"
+        super::cannot_run(&format!(
+            "{test}: needs root and setpriv (util-linux) to run a probe as uid 65534"
         ));
     }
     usable

@@ -5,7 +5,7 @@
 //! workbench where a user would act (`vscode_driver.mjs`). `.ci/run` installs all of it into its
 //! cache and exports `PI_IDE_BROKER_VSCODE_NODE`, `PI_IDE_BROKER_CODE_SERVER`,
 //! `PI_IDE_BROKER_CLAUDE_VSIX`, `PI_IDE_BROKER_PLAYWRIGHT` and `PI_IDE_BROKER_CHROMIUM`; without
-//! them the VS Code tests skip, unless `PI_IDE_BROKER_REQUIRE_VSCODE=1` (CI), which makes a
+//! them the VS Code tests skip, unless `PI_IDE_BROKER_REQUIRE_ALL=1` (CI), which makes a
 //! missing tool a failure.
 
 use serde_json::{json, Value};
@@ -54,10 +54,7 @@ pub fn find_vscode() -> Option<VsCodeInstall> {
         let msg = "code-server, the Claude Code vsix, playwright-core or chromium not found: set \
                    PI_IDE_BROKER_VSCODE_NODE, PI_IDE_BROKER_CODE_SERVER, PI_IDE_BROKER_CLAUDE_VSIX, \
                    PI_IDE_BROKER_PLAYWRIGHT and PI_IDE_BROKER_CHROMIUM (bash .ci/run does)";
-        if std::env::var("PI_IDE_BROKER_REQUIRE_VSCODE").is_ok_and(|v| v == "1") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED: {msg}");
+        crate::common::cannot_run(msg);
     }
     found
 }
