@@ -105,6 +105,14 @@ impl Options {
         }
     }
 
+    /// claudecode.nvim-like: Claude family, `ideName` "Neovim".
+    pub fn claudecode(folders: &[&str]) -> Self {
+        Options {
+            family: Family::Claude,
+            ..Options::pi(folders)
+        }
+    }
+
     /// The Claude Code VS Code extension (as code-server runs it): Claude family, ideName
     /// "code-server", one client at a time.
     pub fn vscode(folders: &[&str]) -> Self {
@@ -530,6 +538,15 @@ fn handle(shared: &Shared, conn: u64, text: &str) -> Option<String> {
             });
             return None;
         }
+        // As recorded: a parse error has no `id` at all, and says "Invalid JSON".
+        Err(r) if r.code == jsonrpc::PARSE_ERROR => {
+            let error = json!({"code": r.code, "message": "Parse error", "data": "Invalid JSON"});
+            return Some(json!({"jsonrpc": "2.0", "error": error}).to_string());
+        }
+        Err(r) if r.code == jsonrpc::INVALID_REQUEST => {
+            let error = json!({"code": r.code, "message": "Invalid Request"});
+            return Some(json!({"jsonrpc": "2.0", "id": r.id, "error": error}).to_string());
+        }
         Err(r) => return Some(jsonrpc::rejection(&r)),
     };
     let params = msg.get("params").cloned().unwrap_or(Value::Null);
@@ -564,20 +581,25 @@ fn answer(
         Family::Pi => "pi-ide-neovim",
         Family::Claude => "claudecode-neovim",
     };
+    // As recorded (tests/fixtures/recorded_editors.json, held by tests/suite/fakes.rs).
+    let claude = shared.opts.family == Family::Claude;
     let result = match method {
+        "initialize" if claude => json!({
+            "protocolVersion": "2024-11-05",
+            "capabilities": {"logging": {}, "tools": {"listChanged": true}, "prompts": {"listChanged": true}},
+            "serverInfo": {"name": server, "version": "0.2.0"},
+        }),
         "initialize" => json!({
             "protocolVersion": "2024-11-05",
             "capabilities": {"logging": {}, "tools": {"listChanged": true}},
             "serverInfo": {"name": server, "version": "0.1.0"},
         }),
+        "prompts/list" if claude => json!({"prompts": []}),
         "tools/list" => tools(shared.opts.family),
         "tools/call" => return call_tool(shared, conn, id, tool.unwrap_or(""), args),
         other => {
-            return Some(jsonrpc::error(
-                id,
-                jsonrpc::METHOD_NOT_FOUND,
-                &format!("Method not found: {other}"),
-            ))
+            let error = json!({"code": jsonrpc::METHOD_NOT_FOUND, "message": "Method not found", "data": format!("Unknown method: {other}")});
+            return Some(json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string());
         }
     };
     Some(jsonrpc::result(id, result))

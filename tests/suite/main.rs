@@ -11,6 +11,7 @@ mod compat;
 mod conformance;
 mod doctor;
 mod editor_quirks;
+mod fakes;
 mod faults;
 mod gemini;
 mod gemini_cli;
