@@ -166,7 +166,7 @@ pub struct Editor {
     out: Shared<LinkSink, Out>,
     /// Requests in flight, by the id the broker minted (private: the invariants of the
     /// pending table live in this module's methods).
-    pending: DashMap<u64, Pending, crate::idhash::IdHash>,
+    pending: DashMap<u64, Pending, rustc_hash::FxBuildHasher>,
     /// Deadlines of the short tools in flight, earliest first: one sweep per link, no timer
     /// task per request.
     deadlines: Mutex<BinaryHeap<Reverse<(tokio::time::Instant, u64)>>>,

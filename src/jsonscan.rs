@@ -2,6 +2,12 @@
 //! text, for the hot paths: a call is forwarded and an answer returned by reading a few
 //! members and passing the rest on as bytes, without building a tree or copying a string.
 //!
+//! Kept, measured against the crate that would replace it: serde_json's borrowed
+//! deserialisation (`#[serde(borrow)]` structs of `&RawValue` members) reads the same call and
+//! answer in 7,730 instructions where this scan takes 4,040 (`benches/parse.rs` under
+//! callgrind, 100,000 calls of `getDiagnostics`): 3,690 more per call, over the 1,000 a
+//! replacement may cost, about a third of the broker's whole 11.6 k per call.
+//!
 //! The scan accepts exactly what `serde_json` accepts into a struct of the wanted members
 //! (checked against it by a property test): it refuses a wanted member given twice, and it
 //! declines nesting deeper than [`MAX_DEPTH`]. Callers then take their slow path, which

@@ -15,7 +15,6 @@ pub mod family;
 pub mod frontdoor;
 pub mod health;
 pub mod identity;
-pub mod idhash;
 pub mod jsonrpc;
 pub mod jsonscan;
 pub mod linkout;

@@ -46,7 +46,7 @@ pub struct Registry {
     /// Current config (replaced on reload).
     config: RwLock<Arc<Config>>,
     /// Live editors by id (private: reached through `editor`, `editors`).
-    editors: DashMap<String, Arc<Editor>, crate::idhash::IdHash>,
+    editors: DashMap<String, Arc<Editor>, rustc_hash::FxBuildHasher>,
     /// Lockfile path → editor id.
     by_path: DashMap<PathBuf, String>,
     /// Files refused as lockfiles: path → (reason, unix seconds since).

@@ -5,6 +5,10 @@
 //! state, its waiter list) to learn nothing. [`WhenWoken`] registers the inner future with a
 //! waker of its own that raises a flag before waking the task, and skips the inner poll while
 //! the flag is down.
+//!
+//! Kept, measured against its removal: the daemon takes 11,593 instructions per echo call with
+//! it and 12,677 with `WhenWoken` a plain pass-through (+9.3 %, `benches/instructions.sh`;
+//! benches/README.md, "Crates against the hand-written parts").
 
 use std::future::Future;
 use std::pin::Pin;
