@@ -54,6 +54,11 @@ pub struct Config {
     pub allow_uids: Vec<u32>,
     /// A graceful stop (pending diffs rejected, sessions told, state flushed) takes at most this long.
     pub shutdown_timeout_ms: u64,
+    /// The user's home, where an editor's workspace that is the home itself is a weak match;
+    /// `$HOME` when unset. Never read from the file: for a broker a library user (a test)
+    /// runs with a home of its own.
+    #[serde(skip)]
+    pub home: Option<PathBuf>,
 }
 
 /// One watched lock dir and the family whose editors write there.
@@ -224,6 +229,7 @@ impl Default for Config {
             editor_grace_ms: 10_000,
             rescan_interval_ms: 30_000,
             shutdown_timeout_ms: 5_000,
+            home: None,
             max_handshakes: 256,
             max_sessions: 4096,
             remote: Vec::new(),

@@ -95,6 +95,7 @@ impl Registry {
     ) -> Arc<Self> {
         let limits =
             crate::frontdoor::limits::Limits::new(config.max_handshakes, config.max_sessions);
+        let home = config.home.clone().unwrap_or_else(crate::config::home_dir);
         Arc::new_cyclic(|me| Registry {
             limits,
             config: RwLock::new(config),
@@ -108,7 +109,7 @@ impl Registry {
             activity: AtomicU64::new(0),
             started_at: SystemTime::now(),
             socket,
-            home: router::normalize(&crate::config::home_dir()),
+            home: router::normalize(&home),
             accepting: cancel.child_token(),
             cancel,
             tracker: TaskTracker::new(),

@@ -225,7 +225,14 @@ async fn the_route_is_explained_nested_home_symlinked_and_ambiguous() {
     let b = TestBroker::start_in(dir, |_| {}).await;
     let (_outer, outer_id) = b.editor(&[&proj.display().to_string()]).await;
     let (_inner, inner_id) = b.editor(&[&sub.display().to_string()]).await;
-    let home = pi_ide_broker::config::home_dir();
+    // The broker's home (a dir of the test's own, never the real $HOME).
+    let home = b
+        .handle
+        .registry()
+        .config()
+        .home
+        .clone()
+        .expect("the test broker's home");
     let (_home_ed, home_id) = b.editor(&[&home.display().to_string()]).await;
 
     // Nested: the deeper folder wins; both are listed, deepest first.

@@ -492,6 +492,22 @@ fn door_fds(pid: &str, port: u16, socket: &std::path::Path) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(target_os = "linux"), ignore = "reads /proc")]
 async fn connection_floods_are_capped_on_both_doors() {
+    // 10,000 client sockets in this process: its soft fd limit raised to fit (as far as the
+    // hard limit allows; a machine whose hard limit is lower cannot run this test).
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    let want = 16_384;
+    if limit.current.is_some_and(|c| c < want) {
+        limit.current = Some(limit.maximum.map_or(want, |m| m.min(want)));
+        let _ = setrlimit(Resource::Nofile, limit.clone());
+    }
+    if getrlimit(Resource::Nofile)
+        .current
+        .is_some_and(|c| c < 11_000)
+    {
+        crate::common::cannot_run("the 10,000-connection flood: the hard fd limit is under 11,000");
+        return;
+    }
     let b = TestBroker::start_with(|c| {
         c.max_handshakes = 64;
         c.max_sessions = 256;
@@ -528,10 +544,10 @@ async fn connection_floods_are_capped_on_both_doors() {
         "broker-side fds on its doors: baseline {baseline}, with {} idle clients {peak}",
         tcp.len() + unix.len()
     );
-    // The broker side keeps at most the handshake caps (64 per door, each pending connection
-    // with the duplicate its eviction peeks through) open, not one per client (~10,000).
+    // The broker side keeps at most the handshake caps (64 per door, one fd each) open, not
+    // one per client (~10,000).
     assert!(tcp.len() + unix.len() > 9000, "the flood did not happen");
-    assert!(peak <= baseline + 2 * 2 * 64, "peak {peak}");
+    assert!(peak <= baseline + 2 * 64, "peak {peak}");
     // Flooding the compat port (any local user can) does not lock the owner out of the socket.
     drop(unix);
     let mut late = Agent::open(&b.socket, "/flood", None).await;

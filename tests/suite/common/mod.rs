@@ -121,6 +121,8 @@ pub fn test_config(root: &std::path::Path) -> Config {
         state_dir: Some(root.join("state")),
         ..Config::default()
     };
+    // The broker's notion of the user's home: never the real one.
+    c.home = Some(root.join("home"));
     c.compat.lock_dir = Some(root.join("compat"));
     c.gemini.dir = Some(root.join("gemini"));
     c.gemini.qwen_dir = Some(root.join("qwen-ide"));
