@@ -499,7 +499,7 @@ async fn connection_floods_are_capped_on_both_doors() {
     let want = 16_384;
     if limit.current.is_some_and(|c| c < want) {
         limit.current = Some(limit.maximum.map_or(want, |m| m.min(want)));
-        let _ = setrlimit(Resource::Nofile, limit.clone());
+        let _ = setrlimit(Resource::Nofile, limit);
     }
     if getrlimit(Resource::Nofile)
         .current
