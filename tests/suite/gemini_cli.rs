@@ -299,19 +299,27 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
     });
     api.push(Reply::Text("written".into()));
     let mut tui = GeminiTui::start(&g, b.dir.path(), &project, api.port);
-    // Connected to the broker's endpoint: a gemini session on the editor.
+    // The CLI's own start-up is awaited on its screen (60 s bound: a Node CLI on a busy
+    // machine takes more than the broker's 10 s steps); then it says it is connected, and
+    // its session is on the editor.
+    tui.wait_for("Type your message").await;
+    tui.wait_ide_connected().await;
     b.wait_status("a gemini session", |st| {
         st["sessions"]
             .as_array()
             .is_some_and(|s| s.iter().any(|x| x["door"] == "gemini"))
     })
     .await;
-    tui.wait_for("Type your message").await;
-    tui.wait_ide_connected().await;
     tui.type_line("please write new.txt").await;
 
     // The chat request carries the editor's active file as IDE context.
-    let chat = api.next_chat().await;
+    let chat = match api.next_chat().await {
+        Some(c) => c,
+        None => panic!(
+            "no chat request in 30 s; the CLI's screen:\n{}",
+            tail(&strip_ansi(&tui.screen()))
+        ),
+    };
     let text = all_text(&chat);
     assert!(
         text.contains(active.to_str().unwrap_or("?")),
@@ -330,7 +338,13 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
         }
     })
     .await;
-    let _ = api.next_chat().await; // the function response goes back to the model
+    // The function response goes back to the model, whose answer ends the turn: the next
+    // prompt is typed once the CLI shows it (typed during the turn, its Enter may be lost).
+    assert!(
+        api.next_chat().await.is_some(),
+        "no function response in 30 s"
+    );
+    tui.wait_for("written").await;
 
     // Rejected in the editor, a proposed change leaves the file untouched.
     let kept = project.join("kept.txt");
@@ -341,7 +355,12 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
     });
     api.push(Reply::Text("ok".into()));
     tui.type_line("please change kept.txt").await;
-    api.next_chat().await;
+    if api.next_chat().await.is_none() {
+        panic!(
+            "no chat request in 30 s; the CLI's screen:\n{}",
+            tail(&strip_ansi(&tui.screen()))
+        );
+    }
     let tab = eventually("the second diff in the editor", || {
         fe.pending_diffs().first().cloned()
     })
@@ -420,14 +439,14 @@ async fn the_real_qwen_code_finds_the_editor_without_an_exported_port_and_review
         .env("OPENAI_MODEL", "fake-model")
         .env_remove("QWEN_CODE_IDE_SERVER_PORT");
     let mut tui = GeminiTui::spawn(cmd);
+    tui.wait_for("Type your message").await;
+    tui.wait_ide_connected().await;
     b.wait_status("a qwen session (door gemini)", |st| {
         st["sessions"]
             .as_array()
             .is_some_and(|s| s.iter().any(|x| x["door"] == "gemini"))
     })
     .await;
-    tui.wait_for("Type your message").await;
-    tui.wait_ide_connected().await;
     tui.type_line("please write q.txt").await;
     let chat = model.next_chat().await;
     let text = fake_model::all_text(&chat);
