@@ -1,13 +1,14 @@
 //! `status`: the JSON the daemon answers on `GET /v1/status` (built from the registry) and
 //! the table the CLI prints from it. The JSON field names are a contract: add, never rename.
 
-use crate::editor::LinkState;
+use crate::editor::{Editor, LinkState};
 use crate::family::Family;
 use crate::registry::Registry;
-use crate::session::Door;
+use crate::session::{Door, Session};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 fn unix(t: SystemTime) -> u64 {
@@ -179,75 +180,12 @@ pub fn status(reg: &Registry) -> Status {
     let all_editors = reg.editors();
     let mut editors: Vec<EditorStatus> = all_editors
         .iter()
-        .map(|e| {
-            let l = e.lockfile();
-            let link = e.link_info();
-            EditorStatus {
-                id: e.id.clone(),
-                ide_name: l.ide_name.clone(),
-                family: e.family,
-                lockfile: l.path.clone(),
-                port: l.port,
-                pid: l.pid,
-                workspace_folders: l.workspace_folders.clone(),
-                state: link.state,
-                rtt_ms: link
-                    .rtt
-                    .map(|d| (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
-                connected_since: link.connected_since.map(unix),
-                restarts: e.restarts,
-                previous_port: e.previous_port,
-                previous_pid: e.previous_pid,
-                tools: e.tool_names().unwrap_or_default(),
-                sessions: all_sessions
-                    .iter()
-                    .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
-                    .count(),
-                no_token: l.auth_token.is_none(),
-                state_reason: (link.state == LinkState::Taken)
-                    .then_some(link.reason)
-                    .flatten(),
-            }
-        })
+        .map(|e| editor_status(e, &all_sessions))
         .collect();
     editors.sort_by(|a, b| a.id.cmp(&b.id));
     let mut sessions: Vec<SessionStatus> = all_sessions
         .iter()
-        .map(|s| {
-            let mut in_flight: Vec<(bool, InFlight)> = Vec::new();
-            for e in &all_editors {
-                for (diff, method, tool, age) in e.calls_of(s.id) {
-                    in_flight.push((
-                        diff,
-                        InFlight {
-                            method,
-                            tool,
-                            age_s: age.as_secs(),
-                        },
-                    ));
-                }
-            }
-            in_flight.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.age_s.cmp(&a.1.age_s)));
-            let editor = s.editor_id();
-            let bridged = editor
-                .as_deref()
-                .and_then(|id| reg.editor(id).map(|e| e.family != s.dialect))
-                .unwrap_or(false);
-            SessionStatus {
-                id: s.id,
-                door: s.door,
-                cwd: s.cwd_raw.clone(),
-                key: s.key.clone(),
-                editor: editor.map(|e| e.to_string()),
-                since: unix(s.since),
-                dialect: s.dialect,
-                bridged,
-                remote: s.remote.as_ref().map(|(n, _)| n.clone()),
-                host_cwd: s.remote.as_ref().map(|_| s.cwd.display().to_string()),
-                in_flight: in_flight.into_iter().map(|(_, v)| v).collect(),
-                client: s.client.clone(),
-            }
-        })
+        .map(|s| session_status(reg, s, &all_editors))
         .collect();
     sessions.sort_by_key(|s| s.id);
     let sticky = reg
@@ -281,6 +219,76 @@ pub fn status(reg: &Registry) -> Status {
             })
             .collect(),
         gemini_files: gemini_files(reg),
+    }
+}
+
+/// One editor's entry: its lockfile, its link, and how many of `sessions` are on it.
+fn editor_status(e: &Editor, sessions: &[Arc<Session>]) -> EditorStatus {
+    let l = e.lockfile();
+    let link = e.link_info();
+    EditorStatus {
+        id: e.id.clone(),
+        ide_name: l.ide_name.clone(),
+        family: e.family,
+        lockfile: l.path.clone(),
+        port: l.port,
+        pid: l.pid,
+        workspace_folders: l.workspace_folders.clone(),
+        state: link.state,
+        rtt_ms: link
+            .rtt
+            .map(|d| (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
+        connected_since: link.connected_since.map(unix),
+        restarts: e.restarts,
+        previous_port: e.previous_port,
+        previous_pid: e.previous_pid,
+        tools: e.tool_names().unwrap_or_default(),
+        sessions: sessions
+            .iter()
+            .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
+            .count(),
+        no_token: l.auth_token.is_none(),
+        state_reason: (link.state == LinkState::Taken)
+            .then_some(link.reason)
+            .flatten(),
+    }
+}
+
+/// One session's entry, with its calls in flight on any of `editors` (diffs first, then the
+/// oldest first).
+fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> SessionStatus {
+    let mut in_flight: Vec<(bool, InFlight)> = Vec::new();
+    for e in editors {
+        for (diff, method, tool, age) in e.calls_of(s.id) {
+            in_flight.push((
+                diff,
+                InFlight {
+                    method,
+                    tool,
+                    age_s: age.as_secs(),
+                },
+            ));
+        }
+    }
+    in_flight.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.age_s.cmp(&a.1.age_s)));
+    let editor = s.editor_id();
+    let bridged = editor
+        .as_deref()
+        .and_then(|id| reg.editor(id).map(|e| e.family != s.dialect))
+        .unwrap_or(false);
+    SessionStatus {
+        id: s.id,
+        door: s.door,
+        cwd: s.cwd_raw.clone(),
+        key: s.key.clone(),
+        editor: editor.map(|e| e.to_string()),
+        since: unix(s.since),
+        dialect: s.dialect,
+        bridged,
+        remote: s.remote.as_ref().map(|(n, _)| n.clone()),
+        host_cwd: s.remote.as_ref().map(|_| s.cwd.display().to_string()),
+        in_flight: in_flight.into_iter().map(|(_, v)| v).collect(),
+        client: s.client.clone(),
     }
 }
 
@@ -423,73 +431,7 @@ pub fn render(status: &Status, now: u64) -> String {
     if status.editors.is_empty() {
         out.push_str("\nNo editors found. Start an editor with pi-ide or Claude Code integration; its lockfile appears in ~/.pi/ide or ~/.claude/ide.\n");
     } else {
-        let rows: Vec<[String; 10]> = status
-            .editors
-            .iter()
-            .map(|e| {
-                let ws = e.workspace_folders.join(", ");
-                [
-                    e.id.clone(),
-                    e.family.to_string(),
-                    e.port.to_string(),
-                    e.pid.to_string(),
-                    json_name(&e.state),
-                    e.rtt_ms
-                        .map(|r| format!("{r:.1}ms"))
-                        .unwrap_or_else(|| "-".into()),
-                    e.connected_since
-                        .map(|t| age(now.saturating_sub(t)))
-                        .unwrap_or_else(|| "-".into()),
-                    e.restarts.to_string(),
-                    e.sessions.to_string(),
-                    if ws.is_empty() { "-".into() } else { ws },
-                ]
-            })
-            .collect();
-        let header = [
-            "EDITOR",
-            "FAMILY",
-            "PORT",
-            "PID",
-            "STATE",
-            "RTT",
-            "UP",
-            "RESTARTS",
-            "SESSIONS",
-            "WORKSPACE",
-        ];
-        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-        for r in &rows {
-            for (i, c) in r.iter().enumerate() {
-                widths[i] = widths[i].max(c.chars().count());
-            }
-        }
-        let line = |cells: &[String]| {
-            let mut l = String::new();
-            for (i, c) in cells.iter().enumerate() {
-                if i + 1 == cells.len() {
-                    l.push_str(c);
-                } else {
-                    let _ = write!(l, "{c:<w$}  ", w = widths[i]);
-                }
-            }
-            l.trim_end().to_string()
-        };
-        out.push('\n');
-        out.push_str(&line(&header.map(String::from)));
-        out.push('\n');
-        for (r, e) in rows.iter().zip(&status.editors) {
-            out.push_str(&line(r));
-            out.push('\n');
-            out.push_str(&editor_notes(e));
-            for sess in status
-                .sessions
-                .iter()
-                .filter(|x| x.editor.as_deref() == Some(e.id.as_str()))
-            {
-                out.push_str(&session_line(sess, now));
-            }
-        }
+        out.push_str(&editor_table(status, now));
     }
     let loose: Vec<&SessionStatus> = status
         .sessions
@@ -516,6 +458,77 @@ pub fn render(status: &Status, now: u64) -> String {
         }
     }
     out
+}
+
+/// The editors as a table, each row followed by its notes and its sessions' lines.
+fn editor_table(status: &Status, now: u64) -> String {
+    const HEADER: [&str; 10] = [
+        "EDITOR",
+        "FAMILY",
+        "PORT",
+        "PID",
+        "STATE",
+        "RTT",
+        "UP",
+        "RESTARTS",
+        "SESSIONS",
+        "WORKSPACE",
+    ];
+    let rows: Vec<[String; 10]> = status.editors.iter().map(|e| editor_row(e, now)).collect();
+    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<w$}  ", w = widths[i]);
+            }
+        }
+        l.trim_end().to_string()
+    };
+    let mut out = String::from("\n");
+    out.push_str(&line(&HEADER.map(String::from)));
+    out.push('\n');
+    for (r, e) in rows.iter().zip(&status.editors) {
+        out.push_str(&line(r));
+        out.push('\n');
+        out.push_str(&editor_notes(e));
+        for sess in status
+            .sessions
+            .iter()
+            .filter(|x| x.editor.as_deref() == Some(e.id.as_str()))
+        {
+            out.push_str(&session_line(sess, now));
+        }
+    }
+    out
+}
+
+/// One editor's cells, in the table's column order.
+fn editor_row(e: &EditorStatus, now: u64) -> [String; 10] {
+    let ws = e.workspace_folders.join(", ");
+    [
+        e.id.clone(),
+        e.family.to_string(),
+        e.port.to_string(),
+        e.pid.to_string(),
+        json_name(&e.state),
+        e.rtt_ms
+            .map(|r| format!("{r:.1}ms"))
+            .unwrap_or_else(|| "-".into()),
+        e.connected_since
+            .map(|t| age(now.saturating_sub(t)))
+            .unwrap_or_else(|| "-".into()),
+        e.restarts.to_string(),
+        e.sessions.to_string(),
+        if ws.is_empty() { "-".into() } else { ws },
+    ]
 }
 
 /// The lines under an editor's row that say what its columns cannot.
