@@ -871,187 +871,291 @@ fn frame_str<'a>(frame: &Frame<'a>) -> Option<&'a str> {
 
 /// The live link: this loop reads every frame, writes what senders had to queue (see
 /// `linkout`), pings on the health interval and marks the link unhealthy (then drops it) when
-/// pongs stop.
+/// pongs stop. Each wake-up is handled by a named step of [`Live`]; the loop only says which
+/// wake-up came, in the order that keeps the invariants below.
 async fn run_link(
     editor: &Arc<Editor>,
     host: &dyn LinkHost,
     link: Dialled,
     config: &Config,
 ) -> LinkEnd {
-    let Dialled {
-        mut reader,
-        writer,
-        quick_ack,
-        client_port: _,
-    } = link;
-    editor.out.install(LinkOut::new(writer, OUTBOUND_QUEUE));
-    // Ready only now that requests can be queued: a session attached on this news must be
-    // able to send at once.
+    let (mut live, mut reader, quick_ack) = Live::start(editor, host, link, config);
+    // Made once and reset only when the wake time moves (a new timer or token registration
+    // per frame would cost a timer-wheel insert and removal per call), and polled only once
+    // they have woken the task (`WhenWoken`): the link is cancelled once in its life, and a
+    // turn for an answer does not poll the timer.
+    let cancelled = editor.cancel.cancelled();
+    tokio::pin!(cancelled);
+    let mut cancelled = crate::woken::WhenWoken::new(cancelled);
+    let deadline_added = editor.deadline_added.notified();
+    tokio::pin!(deadline_added);
+    let sleep = tokio::time::sleep_until(live.health.next_wake());
+    tokio::pin!(sleep);
+    let mut sleep = crate::woken::WhenWoken::new(sleep);
+    let end = loop {
+        if let Some(end) = live.drained() {
+            break end;
+        }
+        live.rearm(&mut sleep);
+        // Biased, in this order: the cancellation and the timer first, so a flood of frames
+        // cannot starve the health checks and the deadline sweep (tokio's budget stops the
+        // stream once per turn); then the editor's frames before the other wake-ups, so a
+        // wake-up for an answer checks only two flags first. No branch writes: frames go out
+        // through `editor.out` (`linkout`) alone.
+        let step = tokio::select! {
+            biased;
+            _ = &mut cancelled, if live.draining.is_none() => live.start_draining(),
+            _ = &mut sleep => live.on_tick(),
+            frame = reader.next() => live.on_frame(frame),
+            // A short tool with an earlier deadline than we sleep to.
+            _ = &mut deadline_added => {
+                deadline_added.set(editor.deadline_added.notified());
+                Step::Rewake
+            }
+            // Frames queued while the socket was full (or sent before this task first ran).
+            why = std::future::poll_fn(|cx| editor.out.poll_broken(cx)) => {
+                Step::End(LinkEnd::Closed(format!("write failed: {why}")))
+            }
+        };
+        if let Some(end) = live.after(step, &reader, &quick_ack) {
+            break end;
+        }
+    };
+    live.close(&end, &mut reader).await;
+    end
+}
+
+/// Ready only once requests can be queued (a session attached on this news must be able to
+/// send at once); then the registry and the sessions waiting are told.
+fn announce_ready(editor: &Arc<Editor>, host: &dyn LinkHost) {
     editor.set_state(LinkState::Ready);
     tracing::info!(editor = %editor.id, port = editor.lockfile().port, restarts = editor.restarts, "editor ready");
     host.state_changed();
     host.editor_ready(editor);
     taken::announce_back(editor, host);
-    // Settings re-read on every tick, so a reloaded config reaches live links.
-    let mut health = Health::new(config.health.clone(), tokio::time::Instant::now());
-    // Once cancelled, the link stays up (bounded) until the editor has answered the requests
-    // the broker sent on its own behalf (close_tab for orphaned diffs): closing at once would
-    // reset the connection and the editor could lose those frames unread.
-    let mut draining: Option<tokio::time::Instant> = None;
-    // The close frame owed to the editor when the link ends (RFC 6455 §5.5.1, §7.4): its own
-    // Close echoed, or the code of the framing rule it broke.
-    let mut owed_close: Option<u16> = None;
-    // Made once and reset only when the wake time moves: a new timer (or a new registration
-    // with the token) per frame would cost a timer-wheel insert and removal per call.
-    let cancelled = editor.cancel.cancelled();
-    tokio::pin!(cancelled);
-    // Polled only once it has woken the task: the link is cancelled once in its life.
-    let mut cancelled = crate::woken::WhenWoken::new(cancelled);
-    let deadline_added = editor.deadline_added.notified();
-    tokio::pin!(deadline_added);
-    let sleep = tokio::time::sleep_until(health.next_wake());
-    tokio::pin!(sleep);
-    // Polled only once due or reset: a turn for an answer does not poll the timer.
-    let mut sleep = crate::woken::WhenWoken::new(sleep);
-    // The wake time is worked out again only after what it depends on may have changed (the
-    // health checks, the earliest deadline, the drain), not on every turn.
-    let mut rewake = true;
-    let end = loop {
-        if let Some(until) = draining {
-            let owed = editor
-                .pending
-                .iter()
-                .any(|p| matches!(p.owner, Owner::Discard));
-            if !owed || tokio::time::Instant::now() >= until {
-                break LinkEnd::Cancelled;
-            }
-        }
-        if std::mem::take(&mut rewake) {
-            let mut wake = health.next_wake();
-            if let Some(at) = editor.next_deadline() {
-                wake = wake.min(at);
-            }
-            if let Some(until) = draining {
-                wake = wake.min(until);
-            }
+}
+
+/// What a wake-up of the live link asks of its loop.
+enum Step {
+    /// Nothing more.
+    Go,
+    /// The wake time may have moved: work it out again.
+    Rewake,
+    /// A data frame was handled (an ACK may be owed).
+    Answered,
+    /// The link ends.
+    End(LinkEnd),
+}
+
+/// The live link's state between wake-ups.
+struct Live<'a> {
+    editor: &'a Arc<Editor>,
+    host: &'a dyn LinkHost,
+    /// Pings, pongs and the verdicts they lead to; settings re-read on every tick, so a
+    /// reloaded config reaches live links.
+    health: Health,
+    /// Once cancelled, the link stays up (bounded) until the editor has answered the requests
+    /// the broker sent on its own behalf (close_tab for orphaned diffs): closing at once would
+    /// reset the connection and the editor could lose those frames unread.
+    draining: Option<tokio::time::Instant>,
+    /// The close frame owed to the editor when the link ends (RFC 6455 §5.5.1, §7.4): its own
+    /// Close echoed, or the code of the framing rule it broke.
+    owed_close: Option<u16>,
+    /// The wake time is worked out again only after what it depends on may have changed (the
+    /// health checks, the earliest deadline, the drain), not on every turn.
+    rewake: bool,
+}
+
+impl<'a> Live<'a> {
+    /// The link goes live: its writer installed (senders may queue from now on), the editor
+    /// announced ready; the reader and the ACK handle are the loop's.
+    fn start(
+        editor: &'a Arc<Editor>,
+        host: &'a dyn LinkHost,
+        link: Dialled,
+        config: &Config,
+    ) -> (Self, LinkReader, crate::quickack::QuickAck) {
+        let Dialled {
+            reader,
+            writer,
+            quick_ack,
+            client_port: _,
+        } = link;
+        editor.out.install(LinkOut::new(writer, OUTBOUND_QUEUE));
+        announce_ready(editor, host);
+        let live = Live {
+            editor,
+            host,
+            health: Health::new(config.health.clone(), tokio::time::Instant::now()),
+            draining: None,
+            owed_close: None,
+            rewake: true,
+        };
+        (live, reader, quick_ack)
+    }
+
+    /// The timer reset to [`Live::next_wake`], when that may have moved.
+    fn rearm(
+        &mut self,
+        sleep: &mut crate::woken::WhenWoken<std::pin::Pin<&mut tokio::time::Sleep>>,
+    ) {
+        if std::mem::take(&mut self.rewake) {
+            let wake = self.next_wake();
             if sleep.inner().deadline() != wake {
                 sleep.inner_mut().as_mut().reset(wake);
             }
         }
-        tokio::select! {
-            biased;
-            _ = &mut cancelled, if draining.is_none() => {
-                draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
-                rewake = true;
-            }
-            _ = &mut sleep => {
-                rewake = true;
-                let now = tokio::time::Instant::now();
-                editor.expire_deadlines(now);
-                health.set_settings(host.config().health.clone());
-                let mut dropped = None;
-                for action in health.on_tick(now) {
-                    match action {
-                        HealthAction::Ping(payload) => {
-                            if editor.send_frame(Out::Ping(payload.to_vec())).is_err() {
-                                tracing::debug!("ping not sent: the link's queue is full");
-                            }
-                        }
-                        HealthAction::Unhealthy => {
-                            editor.set_state(LinkState::Unhealthy);
-                            host.state_changed();
-                            tracing::warn!(editor = %editor.id, "editor unhealthy: no pong");
-                        }
-                        HealthAction::Drop(why) => dropped = Some(why),
-                    }
-                }
-                if let Some(why) = dropped {
-                    break LinkEnd::Closed(why);
-                }
-            }
-            // The editor's frames before the other wake-ups: a wake-up for an answer then checks
-            // only the cancellation's and the timer's flags (both `WhenWoken`) before handling
-            // it. The timer goes first so a flood of frames cannot starve the health checks and
-            // the deadline sweep (tokio's budget stops the stream, and the timer with it, once
-            // per turn; whatever comes first in the next turn wins).
-            frame = reader.next() => {
-                let frame = match frame {
-                    Ok(Some(f)) => f,
-                    Ok(None) => break LinkEnd::EditorClosed("connection closed".into()),
-                    Err(e) => {
-                        owed_close = e.close_code();
-                        break LinkEnd::Closed(e.to_string());
-                    }
-                };
-                match frame {
-                    Frame::Pong(p) => {
-                        rewake = true;
-                        let pong = health.on_pong(p, tokio::time::Instant::now());
-                        if let Some(rtt) = pong.rtt {
-                            let first = lock(&editor.link).rtt.replace(rtt).is_none();
-                            if first {
-                                host.state_changed();
-                            }
-                        }
-                        if pong.recovered {
-                            editor.set_state(LinkState::Ready);
-                            host.state_changed();
-                            tracing::info!(editor = %editor.id, "editor healthy again");
-                        }
-                    }
-                    Frame::Ping(p) => {
-                        if editor.send_frame(Out::Pong(p.to_vec())).is_err() {
-                            tracing::debug!("pong not sent: the link's queue is full");
-                        }
-                    }
-                    Frame::Close(c) => {
-                        owed_close = Some(c.unwrap_or(1000));
-                        break LinkEnd::EditorClosed(format!("closed by editor ({})", c.map_or_else(|| "no code".into(), |c| c.to_string())));
-                    }
-                    other => {
-                        // Read in place: the answer's bytes are copied once, into the
-                        // session's frame.
-                        if let Some(text) = frame_str(&other) {
-                            handle_editor_frame(editor, host, text);
-                        }
-                        // More answers owed: the editor may be holding the next one (Nagle)
-                        // until what it sent is acknowledged. One ACK covers everything read,
-                        // so it is sent once the frames already read are handled.
-                        if !reader.more_buffered() && !editor.pending.is_empty() {
-                            quick_ack.now();
-                        }
-                    }
-                }
-            }
-            // A short tool with an earlier deadline than we sleep to.
-            _ = &mut deadline_added => {
-                rewake = true;
-                deadline_added.set(editor.deadline_added.notified());
-            }
-            // Frames queued while the socket was full (or sent before this task first ran).
-            why = std::future::poll_fn(|cx| editor.out.poll_broken(cx)) => {
-                break LinkEnd::Closed(format!("write failed: {why}"));
-            }
-        }
-    };
-    let out = editor.out.take();
-    match (&end, out, owed_close) {
-        (LinkEnd::Cancelled, Some(out), _) => {
-            // Let queued frames (e.g. close_tab on shutdown) reach the editor first, then close.
-            out.finish(Duration::from_secs(1)).await;
-        }
-        (LinkEnd::Closed(_) | LinkEnd::EditorClosed(_), Some(mut out), Some(code)) => {
-            // The closing handshake, bounded: our Close, then the editor's end of the stream.
-            let _ = out.send(Out::Close(code));
-            out.finish(CLOSE_WAIT).await;
-            let _ = tokio::time::timeout(CLOSE_WAIT, async {
-                while let Ok(Some(_)) = reader.next().await {}
-            })
-            .await;
-        }
-        _ => {}
     }
-    end
+
+    /// What the loop does after a step: the end of the link, if it ends.
+    fn after(
+        &mut self,
+        step: Step,
+        reader: &LinkReader,
+        quick_ack: &crate::quickack::QuickAck,
+    ) -> Option<LinkEnd> {
+        match step {
+            Step::Go => {}
+            Step::Rewake => self.rewake = true,
+            // More answers owed: the editor may be holding the next one (Nagle) until what it
+            // sent is acknowledged. One ACK covers everything read, so it is sent once the
+            // frames already read are handled.
+            Step::Answered => {
+                if !reader.more_buffered() && !self.editor.pending.is_empty() {
+                    quick_ack.now();
+                }
+            }
+            Step::End(end) => return Some(end),
+        }
+        None
+    }
+
+    /// The end of a drain: nothing owed any more, or its time is up.
+    fn drained(&self) -> Option<LinkEnd> {
+        let until = self.draining?;
+        let owed = self
+            .editor
+            .pending
+            .iter()
+            .any(|p| matches!(p.owner, Owner::Discard));
+        (!owed || tokio::time::Instant::now() >= until).then_some(LinkEnd::Cancelled)
+    }
+
+    /// The earliest of the health checks, the first short-tool deadline and the drain's end.
+    fn next_wake(&self) -> tokio::time::Instant {
+        let mut wake = self.health.next_wake();
+        if let Some(at) = self.editor.next_deadline() {
+            wake = wake.min(at);
+        }
+        if let Some(until) = self.draining {
+            wake = wake.min(until);
+        }
+        wake
+    }
+
+    fn start_draining(&mut self) -> Step {
+        self.draining = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        Step::Rewake
+    }
+
+    /// The timer: expired deadlines answered, then the health checks' actions.
+    fn on_tick(&mut self) -> Step {
+        let now = tokio::time::Instant::now();
+        self.editor.expire_deadlines(now);
+        self.health.set_settings(self.host.config().health.clone());
+        let mut dropped = None;
+        for action in self.health.on_tick(now) {
+            match action {
+                HealthAction::Ping(payload) => {
+                    if self.editor.send_frame(Out::Ping(payload.to_vec())).is_err() {
+                        tracing::debug!("ping not sent: the link's queue is full");
+                    }
+                }
+                HealthAction::Unhealthy => {
+                    self.editor.set_state(LinkState::Unhealthy);
+                    self.host.state_changed();
+                    tracing::warn!(editor = %self.editor.id, "editor unhealthy: no pong");
+                }
+                HealthAction::Drop(why) => dropped = Some(why),
+            }
+        }
+        match dropped {
+            Some(why) => Step::End(LinkEnd::Closed(why)),
+            None => Step::Rewake,
+        }
+    }
+
+    /// One frame from the editor (or the end of its stream, or a framing error).
+    fn on_frame(&mut self, frame: Result<Option<Frame<'_>>, crate::wsframe::WsError>) -> Step {
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => return Step::End(LinkEnd::EditorClosed("connection closed".into())),
+            Err(e) => {
+                self.owed_close = e.close_code();
+                return Step::End(LinkEnd::Closed(e.to_string()));
+            }
+        };
+        match frame {
+            Frame::Pong(p) => {
+                self.on_pong(p);
+                return Step::Rewake;
+            }
+            Frame::Ping(p) => {
+                if self.editor.send_frame(Out::Pong(p.to_vec())).is_err() {
+                    tracing::debug!("pong not sent: the link's queue is full");
+                }
+            }
+            Frame::Close(c) => {
+                self.owed_close = Some(c.unwrap_or(1000));
+                let code = c.map_or_else(|| "no code".into(), |c| c.to_string());
+                return Step::End(LinkEnd::EditorClosed(format!("closed by editor ({code})")));
+            }
+            other => {
+                // Read in place: the answer's bytes are copied once, into the session's frame.
+                if let Some(text) = frame_str(&other) {
+                    handle_editor_frame(self.editor, self.host, text);
+                }
+                return Step::Answered;
+            }
+        }
+        Step::Go
+    }
+
+    fn on_pong(&mut self, payload: &[u8]) {
+        let pong = self.health.on_pong(payload, tokio::time::Instant::now());
+        if let Some(rtt) = pong.rtt {
+            let first = lock(&self.editor.link).rtt.replace(rtt).is_none();
+            if first {
+                self.host.state_changed();
+            }
+        }
+        if pong.recovered {
+            self.editor.set_state(LinkState::Ready);
+            self.host.state_changed();
+            tracing::info!(editor = %self.editor.id, "editor healthy again");
+        }
+    }
+
+    /// How the link ends: queued frames let out on a cancel; on a close, the closing
+    /// handshake, bounded (our Close, then the editor's end of the stream).
+    async fn close(&self, end: &LinkEnd, reader: &mut LinkReader) {
+        let out = self.editor.out.take();
+        match (end, out, self.owed_close) {
+            (LinkEnd::Cancelled, Some(out), _) => {
+                // Let queued frames (e.g. close_tab on shutdown) reach the editor first.
+                out.finish(Duration::from_secs(1)).await;
+            }
+            (LinkEnd::Closed(_) | LinkEnd::EditorClosed(_), Some(mut out), Some(code)) => {
+                let _ = out.send(Out::Close(code));
+                out.finish(CLOSE_WAIT).await;
+                let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                    while let Ok(Some(_)) = reader.next().await {}
+                })
+                .await;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// How long a closing link waits for its Close to be written, and then for the editor to

@@ -47,145 +47,207 @@ async fn serve<R>(
 {
     let kill = reg.cancel.child_token();
     let (control, mut ctl_rx) = mpsc::unbounded_channel();
+    let outbox = Outbox::new(id, sink, kill.clone());
+    let session = open(&reg, &intro, id, outbox, control);
+    let mut selection = SelectionFeed::default();
+    // Handshake first: until the client's first request (`initialize`, for an MCP client) has
+    // been answered, attachment notices wait here and the selection replay waits in its watch;
+    // then they follow the answer, in order. A pi-ide client that attaches its message handler
+    // only after the upgrade would otherwise lose them.
+    let mut held: Option<Vec<String>> = Some(skew_notice(&intro, id).into_iter().collect());
+    let mut progress = ProgressClock::new(&reg);
+    // Made once (a fresh future per turn would register with and leave the token each time),
+    // polled only once they have woken the task: a drop comes once, notices seldom.
+    let killed = kill.cancelled();
+    tokio::pin!(killed);
+    let mut killed = crate::woken::WhenWoken::new(killed);
+    let mut controls =
+        crate::woken::WhenWoken::new(std::future::poll_fn(|cx| ctl_rx.poll_recv(cx)));
+    let reason = loop {
+        let wants_progress = progress.arm(&session);
+        // Biased: a drop first; then the client's frames, so a wake-up for a frame polls
+        // nothing else first and a client that writes without pause delays only its own
+        // notices. Writes never wait: a client that stops reading fills its outbox, is dropped.
+        tokio::select! {
+            biased;
+            _ = &mut killed => break "dropped or shutting down",
+            frame = reader.next() => {
+                if let Some(why) = on_frame(&reg, &session, frame, &mut held) {
+                    break why;
+                }
+            }
+            Some(c) = &mut controls => on_control(&reg, &session, c, &mut selection, &mut held),
+            // Frames others had to queue (the socket was full, or this task had not run yet).
+            why = std::future::poll_fn(|cx| session.outbox.poll_write(cx)) => {
+                tracing::info!(session = id, error = %why, "session write failed");
+                break "write failed";
+            }
+            _ = progress.tick.tick(), if wants_progress => keep_alive(&reg, &session),
+            changed = selection.changed(), if held.is_none() => match changed {
+                Some(text) => _ = session.outbox.deliver(session.to_agent(&text)),
+                None => selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e[..]))),
+            },
+        }
+    };
+    drop(controls);
+    close(&reg, &session, &mut ctl_rx, reason).await;
+}
+
+/// The clock of a session's `notifications/progress`: it runs only while a call waits with a
+/// progress token, so a thousand idle sessions cost no wake-ups, and it starts a full period
+/// after such a call arrives.
+struct ProgressClock {
+    tick: tokio::time::Interval,
+    armed: bool,
+}
+
+impl ProgressClock {
+    fn new(reg: &Registry) -> Self {
+        let every = Duration::from_millis(reg.config().timeouts.progress_ms.max(10));
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ProgressClock { tick, armed: false }
+    }
+
+    /// Whether a call of `session` waits with a progress token (the clock restarted when one
+    /// starts waiting).
+    fn arm(&mut self, session: &Session) -> bool {
+        let wants = !lock(&session.progress).is_empty();
+        if wants && !self.armed {
+            self.tick.reset();
+        }
+        self.armed = wants;
+        wants
+    }
+}
+
+/// The session made, registered, given the sticky target it inherits, and placed.
+fn open(
+    reg: &Arc<Registry>,
+    intro: &Intro,
+    id: u64,
+    outbox: Outbox,
+    control: mpsc::UnboundedSender<Control>,
+) -> Arc<Session> {
     let map = intro
         .remote
         .as_deref()
         .and_then(|r| crate::pathmap::PathMap::for_remote(&reg.config().remote, r));
-    let session = Arc::new(Session::new(
-        id,
-        &intro,
-        Outbox::new(id, sink, kill.clone()),
-        control,
-        reg.stamp(),
-        map,
-    ));
+    let session = Arc::new(Session::new(id, intro, outbox, control, reg.stamp(), map));
     tracing::info!(session = id, door = ?intro.door, cwd = %intro.cwd, key = intro.key.as_deref().unwrap_or("-"), "session connected");
     reg.add_session(session.clone());
     if let (Some(key), Some(from)) = (intro.key.as_deref(), intro.inherit.as_deref()) {
         reg.inherit_sticky(key, from);
     }
     reg.place_new_session(&session, intro.editor.as_deref());
+    session
+}
 
-    let mut selection = SelectionFeed::default();
-    // Handshake first: until the client's first request (`initialize`, for an MCP client) has
-    // been answered, attachment notices wait here and the selection replay waits in its watch;
-    // then they follow the answer, in order. A pi-ide client that attaches its message handler
-    // only after the upgrade would otherwise lose them.
-    let mut held: Option<Vec<String>> = Some(Vec::new());
-    // A protocol revision other than ours: told once, first thing after the handshake.
-    if let Some(note) = intro.client.as_ref().and_then(crate::version::skew_notice) {
-        tracing::info!(session = id, notice = %note, "protocol revisions differ");
-        if let Some(h) = held.as_mut() {
-            h.push(jsonrpc::notification(
-                jsonrpc::broker::NOTICE,
-                json!({"level": "warning", "message": note}),
-            ));
-        }
-    }
-    let progress_every = Duration::from_millis(reg.config().timeouts.progress_ms.max(10));
-    let mut progress_tick =
-        tokio::time::interval_at(tokio::time::Instant::now() + progress_every, progress_every);
-    progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Made once: a fresh future per turn would register with (and leave) the token each time.
-    let killed = kill.cancelled();
-    tokio::pin!(killed);
-    // Polled only once it has woken the task: a drop comes once in a session's life.
-    let mut killed = crate::woken::WhenWoken::new(killed);
-    // The same for the registry's notices: they come seldom, and the frames often.
-    let mut controls =
-        crate::woken::WhenWoken::new(std::future::poll_fn(|cx| ctl_rx.poll_recv(cx)));
-    let mut progress_armed = false;
-    let reason = loop {
-        // The progress clock runs only while a call waits with a progress token, so a thousand
-        // idle sessions cost no wake-ups; it starts a full period after such a call arrives.
-        let wants_progress = !lock(&session.progress).is_empty();
-        if wants_progress && !progress_armed {
-            progress_tick.reset();
-        }
-        progress_armed = wants_progress;
-        // Writes never wait: a client that stops reading fills its outbox and is dropped.
-        tokio::select! {
-            biased;
-            _ = &mut killed => break "dropped or shutting down",
-            // The client's frames before the other branches: a wake-up for a frame then polls
-            // nothing else before handling it (the rest are polled once, on the way back to
-            // sleep). A client that writes without pause delays only its own session's notices
-            // and progress; a drop is still seen first.
-            frame = reader.next() => {
-                match frame {
-                    Ok(None) => break "closed by client",
-                    Err(e) => {
-                        tracing::info!(session = id, error = %e, "session connection error");
-                        if let Some(code) = e.close_code() {
-                            session.outbox.close_with(code);
-                        }
-                        break "connection error";
-                    }
-                    Ok(Some(Frame::Text(t))) => {
-                        if on_client_text(&reg, &session, t) {
-                            release(&session, &mut held);
-                        }
-                    }
-                    Ok(Some(Frame::Binary(b))) => match std::str::from_utf8(b) {
-                        Ok(t) => {
-                            if on_client_text(&reg, &session, t) {
-                                release(&session, &mut held);
-                            }
-                        }
-                        Err(_) => {
-                            session.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8"));
-                        }
-                    },
-                    Ok(Some(Frame::Ping(p))) => session.outbox.pong(p),
-                    Ok(Some(Frame::Close(code))) => {
-                        // The closing handshake: the client's code echoed (RFC 6455 §5.5.1).
-                        session.outbox.close_with(code.unwrap_or(1000));
-                        break "closed by client";
-                    }
-                    Ok(Some(Frame::Pong(_))) => {}
-                }
-            }
-            Some(c) = &mut controls => {
-                let note = match c {
-                    Control::Attached(e) => {
-                        selection.follow(subscribe(&reg, &e));
-                        Some(jsonrpc::notification(jsonrpc::broker::ATTACHED, attached_params(&reg, &e)))
-                    }
-                    Control::Detached(r) => {
-                        selection.follow(None);
-                        Some(jsonrpc::notification(jsonrpc::broker::DETACHED, json!({"reason": r})))
-                    }
-                    Control::Rebind => {
-                        selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e[..])));
-                        None
-                    }
-                };
-                match (note, held.as_mut()) {
-                    (Some(n), Some(h)) => h.push(n),
-                    (Some(n), None) => {
-                        session.outbox.deliver(n);
-                    }
-                    (None, _) => {}
-                }
-            }
-            // Frames others had to queue (the socket was full, or this task had not run yet).
-            why = std::future::poll_fn(|cx| session.outbox.poll_write(cx)) => {
-                tracing::info!(session = id, error = %why, "session write failed");
-                break "write failed";
-            }
-            _ = progress_tick.tick(), if wants_progress => keep_alive(&reg, &session),
-            changed = selection.changed(), if held.is_none() => match changed {
-                Some(text) => {
-                    session.outbox.deliver(session.to_agent(&text));
-                }
-                None => selection.follow(session.editor_id().and_then(|e| subscribe(&reg, &e[..]))),
-            },
+/// A protocol revision other than ours: told once, first thing after the handshake.
+fn skew_notice(intro: &Intro, id: u64) -> Option<String> {
+    let note = intro
+        .client
+        .as_ref()
+        .and_then(crate::version::skew_notice)?;
+    tracing::info!(session = id, notice = %note, "protocol revisions differ");
+    Some(jsonrpc::notification(
+        jsonrpc::broker::NOTICE,
+        json!({"level": "warning", "message": note}),
+    ))
+}
+
+/// One frame from the client (or the end of its stream, or a framing error); the reason the
+/// session ends, if it does.
+fn on_frame(
+    reg: &Arc<Registry>,
+    session: &Arc<Session>,
+    frame: Result<Option<Frame<'_>>, crate::wsframe::WsError>,
+    held: &mut Option<Vec<String>>,
+) -> Option<&'static str> {
+    let text = |t: &str, held: &mut Option<Vec<String>>| {
+        if on_client_text(reg, session, t) {
+            release(session, held);
         }
     };
-    drop(controls);
+    match frame {
+        Ok(None) => return Some("closed by client"),
+        Err(e) => {
+            tracing::info!(session = session.id, error = %e, "session connection error");
+            if let Some(code) = e.close_code() {
+                session.outbox.close_with(code);
+            }
+            return Some("connection error");
+        }
+        Ok(Some(Frame::Text(t))) => text(t, held),
+        Ok(Some(Frame::Binary(b))) => match std::str::from_utf8(b) {
+            Ok(t) => text(t, held),
+            Err(_) => {
+                session.outbox.deliver(jsonrpc::error(
+                    &Value::Null,
+                    jsonrpc::PARSE_ERROR,
+                    "Parse error: binary frame is not UTF-8",
+                ));
+            }
+        },
+        Ok(Some(Frame::Ping(p))) => session.outbox.pong(p),
+        Ok(Some(Frame::Close(code))) => {
+            // The closing handshake: the client's code echoed (RFC 6455 §5.5.1).
+            session.outbox.close_with(code.unwrap_or(1000));
+            return Some("closed by client");
+        }
+        Ok(Some(Frame::Pong(_))) => {}
+    }
+    None
+}
+
+/// A notice from the registry: the session's editor changed (the selection feed follows it)
+/// and the agent is told, after the handshake if it is not done yet.
+fn on_control(
+    reg: &Arc<Registry>,
+    session: &Arc<Session>,
+    c: Control,
+    selection: &mut SelectionFeed,
+    held: &mut Option<Vec<String>>,
+) {
+    let note = match c {
+        Control::Attached(e) => {
+            selection.follow(subscribe(reg, &e));
+            Some(jsonrpc::notification(
+                jsonrpc::broker::ATTACHED,
+                attached_params(reg, &e),
+            ))
+        }
+        Control::Detached(r) => {
+            selection.follow(None);
+            Some(jsonrpc::notification(
+                jsonrpc::broker::DETACHED,
+                json!({"reason": r}),
+            ))
+        }
+        Control::Rebind => {
+            selection.follow(session.editor_id().and_then(|e| subscribe(reg, &e[..])));
+            None
+        }
+    };
+    match (note, held.as_mut()) {
+        (Some(n), Some(h)) => h.push(n),
+        (Some(n), None) => {
+            session.outbox.deliver(n);
+        }
+        (None, _) => {}
+    }
+}
+
+/// The session's end: what is still queued (a DIFF_REJECTED on shutdown, a detach notice)
+/// gets a bounded last chance to reach the client, then the registry forgets it.
+async fn close(
+    reg: &Arc<Registry>,
+    session: &Arc<Session>,
+    ctl_rx: &mut mpsc::UnboundedReceiver<Control>,
+    reason: &str,
+) {
+    let id = session.id;
     tracing::debug!(session = id, reason, "session loop ended; flushing");
-    // Whatever is still queued (a DIFF_REJECTED on shutdown, a detach notice) gets a bounded
-    // last chance to reach the client.
     while let Ok(c) = ctl_rx.try_recv() {
         if let Control::Detached(r) = c {
             session.outbox.deliver(jsonrpc::notification(
@@ -198,7 +260,7 @@ async fn serve<R>(
         out.finish(Duration::from_secs(1)).await;
     }
     tracing::debug!(session = id, "flushed");
-    reg.end_session(&session);
+    reg.end_session(session);
     tracing::info!(session = id, reason, "session closed");
 }
 
