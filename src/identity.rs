@@ -234,38 +234,10 @@ impl Book {
     ) -> Resolution {
         let mut out = Resolution::default();
         // 1. Live records of a lineage that has newcomers: is their process still there?
-        let lineages: Vec<&Lineage> = arrivals.iter().map(|a| &a.lineage).collect();
-        for (id, r) in self.records.iter_mut() {
-            if r.lost_at.is_none() && lineages.contains(&&r.lineage) && !alive(&r.process) {
-                let revived = arrivals
-                    .iter()
-                    .any(|a| a.lineage.family == r.lineage.family && a.process.same_as(&r.process));
-                if !revived {
-                    r.lost_at = Some(now);
-                    out.died.push(id.clone());
-                }
-            }
-        }
+        self.mark_dead(arrivals, alive, now, &mut out);
         // 2. Known processes keep their id, whatever else happened.
-        let mut assigned: Vec<Option<Assigned>> = arrivals
-            .iter()
-            .map(|a| {
-                let (id, r) = self.records.iter_mut().find(|(_, r)| {
-                    r.lineage.family == a.lineage.family && r.process.same_as(&a.process)
-                })?;
-                r.lost_at = None;
-                r.process = a.process;
-                r.lineage = a.lineage.clone();
-                Some(Assigned {
-                    process: a.process,
-                    id: id.clone(),
-                    verdict: Verdict::Same,
-                    restarts: r.restarts,
-                    previous_pid: r.previous_pid,
-                    previous_port: r.previous_port,
-                })
-            })
-            .collect();
+        let mut assigned: Vec<Option<Assigned>> =
+            arrivals.iter().map(|a| self.keep_known(a)).collect();
         // 3. Newcomers, one lineage at a time (order-independent: grouped, then by process).
         let mut groups: BTreeMap<&Lineage, Vec<usize>> = BTreeMap::new();
         for (i, a) in arrivals.iter().enumerate() {
@@ -280,84 +252,12 @@ impl Book {
             });
             // One server announced twice in a batch gets one id (filled in below).
             newcomers.dedup_by_key(|&mut i| (arrivals[i].process.pid, arrivals[i].process.port));
-            let mut preds: Vec<(u64, String)> = self
-                .records
-                .iter()
-                .filter(|(_, r)| &r.lineage == lineage)
-                .filter_map(|(id, r)| r.lost_at.map(|t| (t, id.clone())))
-                .collect();
-            preds.sort_by(|a, b| b.cmp(a));
-            let heir = match (newcomers.as_slice(), preds.as_slice()) {
-                (_, []) => None,
-                ([_one], [(t0, id), rest @ ..]) if rest.first().is_none_or(|(t1, _)| t1 < t0) => {
-                    Some(id.clone())
-                }
-                _ => {
-                    // Several newcomers for a predecessor, or predecessors lost at the same
-                    // instant: any choice would be a guess.
-                    for (_, id) in &preds {
-                        self.records.remove(id);
-                        out.dropped.push(id.clone());
-                    }
-                    None
-                }
-            };
+            let heir = self.heir(lineage, newcomers.len(), &mut out);
             for &i in &newcomers {
-                let a = &arrivals[i];
-                let (id, verdict) = match heir.clone() {
-                    Some(id) => {
-                        let r = self.records.get_mut(&id);
-                        let (pid, port, restarts) = r
-                            .as_ref()
-                            .map(|r| (r.process.pid, r.process.port, r.restarts))
-                            .unwrap_or((0, 0, 0));
-                        self.records.insert(
-                            id.clone(),
-                            Record {
-                                lineage: a.lineage.clone(),
-                                process: a.process,
-                                previous_pid: Some(pid),
-                                previous_port: Some(port),
-                                restarts: restarts + 1,
-                                lost_at: None,
-                            },
-                        );
-                        (
-                            id,
-                            Verdict::Successor {
-                                previous_pid: pid,
-                                previous_port: port,
-                            },
-                        )
-                    }
-                    None => {
-                        let id = self.fresh_id(&a.lineage, &out.dropped);
-                        self.records.insert(
-                            id.clone(),
-                            Record {
-                                lineage: a.lineage.clone(),
-                                process: a.process,
-                                previous_pid: None,
-                                previous_port: None,
-                                restarts: 0,
-                                lost_at: None,
-                            },
-                        );
-                        (id, Verdict::New)
-                    }
-                };
-                let r = self.records.get(&id);
-                assigned[i] = Some(Assigned {
-                    process: a.process,
-                    restarts: r.map(|r| r.restarts).unwrap_or(0),
-                    previous_pid: r.and_then(|r| r.previous_pid),
-                    previous_port: r.and_then(|r| r.previous_port),
-                    id,
-                    verdict,
-                });
+                assigned[i] = Some(self.assign(&arrivals[i], heir.clone(), &out.dropped));
             }
         }
-        // A duplicate arrival of one process (same pid twice in a batch) shares its id.
+        // 4. A duplicate arrival of one process (same pid twice in a batch) shares its id.
         for i in 0..arrivals.len() {
             if assigned[i].is_none() {
                 let p = arrivals[i].process;
@@ -369,6 +269,118 @@ impl Book {
         }
         out.assigned = assigned.into_iter().flatten().collect();
         out
+    }
+
+    /// Step 1: a live record whose lineage has newcomers and whose process is gone (and not
+    /// among the arrivals) is lost from `now`.
+    fn mark_dead(
+        &mut self,
+        arrivals: &[Arrival],
+        alive: &dyn Fn(&Process) -> bool,
+        now: u64,
+        out: &mut Resolution,
+    ) {
+        let lineages: Vec<&Lineage> = arrivals.iter().map(|a| &a.lineage).collect();
+        for (id, r) in self.records.iter_mut() {
+            if r.lost_at.is_none() && lineages.contains(&&r.lineage) && !alive(&r.process) {
+                let revived = arrivals
+                    .iter()
+                    .any(|a| a.lineage.family == r.lineage.family && a.process.same_as(&r.process));
+                if !revived {
+                    r.lost_at = Some(now);
+                    out.died.push(id.clone());
+                }
+            }
+        }
+    }
+
+    /// Step 2: an arrival of a process a record knows keeps that record's id (found again).
+    fn keep_known(&mut self, a: &Arrival) -> Option<Assigned> {
+        let (id, r) = self
+            .records
+            .iter_mut()
+            .find(|(_, r)| r.lineage.family == a.lineage.family && r.process.same_as(&a.process))?;
+        r.lost_at = None;
+        r.process = a.process;
+        r.lineage = a.lineage.clone();
+        Some(Assigned {
+            process: a.process,
+            id: id.clone(),
+            verdict: Verdict::Same,
+            restarts: r.restarts,
+            previous_pid: r.previous_pid,
+            previous_port: r.previous_port,
+        })
+    }
+
+    /// The id `newcomers` new processes of `lineage` inherit: the one lost record, lost last,
+    /// when there is exactly one newcomer for it. Several newcomers for a predecessor, or
+    /// predecessors lost at the same instant, would make any choice a guess: those records
+    /// are dropped and nobody inherits.
+    fn heir(
+        &mut self,
+        lineage: &Lineage,
+        newcomers: usize,
+        out: &mut Resolution,
+    ) -> Option<String> {
+        let mut preds: Vec<(u64, String)> = self
+            .records
+            .iter()
+            .filter(|(_, r)| &r.lineage == lineage)
+            .filter_map(|(id, r)| r.lost_at.map(|t| (t, id.clone())))
+            .collect();
+        preds.sort_by(|a, b| b.cmp(a));
+        match (newcomers, preds.as_slice()) {
+            (_, []) => None,
+            (1, [(t0, id), rest @ ..]) if rest.first().is_none_or(|(t1, _)| t1 < t0) => {
+                Some(id.clone())
+            }
+            _ => {
+                for (_, id) in &preds {
+                    self.records.remove(id);
+                    out.dropped.push(id.clone());
+                }
+                None
+            }
+        }
+    }
+
+    /// A newcomer's record: the heir's id, as its successor (restarts counted), or a fresh id.
+    fn assign(&mut self, a: &Arrival, heir: Option<String>, dropped: &[String]) -> Assigned {
+        let (id, verdict, previous, restarts) = match heir {
+            Some(id) => {
+                let (pid, port, restarts) = self
+                    .records
+                    .get(&id)
+                    .map(|r| (r.process.pid, r.process.port, r.restarts))
+                    .unwrap_or((0, 0, 0));
+                let verdict = Verdict::Successor {
+                    previous_pid: pid,
+                    previous_port: port,
+                };
+                (id, verdict, Some((pid, port)), restarts + 1)
+            }
+            None => (self.fresh_id(&a.lineage, dropped), Verdict::New, None, 0),
+        };
+        self.records.insert(
+            id.clone(),
+            Record {
+                lineage: a.lineage.clone(),
+                process: a.process,
+                previous_pid: previous.map(|p| p.0),
+                previous_port: previous.map(|p| p.1),
+                restarts,
+                lost_at: None,
+            },
+        );
+        Assigned {
+            process: a.process,
+            restarts,
+            previous_pid: previous.map(|p| p.0),
+            previous_port: previous.map(|p| p.1),
+            id,
+            verdict,
+        }
     }
 
     /// The first of `base`, `base-2`, `base-3`… that no record (live or lost) holds and

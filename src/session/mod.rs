@@ -390,102 +390,138 @@ fn release(s: &Session, held: &mut Option<Vec<String>>) {
 /// multi-megabyte `openDiff` included). `false` when the slow path must handle it (anything
 /// unusual: it validates, bridges, maps and answers errors).
 fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) -> bool {
-    use crate::jsonscan::{members, members_in, plain_str, plain_u64};
-    // One pass: the call's members, and the members of its params.
-    let Some(([Some(jsonrpc), Some(method), Some(id_text), Some(raw_params)], Some(params))) =
-        members_in(
-            text,
-            ["jsonrpc", "method", "id", "params"],
-            3,
-            ["name", "arguments", "_meta"],
-        )
-    else {
+    let Some(call) = FastCall::read(text) else {
         return false;
     };
-    if jsonrpc != "\"2.0\""
-        || method != "\"tools/call\""
-        || !(id_text.starts_with('"')
-            || id_text.starts_with(|c: char| c == '-' || c.is_ascii_digit()))
-        || s.map().is_some()
-    {
-        return false;
-    }
-    let [Some(name), Some(arguments), meta] = params else {
-        return false;
-    };
-    let Some(tool) = plain_str(name) else {
-        return false;
-    };
-    if !arguments.starts_with('{') {
+    if s.map().is_some() {
         return false;
     }
     let Some(editor) = current_editor(reg, s) else {
         return false;
     };
     if editor.family != s.dialect
-        || (editor.family == Family::Claude && matches!(tool, "openDiff" | "close_tab"))
+        || (editor.family == Family::Claude && matches!(call.tool, "openDiff" | "close_tab"))
     {
         return false;
     }
-    let tab_name = if tool == "openDiff" {
-        match members(arguments, ["tab_name"]).and_then(|[t]| plain_str(t?)) {
-            Some(t) => Some(t.to_string()),
-            None => return false,
-        }
-    } else {
-        None
-    };
-    // The common ids without a parser: a plain string, or a plain integer (kept without an
-    // allocation).
-    let parse_id = || match (plain_str(id_text), plain_u64(id_text)) {
-        (Some(text), _) => Some(ClientId::Json(Value::String(text.to_string()))),
-        (_, Some(n)) => Some(ClientId::Plain(n)),
-        _ => serde_json::from_str::<Value>(id_text)
-            .ok()
-            .map(ClientId::Json),
-    };
-    let Some(id) = parse_id() else {
+    let (Some(tab_name), Some(id)) = (call.tab_name(), call.id()) else {
         return false;
     };
     s.touch(reg.stamp());
     // The id moves into the pending entry; the rare refusal below reads it again.
+    let label = Some(crate::family::tool_label(call.tool));
     let pending = call_pending(
         reg,
         s,
         id,
         "tools/call".into(),
-        Some(crate::family::tool_label(tool)),
+        label,
         tab_name.clone(),
         None,
     );
-    let sent = editor.send_built(
-        |uid| {
-            // Allocated once at its exact size: a `String` whose length is its capacity
-            // becomes the frame's bytes without another allocation.
-            const HEAD: &str = "{\"jsonrpc\":\"2.0\",\"id\":";
-            const MID: &str = ",\"method\":\"tools/call\",\"params\":";
-            let mut digits = itoa::Buffer::new();
-            let uid = digits.format(uid);
-            let len = HEAD.len() + uid.len() + MID.len() + raw_params.len() + 1;
-            let mut out = String::with_capacity(len);
-            out.push_str(HEAD);
-            out.push_str(uid);
-            out.push_str(MID);
-            out.push_str(raw_params);
-            out.push('}');
-            debug_assert_eq!(out.len(), len);
-            out
-        },
-        pending,
+    let sent = editor.send_built(|uid| call_frame(uid, call.raw_params), pending);
+    settle_call(
+        s,
+        &editor,
+        sent,
+        call.progress_token(),
+        tab_name.as_deref(),
+        || call.id().map_or(Value::Null, ClientId::into_value),
     );
-    let token = meta
-        .and_then(|m| members(m, ["progressToken"]))
-        .and_then(|[t]| serde_json::from_str::<Value>(t?).ok())
-        .filter(is_progress_token);
-    settle_call(s, &editor, sent, token, tab_name.as_deref(), || {
-        parse_id().map_or(Value::Null, ClientId::into_value)
-    });
     true
+}
+
+/// A `tools/call` read in one borrowed pass, well-formed enough for the hot path: JSON-RPC 2.0,
+/// an id that is a string or a number, a plain tool name and an object of arguments.
+struct FastCall<'t> {
+    id_text: &'t str,
+    raw_params: &'t str,
+    tool: &'t str,
+    arguments: &'t str,
+    meta: Option<&'t str>,
+}
+
+impl<'t> FastCall<'t> {
+    fn read(text: &'t str) -> Option<Self> {
+        use crate::jsonscan::{members_in, plain_str};
+        // One pass: the call's members, and the members of its params.
+        let ([Some(jsonrpc), Some(method), Some(id_text), Some(raw_params)], Some(params)) =
+            members_in(
+                text,
+                ["jsonrpc", "method", "id", "params"],
+                3,
+                ["name", "arguments", "_meta"],
+            )?
+        else {
+            return None;
+        };
+        let id_ok = id_text.starts_with('"')
+            || id_text.starts_with(|c: char| c == '-' || c.is_ascii_digit());
+        if jsonrpc != "\"2.0\"" || method != "\"tools/call\"" || !id_ok {
+            return None;
+        }
+        let [Some(name), Some(arguments), meta] = params else {
+            return None;
+        };
+        let tool = plain_str(name)?;
+        arguments.starts_with('{').then_some(FastCall {
+            id_text,
+            raw_params,
+            tool,
+            arguments,
+            meta,
+        })
+    }
+
+    /// `openDiff`'s `tab_name` (`Some(None)` for other tools); `None` when it is not plain.
+    fn tab_name(&self) -> Option<Option<String>> {
+        use crate::jsonscan::{members, plain_str};
+        if self.tool != "openDiff" {
+            return Some(None);
+        }
+        let [t] = members(self.arguments, ["tab_name"])?;
+        plain_str(t?).map(|t| Some(t.to_string()))
+    }
+
+    /// The client's id; the common ones without a parser: a plain string, or a plain integer
+    /// (kept without an allocation).
+    fn id(&self) -> Option<ClientId> {
+        use crate::jsonscan::{plain_str, plain_u64};
+        match (plain_str(self.id_text), plain_u64(self.id_text)) {
+            (Some(text), _) => Some(ClientId::Json(Value::String(text.to_string()))),
+            (_, Some(n)) => Some(ClientId::Plain(n)),
+            _ => serde_json::from_str::<Value>(self.id_text)
+                .ok()
+                .map(ClientId::Json),
+        }
+    }
+
+    /// `_meta.progressToken`, when it is one MCP allows.
+    fn progress_token(&self) -> Option<Value> {
+        self.meta
+            .and_then(|m| crate::jsonscan::members(m, ["progressToken"]))
+            .and_then(|[t]| serde_json::from_str::<Value>(t?).ok())
+            .filter(is_progress_token)
+    }
+}
+
+/// The call as the editor gets it: our id, the client's params bytes spliced in. Allocated
+/// once at its exact size: a `String` whose length is its capacity becomes the frame's bytes
+/// without another allocation.
+fn call_frame(uid: u64, raw_params: &str) -> String {
+    const HEAD: &str = "{\"jsonrpc\":\"2.0\",\"id\":";
+    const MID: &str = ",\"method\":\"tools/call\",\"params\":";
+    let mut digits = itoa::Buffer::new();
+    let uid = digits.format(uid);
+    let len = HEAD.len() + uid.len() + MID.len() + raw_params.len() + 1;
+    let mut out = String::with_capacity(len);
+    out.push_str(HEAD);
+    out.push_str(uid);
+    out.push_str(MID);
+    out.push_str(raw_params);
+    out.push('}');
+    debug_assert_eq!(out.len(), len);
+    out
 }
 
 /// A progress token as MCP defines one (a string or a number); anything else is ignored.
