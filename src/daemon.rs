@@ -69,20 +69,8 @@ pub async fn serve(
     let record = config.running_record();
     // One daemon per user: held until we return, whatever socket path another would pick.
     let _user_claim = frontdoor::socket::claim_user(&config.state_dir(), &socket, &record)?;
-    // Held until we return: no second daemon can claim this socket meanwhile.
-    let mut claim_guard = None;
-    let listener = match frontdoor::socket::inherited() {
-        Some(l) => {
-            tracing::info!(socket = %socket.display(), "using the socket passed by the service manager");
-            l
-        }
-        None => {
-            let claim = frontdoor::socket::claim(&socket)?;
-            let l = frontdoor::socket::bind(&socket).await?;
-            claim_guard = Some(claim);
-            l
-        }
-    };
+    // The socket's claim is held until we return: no second daemon can take it meanwhile.
+    let (listener, claim) = listen(&socket).await?;
     let state = StateStore::load(&config.state_dir());
     let state_file = state.path().to_path_buf();
     let reg = Registry::new(
@@ -91,14 +79,61 @@ pub async fn serve(
         socket.clone(),
         CancellationToken::new(),
     );
+    // Every task runs on the registry's tracker and stops on its tokens; [`stop`] is the only
+    // place they are stopped.
+    let lockdir = watch(&reg, &config).await?;
+    start_doors(&reg, &config, listener);
+    // Clients whose environment points elsewhere (no XDG_RUNTIME_DIR) find us through this.
+    let running = serde_json::json!({"socket": socket, "pid": std::process::id()});
+    if let Err(e) = crate::state::write_atomic_unsynced(&record, running.to_string().as_bytes()) {
+        tracing::warn!(file = %record.display(), error = %e, "cannot record the running daemon; clients with another environment may not find it");
+    }
+    tracing::info!(socket = %socket.display(), state = %state_file.display(), "pi-ide-broker ready");
+    let ready = Ready {
+        socket: socket.clone(),
+        state_file,
+    };
+    on_ready(
+        ready,
+        Handle {
+            reg: reg.clone(),
+            lockdir,
+        },
+    );
+    shutdown.cancelled().await;
+    stop(&reg, &config).await;
+    // Last, the socket and the running record go, then the claims (on return).
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(&record);
+    drop(claim);
+    tracing::info!("stopped");
+    Ok(())
+}
 
-    // Every task below runs on the registry's tracker and stops on its tokens; the stop
-    // order at the end of this function is the only place they are stopped.
-    let tasks = &reg.tracker;
+/// The listening socket: the one the service manager passed, or ours, bound with its claim.
+async fn listen(
+    socket: &std::path::Path,
+) -> Result<(tokio::net::UnixListener, Option<frontdoor::socket::Claim>), ServeError> {
+    if let Some(l) = frontdoor::socket::inherited() {
+        tracing::info!(socket = %socket.display(), "using the socket passed by the service manager");
+        return Ok((l, None));
+    }
+    let claim = frontdoor::socket::claim(socket)?;
+    let l = frontdoor::socket::bind(socket).await?;
+    Ok((l, Some(claim)))
+}
+
+/// The lock dir watcher and its supervisor started; the first scan admitted as one batch,
+/// so every editor's id is decided knowing all the others, never by the order in which the
+/// dirs were listed. Returns the watcher's command channel.
+async fn watch(
+    reg: &Arc<Registry>,
+    config: &Config,
+) -> Result<mpsc::UnboundedSender<LockDirCommand>, ServeError> {
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (scanned_tx, scanned_rx) = oneshot::channel();
-    tasks.spawn(lockdir::watch(
+    reg.tracker.spawn(lockdir::watch(
         config.lock_dirs(),
         ev_tx,
         cmd_rx,
@@ -106,8 +141,6 @@ pub async fn serve(
         scanned_tx,
         reg.cancel.clone(),
     )?);
-    // The first scan is admitted as one batch: every editor's id is decided knowing all the
-    // others, never by the order in which the dirs were listed.
     let _ = scanned_rx.await;
     let mut first = Vec::new();
     while let Ok(ev) = ev_rx.try_recv() {
@@ -115,14 +148,19 @@ pub async fn serve(
     }
     reg.apply_batch(first);
     // Ends when the watcher does (it drops the sender).
-    tasks.spawn(supervise(reg.clone(), ev_rx));
+    reg.tracker.spawn(supervise(reg.clone(), ev_rx));
+    Ok(cmd_tx)
+}
 
+/// The compat and Gemini doors (when enabled), the state saver and the native door.
+fn start_doors(reg: &Arc<Registry>, config: &Config, listener: tokio::net::UnixListener) {
+    let tasks = &reg.tracker;
     if config.compat.enabled {
         let compat_dir = config.compat_dir();
         if config.lock_dirs().iter().any(|d| d.path == compat_dir) {
             tracing::warn!(dir = %compat_dir.display(), "the compat dir is also watched as a lock dir (is PI_IDE_LOCK_DIR exported to the broker or your editors?); set it for pi only, e.g. `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`");
         }
-        tasks.spawn(frontdoor::compat::run(reg.clone(), config.compat_dir()));
+        tasks.spawn(frontdoor::compat::run(reg.clone(), compat_dir));
     }
     if config.gemini.enabled {
         tasks.spawn(frontdoor::gemini::run(
@@ -134,31 +172,18 @@ pub async fn serve(
     let reg_save = reg.clone();
     tasks.spawn(async move { reg_save.state.saver(&reg_save.cancel).await });
     tasks.spawn(frontdoor::native::serve(listener, reg.clone()));
+}
 
-    // Clients whose environment points elsewhere (no XDG_RUNTIME_DIR) find us through this.
-    let running = serde_json::json!({"socket": socket, "pid": std::process::id()});
-    if let Err(e) = crate::state::write_atomic_unsynced(&record, running.to_string().as_bytes()) {
-        tracing::warn!(file = %record.display(), error = %e, "cannot record the running daemon; clients with another environment may not find it");
-    }
-    tracing::info!(socket = %socket.display(), state = %state_file.display(), "pi-ide-broker ready");
-    on_ready(
-        Ready {
-            socket: socket.clone(),
-            state_file,
-        },
-        Handle {
-            reg: reg.clone(),
-            lockdir: cmd_tx,
-        },
-    );
-
-    shutdown.cancelled().await;
+/// The stop order, written once:
+/// 1. the doors stop accepting, so no session arrives while the others are told;
+/// 2. every pending diff is answered (an agent that sees a closed socket mid-diff would write
+///    the edit unreviewed) and every session is told why it is detached;
+/// 3. everything else stops: links drain what they owe the editor, sessions flush and close,
+///    the watcher, its supervisor, the saver (between writes) and the service pings;
+/// 4. the state is saved once more, with no saver left to race.
+async fn stop(reg: &Arc<Registry>, config: &Config) {
     tracing::info!("stopping");
-    // The stop order:
-    // 1. the doors stop accepting, so no session arrives while the others are told;
     reg.accepting.cancel();
-    // 2. every pending diff is answered (an agent that sees a closed socket mid-diff would
-    //    write the edit unreviewed) and every session is told why it is detached;
     for e in reg.editors() {
         e.reject_pending_diffs("broker is shutting down");
     }
@@ -167,8 +192,6 @@ pub async fn serve(
             .control
             .send(Control::Detached("broker is shutting down".into()));
     }
-    // 3. everything else stops: links drain what they owe the editor, sessions flush and
-    //    close, the watcher, its supervisor, the saver (between writes) and the service pings;
     reg.cancel.cancel();
     reg.tracker.close();
     let limit = Duration::from_millis(config.shutdown_timeout_ms);
@@ -181,16 +204,9 @@ pub async fn serve(
             "some tasks did not stop in time"
         );
     }
-    // 4. the state is saved once more, with no saver left to race;
     if let Err(e) = reg.state.save() {
         tracing::warn!(error = %e, "cannot write state file on shutdown");
     }
-    // 5. the socket and the running record go, then the claims (on return).
-    let _ = std::fs::remove_file(&socket);
-    let _ = std::fs::remove_file(&record);
-    drop(claim_guard);
-    tracing::info!("stopped");
-    Ok(())
 }
 
 /// Applies lock dir events to the registry, a burst at a time, until the watcher stops.

@@ -407,38 +407,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             dialect,
             remote,
             no_spawn,
-        } => {
-            // stdout is the protocol: logs go to stderr, quiet by default.
-            let mut quiet = config.clone();
-            if std::env::var_os("RUST_LOG").is_none() {
-                quiet.log = "warn".into();
-            }
-            logging::init(&quiet);
-            let cwd = match cwd {
-                Some(c) => {
-                    std::path::absolute(&c).with_context(|| format!("--cwd {}", c.display()))?
-                }
-                None => std::env::current_dir()
-                    .context("cannot read the current directory; pass --cwd")?,
-            };
-            let opts = pi_ide_broker::frontdoor::stdio::Options {
-                socket: config.socket_to_dial(),
-                cwd: cwd.display().to_string(),
-                key: Some(session.unwrap_or_else(pi_ide_broker::frontdoor::stdio::default_key)),
-                dialect,
-                spawn: !no_spawn,
-                config: config_path.filter(|p| p.exists()),
-                log_dir: config.state_dir(),
-                max_line: config.max_frame_bytes,
-                remote,
-            };
-            let stdin = tokio::io::BufReader::new(tokio::io::stdin());
-            match pi_ide_broker::frontdoor::stdio::run(opts, stdin, tokio::io::stdout()).await {
-                Ok(()) => Ok(ExitCode::SUCCESS),
-                Err(pi_ide_broker::frontdoor::stdio::StdioError::Reported) => Ok(ExitCode::FAILURE),
-                Err(e) => Err(e.into()),
-            }
-        }
+        } => mcp_cmd(config, config_path, cwd, session, dialect, remote, no_spawn).await,
         Command::Service { action, manager } => service_cmd(
             action,
             match manager {
@@ -461,98 +430,147 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             setup(&opts, &config, config_path).await
         }
-        Command::Remote { remote_socket } => {
-            let here = config.socket_to_dial();
-            let there = remote_socket.display();
-            println!("# This broker's socket: {}", here.display());
-            println!(
-                "# Over SSH (the agent runs on the remote host; this machine has the editor):"
-            );
-            println!("ssh -R {there}:{} user@devbox", here.display());
-            println!("#   then, on devbox: export PI_IDE_BROKER_SOCKET={there}");
-            println!("#   (sshd needs StreamLocalBindUnlink yes to reuse the path)");
-            println!("# Docker (the agent runs in a container):");
-            println!(
-                "docker run -v {}:{there} -e PI_IDE_BROKER_SOCKET={there} …",
-                here.display()
-            );
-            println!("# devcontainer.json:");
-            println!(
-                "\"mounts\": [\"source={},target={there},type=bind\"], \"containerEnv\": {{\"PI_IDE_BROKER_SOCKET\": \"{there}\"}}",
-                here.display()
-            );
-            println!("# A container's root is another uid: allow it with allow_uids = [0] in the config.");
-            if config.remote.is_empty() {
-                println!("# No [[remote]] path maps yet; add one per mounted folder, e.g.:");
-                println!("#   [[remote]]\n#   name = \"box\"\n#   agent = \"/workspaces/app\"\n#   host = \"/home/me/src/app\"");
-            } else {
-                for r in &config.remote {
-                    println!(
-                        "# remote {:?}: {} (agent) = {} (here)",
-                        r.name,
-                        r.agent.display(),
-                        r.host.display()
-                    );
-                }
-                println!("# Agents say which remote they are: pi-ide-broker mcp --remote NAME, or remote=NAME on /v1/session.");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Remote { remote_socket } => Ok(remote_cmd(&config, &remote_socket)),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "pi-ide-broker", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                    Err(anyhow::Error::new(e).context("cannot write the man page to stdout"))
-                }
-                _ => Ok(ExitCode::SUCCESS),
-            }
-        }
+        Command::Man => man_cmd(),
         // Handled above, before the config is loaded.
         Command::Doctor { .. } => Ok(ExitCode::FAILURE),
-        Command::Paths { json } => {
-            let paths = serde_json::json!({
-                "socket": config.socket_to_dial(),
-                "state_dir": config.state_dir(),
-                "log": config.state_dir().join("daemon.log"),
-                "config": config_path,
-            });
+        Command::Paths { json } => Ok(paths_cmd(&config, config_path, json)),
+        Command::Status { watch: true, .. } => watch(&config.socket_to_dial()).await,
+        Command::Status { json, .. } => status_cmd(&config, json).await,
+    }
+}
+
+/// `mcp`: the stdio door for MCP clients (Claude Code, Codex, pi's MCP adapter).
+async fn mcp_cmd(
+    config: Config,
+    config_path: Option<PathBuf>,
+    cwd: Option<PathBuf>,
+    session: Option<String>,
+    dialect: String,
+    remote: Option<String>,
+    no_spawn: bool,
+) -> anyhow::Result<ExitCode> {
+    // stdout is the protocol: logs go to stderr, quiet by default.
+    let mut quiet = config.clone();
+    if std::env::var_os("RUST_LOG").is_none() {
+        quiet.log = "warn".into();
+    }
+    logging::init(&quiet);
+    let cwd = match cwd {
+        Some(c) => std::path::absolute(&c).with_context(|| format!("--cwd {}", c.display()))?,
+        None => std::env::current_dir().context("cannot read the current directory; pass --cwd")?,
+    };
+    let opts = pi_ide_broker::frontdoor::stdio::Options {
+        socket: config.socket_to_dial(),
+        cwd: cwd.display().to_string(),
+        key: Some(session.unwrap_or_else(pi_ide_broker::frontdoor::stdio::default_key)),
+        dialect,
+        spawn: !no_spawn,
+        config: config_path.filter(|p| p.exists()),
+        log_dir: config.state_dir(),
+        max_line: config.max_frame_bytes,
+        remote,
+    };
+    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    match pi_ide_broker::frontdoor::stdio::run(opts, stdin, tokio::io::stdout()).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(pi_ide_broker::frontdoor::stdio::StdioError::Reported) => Ok(ExitCode::FAILURE),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `remote`: how to hand this broker's socket to an agent over SSH or in a container.
+fn remote_cmd(config: &Config, remote_socket: &std::path::Path) -> ExitCode {
+    let here = config.socket_to_dial();
+    let there = remote_socket.display();
+    println!("# This broker's socket: {}", here.display());
+    println!("# Over SSH (the agent runs on the remote host; this machine has the editor):");
+    println!("ssh -R {there}:{} user@devbox", here.display());
+    println!("#   then, on devbox: export PI_IDE_BROKER_SOCKET={there}");
+    println!("#   (sshd needs StreamLocalBindUnlink yes to reuse the path)");
+    println!("# Docker (the agent runs in a container):");
+    println!(
+        "docker run -v {}:{there} -e PI_IDE_BROKER_SOCKET={there} …",
+        here.display()
+    );
+    println!("# devcontainer.json:");
+    println!(
+        "\"mounts\": [\"source={},target={there},type=bind\"], \"containerEnv\": {{\"PI_IDE_BROKER_SOCKET\": \"{there}\"}}",
+        here.display()
+    );
+    println!("# A container's root is another uid: allow it with allow_uids = [0] in the config.");
+    if config.remote.is_empty() {
+        println!("# No [[remote]] path maps yet; add one per mounted folder, e.g.:");
+        println!("#   [[remote]]\n#   name = \"box\"\n#   agent = \"/workspaces/app\"\n#   host = \"/home/me/src/app\"");
+    } else {
+        for r in &config.remote {
+            println!(
+                "# remote {:?}: {} (agent) = {} (here)",
+                r.name,
+                r.agent.display(),
+                r.host.display()
+            );
+        }
+        println!("# Agents say which remote they are: pi-ide-broker mcp --remote NAME, or remote=NAME on /v1/session.");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `man`: the man page on stdout (a closed pipe is no error).
+fn man_cmd() -> anyhow::Result<ExitCode> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("cannot write the man page to stdout"))
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// `paths`: where the socket, state, log and config are.
+fn paths_cmd(config: &Config, config_path: Option<PathBuf>, json: bool) -> ExitCode {
+    let paths = serde_json::json!({
+        "socket": config.socket_to_dial(),
+        "state_dir": config.state_dir(),
+        "log": config.state_dir().join("daemon.log"),
+        "config": config_path,
+    });
+    if json {
+        println!("{paths}");
+    } else if let Some(map) = paths.as_object() {
+        for (k, v) in map {
+            println!("{k}: {}", v.as_str().unwrap_or("-"));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `status`: the running daemon's editors, sessions and routes, as a table or JSON.
+async fn status_cmd(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
+    let socket = config.socket_to_dial();
+    match client::get_json(&socket, "/v1/status").await {
+        Ok(status) => {
             if json {
-                println!("{paths}");
-            } else if let Some(map) = paths.as_object() {
-                for (k, v) in map {
-                    println!("{k}: {}", v.as_str().unwrap_or("-"));
-                }
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let typed: control::Status = serde_json::from_value(status).context(
+                    "the daemon's status is not in the shape this pi-ide-broker reads; is it another version? try `status --json`",
+                )?;
+                print!("{}", control::render(&typed, now));
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { watch: true, .. } => watch(&config.socket_to_dial()).await,
-        Command::Status { json, .. } => {
-            let socket = config.socket_to_dial();
-            match client::get_json(&socket, "/v1/status").await {
-                Ok(status) => {
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&status)?);
-                    } else {
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_secs())
-                            .unwrap_or(0);
-                        let typed: control::Status = serde_json::from_value(status).context(
-                            "the daemon's status is not in the shape this pi-ide-broker reads; is it another version? try `status --json`",
-                        )?;
-                        print!("{}", control::render(&typed, now));
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(client::ClientError::NotRunning(s)) => Ok(not_running(&s)),
-                Err(e) => Err(e.into()),
-            }
-        }
+        Err(client::ClientError::NotRunning(s)) => Ok(not_running(&s)),
+        Err(e) => Err(e.into()),
     }
 }
 
