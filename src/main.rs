@@ -675,106 +675,125 @@ fn service_cmd(action: ServiceAction, manager: service::Manager) -> anyhow::Resu
         _ => None,
     };
     let unit = service::unit(manager, &bin, unit_config.as_deref(), &home, &config_home);
-    let show = |cmds: &[service::Step]| {
-        cmds.iter()
-            .map(service::Step::shown)
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     match action {
-        ServiceAction::Install { dry_run, .. } => {
-            let cmds = service::commands(manager, &unit, true);
-            if dry_run {
-                println!(
-                    "would write {}:\n{}\nwould run:\n{}",
-                    unit.path.display(),
-                    unit.content,
-                    show(&cmds)
-                );
-                return Ok(ExitCode::SUCCESS);
-            }
-            if let Some(dir) = unit.path.parent() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("cannot create {}", dir.display()))?;
-            }
-            if manager == service::Manager::Launchd {
-                let logs = home.join("Library/Logs/pi-ide-broker");
-                std::fs::create_dir_all(&logs)
-                    .with_context(|| format!("cannot create {}", logs.display()))?;
-            }
-            std::fs::write(&unit.path, &unit.content)
-                .with_context(|| format!("cannot write {}", unit.path.display()))?;
-            println!("wrote {}", unit.path.display());
-            run_steps(&cmds)
+        ServiceAction::Install { dry_run, .. } => service_install(manager, &unit, &home, dry_run),
+        ServiceAction::Uninstall { dry_run } => service_uninstall(manager, &unit, dry_run),
+        ServiceAction::Status => service_status(manager),
+    }
+}
+
+/// The steps as `--dry-run` prints them.
+fn shown(steps: &[service::Step]) -> String {
+    steps
+        .iter()
+        .map(service::Step::shown)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `service install`: the unit written, then the manager's steps.
+fn service_install(
+    manager: service::Manager,
+    unit: &service::UnitFile,
+    home: &std::path::Path,
+    dry_run: bool,
+) -> anyhow::Result<ExitCode> {
+    let steps = service::commands(manager, unit, true);
+    if dry_run {
+        println!(
+            "would write {}:\n{}\nwould run:\n{}",
+            unit.path.display(),
+            unit.content,
+            shown(&steps)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(dir) = unit.path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    if manager == service::Manager::Launchd {
+        let logs = home.join("Library/Logs/pi-ide-broker");
+        std::fs::create_dir_all(&logs)
+            .with_context(|| format!("cannot create {}", logs.display()))?;
+    }
+    std::fs::write(&unit.path, &unit.content)
+        .with_context(|| format!("cannot write {}", unit.path.display()))?;
+    println!("wrote {}", unit.path.display());
+    run_steps(&steps)
+}
+
+/// `service uninstall`: the manager's steps, then the unit removed.
+fn service_uninstall(
+    manager: service::Manager,
+    unit: &service::UnitFile,
+    dry_run: bool,
+) -> anyhow::Result<ExitCode> {
+    let steps = service::commands(manager, unit, false);
+    if dry_run {
+        println!(
+            "would run:\n{}\nwould remove {}",
+            shown(&steps),
+            unit.path.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let code = run_steps(&steps)?;
+    match std::fs::remove_file(&unit.path) {
+        Ok(()) => println!("removed {}", unit.path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!("{} was not installed", unit.path.display())
         }
-        ServiceAction::Uninstall { dry_run } => {
-            let cmds = service::commands(manager, &unit, false);
-            if dry_run {
-                println!(
-                    "would run:\n{}\nwould remove {}",
-                    show(&cmds),
-                    unit.path.display()
-                );
-                return Ok(ExitCode::SUCCESS);
-            }
-            let code = run_steps(&cmds)?;
-            match std::fs::remove_file(&unit.path) {
-                Ok(()) => println!("removed {}", unit.path.display()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    println!("{} was not installed", unit.path.display())
-                }
-                Err(e) => {
-                    return Err(anyhow::anyhow!(
-                        "cannot remove {}: {e}",
-                        unit.path.display()
-                    ))
-                }
-            }
-            Ok(code)
+        Err(e) => {
+            return Err(anyhow::anyhow!(
+                "cannot remove {}: {e}",
+                unit.path.display()
+            ))
         }
-        ServiceAction::Status => {
-            let argv: Vec<String> = match manager {
-                service::Manager::Systemd => [
-                    "systemctl",
-                    "--user",
-                    "status",
-                    "--no-pager",
-                    service::SYSTEMD_NAME,
-                ]
-                .map(String::from)
-                .to_vec(),
-                service::Manager::Launchd => vec![
-                    "launchctl".into(),
-                    "print".into(),
-                    format!(
-                        "gui/{}/{}",
-                        rustix::process::getuid().as_raw(),
-                        service::LAUNCHD_LABEL
-                    ),
-                ],
-            };
-            // The service manager's own report goes straight to the terminal.
-            match std::process::Command::new(&argv[0])
-                .args(&argv[1..])
-                .status()
-            {
-                Ok(s) if s.success() => Ok(ExitCode::SUCCESS),
-                Ok(s) => {
-                    eprintln!(
-                        "`{}` says the service is not running ({s}); `pi-ide-broker service install` installs and starts it",
-                        argv.join(" ")
-                    );
-                    Ok(ExitCode::FAILURE)
-                }
-                Err(_) => {
-                    eprintln!(
-                        "{} is not available here; run `{}` where your service manager is",
-                        argv[0],
-                        argv.join(" ")
-                    );
-                    Ok(ExitCode::FAILURE)
-                }
-            }
+    }
+    Ok(code)
+}
+
+/// `service status`: the service manager's own report, straight to the terminal.
+fn service_status(manager: service::Manager) -> anyhow::Result<ExitCode> {
+    let argv: Vec<String> = match manager {
+        service::Manager::Systemd => [
+            "systemctl",
+            "--user",
+            "status",
+            "--no-pager",
+            service::SYSTEMD_NAME,
+        ]
+        .map(String::from)
+        .to_vec(),
+        service::Manager::Launchd => vec![
+            "launchctl".into(),
+            "print".into(),
+            format!(
+                "gui/{}/{}",
+                rustix::process::getuid().as_raw(),
+                service::LAUNCHD_LABEL
+            ),
+        ],
+    };
+    match std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .status()
+    {
+        Ok(s) if s.success() => Ok(ExitCode::SUCCESS),
+        Ok(s) => {
+            eprintln!(
+                "`{}` says the service is not running ({s}); `pi-ide-broker service install` installs and starts it",
+                argv.join(" ")
+            );
+            Ok(ExitCode::FAILURE)
+        }
+        Err(_) => {
+            eprintln!(
+                "{} is not available here; run `{}` where your service manager is",
+                argv[0],
+                argv.join(" ")
+            );
+            Ok(ExitCode::FAILURE)
         }
     }
 }

@@ -416,16 +416,8 @@ impl Link<'_> {
             if flush_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
                 flush_at = None;
                 for (line, _) in std::mem::take(queued) {
-                    for out in from_client(door, &line) {
-                        match out {
-                            Out::Broker(t) => {
-                                if sink.send(Message::text(t)).await.is_err() {
-                                    return Ok(Ended::Broker);
-                                }
-                            }
-                            Out::Client(t) => write_line(stdout, &t).await?,
-                            Out::ClientReady => release(held, stdout).await?,
-                        }
+                    if !to_broker(door, &mut sink, stdout, held, &line).await? {
+                        return Ok(Ended::Broker);
                     }
                 }
             }
@@ -435,11 +427,7 @@ impl Link<'_> {
                     let line = match line? {
                         None => {
                             // EOF: a proper close; the broker closes the diffs it still owns.
-                            let _ = sink.close().await;
-                            let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                                while let Some(Ok(_)) = stream.next().await {}
-                            })
-                            .await;
+                            close_broker(sink, stream).await;
                             return Ok(Ended::Stdin);
                         }
                         Some(Line::Text(l)) => l,
@@ -451,19 +439,11 @@ impl Link<'_> {
                     if line.trim().is_empty() {
                         continue;
                     }
-                    for out in from_client(door, &line) {
-                        match out {
-                            Out::Broker(t) => {
-                                if sink.send(Message::text(t)).await.is_err() {
-                                    // Not sent: it goes again once the broker is back.
-                                    queued.push((line.clone(), tokio::time::Instant::now()));
-                                    door.forget_sent(&line);
-                                    return Ok(Ended::Broker);
-                                }
-                            }
-                            Out::Client(t) => write_line(stdout, &t).await?,
-                            Out::ClientReady => release(held, stdout).await?,
-                        }
+                    if !to_broker(door, &mut sink, stdout, held, &line).await? {
+                        // Not sent: it goes again once the broker is back.
+                        queued.push((line.clone(), tokio::time::Instant::now()));
+                        door.forget_sent(&line);
+                        return Ok(Ended::Broker);
                     }
                 }
                 frame = stream.next() => {
@@ -475,20 +455,74 @@ impl Link<'_> {
                     if flush_at.is_some() && text.contains(&format!("\"{}\"", jsonrpc::broker::ATTACHED)) {
                         flush_at = Some(tokio::time::Instant::now());
                     }
-                    for out in from_broker(door, &text) {
-                        match out {
-                            Out::Broker(t) => { let _ = sink.send(Message::text(t)).await; }
-                            Out::Client(t) => match held.as_mut() {
-                                Some(h) if !is_response(&t) => h.push(t),
-                                _ => write_line(stdout, &t).await?,
-                            },
-                            Out::ClientReady => {}
-                        }
-                    }
+                    to_client(door, &mut sink, stdout, held, &text).await?;
                 }
             }
         }
     }
+}
+
+/// The broker's half of the link's WebSocket.
+type BrokerSink = futures_util::stream::SplitSink<WebSocketStream<UnixStream>, Message>;
+
+/// What the client's `line` makes: frames for the broker, lines for the client, or the release
+/// of what was held for it. `Ok(false)` when the broker's socket failed (the line was not
+/// sent).
+async fn to_broker<W: AsyncWrite + Unpin>(
+    door: &mut Door,
+    sink: &mut BrokerSink,
+    stdout: &mut W,
+    held: &mut Option<Vec<String>>,
+    line: &str,
+) -> Result<bool, StdioError> {
+    for out in from_client(door, line) {
+        match out {
+            Out::Broker(t) => {
+                if sink.send(Message::text(t)).await.is_err() {
+                    return Ok(false);
+                }
+            }
+            Out::Client(t) => write_line(stdout, &t).await?,
+            Out::ClientReady => release(held, stdout).await?,
+        }
+    }
+    Ok(true)
+}
+
+/// What the broker's `text` makes: lines for the client (held, but for answers, until the
+/// client is initialized) or frames back to the broker.
+async fn to_client<W: AsyncWrite + Unpin>(
+    door: &mut Door,
+    sink: &mut BrokerSink,
+    stdout: &mut W,
+    held: &mut Option<Vec<String>>,
+    text: &str,
+) -> Result<(), StdioError> {
+    for out in from_broker(door, text) {
+        match out {
+            Out::Broker(t) => {
+                let _ = sink.send(Message::text(t)).await;
+            }
+            Out::Client(t) => match held.as_mut() {
+                Some(h) if !is_response(&t) => h.push(t),
+                _ => write_line(stdout, &t).await?,
+            },
+            Out::ClientReady => {}
+        }
+    }
+    Ok(())
+}
+
+/// A proper close of the broker's socket, waiting (1 s at most) for the broker's end.
+async fn close_broker(
+    mut sink: BrokerSink,
+    mut stream: futures_util::stream::SplitStream<WebSocketStream<UnixStream>>,
+) {
+    let _ = sink.close().await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+    .await;
 }
 
 /// The client is initialized: what was held goes out.
