@@ -272,36 +272,7 @@ fn is_diff_verdict(result: &Value) -> bool {
 /// Rewrites the editor's answer `msg` (a whole response object) for the session.
 pub fn inbound(bridge: &Bridge, msg: &mut Map<String, Value>) -> Option<Followup> {
     match bridge {
-        Bridge::DiagnosticsToPi { uri } => {
-            if let Some(err) = msg.get("error") {
-                if err["code"] == -32001 {
-                    // A file that is not open: the pi shape says "no diagnostics" for it.
-                    let key = uri.clone().unwrap_or_default();
-                    msg.remove("error");
-                    msg.insert("result".into(), text_result(json!({ key: [] }).to_string()));
-                }
-                return None;
-            }
-            let result = msg.get_mut("result")?;
-            let mut map = Map::new();
-            if let Some(Value::Array(items)) = first_text(result) {
-                for item in items {
-                    let Some(u) = item.get("uri").and_then(Value::as_str) else {
-                        continue;
-                    };
-                    let diags = with_severities(item.get("diagnostics"), severity_to_pi);
-                    if let Some(a) = map
-                        .entry(u.to_string())
-                        .or_insert_with(|| json!([]))
-                        .as_array_mut()
-                    {
-                        a.extend(diags);
-                    }
-                }
-            }
-            *result = text_result(Value::Object(map).to_string());
-            None
-        }
+        Bridge::DiagnosticsToPi { uri } => diagnostics_to_pi(uri.as_deref(), msg),
         Bridge::DiagnosticsToClaude => {
             let result = msg.get_mut("result")?;
             let items: Vec<Value> = match first_text(result) {
@@ -315,7 +286,6 @@ pub fn inbound(bridge: &Bridge, msg: &mut Map<String, Value>) -> Option<Followup
                 _ => Vec::new(),
             };
             *result = text_result(Value::Array(items).to_string());
-            None
         }
         Bridge::TabsToPi => {
             let result = msg.get_mut("result")?;
@@ -326,25 +296,8 @@ pub fn inbound(bridge: &Bridge, msg: &mut Map<String, Value>) -> Option<Followup
                 .map(|t| json!({"uri": t["uri"], "isActive": t["isActive"].as_bool().unwrap_or(false), "isDirty": t["isDirty"].as_bool().unwrap_or(false), "languageId": t["languageId"]}))
                 .collect();
             *result = text_result(Value::Array(tabs).to_string());
-            None
         }
-        Bridge::TabsToClaude => {
-            let result = msg.get_mut("result")?;
-            let tabs: Vec<Value> = match first_text(result) {
-                Some(Value::Array(a)) => a
-                    .into_iter()
-                    .map(|t| {
-                        let uri = t["uri"].as_str().unwrap_or_default().to_string();
-                        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_string();
-                        let label = path.rsplit('/').next().unwrap_or_default().to_string();
-                        json!({"uri": uri, "isActive": t["isActive"], "isDirty": t["isDirty"], "languageId": t["languageId"], "label": label, "fileName": path, "isUntitled": false})
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            };
-            *result = text_result(json!({ "tabs": tabs }).to_string());
-            None
-        }
+        Bridge::TabsToClaude => tabs_to_claude(msg),
         Bridge::DiffOnClaude {
             session_tab,
             editor_tab,
@@ -361,9 +314,63 @@ pub fn inbound(bridge: &Bridge, msg: &mut Map<String, Value>) -> Option<Followup
             // name: never an error (pi would write unreviewed), never an error-shaped result.
             msg.remove("error");
             msg.insert("result".into(), jsonrpc::diff_rejected(session_tab));
-            None
         }
     }
+    None
+}
+
+/// claudecode's diagnostics (an array of `{uri, diagnostics}`, -32001 for a file not open)
+/// in pi-ide.nvim's shape (a map of uri to diagnostics, empty for a file not open).
+fn diagnostics_to_pi(uri: Option<&str>, msg: &mut Map<String, Value>) {
+    if let Some(err) = msg.get("error") {
+        if err["code"] == -32001 {
+            // A file that is not open: the pi shape says "no diagnostics" for it.
+            let key = uri.unwrap_or_default().to_string();
+            msg.remove("error");
+            msg.insert("result".into(), text_result(json!({ key: [] }).to_string()));
+        }
+        return;
+    }
+    let Some(result) = msg.get_mut("result") else {
+        return;
+    };
+    let mut map = Map::new();
+    if let Some(Value::Array(items)) = first_text(result) {
+        for item in items {
+            let Some(u) = item.get("uri").and_then(Value::as_str) else {
+                continue;
+            };
+            let diags = with_severities(item.get("diagnostics"), severity_to_pi);
+            if let Some(a) = map
+                .entry(u.to_string())
+                .or_insert_with(|| json!([]))
+                .as_array_mut()
+            {
+                a.extend(diags);
+            }
+        }
+    }
+    *result = text_result(Value::Object(map).to_string());
+}
+
+/// pi-ide.nvim's open tabs (an array) in claudecode's `getOpenEditors` shape.
+fn tabs_to_claude(msg: &mut Map<String, Value>) {
+    let Some(result) = msg.get_mut("result") else {
+        return;
+    };
+    let tabs: Vec<Value> = match first_text(result) {
+        Some(Value::Array(a)) => a
+            .into_iter()
+            .map(|t| {
+                let uri = t["uri"].as_str().unwrap_or_default().to_string();
+                let path = uri.strip_prefix("file://").unwrap_or(&uri).to_string();
+                let label = path.rsplit('/').next().unwrap_or_default().to_string();
+                json!({"uri": uri, "isActive": t["isActive"], "isDirty": t["isDirty"], "languageId": t["languageId"], "label": label, "fileName": path, "isUntitled": false})
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    *result = text_result(json!({ "tabs": tabs }).to_string());
 }
 
 #[cfg(test)]

@@ -711,72 +711,35 @@ fn forward(
 ) {
     let tool = jsonrpc::tool_name(&msg).map(crate::family::tool_label);
     let tab_name = jsonrpc::diff_tab(&msg);
-    let refuse = |why: String| refuse_call(s, &id, tab_name.as_deref(), why);
     let Some(editor) = current_editor(reg, s) else {
-        refuse(reg.unattached_reason(s));
+        refuse_call(s, &id, tab_name.as_deref(), reg.unattached_reason(s));
         return;
     };
     s.touch(reg.stamp());
     let mut msg = msg;
-    let mut bridge = None;
-    if let (true, Family::Claude, Family::Pi, Some(t)) = (
-        method == "tools/call",
-        s.dialect,
-        editor.family,
-        tool.as_deref(),
-    ) {
-        let selection = editor.last_selection();
-        let folders = editor.lockfile().workspace_folders;
-        let names = editor.tool_names().unwrap_or_default();
-        if let Some(result) =
-            crate::bridge::answer_locally(t, &names, selection.as_deref(), &folders)
-        {
-            s.outbox.deliver(jsonrpc::result(&id, result));
-            return;
-        }
-    }
-    if method == "tools/call" && editor.family != s.dialect {
-        let tools = editor.tool_names();
-        match crate::bridge::outbound(
-            s.dialect,
-            editor.family,
-            s.id,
-            &editor.id,
-            tools.as_deref(),
-            &mut msg,
-        ) {
-            Ok(b) => bridge = b,
-            Err((code, message)) => {
-                s.outbox.deliver(jsonrpc::error(&id, code, &message));
+    let bridge = if method == "tools/call" {
+        match bridge_call(s, &editor, &id, tool.as_deref(), &mut msg) {
+            Ok(b) => b,
+            Err(answer) => {
+                s.outbox.deliver(answer);
                 return;
             }
         }
-    } else if method == "tools/call" && editor.family == Family::Claude {
-        bridge = crate::bridge::mark_claude_tab(s.id, &mut msg);
-    }
+    } else {
+        None
+    };
     let progress_token = msg
         .get("params")
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get("progressToken"))
         .filter(|t| is_progress_token(t))
         .cloned();
-    if let Some(map) = s.map() {
-        if let Some(args) = msg.get_mut("params").and_then(|p| p.get_mut("arguments")) {
-            map.map_json(args, true);
-            if let Some(p) = map.first_unmapped(args, true) {
-                if !s
-                    .unmapped_said
-                    .swap(true, std::sync::atomic::Ordering::Relaxed)
-                {
-                    tracing::info!(session = s.id, path = %p, "a path outside every [[remote]] prefix passes through unchanged (logged once per session)");
-                }
-            }
-        }
-    }
+    map_paths(s, &mut msg);
+    let id_moved = ClientId::Json(id.clone());
     let pending = call_pending(
         reg,
         s,
-        ClientId::Json(id.clone()),
+        id_moved,
         method.into(),
         tool,
         tab_name.clone(),
@@ -784,4 +747,58 @@ fn forward(
     );
     let sent = editor.send_request(msg, pending);
     settle_call(s, &editor, sent, progress_token, tab_name.as_deref(), || id);
+}
+
+/// A `tools/call` across dialects: answered here when the editor's own state answers it (a
+/// Claude client's selection or workspace call on a pi-ide editor), else rewritten for the
+/// editor with the bridge that turns its answer back; the error when it cannot be. A Claude
+/// editor's diff tab is marked as the session's. `Err` holds the answer to send the client
+/// (a result or an error, with its `id`) instead of a call to the editor.
+fn bridge_call(
+    s: &Session,
+    editor: &Arc<Editor>,
+    id: &Value,
+    tool: Option<&str>,
+    msg: &mut Map<String, Value>,
+) -> Result<Option<crate::bridge::Bridge>, String> {
+    if let (Family::Claude, Family::Pi, Some(t)) = (s.dialect, editor.family, tool) {
+        let selection = editor.last_selection();
+        let folders = editor.lockfile().workspace_folders;
+        let names = editor.tool_names().unwrap_or_default();
+        if let Some(result) =
+            crate::bridge::answer_locally(t, &names, selection.as_deref(), &folders)
+        {
+            return Err(jsonrpc::result(id, result));
+        }
+    }
+    if editor.family != s.dialect {
+        let tools = editor.tool_names();
+        let d = (s.dialect, editor.family);
+        return crate::bridge::outbound(d.0, d.1, s.id, &editor.id, tools.as_deref(), msg)
+            .map_err(|(code, message)| jsonrpc::error(id, code, &message));
+    }
+    if editor.family == Family::Claude {
+        return Ok(crate::bridge::mark_claude_tab(s.id, msg));
+    }
+    Ok(None)
+}
+
+/// A remote session's paths in the call's arguments, mapped to the host's (a path outside
+/// every prefix passes unchanged, logged once per session).
+fn map_paths(s: &Session, msg: &mut Map<String, Value>) {
+    let Some(map) = s.map() else {
+        return;
+    };
+    let Some(args) = msg.get_mut("params").and_then(|p| p.get_mut("arguments")) else {
+        return;
+    };
+    map.map_json(args, true);
+    if let Some(p) = map.first_unmapped(args, true) {
+        if !s
+            .unmapped_said
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::info!(session = s.id, path = %p, "a path outside every [[remote]] prefix passes through unchanged (logged once per session)");
+        }
+    }
 }
