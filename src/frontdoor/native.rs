@@ -88,7 +88,7 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
     )
 }
 
-fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
+fn route(req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
     if req.headers().contains_key(header::ORIGIN) {
         tracing::warn!("refused a request carrying an Origin header on the broker socket");
         return error(
@@ -103,72 +103,78 @@ fn route(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
             text(StatusCode::OK, body, "application/json")
         }
         (&Method::GET, "/v1/events") => events(reg),
-        (&Method::GET, "/v1/route") => {
-            let mut cwd = None;
-            let mut key = None;
-            for pair in req.uri().query().unwrap_or("").split('&') {
-                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                let v = crate::percent::decode_query(v);
-                match k {
-                    "cwd" => cwd = v,
-                    "session" => key = v.filter(|v| !v.is_empty()),
-                    _ => {}
-                }
-            }
-            let Some(cwd) = cwd.filter(|c| c.starts_with('/')) else {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "GET /v1/route needs cwd=<absolute dir> (and optionally session=<key>)",
-                );
-            };
-            let body = serde_json::to_string_pretty(&reg.explain_route(&cwd, key.as_deref()))
-                .unwrap_or_default();
-            text(StatusCode::OK, body, "application/json")
-        }
-        (&Method::GET, "/v1/session") => {
-            let Some(place) = reg.limits.session("native") else {
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "too many sessions (max_sessions); close some or raise max_sessions",
-                );
-            };
-            let intro = match parse_intro(req.uri().query().unwrap_or("")) {
-                Ok(i) => i,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &e),
-            };
-            if let Some(r) = &intro.remote {
-                if !reg.config().remote.iter().any(|x| &x.name == r) {
-                    return error(
-                        StatusCode::BAD_REQUEST,
-                        &format!("no [[remote]] named {r:?} in the broker's config; add one (name, agent, host) or drop remote="),
-                    );
-                }
-            }
-            let key = match super::websocket_key(req.headers()) {
-                Ok(k) => k,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("/v1/session: {e}")),
-            };
-            let wants_mcp = super::offers_mcp(
-                req.headers()
-                    .get(header::SEC_WEBSOCKET_PROTOCOL)
-                    .and_then(|v| v.to_str().ok()),
-            );
-            let on_upgrade = hyper::upgrade::on(&mut req);
-            let reg2 = reg.clone();
-            reg.tracker.spawn(async move {
-                match on_upgrade.await {
-                    Ok(up) => super::run_upgraded::<tokio::net::UnixStream>(reg2, up, intro).await,
-                    Err(e) => tracing::info!(error = %e, "session upgrade failed"),
-                }
-                drop(place);
-            });
-            super::switching_protocols(&key, wants_mcp)
-        }
+        (&Method::GET, "/v1/route") => explain(&req, &reg),
+        (&Method::GET, "/v1/session") => session(req, reg),
         _ => error(
             StatusCode::NOT_FOUND,
             "unknown endpoint; try GET /v1/status, GET /v1/events, GET /v1/route?cwd=<dir> or GET /v1/session?cwd=<dir>",
         ),
     }
+}
+
+/// `GET /v1/route?cwd=&session=`: which editor a session there would get, and why.
+fn explain(req: &Request<Incoming>, reg: &Registry) -> Response<Body> {
+    let mut cwd = None;
+    let mut key = None;
+    for pair in req.uri().query().unwrap_or("").split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = crate::percent::decode_query(v);
+        match k {
+            "cwd" => cwd = v,
+            "session" => key = v.filter(|v| !v.is_empty()),
+            _ => {}
+        }
+    }
+    let Some(cwd) = cwd.filter(|c| c.starts_with('/')) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "GET /v1/route needs cwd=<absolute dir> (and optionally session=<key>)",
+        );
+    };
+    let body =
+        serde_json::to_string_pretty(&reg.explain_route(&cwd, key.as_deref())).unwrap_or_default();
+    text(StatusCode::OK, body, "application/json")
+}
+
+/// `GET /v1/session?cwd=…`: a session's upgrade, its place among the sessions taken first.
+fn session(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
+    let Some(place) = reg.limits.session("native") else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many sessions (max_sessions); close some or raise max_sessions",
+        );
+    };
+    let intro = match parse_intro(req.uri().query().unwrap_or("")) {
+        Ok(i) => i,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+    };
+    if let Some(r) = &intro.remote {
+        if !reg.config().remote.iter().any(|x| &x.name == r) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("no [[remote]] named {r:?} in the broker's config; add one (name, agent, host) or drop remote="),
+            );
+        }
+    }
+    let key = match super::websocket_key(req.headers()) {
+        Ok(k) => k,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("/v1/session: {e}")),
+    };
+    let wants_mcp = super::offers_mcp(
+        req.headers()
+            .get(header::SEC_WEBSOCKET_PROTOCOL)
+            .and_then(|v| v.to_str().ok()),
+    );
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let reg2 = reg.clone();
+    reg.tracker.spawn(async move {
+        match on_upgrade.await {
+            Ok(up) => super::run_upgraded::<tokio::net::UnixStream>(reg2, up, intro).await,
+            Err(e) => tracing::info!(error = %e, "session upgrade failed"),
+        }
+        drop(place);
+    });
+    super::switching_protocols(&key, wants_mcp)
 }
 
 /// `GET /v1/events`: newline-delimited JSON, one line per change of what `status` shows
