@@ -314,13 +314,22 @@ fn gemini_files(reg: &Registry) -> Vec<GeminiFile> {
 /// (editors appearing, going, changing state; sessions connecting, attaching, leaving; calls
 /// in flight): what `status --watch` prints when its output is not a terminal.
 pub fn changes(prev: &Status, next: &Status) -> Vec<String> {
+    let mut out = editor_changes(prev, next);
+    out.extend(session_changes(prev, next));
+    if prev.lockfiles_rejected.len() != next.lockfiles_rejected.len() {
+        let n = next.lockfiles_rejected.len();
+        out.push(format!(
+            "{n} lockfile{} ignored — run `pi-ide-broker doctor`",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    out
+}
+
+/// Editors that appeared, changed state or port, or went.
+fn editor_changes(prev: &Status, next: &Status) -> Vec<String> {
+    let state = |s: &LinkState| json_name(s);
     let mut out = Vec::new();
-    let state = |s: &LinkState| {
-        serde_json::to_value(s)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default()
-    };
     for e in &next.editors {
         match prev.editors.iter().find(|p| p.id == e.id) {
             None => out.push(format!(
@@ -347,14 +356,20 @@ pub fn changes(prev: &Status, next: &Status) -> Vec<String> {
             out.push(format!("editor {} gone", p.id));
         }
     }
+    out
+}
+
+/// Sessions that connected, were attached, detached or moved, changed their calls in flight,
+/// or closed.
+fn session_changes(prev: &Status, next: &Status) -> Vec<String> {
+    let mut out = Vec::new();
     for s in &next.sessions {
         let before = prev.sessions.iter().find(|p| p.id == s.id);
         if before.is_none() {
+            let door = json_name(&s.door);
             out.push(format!(
-                "session {} connected ({}, cwd {})",
-                s.id,
-                json_name(&s.door),
-                s.cwd
+                "session {} connected ({door}, cwd {})",
+                s.id, s.cwd
             ));
         }
         match (
@@ -366,31 +381,16 @@ pub fn changes(prev: &Status, next: &Status) -> Vec<String> {
             (Some(a), Some(b)) if a != b => out.push(format!("session {} moved to {b}", s.id)),
             _ => {}
         }
-        let was = before.map(|p| p.in_flight.len()).unwrap_or(0);
-        if was != s.in_flight.len() {
-            out.push(format!(
-                "session {}: {} call{} in flight",
-                s.id,
-                s.in_flight.len(),
-                if s.in_flight.len() == 1 { "" } else { "s" }
-            ));
+        let (was, now) = (before.map_or(0, |p| p.in_flight.len()), s.in_flight.len());
+        if was != now {
+            let plural = if now == 1 { "" } else { "s" };
+            out.push(format!("session {}: {now} call{plural} in flight", s.id));
         }
     }
     for p in &prev.sessions {
         if !next.sessions.iter().any(|s| s.id == p.id) {
             out.push(format!("session {} closed", p.id));
         }
-    }
-    if prev.lockfiles_rejected.len() != next.lockfiles_rejected.len() {
-        out.push(format!(
-            "{} lockfile{} ignored — run `pi-ide-broker doctor`",
-            next.lockfiles_rejected.len(),
-            if next.lockfiles_rejected.len() == 1 {
-                ""
-            } else {
-                "s"
-            }
-        ));
     }
     out
 }

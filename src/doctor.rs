@@ -3,7 +3,7 @@
 //! sockets the daemon does, and asks the daemon what it decided (`/v1/status`, `/v1/route`).
 
 use crate::config::{Config, LockDirConfig};
-use crate::control::Status;
+use crate::control::{EditorStatus, Status};
 use crate::lockfile::{self, LockfileError};
 use crate::percent::encode_query;
 use serde::Serialize;
@@ -460,41 +460,7 @@ async fn check_lockfile(
         if link_verdict(b, &what, e, &state) {
             return;
         }
-        // Known but not connected: find out why.
-        let open = tokio::time::timeout(
-            Duration::from_secs(1),
-            tokio::net::TcpStream::connect(("127.0.0.1", e.port)),
-        )
-        .await
-        .is_ok_and(|r| r.is_ok());
-        if open && e.no_token {
-            b.fix(
-                what,
-                Level::Fail,
-                format!(
-                    "port {} answers but the link is {state}: its lockfile has no token and the editor refused the handshake",
-                    e.port
-                ),
-                "restart the editor's IDE server; if it wants a token, it must write one into its lockfile",
-            );
-        } else if open {
-            b.fix(
-                what,
-                Level::Fail,
-                format!(
-                    "port {} answers but the link is {state}: the editor refused our token or the handshake",
-                    e.port
-                ),
-                "restart the editor's IDE server (its lockfile is rewritten with a fresh token)",
-            );
-        } else {
-            b.fix(
-                what,
-                Level::Fail,
-                format!("port {} is closed (pid {} runs)", e.port, e.pid),
-                "the editor's server stopped; restart it (e.g. :PiStart in Neovim) or the editor",
-            );
-        }
+        unlinked_verdict(b, what, e, &state).await;
         return;
     }
     let remembered = status.and_then(|s| s.lockfiles_rejected.iter().find(|r| r.path == path));
@@ -524,6 +490,37 @@ async fn check_lockfile(
             b.fix(what, level, r, fix);
         }
     }
+}
+
+/// A known editor that is not linked: why, found by trying its port (1 s at most).
+async fn unlinked_verdict(b: &mut Builder, what: String, e: &EditorStatus, state: &str) {
+    let open = tokio::time::timeout(
+        Duration::from_secs(1),
+        tokio::net::TcpStream::connect(("127.0.0.1", e.port)),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    let (detail, fix) = match (open, e.no_token) {
+        (true, true) => (
+            format!(
+                "port {} answers but the link is {state}: its lockfile has no token and the editor refused the handshake",
+                e.port
+            ),
+            "restart the editor's IDE server; if it wants a token, it must write one into its lockfile",
+        ),
+        (true, false) => (
+            format!(
+                "port {} answers but the link is {state}: the editor refused our token or the handshake",
+                e.port
+            ),
+            "restart the editor's IDE server (its lockfile is rewritten with a fresh token)",
+        ),
+        (false, _) => (
+            format!("port {} is closed (pid {} runs)", e.port, e.pid),
+            "the editor's server stopped; restart it (e.g. :PiStart in Neovim) or the editor",
+        ),
+    };
+    b.fix(what, Level::Fail, detail, fix);
 }
 
 /// What to do about a refused lockfile, and whether it is in the way.

@@ -511,7 +511,7 @@ async fn a_pi_session_gets_vs_codes_selection_and_its_writes_are_reviewed_in_vs_
         edit_proposal(&mut vsc, "proposed", " and edited").await;
         click_when_shown(&mut vsc, "Claude Code: Accept Proposed Changes").await;
     };
-    tokio::join!(pi.prompt("write it"), review);
+    tokio::join!(pi.prompt_reviewed("write it"), review);
     assert_eq!(
         std::fs::read_to_string(&target).ok().as_deref(),
         Some("proposed and edited\n")
@@ -520,7 +520,7 @@ async fn a_pi_session_gets_vs_codes_selection_and_its_writes_are_reviewed_in_vs_
     model.push(write("a.txt", "never\n"));
     let from = pi.mark();
     tokio::join!(
-        pi.prompt("write again"),
+        pi.prompt_reviewed("write again"),
         click_when_shown(&mut vsc, "Claude Code: Reject Proposed Changes")
     );
     assert_eq!(

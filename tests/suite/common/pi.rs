@@ -270,6 +270,18 @@ impl Pi {
 
     /// The first record at or after `from` matching `pred` (bounded wait).
     pub async fn until(&mut self, what: &str, from: usize, pred: impl Fn(&Value) -> bool) -> Value {
+        self.until_within(what, from, pi_ide_broker::testkit::WAIT, pred)
+            .await
+    }
+
+    /// [`Pi::until`] with its own bound, for what waits on more than pi and the broker.
+    pub async fn until_within(
+        &mut self,
+        what: &str,
+        from: usize,
+        bound: std::time::Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
         if let Some(v) = self.log[from.min(self.log.len())..]
             .iter()
             .find(|v| pred(v))
@@ -278,7 +290,7 @@ impl Pi {
         }
         let transcript = self.transcript;
         let (rx, log) = (&mut self.rx, &mut self.log);
-        within(what, async {
+        let seen = tokio::time::timeout(bound, async {
             loop {
                 let Some(v) = rx.recv().await else {
                     panic!("pi exited before {what}");
@@ -292,7 +304,8 @@ impl Pi {
                 }
             }
         })
-        .await
+        .await;
+        seen.unwrap_or_else(|_| panic!("timed out after {bound:?} waiting for {what}"))
     }
 
     /// A `notify` toast containing `text`, at or after `from`.
@@ -308,11 +321,25 @@ impl Pi {
 
     /// Sends a prompt and waits until pi has settled.
     pub async fn prompt(&mut self, text: &str) {
+        self.prompt_within(text, pi_ide_broker::testkit::WAIT).await;
+    }
+
+    /// [`Pi::prompt`] for a turn that waits on a person's review in a real editor (a browser
+    /// driven by playwright): 60 s, since a busy two-core machine stretches the review far
+    /// past the broker's 10 s steps.
+    pub async fn prompt_reviewed(&mut self, text: &str) {
+        self.prompt_within(text, std::time::Duration::from_secs(60))
+            .await;
+    }
+
+    async fn prompt_within(&mut self, text: &str, bound: std::time::Duration) {
         let from = self.mark();
         let r = self.command("prompt", json!({"message": text})).await;
         assert_eq!(r["success"], true, "{r}");
-        self.until("agent_settled", from, |v| v["type"] == "agent_settled")
-            .await;
+        self.until_within("agent_settled", from, bound, |v| {
+            v["type"] == "agent_settled"
+        })
+        .await;
     }
 
     /// Tool results seen since `from`: (tool name, is_error, text).
