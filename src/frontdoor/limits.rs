@@ -4,8 +4,9 @@
 //!
 //! A handshake place cannot be held by a flood: a connection gets [`FIRST_BYTE`] to send
 //! anything and [`HANDSHAKE_DEADLINE`] in all to finish its upgrade, and when every place is
-//! taken a pending connection is closed to make room, never the newcomer: the oldest that has
-//! sent nothing yet, else the oldest. A real client sends its request at once and finishes in
+//! taken a pending connection is closed to make room, never the newcomer: the oldest whose
+//! task heard nothing from it, then one whose task has not looked yet, else the oldest
+//! ([`Heard`]). A real client sends its request at once and finishes in
 //! a millisecond, so idle connections held open (and reopened) by someone else are the ones
 //! pushed out, however fast they come: each eviction yields the accept loop for one turn of
 //! the I/O driver, so the tasks of the connections accepted before it see (and note) their
