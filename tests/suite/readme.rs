@@ -80,6 +80,8 @@ fn every_docs_link_in_the_readme_exists() {
 /// extension of the very commit cargo built.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_block_as_written() {
+    // A release build: the flood test's bound does not run beside it.
+    let _heavy = crate::common::machine_heavy().await;
     if std::env::var("PI_IDE_BROKER_INSTALL_TEST").as_deref() != Ok("1") {
         crate::common::cannot_run(
             "the README's install block builds a release binary (minutes): set PI_IDE_BROKER_INSTALL_TEST=1 (bash .ci/run does)",

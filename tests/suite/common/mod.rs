@@ -85,6 +85,14 @@ mod skips {
     }
 }
 
+/// Held by the tests that load the whole machine (the README's release build, a
+/// browser-driven VS Code) and by the one whose 1 s bound measures the broker under a flood:
+/// they take turns, so that bound measures the broker and not a compiler beside it.
+pub async fn machine_heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    HEAVY.lock().await
+}
+
 /// A loopback port nothing listens on, held for as long as the socket returned lives: bound,
 /// never listening, so a connection to it is refused and no other test's listener takes it.
 pub fn closed_port() -> (tokio::net::TcpSocket, u16) {

@@ -107,6 +107,8 @@ pub struct VsCode {
     log: Log,
     next_id: u64,
     _gate: tokio::sync::SemaphorePermit<'static>,
+    /// Its turn among the tests that load the machine (`common::machine_heavy`).
+    _heavy: tokio::sync::MutexGuard<'static, ()>,
 }
 
 /// Keeps each line of `r` in `log`, tagged; JSON lines go to `json_to` instead, when given.
@@ -137,6 +139,7 @@ impl VsCode {
     /// it in Chromium, and waits for the extension's lockfile.
     pub async fn start(install: &VsCodeInstall, root: &Path, files: &[(&str, &str)]) -> VsCode {
         let gate = GATE.acquire().await.expect("the VS Code gate");
+        let heavy = super::machine_heavy().await;
         let home = root.join("vsc-home");
         let workspace = root.join("ws");
         for (p, text) in files {
@@ -164,6 +167,7 @@ impl VsCode {
             log,
             next_id: 1,
             _gate: gate,
+            _heavy: heavy,
         };
         vsc.wait_lockfile(None).await;
         vsc.startup = t0.elapsed();
