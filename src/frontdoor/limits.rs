@@ -29,6 +29,17 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 pub const FIRST_BYTE: Duration = Duration::from_secs(1);
 /// How long a connection may take from accept to a completed upgrade (or answered request).
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
+/// The TCP doors' listen backlog: the kernel caps it at `net.core.somaxconn` (4096 on current
+/// Linux). A SYN that finds the accept queue full is dropped and retried by the client only
+/// after TCP's 1 s retransmission, so the queue is as deep as the kernel allows: a flood must
+/// hold thousands of connections there, not a thousand, to delay a new client.
+const TCP_BACKLOG: u32 = 4096;
+/// How long the kernel keeps a TCP connection that has sent nothing before the broker sees it
+/// (it is then accepted and gets [`FIRST_BYTE`] like any other). Held there it is a few
+/// hundred bytes of kernel memory, where accepted it would take an fd and a handshake place;
+/// with 1 s a flood's idle connections came back through the accept queue every second.
+#[cfg(target_os = "linux")]
+const KERNEL_HOLDS_SILENT: Duration = Duration::from_secs(30);
 
 /// The caps shared by every door.
 pub struct Limits {
@@ -228,18 +239,18 @@ impl Limits {
 }
 
 /// A listener on 127.0.0.1 (a port the kernel picks) for a door open to every local user.
-/// On Linux the kernel holds back a connection that has sent nothing (`TCP_DEFER_ACCEPT`, up
-/// to about [`FIRST_BYTE`]): a flood of idle connections stays in the kernel's handshake queue
-/// instead of filling the accept queue, where a new client's connect would wait for TCP's 1 s
-/// retransmission; a client that sends its request at once is accepted at once.
+/// On Linux the kernel holds back a connection that has sent nothing (`TCP_DEFER_ACCEPT`, for
+/// [`KERNEL_HOLDS_SILENT`]): a flood of idle connections waits in the kernel's handshake
+/// queue, costing the broker no fd and no accept, instead of filling the accept queue ahead
+/// of a new client; a client that sends its request at once is accepted at once.
 pub fn loopback_listener() -> std::io::Result<tokio::net::TcpListener> {
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind(([127, 0, 0, 1], 0).into())?;
     #[cfg(target_os = "linux")]
-    if let Err(e) = defer_accept(&socket, FIRST_BYTE) {
+    if let Err(e) = defer_accept(&socket, KERNEL_HOLDS_SILENT) {
         tracing::debug!(error = %e, "TCP_DEFER_ACCEPT not set");
     }
-    socket.listen(1024)
+    socket.listen(TCP_BACKLOG)
 }
 
 /// `TCP_DEFER_ACCEPT` (rustix has no setter for it).
@@ -401,5 +412,28 @@ mod tests {
         );
         assert_eq!(heard.get(), Heard::SILENT);
         closes.await.unwrap();
+    }
+
+    /// The kernel holds back a TCP connection that has sent nothing: a client that connects
+    /// after it and sends its request is accepted first (without `TCP_DEFER_ACCEPT`, the
+    /// accept queue is first come, first served).
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_silent_connection_waits_in_the_kernel_behind_one_that_speaks() {
+        use tokio::io::AsyncWriteExt;
+        let listener = loopback_listener().unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut speaks = tokio::net::TcpStream::connect(addr).await.unwrap();
+        speaks.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let accepted = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+            .await
+            .expect("the speaking client accepted within 10 s")
+            .unwrap();
+        assert_eq!(
+            accepted.1,
+            speaks.local_addr().unwrap(),
+            "the silent one came first"
+        );
     }
 }

@@ -640,7 +640,9 @@ async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
 /// connection, so a real client's millisecond handshake gets through every time within 1 s,
 /// and the broker's fds stay within the caps (64 places per door) + 64. The broker is a
 /// daemon process of its own, as a user runs it: the flood, the clients and the broker do not
-/// share a runtime.
+/// share a runtime. (CI once saw a try take over 1 s: the accept queue, 1,024 deep then, was
+/// full, and a new client's SYN waited for TCP's 1 s retransmission; the kernel now holds the
+/// flood's silent connections for 30 s and the queue is as deep as it allows.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(target_os = "linux"), ignore = "reads /proc")]
 async fn a_flood_that_reopens_its_connections_never_holds_out_a_new_client() {
