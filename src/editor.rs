@@ -6,9 +6,9 @@ use crate::config::Config;
 use crate::family::Family;
 use crate::health::{Action as HealthAction, Health};
 use crate::jsonrpc::{self, Incoming};
-use crate::linkout::{LinkOut, Refused, Shared};
 use crate::lockfile::{self, Lockfile, LockfileError};
 use crate::outbox::Outbox;
+use crate::shared_writer::{Broken, Refused, SharedWriter};
 use crate::sync::lock;
 use crate::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
 use dashmap::DashMap;
@@ -162,8 +162,8 @@ pub struct Editor {
     pub previous_pid: Option<u32>,
     /// Link state for status and routing.
     link: Mutex<LinkInfo>,
-    /// The write half of the live link; `None` while down.
-    out: Shared<LinkSink, Out>,
+    /// The write half of the live link; empty while down.
+    out: SharedWriter<LinkSink, Out>,
     /// Requests in flight, by the id the broker minted (private: the invariants of the
     /// pending table live in this module's methods).
     pending: DashMap<u64, Pending, rustc_hash::FxBuildHasher>,
@@ -223,7 +223,7 @@ impl Editor {
                 tools: None,
                 reason: None,
             }),
-            out: Shared::new(None),
+            out: SharedWriter::default(),
             pending: DashMap::default(),
             deadlines: Mutex::new(BinaryHeap::new()),
             deadline_added: tokio::sync::Notify::new(),
@@ -500,7 +500,7 @@ impl Editor {
     }
 
     /// Puts one frame on the link: written now by the calling task when the link is idle,
-    /// else queued for the link task (see `linkout`).
+    /// else queued for its writer task (see `shared_writer`).
     fn send_frame(&self, frame: Out) -> Result<(), SendError> {
         self.out.send(frame).map_err(|r| match r {
             Refused::Full => SendError::Busy(self.id.clone()),
@@ -596,6 +596,8 @@ pub trait LinkHost: Send + Sync + 'static {
     fn delegate(&self, editor: &Arc<Editor>, id: &Value, msg: Map<String, Value>) -> bool;
     /// `request_cancelled` for a delegated request: forward to its session.
     fn cancel_delegated(&self, editor: &Arc<Editor>, d: &Delegation);
+    /// Where the link's own tasks run (its socket's writer task), so a stop waits for them.
+    fn tracker(&self) -> &tokio_util::task::TaskTracker;
 }
 
 /// Why a link ended.
@@ -637,7 +639,7 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
                 backoff.reset();
                 let client_port = link.client_port;
                 let end = run_link(&editor, &*host, link, &config).await;
-                editor.out.take();
+                editor.out.discard();
                 {
                     let mut l = lock(&editor.link);
                     l.connected_since = None;
@@ -869,8 +871,8 @@ fn frame_str<'a>(frame: &Frame<'a>) -> Option<&'a str> {
     }
 }
 
-/// The live link: this loop reads every frame, writes what senders had to queue (see
-/// `linkout`), pings on the health interval and marks the link unhealthy (then drops it) when
+/// The live link: this loop reads every frame (what senders send is written through
+/// `editor.out`, see `shared_writer`), pings on the health interval and marks the link unhealthy (then drops it) when
 /// pongs stop. Each wake-up is handled by a named step of [`Live`]; the loop only says which
 /// wake-up came, in the order that keeps the invariants below.
 async fn run_link(
@@ -879,7 +881,7 @@ async fn run_link(
     link: Dialled,
     config: &Config,
 ) -> LinkEnd {
-    let (mut live, mut reader, quick_ack) = Live::start(editor, host, link, config);
+    let (mut live, mut reader, quick_ack, broken) = Live::start(editor, host, link, config);
     // Made once and reset only when the wake time moves (a new timer or token registration
     // per frame would cost a timer-wheel insert and removal per call), and polled only once
     // they have woken the task (`WhenWoken`): the link is cancelled once in its life, and a
@@ -892,6 +894,9 @@ async fn run_link(
     let sleep = tokio::time::sleep_until(live.health.next_wake());
     tokio::pin!(sleep);
     let mut sleep = crate::woken::WhenWoken::new(sleep);
+    let write_failed = broken.failed();
+    tokio::pin!(write_failed);
+    let mut write_failed = crate::woken::WhenWoken::new(write_failed);
     let end = loop {
         if let Some(end) = live.drained() {
             break end;
@@ -901,7 +906,8 @@ async fn run_link(
         // cannot starve the health checks and the deadline sweep (tokio's budget stops the
         // stream once per turn); then the editor's frames before the other wake-ups, so a
         // wake-up for an answer checks only two flags first. No branch writes: frames go out
-        // through `editor.out` (`linkout`) alone.
+        // through `editor.out` (`shared_writer`) alone, its writer task finishing what
+        // senders could not.
         let step = tokio::select! {
             biased;
             _ = &mut cancelled, if live.draining.is_none() => live.start_draining(),
@@ -912,10 +918,7 @@ async fn run_link(
                 deadline_added.set(editor.deadline_added.notified());
                 Step::Rewake
             }
-            // Frames queued while the socket was full (or sent before this task first ran).
-            why = std::future::poll_fn(|cx| editor.out.poll_broken(cx)) => {
-                Step::End(LinkEnd::Closed(format!("write failed: {why}")))
-            }
+            why = &mut write_failed => Step::End(LinkEnd::Closed(format!("write failed: {why}"))),
         };
         if let Some(end) = live.after(step, &reader, &quick_ack) {
             break end;
@@ -968,20 +971,21 @@ struct Live<'a> {
 
 impl<'a> Live<'a> {
     /// The link goes live: its writer installed (senders may queue from now on), the editor
-    /// announced ready; the reader and the ACK handle are the loop's.
+    /// announced ready; the reader, the ACK handle and the news of a failed write are the
+    /// loop's.
     fn start(
         editor: &'a Arc<Editor>,
         host: &'a dyn LinkHost,
         link: Dialled,
         config: &Config,
-    ) -> (Self, LinkReader, crate::quickack::QuickAck) {
+    ) -> (Self, LinkReader, crate::quickack::QuickAck, Broken) {
         let Dialled {
             reader,
             writer,
             quick_ack,
             client_port: _,
         } = link;
-        editor.out.install(LinkOut::new(writer, OUTBOUND_QUEUE));
+        let broken = editor.out.install(writer, OUTBOUND_QUEUE, host.tracker());
         announce_ready(editor, host);
         let live = Live {
             editor,
@@ -991,7 +995,7 @@ impl<'a> Live<'a> {
             owed_close: None,
             rewake: true,
         };
-        (live, reader, quick_ack)
+        (live, reader, quick_ack, broken)
     }
 
     /// The timer reset to [`Live::next_wake`], when that may have moved.
@@ -1139,21 +1143,19 @@ impl<'a> Live<'a> {
     /// How the link ends: queued frames let out on a cancel; on a close, the closing
     /// handshake, bounded (our Close, then the editor's end of the stream).
     async fn close(&self, end: &LinkEnd, reader: &mut LinkReader) {
-        let out = self.editor.out.take();
-        match (end, out, self.owed_close) {
-            (LinkEnd::Cancelled, Some(out), _) => {
-                // Let queued frames (e.g. close_tab on shutdown) reach the editor first.
-                out.finish(Duration::from_secs(1)).await;
+        let out = &self.editor.out;
+        match (end, self.owed_close) {
+            // Let queued frames (e.g. close_tab on shutdown) reach the editor first.
+            (LinkEnd::Cancelled, _) => _ = out.finish(None, Duration::from_secs(1)).await,
+            (LinkEnd::Closed(_) | LinkEnd::EditorClosed(_), Some(code)) => {
+                if out.finish(Some(Out::Close(code)), CLOSE_WAIT).await {
+                    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                        while let Ok(Some(_)) = reader.next().await {}
+                    })
+                    .await;
+                }
             }
-            (LinkEnd::Closed(_) | LinkEnd::EditorClosed(_), Some(mut out), Some(code)) => {
-                let _ = out.send(Out::Close(code));
-                out.finish(CLOSE_WAIT).await;
-                let _ = tokio::time::timeout(CLOSE_WAIT, async {
-                    while let Ok(Some(_)) = reader.next().await {}
-                })
-                .await;
-            }
-            _ => {}
+            _ => out.discard(),
         }
     }
 }
@@ -1165,10 +1167,8 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// Routes one frame from the editor: answers to their owners, notifications to sessions,
 /// editor-initiated requests to one session.
 pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str) {
-    if let Some(done) = fast_reply(editor, text) {
-        if done {
-            return;
-        }
+    if fast_reply(editor, text).is_some() {
+        return;
     }
     let incoming = match jsonrpc::classify(text) {
         Ok(i) => i,
@@ -1265,8 +1265,8 @@ fn absolute_paths(editor: &Editor, msg: &mut Map<String, Value>) -> Option<Strin
 
 /// The hot path: an answer for a session of the editor's own dialect goes back with the
 /// session's id and the editor's `result`/`error` bytes untouched, without building a tree.
-/// `Some(true)` when handled, `None` when the slow path must look at it.
-fn fast_reply(editor: &Editor, text: &str) -> Option<bool> {
+/// `Some(())` when handled, `None` when the slow path must look at it.
+fn fast_reply(editor: &Editor, text: &str) -> Option<()> {
     let [id, method, result, error] =
         crate::jsonscan::members(text, ["id", "method", "result", "error"])?;
     if method.is_some() {
@@ -1297,7 +1297,7 @@ fn fast_reply(editor: &Editor, text: &str) -> Option<bool> {
         const HEAD: &str = "{\"jsonrpc\":\"2.0\",\"id\":";
         outbox.deliver_parts(&[HEAD, quote, &id_text, quote, ",\"", key, "\":", body, "}"]);
     }
-    Some(true)
+    Some(())
 }
 
 /// Capped exponential backoff with ±20 % jitter.

@@ -17,7 +17,6 @@ pub mod health;
 pub mod identity;
 pub mod jsonrpc;
 pub mod jsonscan;
-pub mod linkout;
 pub mod lockdir;
 pub mod lockfile;
 pub mod logging;
@@ -34,6 +33,7 @@ pub mod secret;
 pub mod service;
 pub mod session;
 pub mod setup;
+pub mod shared_writer;
 pub mod state;
 pub mod sync;
 #[cfg(feature = "testkit")]

@@ -2,15 +2,14 @@
 //!
 //! Delivery never blocks. When nothing is queued, the delivering task writes the frame to the
 //! session's socket itself, so an editor's answer reaches the agent without waking the session
-//! task. Otherwise the frame is queued for the session task (see `linkout`). A session whose
-//! queue is full is dropped, so a client that stops reading cannot slow an editor or other
-//! sessions.
+//! task. Otherwise the frame is queued for the socket's writer task (see `shared_writer`: the
+//! editor link writes the same way). A session whose queue is full is dropped, so a client
+//! that stops reading cannot slow an editor or other sessions.
 
-use crate::linkout::{LinkOut, Refused, Shared};
+use crate::shared_writer::{Broken, Refused, SharedWriter};
 use crate::wsframe::{FrameWriter, Out};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::AsyncWrite;
 use tokio_util::sync::CancellationToken;
 
@@ -25,19 +24,29 @@ pub type SessionSink = FrameWriter<Pin<Box<dyn AsyncWrite + Send>>>;
 pub struct Outbox {
     /// The session id, for log lines.
     id: u64,
-    /// The session's socket and its queue; `None` once the session has closed it.
-    out: Arc<Shared<SessionSink, Out>>,
+    /// The session's socket and its queue; empty once the session has closed it.
+    out: SharedWriter<SessionSink, Out>,
+    /// Told when a write to the socket fails.
+    broken: Broken,
     /// Cancelled to drop the session.
     kill: CancellationToken,
 }
 
 impl Outbox {
-    /// An outbox for session `id` writing to `sink`; `kill` ends the session when it
-    /// overflows or its socket fails.
-    pub fn new(id: u64, sink: SessionSink, kill: CancellationToken) -> Self {
+    /// An outbox for session `id` writing to `sink`, its writer task on `tracker`; `kill`
+    /// ends the session when it overflows.
+    pub fn new(
+        id: u64,
+        sink: SessionSink,
+        kill: CancellationToken,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> Self {
+        let out = SharedWriter::default();
+        let broken = out.install(sink, OUTBOX_FRAMES, tracker);
         Outbox {
             id,
-            out: Arc::new(Shared::new(Some(LinkOut::new(sink, OUTBOX_FRAMES)))),
+            out,
+            broken,
             kill,
         }
     }
@@ -96,15 +105,14 @@ impl Outbox {
         self.kill.cancel();
     }
 
-    /// The session task's turn: writes what is queued. `Ready` with the error once the socket
-    /// failed; `Pending` otherwise.
-    pub fn poll_write(&self, cx: &mut Context<'_>) -> Poll<String> {
-        self.out.poll_broken(cx)
+    /// Told when a write to the session's socket fails (the session task ends on it).
+    pub fn broken(&self) -> &Broken {
+        &self.broken
     }
 
-    /// Takes the socket's write half out, for a last flush and the close: later deliveries
-    /// are refused.
-    pub fn close(&self) -> Option<LinkOut<SessionSink, Out>> {
-        self.out.take()
+    /// The session's last writes: what is queued gets `limit` to reach the client, then the
+    /// socket is closed; later deliveries are refused.
+    pub async fn finish(&self, limit: Duration) {
+        self.out.finish(None, limit).await;
     }
 }

@@ -720,6 +720,10 @@ impl LinkHost for Registry {
         Registry::config(self)
     }
 
+    fn tracker(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
     fn stamp(&self) -> u64 {
         Registry::stamp(self)
     }
@@ -768,7 +772,7 @@ impl LinkHost for Registry {
     fn broadcast(&self, editor: &Arc<Editor>, text: &str) {
         for s in self.sessions.iter() {
             if s.editor_id().as_deref() == Some(editor.id.as_str()) {
-                s.outbox.deliver(s.to_agent(text));
+                s.notify(s.to_agent(text));
             }
         }
     }
@@ -780,6 +784,8 @@ impl LinkHost for Registry {
             .filter(|s| s.editor_id().as_deref() == Some(editor.id.as_str()))
             // Gemini CLI cannot answer editor-initiated requests (`getSuggestions`).
             .filter(|s| s.door != crate::session::handle::Door::Gemini)
+            // Nor can a session whose handshake is not done yet.
+            .filter(|s| s.greeted.load(Ordering::Acquire))
             .max_by_key(|s| s.last_active.load(Ordering::Relaxed))
             .map(|s| s.clone());
         let Some(target) = target else {

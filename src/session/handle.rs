@@ -61,6 +61,9 @@ pub enum Control {
     Detached(String),
     /// The editor with the same id was replaced by its successor: resubscribe quietly.
     Rebind,
+    /// An editor's notification sent before the session's first request was answered: it
+    /// waits behind that answer with the other notices.
+    Notice(String),
 }
 
 /// A live session as the registry sees it.
@@ -96,6 +99,10 @@ pub struct Session {
     pub last_active: AtomicU64,
     /// Its frame queue.
     pub outbox: Outbox,
+    /// Its first request has been answered (the handshake is done): an editor's
+    /// notifications go straight to its outbox from then on, and wait behind that answer
+    /// before (see [`Session::notify`]).
+    pub(crate) greeted: AtomicBool,
     /// Attachment changes for its task.
     pub control: mpsc::UnboundedSender<Control>,
     /// Editor-initiated requests it must answer: our id for it → (editor id, editor's id).
@@ -149,10 +156,22 @@ impl Session {
             detached_by_client: AtomicBool::new(false),
             last_active: AtomicU64::new(stamp),
             outbox,
+            greeted: AtomicBool::new(false),
             control,
             delegated: Mutex::new(HashMap::new()),
             next_delegated: AtomicU64::new(0),
             progress: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Delivers an editor's notification: at once once the handshake is done; before, it
+    /// goes to the session task, which holds it until the first answer has gone out (an MCP
+    /// client expects the `initialize` answer first, and a pi-ide client may not listen yet).
+    pub fn notify(&self, text: String) {
+        if self.greeted.load(Ordering::Acquire) {
+            self.outbox.deliver(text);
+        } else {
+            let _ = self.control.send(Control::Notice(text));
         }
     }
 

@@ -47,7 +47,7 @@ async fn serve<R>(
 {
     let kill = reg.cancel.child_token();
     let (control, mut ctl_rx) = mpsc::unbounded_channel();
-    let outbox = Outbox::new(id, sink, kill.clone());
+    let outbox = Outbox::new(id, sink, kill.clone(), &reg.tracker);
     let session = open(&reg, &intro, id, outbox, control);
     let mut selection = SelectionFeed::default();
     // Handshake first: until the client's first request (`initialize`, for an MCP client) has
@@ -63,6 +63,9 @@ async fn serve<R>(
     let mut killed = crate::woken::WhenWoken::new(killed);
     let mut controls =
         crate::woken::WhenWoken::new(std::future::poll_fn(|cx| ctl_rx.poll_recv(cx)));
+    let write_failed = session.outbox.broken().failed();
+    tokio::pin!(write_failed);
+    let mut write_failed = crate::woken::WhenWoken::new(write_failed);
     let reason = loop {
         let wants_progress = progress.arm(&session);
         // Biased: a drop first; then the client's frames, so a wake-up for a frame polls
@@ -77,8 +80,7 @@ async fn serve<R>(
                 }
             }
             Some(c) = &mut controls => on_control(&reg, &session, c, &mut selection, &mut held),
-            // Frames others had to queue (the socket was full, or this task had not run yet).
-            why = std::future::poll_fn(|cx| session.outbox.poll_write(cx)) => {
+            why = &mut write_failed => {
                 tracing::info!(session = id, error = %why, "session write failed");
                 break "write failed";
             }
@@ -228,6 +230,7 @@ fn on_control(
             selection.follow(session.editor_id().and_then(|e| subscribe(reg, &e[..])));
             None
         }
+        Control::Notice(text) => Some(text),
     };
     match (note, held.as_mut()) {
         (Some(n), Some(h)) => h.push(n),
@@ -256,9 +259,7 @@ async fn close(
             ));
         }
     }
-    if let Some(out) = session.outbox.close() {
-        out.finish(Duration::from_secs(1)).await;
-    }
+    session.outbox.finish(Duration::from_secs(1)).await;
     tracing::debug!(session = id, "flushed");
     reg.end_session(session);
     tracing::info!(session = id, reason, "session closed");
@@ -376,12 +377,15 @@ fn cancel_request(reg: &Registry, s: &Session, msg: &Map<String, Value>) {
     let _ = editor.send_raw(jsonrpc::notification("notifications/cancelled", params));
 }
 
-/// Ends the handshake hold: the notices held so far are queued behind the answer just queued.
+/// Ends the handshake hold: the notices held so far are queued behind the answer just queued;
+/// an editor's notifications go straight to the outbox from now on (one that saw the hold
+/// still on reaches `on_control` after this, and is delivered behind these).
 fn release(s: &Session, held: &mut Option<Vec<String>>) {
     if let Some(notes) = held.take() {
         for n in notes {
             s.outbox.deliver(n);
         }
+        s.greeted.store(true, std::sync::atomic::Ordering::Release);
     }
 }
 

@@ -200,7 +200,7 @@ async fn frames_written_a_few_bytes_at_a_time_arrive_whole() {
 
 #[tokio::test]
 async fn a_frame_from_parts_is_written_whole_and_nothing_may_follow_a_close() {
-    use crate::linkout::{PartsWritten, WriteParts};
+    use crate::shared_writer::{PartsWritten, WriteParts};
     let waker = futures_util::task::noop_waker();
     let mut cx = Context::from_waker(&waker);
     let mut w = FrameWriter::new(Vec::new(), Role::Server);
@@ -227,7 +227,7 @@ async fn a_frame_from_parts_is_written_whole_and_nothing_may_follow_a_close() {
 
 #[tokio::test]
 async fn frames_from_parts_arrive_whole_and_in_order_however_the_socket_takes_them() {
-    use crate::linkout::{PartsWritten, WriteParts};
+    use crate::shared_writer::{PartsWritten, WriteParts};
     bounded(async {
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
@@ -238,7 +238,7 @@ async fn frames_from_parts_arrive_whole_and_in_order_however_the_socket_takes_th
         // Each frame: its parts, whether it starts on an empty writer, and what the writer
         // does with it. Trickle takes 5 bytes a write, or none: a frame written directly is
         // kept in part. A frame behind those bytes, or in more than MAX_PARTS parts, is
-        // declined, and goes through the Sink as `LinkOut` then sends it.
+        // declined, and goes through the Sink as `SharedWriter` then sends it.
         let frames: [(Vec<&str>, bool, PartsWritten); 4] = [
             (vec!["{", "\"a\"", ":1}"], true, PartsWritten::Kept),
             (vec![], false, PartsWritten::Declined),
@@ -273,7 +273,7 @@ async fn frames_from_parts_arrive_whole_and_in_order_however_the_socket_takes_th
 
 #[tokio::test]
 async fn a_frame_partly_taken_wakes_its_task_when_the_socket_has_room() {
-    use crate::linkout::{PartsWritten, WriteParts};
+    use crate::shared_writer::{PartsWritten, WriteParts};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use tokio::io::AsyncReadExt;

@@ -768,3 +768,61 @@ async fn megabyte_calls_and_answers_arrive_whole_for_every_session() {
         within("large calls", t).await.expect("session task failed");
     }
 }
+
+/// An editor's notification that comes while a session's handshake is not done waits behind
+/// the `initialize` answer, and is not lost: an MCP client gets that answer first. (Found with
+/// real VS Code: its extension sends `diagnostics_changed` as soon as a file opens, and a
+/// session that had connected a moment before got it ahead of its `initialize` answer.)
+/// Editor-initiated requests skip such a session: it cannot answer them yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_notification_during_the_handshake_follows_the_initialize_answer() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/hs"]).await;
+    let mut witness = Agent::open(&b.socket, "/hs", None).await;
+    witness.attached().await;
+    let mut late = within("connect", Agent::connect_raw(&b.socket, "cwd=/hs"))
+        .await
+        .unwrap();
+    let reg = b.handle.registry().clone();
+    pi_ide_broker::testkit::eventually("both sessions placed on the editor", || {
+        let placed = reg
+            .sessions()
+            .iter()
+            .filter(|s| s.editor_id().is_some())
+            .count();
+        (placed == 2).then_some(())
+    })
+    .await;
+    let note =
+        r#"{"jsonrpc":"2.0","method":"diagnostics_changed","params":{"uris":["file:///hs/a.rs"]}}"#;
+    fe.broadcast(note);
+    // The broker handled it for every session once the witness has it.
+    witness
+        .until("the notification", |v| v["method"] == "diagnostics_changed")
+        .await;
+    // The newest session is the most recently active, yet a request goes to the one that
+    // can answer it.
+    let asked = fe
+        .request_suggestions()
+        .expect("a client of the fake editor");
+    let delegated = witness
+        .until("getSuggestions", |v| v["method"] == "getSuggestions")
+        .await;
+    assert!(delegated["id"].is_string(), "{delegated}");
+    late.send_request(
+        json!("init"),
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}}),
+    )
+    .await;
+    let first = within("the first frame", late.next())
+        .await
+        .expect("a frame");
+    assert_eq!(first["id"], "init", "the answer comes first: {first}");
+    late.until("the held notification", |v| {
+        v["method"] == "diagnostics_changed"
+    })
+    .await;
+    drop(asked);
+    b.stop().await;
+}
