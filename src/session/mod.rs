@@ -4,8 +4,8 @@
 use crate::editor::{Editor, Owner, Pending};
 use crate::family::Family;
 use crate::jsonrpc::{self, ClientId, Incoming};
-use crate::outbox::Outbox;
 use crate::outbox::SessionSink;
+use crate::outbox::{Outbox, OUTBOX_FRAMES};
 use crate::registry::Registry;
 use crate::sync::lock;
 use crate::wsframe::{Frame, FrameReader};
@@ -233,7 +233,16 @@ fn on_control(
         Control::Notice(text) => Some(text),
     };
     match (note, held.as_mut()) {
-        (Some(n), Some(h)) => h.push(n),
+        (Some(n), Some(h)) if h.len() < OUTBOX_FRAMES => h.push(n),
+        // A client that never finishes its handshake holds no more than a full outbox would.
+        (Some(_), Some(_)) => {
+            tracing::warn!(
+                session = session.id,
+                held = OUTBOX_FRAMES,
+                "session has not finished its handshake and its held notices are full; dropping it"
+            );
+            session.outbox.drop_session();
+        }
         (Some(n), None) => {
             session.outbox.deliver(n);
         }

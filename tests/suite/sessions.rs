@@ -826,3 +826,50 @@ async fn an_editor_notification_during_the_handshake_follows_the_initialize_answ
     drop(asked);
     b.stop().await;
 }
+
+/// The notices held for a session in its handshake are capped as its outbox is: a client that
+/// never sends its first request while its editor keeps notifying is dropped once 1,024 wait,
+/// and the editor's other sessions get every notification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_never_finishes_its_handshake_holds_a_capped_backlog() {
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/mute"]).await;
+    let mut witness = Agent::open(&b.socket, "/mute", None).await;
+    witness.attached().await;
+    let mut mute = within("connect", Agent::connect_raw(&b.socket, "cwd=/mute"))
+        .await
+        .unwrap();
+    let reg = b.handle.registry().clone();
+    pi_ide_broker::testkit::eventually("both sessions placed on the editor", || {
+        let placed = reg
+            .sessions()
+            .iter()
+            .filter(|s| s.editor_id().is_some())
+            .count();
+        (placed == 2).then_some(())
+    })
+    .await;
+    const SENT: usize = 1100;
+    for i in 0..SENT {
+        fe.broadcast(&format!(
+            r#"{{"jsonrpc":"2.0","method":"diagnostics_changed","params":{{"uris":["file:///mute/{i}"]}}}}"#
+        ));
+    }
+    for i in 0..SENT {
+        let n = witness
+            .until("a notification", |v| v["method"] == "diagnostics_changed")
+            .await;
+        assert_eq!(n["params"]["uris"][0], format!("file:///mute/{i}"));
+    }
+    // The mute session was dropped: its connection ends, with nothing sent before its close.
+    let ended = within("the mute session's end", mute.next_unbounded()).await;
+    assert!(
+        ended.is_none(),
+        "a frame reached a session in its handshake: {ended:?}"
+    );
+    pi_ide_broker::testkit::eventually("the mute session gone", || {
+        (reg.sessions().len() == 1).then_some(())
+    })
+    .await;
+    b.stop().await;
+}
