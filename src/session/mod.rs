@@ -388,7 +388,11 @@ fn cancel_request(reg: &Registry, s: &Session, msg: &Map<String, Value>) {
 
 /// Ends the handshake hold: the notices held so far are queued behind the answer just queued;
 /// an editor's notifications go straight to the outbox from now on (one that saw the hold
-/// still on reaches `on_control` after this, and is delivered behind these).
+/// still on reaches `on_control` after this, and is delivered behind these). On the default
+/// current-thread runtime the link task cannot broadcast again until this task yields, which
+/// it does only once it has also handled its queued notices (unless tokio's budget runs out
+/// first). With worker threads (`PI_IDE_BROKER_THREADS`), a notification sent at this very
+/// moment may overtake one still queued.
 fn release(s: &Session, held: &mut Option<Vec<String>>) {
     if let Some(notes) = held.take() {
         for n in notes {
