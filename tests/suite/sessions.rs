@@ -769,20 +769,25 @@ async fn megabyte_calls_and_answers_arrive_whole_for_every_session() {
     }
 }
 
-/// An editor's notification that comes while a session's handshake is not done waits behind
-/// the `initialize` answer, and is not lost: an MCP client gets that answer first. (Found with
-/// real VS Code: its extension sends `diagnostics_changed` as soon as a file opens, and a
-/// session that had connected a moment before got it ahead of its `initialize` answer.)
-/// Editor-initiated requests skip such a session: it cannot answer them yet.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_editor_notification_during_the_handshake_follows_the_initialize_answer() {
-    let b = TestBroker::start().await;
-    let (fe, _) = b.editor(&["/hs"]).await;
-    let mut witness = Agent::open(&b.socket, "/hs", None).await;
+/// An editor on `folder` with two sessions placed on it: a witness past its handshake, and
+/// one connected raw, which has not sent its first request.
+async fn a_witness_and_one_in_its_handshake(
+    b: &TestBroker,
+    folder: &str,
+) -> (
+    pi_ide_broker::testkit::fake_editor::FakeEditor,
+    Agent,
+    Agent,
+) {
+    let (fe, _) = b.editor(&[folder]).await;
+    let mut witness = Agent::open(&b.socket, folder, None).await;
     witness.attached().await;
-    let mut late = within("connect", Agent::connect_raw(&b.socket, "cwd=/hs"))
-        .await
-        .unwrap();
+    let raw = within(
+        "connect",
+        Agent::connect_raw(&b.socket, &format!("cwd={folder}")),
+    )
+    .await
+    .unwrap();
     let reg = b.handle.registry().clone();
     pi_ide_broker::testkit::eventually("both sessions placed on the editor", || {
         let placed = reg
@@ -793,6 +798,18 @@ async fn an_editor_notification_during_the_handshake_follows_the_initialize_answ
         (placed == 2).then_some(())
     })
     .await;
+    (fe, witness, raw)
+}
+
+/// An editor's notification that comes while a session's handshake is not done waits behind
+/// the `initialize` answer, and is not lost: an MCP client gets that answer first. (Found with
+/// real VS Code: its extension sends `diagnostics_changed` as soon as a file opens, and a
+/// session that had connected a moment before got it ahead of its `initialize` answer.)
+/// Editor-initiated requests skip such a session: it cannot answer them yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_notification_during_the_handshake_follows_the_initialize_answer() {
+    let b = TestBroker::start().await;
+    let (fe, mut witness, mut late) = a_witness_and_one_in_its_handshake(&b, "/hs").await;
     let note =
         r#"{"jsonrpc":"2.0","method":"diagnostics_changed","params":{"uris":["file:///hs/a.rs"]}}"#;
     fe.broadcast(note);
@@ -833,22 +850,8 @@ async fn an_editor_notification_during_the_handshake_follows_the_initialize_answ
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_that_never_finishes_its_handshake_holds_a_capped_backlog() {
     let b = TestBroker::start().await;
-    let (fe, _) = b.editor(&["/mute"]).await;
-    let mut witness = Agent::open(&b.socket, "/mute", None).await;
-    witness.attached().await;
-    let mut mute = within("connect", Agent::connect_raw(&b.socket, "cwd=/mute"))
-        .await
-        .unwrap();
+    let (fe, mut witness, mut mute) = a_witness_and_one_in_its_handshake(&b, "/mute").await;
     let reg = b.handle.registry().clone();
-    pi_ide_broker::testkit::eventually("both sessions placed on the editor", || {
-        let placed = reg
-            .sessions()
-            .iter()
-            .filter(|s| s.editor_id().is_some())
-            .count();
-        (placed == 2).then_some(())
-    })
-    .await;
     const SENT: usize = 1100;
     for i in 0..SENT {
         fe.broadcast(&format!(
