@@ -58,6 +58,12 @@ impl Outbox {
         self.deliver_frame(Out::Text(text))
     }
 
+    /// [`deliver`](Self::deliver) for several text frames, in order and together: no frame
+    /// of another sender (an editor's answer) comes between them.
+    pub fn deliver_all(&self, texts: Vec<String>) -> bool {
+        self.delivered(self.out.send_all(texts.into_iter().map(Out::Text)))
+    }
+
     /// [`deliver`](Self::deliver) for a text frame given as parts: written from them when
     /// nothing is queued (an answer spliced from the editor's frame is never assembled), else
     /// assembled and queued.

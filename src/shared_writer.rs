@@ -338,6 +338,14 @@ where
             .map_or(Err(Refused::Gone), |w| w.send(frame))
     }
 
+    /// [`send`](Self::send) for several frames in order, with no other sender's frame
+    /// between them; stops at the first refusal.
+    pub fn send_all(&self, frames: impl IntoIterator<Item = T>) -> Result<(), Refused> {
+        let mut writer = lock(&self.0.writer);
+        let w = writer.as_mut().ok_or(Refused::Gone)?;
+        frames.into_iter().try_for_each(|f| w.send(f))
+    }
+
     /// [`send`](Self::send) for a text frame given as borrowed parts: written from them when
     /// nothing is queued and the socket takes it, else queued as `make` builds it.
     pub fn send_parts(&self, parts: &[&str], make: impl FnOnce() -> T) -> Result<(), Refused>

@@ -51,9 +51,9 @@ async fn serve<R>(
     let session = open(&reg, &intro, id, outbox, control);
     let mut selection = SelectionFeed::default();
     // Handshake first: until the client's first request (`initialize`, for an MCP client) has
-    // been answered, attachment notices wait here and the selection replay waits in its watch;
-    // then they follow the answer, in order. A pi-ide client that attaches its message handler
-    // only after the upgrade would otherwise lose them.
+    // been answered, attachment notices (each with its selection replay) wait here; then they
+    // follow the answer, in order. A pi-ide client that attaches its message handler only
+    // after the upgrade would otherwise lose them.
     let mut held: Option<Vec<String>> = Some(skew_notice(&intro, id).into_iter().collect());
     let mut progress = ProgressClock::new(&reg);
     // Made once (a fresh future per turn would register with and leave the token each time),
@@ -211,31 +211,38 @@ fn on_control(
     selection: &mut SelectionFeed,
     held: &mut Option<Vec<String>>,
 ) {
-    let note = match c {
+    let notes = match c {
         Control::Attached(e) => {
-            selection.follow(subscribe(reg, &e));
-            Some(jsonrpc::notification(
-                jsonrpc::broker::ATTACHED,
-                attached_params(reg, &e),
-            ))
+            let mut feed = subscribe(reg, &e);
+            let notice = jsonrpc::notification(jsonrpc::broker::ATTACHED, attached_params(reg, &e));
+            // The editor's selection goes out right behind the notice, in the same delivery:
+            // a client that acts on `broker/attached` finds the replay ahead of every answer
+            // it asks for (the pi extension reads the selection once its next call returns).
+            let replay = feed
+                .as_mut()
+                .and_then(|rx| rx.borrow_and_update().clone())
+                .map(|text| session.to_agent(&text));
+            selection.follow(feed);
+            std::iter::once(notice).chain(replay).collect()
         }
         Control::Detached(r) => {
             selection.follow(None);
-            Some(jsonrpc::notification(
+            vec![jsonrpc::notification(
                 jsonrpc::broker::DETACHED,
                 json!({"reason": r}),
-            ))
+            )]
         }
         Control::Rebind => {
             selection.follow(session.editor_id().and_then(|e| subscribe(reg, &e[..])));
-            None
+            Vec::new()
         }
-        Control::Notice(text) => Some(text),
+        Control::Notice(text) => vec![text],
     };
-    match (note, held.as_mut()) {
-        (Some(n), Some(h)) if h.len() < OUTBOX_FRAMES => h.push(n),
+    match held.as_mut() {
+        _ if notes.is_empty() => {}
+        Some(h) if h.len() + notes.len() <= OUTBOX_FRAMES => h.extend(notes),
         // A client that never finishes its handshake holds no more than a full outbox would.
-        (Some(_), Some(_)) => {
+        Some(_) => {
             tracing::warn!(
                 session = session.id,
                 held = OUTBOX_FRAMES,
@@ -243,10 +250,9 @@ fn on_control(
             );
             session.outbox.drop_session();
         }
-        (Some(n), None) => {
-            session.outbox.deliver(n);
+        None => {
+            session.outbox.deliver_all(notes);
         }
-        (None, _) => {}
     }
 }
 
@@ -395,9 +401,7 @@ fn cancel_request(reg: &Registry, s: &Session, msg: &Map<String, Value>) {
 /// moment may overtake one still queued.
 fn release(s: &Session, held: &mut Option<Vec<String>>) {
     if let Some(notes) = held.take() {
-        for n in notes {
-            s.outbox.deliver(n);
-        }
+        s.outbox.deliver_all(notes);
         s.greeted.store(true, std::sync::atomic::Ordering::Release);
     }
 }

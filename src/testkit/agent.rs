@@ -63,6 +63,18 @@ impl Agent {
             .unwrap_or_else(|e| panic!("send: {e}"));
     }
 
+    /// Sends several texts in one write (a client that pipelines its requests).
+    pub async fn send_texts(&mut self, texts: &[&str]) {
+        super::within("agent send", async {
+            for t in texts {
+                self.ws.feed(Message::text(t.to_string())).await?;
+            }
+            self.ws.flush().await
+        })
+        .await
+        .unwrap_or_else(|e| panic!("send: {e}"));
+    }
+
     /// Sends a request with this exact id.
     pub async fn send_request(&mut self, id: Value, method: &str, params: Value) {
         self.send_text(

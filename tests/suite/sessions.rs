@@ -769,6 +769,59 @@ async fn megabyte_calls_and_answers_arrive_whole_for_every_session() {
     }
 }
 
+/// The editor's selection reaches a session right behind `broker/attached`, nothing between:
+/// the pi extension reads its selection once the call it makes after the attach returns, and
+/// an answer that slipped in first left the model without the `<editor>` block. (Found with
+/// pi-web under load: a fork's first prompt carried the diagnostics but no selection; the
+/// broker ran on worker threads and the replay went out one session turn after the notice.)
+/// Here the client pipelines `initialize` and a request the broker answers itself, so with
+/// the replay a turn behind the notice that answer comes between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_selection_replay_follows_the_attach_notice_with_nothing_between() {
+    let b = TestBroker::start().await;
+    let (fe, id) = b.editor(&["/rp"]).await;
+    fe.select("/rp/src/lib.rs", "", 7);
+    let reg = b.handle.registry().clone();
+    pi_ide_broker::testkit::eventually("the editor's selection recorded", || {
+        reg.editor(&id)?.last_selection().map(|_| ())
+    })
+    .await;
+    let mut raw = within(
+        "connect",
+        Agent::connect_raw(&b.socket, "cwd=/rp&dialect=pi"),
+    )
+    .await
+    .unwrap();
+    pi_ide_broker::testkit::eventually("the session placed on the editor", || {
+        reg.sessions()
+            .iter()
+            .any(|s| s.editor_id().is_some())
+            .then_some(())
+    })
+    .await;
+    let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}}});
+    let editors = json!({"jsonrpc": "2.0", "id": "ed", "method": "broker/editors", "params": {}});
+    raw.send_texts(&[&init.to_string(), &editors.to_string()])
+        .await;
+    let mut seen: Vec<String> = Vec::new();
+    while seen.len() < 4 {
+        let v = raw.next().await.expect("the session's frames");
+        seen.push(match (&v["method"], &v["id"]) {
+            (Value::String(m), _) => m.clone(),
+            (_, Value::String(i)) => format!("answer {i}"),
+            _ => v.to_string(),
+        });
+    }
+    let at = seen.iter().position(|m| m == "broker/attached");
+    assert_eq!(seen[0], "answer init", "{seen:?}");
+    assert!(
+        at.is_some_and(|i| seen.get(i + 1).map(String::as_str) == Some("selection_changed")),
+        "the replay must follow the attach notice directly: {seen:?}"
+    );
+    assert!(seen.contains(&"answer ed".to_string()), "{seen:?}");
+}
+
 /// An editor on `folder` with two sessions placed on it: a witness past its handshake, and
 /// one connected raw, which has not sent its first request.
 async fn a_witness_and_one_in_its_handshake(
