@@ -160,6 +160,8 @@ pub struct FakeEditor {
     /// The port it listens on.
     pub port: u16,
     stop: CancellationToken,
+    /// The accept loop, which owns the listener: done once the port is closed.
+    accepting: Mutex<Option<tokio::task::JoinHandle<()>>>,
     lockfile: Mutex<Option<PathBuf>>,
 }
 
@@ -196,9 +198,10 @@ impl FakeEditor {
         let stop = CancellationToken::new();
         let s2 = shared.clone();
         let stop2 = stop.clone();
-        tokio::spawn(async move {
+        let accepting = tokio::spawn(async move {
             loop {
                 tokio::select! {
+                    biased;
                     _ = stop2.cancelled() => return,
                     r = listener.accept() => {
                         let Ok((stream, _)) = r else { continue };
@@ -211,6 +214,7 @@ impl FakeEditor {
             shared,
             port,
             stop,
+            accepting: Mutex::new(Some(accepting)),
             lockfile: Mutex::new(None),
         })
     }
@@ -387,8 +391,14 @@ impl FakeEditor {
     }
 
     /// Closes every connection and the listener at once (a crash, as seen by peers).
-    pub fn crash(&self) {
+    /// Returns once the port is closed: no peer can connect to it again, and another socket
+    /// can bind it.
+    pub async fn crash(&self) {
         self.stop.cancel();
+        let accepting = lock(&self.accepting).take();
+        if let Some(task) = accepting {
+            let _ = task.await;
+        }
     }
 }
 

@@ -283,7 +283,7 @@ async fn a_bridged_diff_is_rejected_never_saved_when_the_editor_dies() {
     let mut c = pi_client_for(&b, "/vs").await;
     let w = tokio::spawn(async move { c.write_verdict("/vs/z", "z", "dies").await });
     eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
-    fe.crash();
+    fe.crash().await;
     let r = within("answer", w).await.unwrap();
     assert!(
         matches!(

@@ -175,7 +175,7 @@ async fn a_restarted_editor_is_recorded_as_successor() {
     let b = TestBroker::start().await;
     let (old, id) = b.editor(&["/proj/a"]).await;
     old.remove_lockfile();
-    old.crash();
+    old.crash().await;
     b.wait_editor_gone(old.port).await;
     let new = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/proj/a"]))
         .await

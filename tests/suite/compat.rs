@@ -84,7 +84,7 @@ async fn the_connection_survives_an_editor_restart_on_a_new_port() {
     let mut c = PiClient::connect(&cand).await.unwrap();
     c.diagnostics().await.unwrap();
     fe.remove_lockfile();
-    fe.crash();
+    fe.crash().await;
     b.wait_editor_gone(fe.port).await;
     let fe2 = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/w"]))
         .await
@@ -117,7 +117,7 @@ async fn an_editor_killed_mid_diff_gives_diff_rejected_not_a_closed_socket() {
         (r, c)
     });
     eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
-    fe.crash();
+    fe.crash().await;
     let (r, mut c) = within("writer", writer).await.unwrap();
     // A rejection marked undelivered (blocks the write as "not reviewed"), never an error
     // (pi-ide would write unreviewed) and never the user's own "no".
@@ -257,7 +257,7 @@ async fn virtual_lockfiles_follow_editors_and_are_private_and_cleaned() {
     );
     // Gone for good (after the grace) → withdrawn.
     fe.remove_lockfile();
-    fe.crash();
+    fe.crash().await;
     eventually("entry withdrawn", || (!path.exists()).then_some(())).await;
     // Shutdown removes every entry.
     let (_fe2, _) = b.editor(&["/v2"]).await;

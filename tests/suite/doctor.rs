@@ -138,7 +138,7 @@ async fn every_refused_lockfile_is_explained_in_status_and_doctor() {
     let closed_port = closed.port;
     closed.write_lockfile(&dir).unwrap();
     b.wait_editor(closed_port, "ready").await;
-    closed.crash();
+    closed.crash().await;
     b.wait_editor(closed_port, "backoff").await;
     // Refused by now: held so no concurrent test's listener can open it again.
     let _held = hold_closed(closed_port).expect("the crashed editor's port is free to hold");

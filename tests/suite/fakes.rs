@@ -176,3 +176,24 @@ async fn the_fake_editor_refuses_bad_tokens_as_the_recorded_editors_did() {
         }
     }
 }
+
+/// A crash of the fake editor is one, as a real editor's death is: once `crash` returns, its
+/// port is closed (nothing connects, another socket binds it). Tests that hold a dead editor's
+/// port (`hold_closed`) rely on it; with the listener closed later by its own task, the bind
+/// failed under load (issue 29's soak, `doctor::every_refused_lockfile_…`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_fake_editor_has_closed_its_port_when_crash_returns() {
+    for _ in 0..20 {
+        let fe = FakeEditor::start(Options::pi(&["/crash"])).await.unwrap();
+        let mut ws = dial(&fe, Family::Pi).await;
+        fe.crash().await;
+        assert!(
+            hold_closed(fe.port).is_some(),
+            "port {} still bound after crash",
+            fe.port
+        );
+        // The live connection ends too.
+        let end = within("the connection's end", ws.next()).await;
+        assert!(!matches!(end, Some(Ok(Message::Text(_)))), "{end:?}");
+    }
+}

@@ -106,7 +106,7 @@ async fn a_discovery_file_appears_and_vanishes_with_its_editor_and_the_broker() 
 
     // The editor goes for good: its file goes.
     fe.remove_lockfile();
-    fe.crash();
+    fe.crash().await;
     within("the discovery files removed", async {
         while d.path.exists() || qwen.exists() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -347,7 +347,7 @@ async fn a_killed_editor_rejects_the_pending_diff_at_once_and_its_restart_is_fol
     pending_tab(&fe).await;
     fe.remove_lockfile();
     let killed = std::time::Instant::now();
-    fe.crash();
+    fe.crash().await;
     let n = tokio::time::timeout(Duration::from_secs(1), c.notification("ide/diffRejected"))
         .await
         .expect("ide/diffRejected within 1 s of the editor's death");

@@ -206,7 +206,7 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
     let from = pi.mark();
     let kill = async {
         let (_tab, _) = next_diff(&mut ev).await;
-        ed.crash();
+        ed.crash().await;
     };
     tokio::join!(pi.prompt("write during a crash"), kill);
     assert_eq!(read(&target).as_deref(), Some("edit final\n"));

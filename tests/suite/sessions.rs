@@ -170,7 +170,7 @@ async fn an_editor_lost_mid_diff_answers_diff_rejected_with_the_sessions_tab() {
         (fe.pending_diffs().len() == 3).then_some(())
     })
     .await;
-    fe.crash();
+    fe.crash().await;
     for (i, a) in agents.iter_mut().enumerate() {
         let ans = a.answer(&json!(format!("d{i}"))).await;
         assert!(
@@ -555,7 +555,7 @@ async fn sticky_targets_survive_editor_and_broker_restarts() {
     assert_eq!(a.attached().await["params"]["editor"], id2);
     // e2 restarts on a new port: the attached session follows it without reconnecting.
     e2.remove_lockfile();
-    e2.crash();
+    e2.crash().await;
     b.wait_editor_gone(e2.port).await;
     let e2b = FakeEditor::start_in(&b.pi_dir, o2.clone()).await.unwrap();
     b.wait_editor(e2b.port, "ready").await;
