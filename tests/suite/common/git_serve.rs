@@ -1,15 +1,19 @@
 //! This repository served over `git daemon` on 127.0.0.1, as a user's `git:` source: a bare
-//! clone of the committed `HEAD` (what a fresh clone in CI has), on a free port.
+//! clone of the committed `HEAD` (what a fresh clone in CI has). The test holds the listening
+//! socket itself, on a port the kernel picked, and runs `git daemon --inetd` on each
+//! connection (as inetd would): no port is chosen and let go, no wait for a daemon to listen.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
-use tokio::process::{Child, Command};
+use tokio::net::TcpListener;
+use tokio::process::Command;
 
-/// A running `git daemon` exporting `local/pi-ide-broker.git`.
+/// `git daemon` exporting `local/pi-ide-broker.git`, one process per connection.
 pub struct GitServer {
     _dir: tempfile::TempDir,
-    _daemon: Child,
+    /// Accepts connections and runs a daemon on each; aborted (its daemons killed) on drop.
+    accepting: tokio::task::JoinHandle<()>,
     /// `git://127.0.0.1:<port>/local/pi-ide-broker.git`.
     pub url: String,
     /// The commit it serves as `HEAD`.
@@ -31,7 +35,7 @@ pub fn git_daemon_available() -> bool {
 }
 
 impl GitServer {
-    /// Clones the repository's `HEAD` bare and serves it; waits until the port answers.
+    /// Clones the repository's `HEAD` bare and serves it (listening before this returns).
     pub async fn start() -> GitServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let base = dir.path().join("srv");
@@ -53,24 +57,15 @@ impl GitServer {
             .output()
             .expect("git rev-parse");
         let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
-        let port = free_port();
-        let log = std::fs::File::create(dir.path().join("git-daemon.log")).expect("log file");
-        let daemon = Command::new("git")
-            .arg("daemon")
-            .args(["--reuseaddr", "--listen=127.0.0.1", "--export-all"])
-            .arg(format!("--port={port}"))
-            .arg(format!("--base-path={}", base.display()))
-            .arg(&base)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn git daemon");
-        wait_listening(port, &dir.path().join("git-daemon.log")).await;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listen on a free port");
+        let port = listener.local_addr().expect("local addr").port();
+        let log = dir.path().join("git-daemon.log");
+        let accepting = tokio::spawn(serve(listener, base, log));
         GitServer {
             _dir: dir,
-            _daemon: daemon,
+            accepting,
             url: format!("git://127.0.0.1:{port}/local/pi-ide-broker.git"),
             head,
         }
@@ -82,27 +77,53 @@ impl GitServer {
     }
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("local addr").port()
+impl Drop for GitServer {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
 }
 
-/// `git daemon` says nothing when it listens: connect until it accepts (bounded).
-async fn wait_listening(port: u16, log: &Path) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+/// Runs `git daemon --inetd` on every connection `listener` accepts, its log appended to `log`.
+async fn serve(listener: TcpListener, base: PathBuf, log: PathBuf) {
+    let mut daemons = tokio::task::JoinSet::new();
     loop {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return;
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        match inetd(stream, &base, &log) {
+            // Reaped when it ends; killed when the server is dropped.
+            Ok(mut child) => _ = daemons.spawn(async move { child.wait().await }),
+            Err(e) => eprintln!("git daemon --inetd could not start: {e}"),
         }
-        if tokio::time::Instant::now() > deadline {
-            panic!(
-                "git daemon did not listen on {port} within 30 s: {}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// One `git daemon` serving `stream` on its stdin and stdout.
+fn inetd(
+    stream: tokio::net::TcpStream,
+    base: &Path,
+    log: &Path,
+) -> std::io::Result<tokio::process::Child> {
+    let stream = stream.into_std()?;
+    stream.set_nonblocking(false)?;
+    let input = OwnedFd::from(stream);
+    let output = input.try_clone()?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    Command::new("git")
+        .args([
+            "daemon",
+            "--inetd",
+            "--export-all",
+            "--log-destination=stderr",
+        ])
+        .arg(format!("--base-path={}", base.display()))
+        .arg(base)
+        .stdin(Stdio::from(input))
+        .stdout(Stdio::from(output))
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
 }
