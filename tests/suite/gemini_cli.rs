@@ -86,12 +86,33 @@ impl GeminiTui {
     }
 
     /// Types `text`, and presses Enter once the prompt shows it (Ink reads a line that comes
-    /// in one piece with its Enter as a paste).
+    /// in one piece with its Enter as a paste); again while the prompt still holds the line
+    /// (a CLI on a busy machine can miss an Enter: issue 29's soak saw the line sit typed in
+    /// the prompt for 30 s). An Enter on an empty prompt does nothing.
     async fn type_line(&mut self, text: &str) {
         let before = self.shown(text);
         self.stdin.write_all(text.as_bytes()).await.expect("type");
         self.wait_until(text, |tui| tui.shown(text) > before).await;
-        self.stdin.write_all(b"\r").await.expect("enter");
+        for _ in 0..10 {
+            self.stdin.write_all(b"\r").await.expect("enter");
+            let taken = tokio::time::timeout(Duration::from_secs(3), async {
+                while !self.prompt_is_empty_after(text) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+            if taken.await.is_ok() {
+                return;
+            }
+        }
+    }
+
+    /// Whether the prompt, empty again, was drawn after `text` last was (the line was taken).
+    fn prompt_is_empty_after(&self, text: &str) -> bool {
+        let screen = strip_ansi(&self.screen());
+        match (screen.rfind(text), screen.rfind("Type your message")) {
+            (Some(line), Some(prompt)) => prompt > line,
+            _ => false,
+        }
     }
 
     /// How many times the screen (since the start) has shown `text`.
@@ -140,7 +161,12 @@ impl GeminiTui {
     }
 
     async fn quit(mut self) {
-        self.type_line("/quit").await;
+        // Not `type_line`: a CLI that quits draws no empty prompt.
+        let before = self.shown("/quit");
+        self.stdin.write_all(b"/quit").await.expect("type");
+        self.wait_until("/quit", |tui| tui.shown("/quit") > before)
+            .await;
+        self.stdin.write_all(b"\r").await.expect("enter");
         if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
             .await
             .is_err()
