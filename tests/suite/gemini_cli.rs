@@ -90,20 +90,21 @@ impl GeminiTui {
     /// (a CLI on a busy machine can miss an Enter: issue 29's soak saw the line sit typed in
     /// the prompt for 30 s). An Enter on an empty prompt does nothing.
     async fn type_line(&mut self, text: &str) {
-        let before = self.shown(text);
-        self.stdin.write_all(text.as_bytes()).await.expect("type");
-        self.wait_until(text, |tui| tui.shown(text) > before).await;
+        self.type_text(text).await;
         for _ in 0..10 {
             self.stdin.write_all(b"\r").await.expect("enter");
-            let taken = tokio::time::timeout(Duration::from_secs(3), async {
-                while !self.prompt_is_empty_after(text) {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            });
-            if taken.await.is_ok() {
+            let taken = |tui: &Self| tui.prompt_is_empty_after(text);
+            if self.holds_within(Duration::from_secs(3), taken).await {
                 return;
             }
         }
+    }
+
+    /// Types `text` (no Enter) and waits until the prompt shows it.
+    async fn type_text(&mut self, text: &str) {
+        let before = self.shown(text);
+        self.stdin.write_all(text.as_bytes()).await.expect("type");
+        self.wait_until(text, |tui| tui.shown(text) > before).await;
     }
 
     /// Whether the prompt, empty again, was drawn after `text` last was (the line was taken).
@@ -122,18 +123,23 @@ impl GeminiTui {
 
     /// Waits (60 s at most) until `done` holds of the screen; shows it if not.
     async fn wait_until(&self, what: &str, done: impl Fn(&Self) -> bool) {
-        let shown = tokio::time::timeout(Duration::from_secs(60), async {
-            while !done(self) {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-        .await;
-        if shown.is_err() {
+        if !self.holds_within(Duration::from_secs(60), done).await {
             panic!(
                 "the CLI never showed {what:?}; its screen:\n{}",
                 tail(&strip_ansi(&self.screen()))
             );
         }
+    }
+
+    /// Whether `done` comes to hold of the screen within `limit` (the screen is a byte stream
+    /// with no event to await: it is read every 100 ms).
+    async fn holds_within(&self, limit: Duration, done: impl Fn(&Self) -> bool) -> bool {
+        let held = tokio::time::timeout(limit, async {
+            while !done(self) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        held.await.is_ok()
     }
 
     /// Asks `/ide status` until the CLI says it is connected to the IDE, which it says only
@@ -162,10 +168,7 @@ impl GeminiTui {
 
     async fn quit(mut self) {
         // Not `type_line`: a CLI that quits draws no empty prompt.
-        let before = self.shown("/quit");
-        self.stdin.write_all(b"/quit").await.expect("type");
-        self.wait_until("/quit", |tui| tui.shown("/quit") > before)
-            .await;
+        self.type_text("/quit").await;
         self.stdin.write_all(b"\r").await.expect("enter");
         if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
             .await
