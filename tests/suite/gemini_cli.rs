@@ -145,9 +145,16 @@ impl GeminiTui {
     /// Asks `/ide status` until the CLI says it is connected to the IDE, which it says only
     /// once it has listed the IDE's tools: a prompt typed before that gets its edits confirmed
     /// in the terminal, with no diff in the editor (a race the fresh-clone CI run hit with
-    /// Qwen Code).
+    /// Qwen Code). A CLI that has drawn its prompt may not know its slash commands yet (Qwen
+    /// Code then says "Unknown command"): that is an answer too, and the question is asked
+    /// again.
     async fn wait_ide_connected(&mut self) {
-        const ANSWERS: [&str; 3] = ["Connected to", "Connecting", "Disconnected"];
+        const ANSWERS: [&str; 4] = [
+            "Connected to",
+            "Connecting",
+            "Disconnected",
+            "Unknown command: /ide",
+        ];
         for _ in 0..30 {
             let connected = self.shown("Connected to");
             let answered = |tui: &Self| ANSWERS.iter().map(|a| tui.shown(a)).sum::<usize>();
