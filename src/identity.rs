@@ -186,10 +186,14 @@ impl Book {
         }
     }
 
-    /// Marks `id` lost now (its lockfile vanished, its pid died, or its link gave up).
-    pub fn lost(&mut self, id: &str, now: u64) {
+    /// Marks `id` lost now (its lockfile vanished, its pid died, or its link gave up), if the
+    /// record still names `holder` (pid and port): a retired handle whose id already passed to
+    /// a successor must not mark the successor lost while it runs.
+    pub fn lost(&mut self, id: &str, holder: &Process, now: u64) {
         if let Some(r) = self.records.get_mut(id) {
-            r.lost_at.get_or_insert(now);
+            if r.process.pid == holder.pid && r.process.port == holder.port {
+                r.lost_at.get_or_insert(now);
+            }
         }
     }
 
@@ -394,6 +398,34 @@ impl Book {
             n += 1;
         }
         id
+    }
+}
+
+/// What the registry learns from outside about editor processes, and the clock it stamps
+/// losses with: the OS in the daemon ([`Os`]), a table in the registry's model test.
+pub trait ProcessFacts: Send + Sync + 'static {
+    /// When `pid` started, as a token equal for the same process (`None` where unknown).
+    fn start_token(&self, pid: u32) -> Option<u64>;
+    /// True when `p` still runs (its pid is alive and, where known, started when it did).
+    fn alive(&self, p: &Process) -> bool;
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// The real process facts: `/proc` (or libproc) and the wall clock.
+pub struct Os;
+
+impl ProcessFacts for Os {
+    fn start_token(&self, pid: u32) -> Option<u64> {
+        process_start_ticks(pid)
+    }
+
+    fn alive(&self, p: &Process) -> bool {
+        process_alive(p)
+    }
+
+    fn now_ms(&self) -> u64 {
+        crate::state::unix_ms()
     }
 }
 

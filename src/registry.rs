@@ -4,7 +4,7 @@
 
 use crate::config::Config;
 use crate::editor::{self, Delegation, Editor, LinkHost};
-use crate::identity::{self, Arrival, Assigned, Lineage, Process, Verdict};
+use crate::identity::{self, Arrival, Assigned, Lineage, Process, ProcessFacts, Verdict};
 use crate::lockdir::LockEvent;
 use crate::lockfile::{self, Lockfile};
 use crate::router::{self, Decision, EditorView};
@@ -83,6 +83,10 @@ pub struct Registry {
     me: Weak<Registry>,
     /// Caps on connections in the handshake and on live sessions, for every door.
     pub limits: crate::frontdoor::limits::Limits,
+    /// Where process liveness, start times and the loss clock come from.
+    facts: Arc<dyn ProcessFacts>,
+    /// False only in the registry's model test, which plays the links' part itself.
+    spawn_links: bool,
 }
 
 impl Registry {
@@ -92,6 +96,19 @@ impl Registry {
         state: StateStore,
         socket: PathBuf,
         cancel: CancellationToken,
+    ) -> Arc<Self> {
+        Self::with_facts(config, state, socket, cancel, Arc::new(identity::Os), true)
+    }
+
+    /// A registry reading process facts from `facts`; with `spawn_links` false no editor link
+    /// is started (the model test says when a link is up).
+    pub(crate) fn with_facts(
+        config: Arc<Config>,
+        state: StateStore,
+        socket: PathBuf,
+        cancel: CancellationToken,
+        facts: Arc<dyn ProcessFacts>,
+        spawn_links: bool,
     ) -> Arc<Self> {
         let limits =
             crate::frontdoor::limits::Limits::new(config.max_handshakes, config.max_sessions);
@@ -116,6 +133,8 @@ impl Registry {
             changes: tokio::sync::watch::Sender::new(0),
             listeners: Mutex::new(Vec::new()),
             me: me.clone(),
+            facts,
+            spawn_links,
         })
     }
 
@@ -266,21 +285,22 @@ impl Registry {
     /// Gives new editors their ids (same process, successor, or new: see `identity`) and
     /// starts their links.
     fn admit(&self, lockfiles: Vec<Lockfile>) {
-        let now = crate::state::unix_ms();
+        let now = self.facts.now_ms();
         let arrivals: Vec<Arrival> = lockfiles
             .iter()
             .map(|l| Arrival {
                 lineage: lineage_of(l),
                 process: Process {
                     pid: l.pid,
-                    start: identity::process_start_ticks(l.pid),
+                    start: self.facts.start_token(l.pid),
                     port: l.port,
                 },
             })
             .collect();
         let window = self.config().successor_window_ms;
+        let alive = |p: &Process| self.facts.alive(p);
         let (resolution, pruned) = self.state.with_book(|book| {
-            let r = book.resolve(&arrivals, &identity::process_alive, now);
+            let r = book.resolve(&arrivals, &alive, now);
             let pruned = book.prune(now, window, MAX_LOST_EDITORS);
             (r, pruned)
         });
@@ -359,7 +379,7 @@ impl Registry {
         ));
         self.editors.insert(id.clone(), editor.clone());
         self.by_path.insert(path, id.clone());
-        if let Some(me) = self.me.upgrade() {
+        if let Some(me) = self.me.upgrade().filter(|_| self.spawn_links) {
             let host: Arc<dyn LinkHost> = me;
             let span = editor::span(&editor);
             self.tracker.spawn(tracing::Instrument::instrument(
@@ -385,8 +405,17 @@ impl Registry {
         self.by_path.retain(|_, v| v != id);
         e.stop();
         self.changed();
-        self.state
-            .with_book(|b| b.lost(id, crate::state::unix_ms()));
+        // Only this handle's process is lost: when it died and a restart already inherited
+        // the id (`admit` retires the dead one after the book named its successor), the
+        // record is the successor's and stays live.
+        let lf = e.lockfile();
+        let holder = Process {
+            pid: lf.pid,
+            start: None,
+            port: lf.port,
+        };
+        let now = self.facts.now_ms();
+        self.state.with_book(|b| b.lost(id, &holder, now));
         let grace = Duration::from_millis(self.config().editor_grace_ms);
         let me = self.me.clone();
         let id = id.to_string();

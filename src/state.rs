@@ -164,7 +164,13 @@ impl StateStore {
 
     /// Writes the current state now.
     pub fn save(&self) -> std::io::Result<()> {
-        write_atomic(&self.path, &self.snapshot()?)?;
+        self.save_at(unix_ms())
+    }
+
+    /// Writes the current state now, stamped as saved at `now_ms` (the registry's model test
+    /// runs on a clock of its own).
+    pub fn save_at(&self, now_ms: u64) -> std::io::Result<()> {
+        write_atomic(&self.path, &self.snapshot(now_ms)?)?;
         self.wrote();
         Ok(())
     }
@@ -180,10 +186,10 @@ impl StateStore {
     }
 
     /// The file's bytes for the current state.
-    fn snapshot(&self) -> std::io::Result<Vec<u8>> {
+    fn snapshot(&self, now_ms: u64) -> std::io::Result<Vec<u8>> {
         let mut snapshot = lock(&self.state).clone();
         snapshot.version = 2;
-        snapshot.saved_at = unix_ms();
+        snapshot.saved_at = now_ms;
         serde_json::to_vec_pretty(&snapshot).map_err(std::io::Error::other)
     }
 
@@ -204,7 +210,7 @@ impl StateStore {
             }
             // fsync off the runtime's thread: sessions never wait for the disk.
             let path = self.path.clone();
-            let written = match self.snapshot() {
+            let written = match self.snapshot(unix_ms()) {
                 Ok(bytes) => tokio::task::spawn_blocking(move || write_atomic(&path, &bytes))
                     .await
                     .unwrap_or_else(|e| Err(std::io::Error::other(e))),

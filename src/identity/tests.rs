@@ -100,8 +100,8 @@ fn the_most_recently_lost_predecessor_is_inherited() {
     let all = [100, 200];
     let a = admit(&mut book, arrival(0, 100), &all, 1);
     let b = admit(&mut book, arrival(0, 200), &all, 2);
-    book.lost(&a, 10);
-    book.lost(&b, 20);
+    book.lost(&a, &arrival(0, 100).process, 10);
+    book.lost(&b, &arrival(0, 200).process, 20);
     let r = book.resolve(&[arrival(0, 300)], &alive_set(&[300]), 30);
     assert_eq!(r.assigned[0].id, b);
     // The next one takes the other.
@@ -156,12 +156,12 @@ fn one_process_in_two_families_is_two_editors() {
 fn old_records_are_pruned() {
     let mut book = Book::default();
     let a = admit(&mut book, arrival(0, 100), &[100], 1);
-    book.lost(&a, 10);
+    book.lost(&a, &arrival(0, 100).process, 10);
     assert!(book.prune(1000, 5000, 16).is_empty());
     assert_eq!(book.prune(10_000, 5000, 16), vec![a]);
     for pid in 1..40 {
         let id = admit(&mut book, arrival(pid as u8, pid), &[pid], 1);
-        book.lost(&id, u64::from(pid));
+        book.lost(&id, &arrival(pid as u8, pid).process, u64::from(pid));
     }
     let gone = book.prune(50, 1_000_000, 16);
     assert_eq!(gone.len(), 39 - 16);
@@ -269,7 +269,7 @@ proptest! {
                         if noticed {
                             let pid = w.procs[j].1;
                             let id = w.holder.iter().find(|(_, p)| **p == pid).map(|(id, _)| id.clone());
-                            if let Some(id) = id { w.now += 1000; w.book.lost(&id, w.now); }
+                            if let Some(id) = id { w.now += 1000; let p = arrival(w.procs[j].0, pid).process; w.book.lost(&id, &p, w.now); }
                         }
                     }
                 }

@@ -213,3 +213,57 @@ async fn a_killed_editor_left_unreaped_is_dead_and_its_restart_is_its_successor(
     drop((ea, e2));
     b.stop().await;
 }
+
+/// Issue 38's sequence: A killed (its lockfile left) and restarted at once as A2, then a second
+/// window C opened on the same folder. A2 keeps A's id and its session; C is a new editor and
+/// takes nothing. Before the fix, retiring the dead A after its id had passed to A2 marked
+/// A2's record lost, and C "succeeded" the running A2: A2 vanished from status and its session
+/// moved to C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_restart_keeps_its_id_when_a_second_window_opens_later() {
+    let b = TestBroker::start_with(|c| {
+        // Far longer than the test: only the identity rules can move the session.
+        c.editor_grace_ms = 120_000;
+    })
+    .await;
+    let proj = "/ident/second-window";
+    let (mut a, pa) = editor_proc(&b, proj).await;
+    let ida = id_of(&ready(&b, pa).await);
+    let mut on_a = Agent::open(&b.socket, proj, Some("second-window")).await;
+    assert_eq!(attached(&mut on_a).await, ida);
+    a.signal(Signal::KILL);
+    a.wait_exit().await;
+    let (a2, pa2) = editor_proc(&b, proj).await;
+    let st = ready(&b, pa2).await;
+    assert_eq!(id_of(&st), ida, "the restart inherits the id: {st}");
+    let (_c, pc) = editor_proc(&b, proj).await;
+    let idc = id_of(&ready(&b, pc).await);
+    assert_ne!(idc, ida, "the second window got the running editor's id");
+    let st = b.status().await;
+    let a2_now =
+        editor_by_port(&st, pa2).unwrap_or_else(|| panic!("A2 was retired while running: {st}"));
+    assert_eq!(id_of(a2_now), ida, "{st}");
+    assert_eq!(a2_now["restarts"], 1, "{st}");
+    let c_now = editor_by_port(&st, pc).unwrap_or_else(|| panic!("C missing: {st}"));
+    assert_eq!(
+        c_now["restarts"], 0,
+        "C is a new editor, not a successor: {st}"
+    );
+    // The session is still on A2, and its calls reach A2's process.
+    let r = on_a
+        .request(
+            json!("after"),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {}}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    let st = b.status().await;
+    let editors: Vec<&str> = st["sessions"]
+        .as_array()
+        .map(|v| v.iter().filter_map(|s| s["editor"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(editors, vec![ida.as_str()], "{st}");
+    drop(a2);
+    b.stop().await;
+}
