@@ -297,7 +297,8 @@ impl Editor {
         matches!(self.state(), LinkState::Ready | LinkState::Unhealthy)
     }
 
-    fn set_state(&self, state: LinkState) {
+    /// Sets the link state (the link task's; the registry's model test plays a link).
+    pub(crate) fn set_state(&self, state: LinkState) {
         lock(&self.link).state = state;
     }
 

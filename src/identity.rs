@@ -6,7 +6,8 @@
 //! - **Same editor** = same server process: pid, port, and the process start time
 //!   (boot-relative clock ticks from `/proc`, where known). It keeps its id for its life.
 //! - **Successor**: a newcomer (no known process) inherits the id of a *gone* editor with the
-//!   same lineage (family, ideName, folders); of several, the one most recently lost.
+//!   same lineage (family, ideName, folders); of several, the one most recently lost. A gone
+//!   editor's own process on a new port (its server moved) takes its id back first.
 //! - **Ambiguity is never guessed**: two newcomers of one lineage in the same batch while a
 //!   predecessor waits, or two predecessors lost at the same instant, give fresh ids; the
 //!   predecessors are dropped (and with them the sticky targets naming them).
@@ -242,7 +243,17 @@ impl Book {
         // 2. Known processes keep their id, whatever else happened.
         let mut assigned: Vec<Option<Assigned>> =
             arrivals.iter().map(|a| self.keep_known(a)).collect();
-        // 3. Newcomers, one lineage at a time (order-independent: grouped, then by process).
+        // 3. A known process whose server moved to a new port takes its own lost id back.
+        let mut order: Vec<usize> = (0..arrivals.len()).collect();
+        order.sort_by_key(|&i| (arrivals[i].process.pid, arrivals[i].process.port));
+        for &i in &order {
+            if assigned[i].is_none() {
+                if let Some(id) = self.moved(&arrivals[i]) {
+                    assigned[i] = Some(self.assign(&arrivals[i], Some(id), &out.dropped));
+                }
+            }
+        }
+        // 4. Newcomers, one lineage at a time (order-independent: grouped, then by process).
         let mut groups: BTreeMap<&Lineage, Vec<usize>> = BTreeMap::new();
         for (i, a) in arrivals.iter().enumerate() {
             if assigned[i].is_none() {
@@ -261,7 +272,7 @@ impl Book {
                 assigned[i] = Some(self.assign(&arrivals[i], heir.clone(), &out.dropped));
             }
         }
-        // 4. A duplicate arrival of one process (same pid twice in a batch) shares its id.
+        // 5. A duplicate arrival of one process (same pid twice in a batch) shares its id.
         for i in 0..arrivals.len() {
             if assigned[i].is_none() {
                 let p = arrivals[i].process;
@@ -315,6 +326,32 @@ impl Book {
             previous_pid: r.previous_pid,
             previous_port: r.previous_port,
         })
+    }
+
+    /// Step 3: the lost id of this very process (same pid and start time, both known) on
+    /// another port: its server moved (old lockfile gone, new one written). Not a guess,
+    /// whatever else of the lineage was lost at the same instant.
+    /// Of several such ids (windows of one process), the one lost last; a tie is left to
+    /// the lineage's rule.
+    fn moved(&self, a: &Arrival) -> Option<String> {
+        let start = a.process.start?;
+        let mut own: Vec<(u64, &String)> = self
+            .records
+            .iter()
+            .filter(|(_, r)| {
+                r.lineage == a.lineage
+                    && r.process.pid == a.process.pid
+                    && r.process.start == Some(start)
+            })
+            .filter_map(|(id, r)| r.lost_at.map(|t| (t, id)))
+            .collect();
+        own.sort_by(|x, y| y.cmp(x));
+        match own.as_slice() {
+            [(t0, id), rest @ ..] if rest.first().is_none_or(|(t1, _)| t1 < t0) => {
+                Some((*id).clone())
+            }
+            _ => None,
+        }
     }
 
     /// The id `newcomers` new processes of `lineage` inherit: the one lost record, lost last,

@@ -853,3 +853,6 @@ impl LinkHost for Registry {
         }
     }
 }
+
+#[cfg(test)]
+mod model;

@@ -124,7 +124,7 @@ impl ProgressClock {
 }
 
 /// The session made, registered, given the sticky target it inherits, and placed.
-fn open(
+pub(crate) fn open(
     reg: &Arc<Registry>,
     intro: &Intro,
     id: u64,
