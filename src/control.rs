@@ -248,7 +248,7 @@ fn editor_status(e: &Editor, sessions: &[Arc<Session>]) -> EditorStatus {
             .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
             .count(),
         no_token: l.auth_token.is_none(),
-        state_reason: (link.state == LinkState::Taken)
+        state_reason: matches!(link.state, LinkState::Taken | LinkState::Ready)
             .then_some(link.reason)
             .flatten(),
     }

@@ -185,6 +185,14 @@ pub struct Editor {
     cancel: CancellationToken,
     /// Woken by a call to a `taken` editor: a session needs it, so the link is dialled again.
     wanted: tokio::sync::Notify,
+    /// Calls made while another client holds the editor, waiting for the link dialled for
+    /// them (see `taken`).
+    parked: Mutex<Vec<taken::Parked>>,
+    /// The current (or coming) link was dialled for calls while another client held the
+    /// editor: it is handed back once idle.
+    reclaimed: std::sync::atomic::AtomicBool,
+    /// Session calls sent, ever (the hand-back waits until it stops moving).
+    calls: AtomicU64,
 }
 
 /// Why a request could not be sent upstream.
@@ -233,6 +241,9 @@ impl Editor {
             delegated: DashMap::new(),
             cancel,
             wanted: tokio::sync::Notify::new(),
+            parked: Mutex::new(Vec::new()),
+            reclaimed: std::sync::atomic::AtomicBool::new(false),
+            calls: AtomicU64::new(0),
         }
     }
 
@@ -297,6 +308,15 @@ impl Editor {
         matches!(self.state(), LinkState::Ready | LinkState::Unhealthy)
     }
 
+    /// True when sessions may be routed here: usable, or taken by another client (its calls
+    /// are still answered: the broker links for them).
+    pub fn routable(&self) -> bool {
+        matches!(
+            self.state(),
+            LinkState::Ready | LinkState::Unhealthy | LinkState::Taken
+        )
+    }
+
     /// Sets the link state (the link task's; the registry's model test plays a link).
     pub(crate) fn set_state(&self, state: LinkState) {
         lock(&self.link).state = state;
@@ -334,6 +354,9 @@ impl Editor {
         let uid = mint_id(&self.next_id);
         let text = build(uid);
         let deadline = pending.deadline;
+        if matches!(pending.owner, Owner::Session { .. }) {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+        }
         self.pending.insert(uid, pending);
         if let Some(at) = deadline {
             let earliest = {
@@ -345,9 +368,13 @@ impl Editor {
                 self.deadline_added.notify_one();
             }
         }
-        if let Err(e) = self.send_frame(Out::Text(text)) {
+        // No link: a call to an editor another client holds waits for the link dialled for it.
+        let sent = self
+            .out
+            .send_or(Out::Text(text), |frame| self.park(uid, frame, deadline));
+        if let Err(r) = sent {
             self.pending.remove(&uid);
-            return Err(e);
+            return Err(self.refusal(r));
         }
         Ok(uid)
     }
@@ -503,7 +530,12 @@ impl Editor {
     /// Puts one frame on the link: written now by the calling task when the link is idle,
     /// else queued for its writer task (see `shared_writer`).
     fn send_frame(&self, frame: Out) -> Result<(), SendError> {
-        self.out.send(frame).map_err(|r| match r {
+        self.out.send(frame).map_err(|r| self.refusal(r))
+    }
+
+    /// Why a frame was refused, for the caller.
+    fn refusal(&self, r: Refused) -> SendError {
+        match r {
             Refused::Full => SendError::Busy(self.id.clone()),
             Refused::Broken => SendError::Down(self.id.clone(), "closing"),
             // Read only on this path: a send that goes through takes no other lock.
@@ -521,7 +553,7 @@ impl Editor {
                     }
                 },
             ),
-        })
+        }
     }
 
     /// Answers every pending `openDiff` with `DIFF_REJECTED` (the session's own tab name)
@@ -549,6 +581,25 @@ impl Editor {
         }
     }
 
+    /// Answers a session's call that did not reach the editor: a diff `DIFF_REJECTED` with
+    /// its own tab name (never an error, never `FILE_SAVED`), the rest an error.
+    fn undelivered(&self, p: Pending, why: &str) {
+        if let Owner::Session { outbox, id, .. } = p.owner {
+            let text = match &p.tab_name {
+                Some(tab) => jsonrpc::result(
+                    &id.value(),
+                    jsonrpc::diff_undelivered(tab, &format!("editor {why}")),
+                ),
+                None => jsonrpc::error(
+                    &id.value(),
+                    jsonrpc::NO_EDITOR,
+                    &format!("editor {} {why}", self.id),
+                ),
+            };
+            outbox.deliver(text);
+        }
+    }
+
     /// Answers every request in flight after the link is lost: diffs get `DIFF_REJECTED`
     /// with their own tab name (never an error, never `FILE_SAVED`), the rest an error.
     pub fn fail_pending(&self, why: &str) {
@@ -557,20 +608,7 @@ impl Editor {
             let Some((_, p)) = self.pending.remove(&uid) else {
                 continue;
             };
-            if let Owner::Session { outbox, id, .. } = p.owner {
-                let text = match &p.tab_name {
-                    Some(tab) => jsonrpc::result(
-                        &id.value(),
-                        jsonrpc::diff_undelivered(tab, &format!("editor link lost: {why}")),
-                    ),
-                    None => jsonrpc::error(
-                        &id.value(),
-                        jsonrpc::NO_EDITOR,
-                        &format!("editor {} link lost: {why}", self.id),
-                    ),
-                };
-                outbox.deliver(text);
-            }
+            self.undelivered(p, &format!("link lost: {why}"));
         }
         lock(&self.deadlines).clear();
         // Editor-initiated requests die with the link; the editor fails them itself.
@@ -607,6 +645,9 @@ enum LinkEnd {
     Closed(String),
     /// The editor closed it (a close frame or the end of the stream).
     EditorClosed(String),
+    /// Taken back for calls while another client held the editor, and idle since: closed so
+    /// that client can have it again.
+    HandedBack,
 }
 
 /// Why a dial failed.
@@ -638,34 +679,11 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
         match dialled {
             Ok(Ok(link)) => {
                 backoff.reset();
-                let client_port = link.client_port;
-                let end = run_link(&editor, &*host, link, &config).await;
-                editor.out.discard();
-                {
-                    let mut l = lock(&editor.link);
-                    l.connected_since = None;
-                    l.state = LinkState::Backoff;
+                match after_link(&editor, &*host, link, &config).await {
+                    AfterLink::Stop => return,
+                    AfterLink::Dial => continue,
+                    AfterLink::Backoff => {}
                 }
-                let why = match &end {
-                    LinkEnd::Cancelled => "editor gone".to_string(),
-                    LinkEnd::Closed(r) | LinkEnd::EditorClosed(r) => r.clone(),
-                };
-                editor.fail_pending(&why);
-                host.state_changed();
-                if let LinkEnd::Cancelled = end {
-                    return;
-                }
-                let by_editor = matches!(end, LinkEnd::EditorClosed(_));
-                if let Some(reason) = by_editor
-                    .then(|| taken::taken_by_another(&editor, &config, client_port))
-                    .flatten()
-                {
-                    if !taken::wait_while_taken(&editor, &*host, reason).await {
-                        return;
-                    }
-                    continue;
-                }
-                tracing::warn!(editor = %editor.id, reason = %why, "editor link lost; redialling");
             }
             Ok(Err(e)) => match e {
                 DialError::Refused => tracing::warn!(editor = %editor.id, "{e}"),
@@ -681,11 +699,61 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
         }
         editor.set_state(LinkState::Backoff);
         host.state_changed();
-        let delay = backoff.next();
-        tokio::select! {
-            _ = editor.cancel.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
+        if !taken::pause(&editor, backoff.next()).await {
+            return;
         }
+    }
+}
+
+/// What the link task does once a live link has ended.
+enum AfterLink {
+    /// The editor is gone: the task ends.
+    Stop,
+    /// Dial again now (the editor is free again, or a session needs it).
+    Dial,
+    /// Lost: dial again after the backoff.
+    Backoff,
+}
+
+/// Runs a dialled link to its end, answers what was in flight, and says what comes next: a
+/// link the editor closed for another client (or one handed back to it) waits while taken.
+async fn after_link(
+    editor: &Arc<Editor>,
+    host: &dyn LinkHost,
+    link: Dialled,
+    config: &Config,
+) -> AfterLink {
+    let client_port = link.client_port;
+    let end = run_link(editor, host, link, config).await;
+    editor.out.discard();
+    {
+        let mut l = lock(&editor.link);
+        l.connected_since = None;
+        l.state = LinkState::Backoff;
+    }
+    let why = match &end {
+        LinkEnd::Cancelled => "editor gone".to_string(),
+        LinkEnd::HandedBack => "handed back to the other client".to_string(),
+        LinkEnd::Closed(r) | LinkEnd::EditorClosed(r) => r.clone(),
+    };
+    editor.fail_pending(&why);
+    host.state_changed();
+    let taken = match end {
+        LinkEnd::Cancelled => return AfterLink::Stop,
+        LinkEnd::HandedBack => Some((taken::handed_back_reason(), taken::SETTLE)),
+        LinkEnd::EditorClosed(_) => {
+            taken::taken_by_another(editor, config, client_port).map(|r| (r, Duration::ZERO))
+        }
+        LinkEnd::Closed(_) => None,
+    };
+    let Some((reason, settle)) = taken else {
+        tracing::warn!(editor = %editor.id, reason = %why, "editor link lost; redialling");
+        return AfterLink::Backoff;
+    };
+    if taken::wait_while_taken(editor, host, reason, settle).await {
+        AfterLink::Dial
+    } else {
+        AfterLink::Stop
     }
 }
 
@@ -968,6 +1036,9 @@ struct Live<'a> {
     /// The wake time is worked out again only after what it depends on may have changed (the
     /// health checks, the earliest deadline, the drain), not on every turn.
     rewake: bool,
+    /// On a link taken back for calls: the session-call count last seen and since when it
+    /// has not moved with nothing of a session's pending (the hand-back's clock).
+    quiet: Option<(u64, tokio::time::Instant)>,
 }
 
 impl<'a> Live<'a> {
@@ -987,6 +1058,7 @@ impl<'a> Live<'a> {
             client_port: _,
         } = link;
         let broken = editor.out.install(writer, OUTBOUND_QUEUE, host.tracker());
+        editor.flush_parked();
         announce_ready(editor, host);
         let live = Live {
             editor,
@@ -995,6 +1067,7 @@ impl<'a> Live<'a> {
             draining: None,
             owed_close: None,
             rewake: true,
+            quiet: None,
         };
         (live, reader, quick_ack, broken)
     }
@@ -1055,7 +1128,32 @@ impl<'a> Live<'a> {
         if let Some(until) = self.draining {
             wake = wake.min(until);
         }
+        if let Some((_, since)) = self.quiet {
+            wake = wake.min(since + taken::HAND_BACK);
+        }
         wake
+    }
+
+    /// True once a link taken back for calls has been idle for [`taken::HAND_BACK`]: no
+    /// session call pending, and none sent meanwhile.
+    fn hand_back_due(&mut self, now: tokio::time::Instant) -> bool {
+        if !self.editor.reclaimed.load(Ordering::Acquire) {
+            self.quiet = None;
+            return false;
+        }
+        let calls = self.editor.calls.load(Ordering::Relaxed);
+        let busy = self
+            .editor
+            .pending
+            .iter()
+            .any(|p| matches!(p.owner, Owner::Session { .. }));
+        match self.quiet {
+            Some((seen, since)) if seen == calls && !busy => now >= since + taken::HAND_BACK,
+            _ => {
+                self.quiet = Some((calls, now));
+                false
+            }
+        }
     }
 
     fn start_draining(&mut self) -> Step {
@@ -1067,6 +1165,10 @@ impl<'a> Live<'a> {
     fn on_tick(&mut self) -> Step {
         let now = tokio::time::Instant::now();
         self.editor.expire_deadlines(now);
+        if self.hand_back_due(now) {
+            self.owed_close = Some(1000);
+            return Step::End(LinkEnd::HandedBack);
+        }
         self.health.set_settings(self.host.config().health.clone());
         let mut dropped = None;
         for action in self.health.on_tick(now) {
@@ -1148,7 +1250,7 @@ impl<'a> Live<'a> {
         match (end, self.owed_close) {
             // Let queued frames (e.g. close_tab on shutdown) reach the editor first.
             (LinkEnd::Cancelled, _) => _ = out.finish(None, Duration::from_secs(1)).await,
-            (LinkEnd::Closed(_) | LinkEnd::EditorClosed(_), Some(code)) => {
+            (LinkEnd::Closed(_) | LinkEnd::EditorClosed(_) | LinkEnd::HandedBack, Some(code)) => {
                 if out.finish(Some(Out::Close(code)), CLOSE_WAIT).await {
                     let _ = tokio::time::timeout(CLOSE_WAIT, async {
                         while let Ok(Some(_)) = reader.next().await {}

@@ -467,7 +467,7 @@ impl Registry {
                 id: e.id.clone(),
                 folders: e.folders.clone(),
                 focus: e.focus_stamp(),
-                usable: e.usable(),
+                usable: e.routable(),
             })
             .collect()
     }

@@ -338,6 +338,20 @@ where
             .map_or(Err(Refused::Gone), |w| w.send(frame))
     }
 
+    /// [`send`](Self::send), or, when there is no socket, `keep` is given the frame (under the
+    /// same lock: a writer installed meanwhile waits, so its owner, flushing what was kept once
+    /// it has installed, cannot miss it).
+    pub fn send_or(
+        &self,
+        frame: T,
+        keep: impl FnOnce(T) -> Result<(), Refused>,
+    ) -> Result<(), Refused> {
+        match lock(&self.0.writer).as_mut() {
+            Some(w) => w.send(frame),
+            None => keep(frame),
+        }
+    }
+
     /// [`send`](Self::send) for several frames in order, with no other sender's frame
     /// between them; stops at the first refusal.
     pub fn send_all(&self, frames: impl IntoIterator<Item = T>) -> Result<(), Refused> {

@@ -2,17 +2,123 @@
 //! closes the older one when another connects): a link the editor closed while another client
 //! holds it is `taken`, and the broker leaves that client alone (`[editors] single_client =
 //! "yield"`) instead of redialling into an eviction loop with it.
+//!
+//! A taken editor is still the editor of its folders: sessions are routed to it, and a call to
+//! it is answered. The call is parked, the link dialled for it, and the call sent once the link
+//! is up (or answered as undelivered when the link cannot be had within the call's time); the
+//! link taken back this way is handed back once idle for [`HAND_BACK`], so the other client,
+//! which reconnects by itself, has the editor again between the broker's calls.
 
-use super::{Editor, LinkHost, LinkState};
+use super::{Editor, LinkHost, LinkState, Out};
 use crate::config::{Config, SingleClient};
 use crate::jsonrpc;
+use crate::shared_writer::Refused;
 use crate::sync::lock;
+use futures_util::FutureExt;
 use serde_json::json;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// The fastest the broker looks whether the other client has left, whatever the config says.
 const MIN_PROBE: Duration = Duration::from_millis(20);
+/// How long a link taken back for calls stays up after the last of them was answered.
+pub(super) const HAND_BACK: Duration = Duration::from_secs(3);
+/// After a hand-back, how long the other client has to come back before the broker, finding
+/// the editor free, takes it for itself.
+pub(super) const SETTLE: Duration = Duration::from_secs(2);
+/// How long a call with no deadline of its own (a diff) waits for the link dialled for it.
+const PARK_BOUND: Duration = Duration::from_secs(10);
+
+/// A call waiting for the link dialled for it.
+pub(super) struct Parked {
+    uid: u64,
+    frame: Out,
+    by: Instant,
+}
+
+/// Why an editor handed back is taken.
+pub(super) fn handed_back_reason() -> String {
+    "handed back to the other client after the broker's calls; it keeps one client at a time".into()
+}
+
+impl Editor {
+    /// Keeps the frame of call `uid` for the link to come, if the editor is taken (or being
+    /// taken back for calls); `Gone` otherwise. Called with no writer installed, under its lock.
+    pub(super) fn park(
+        &self,
+        uid: u64,
+        frame: Out,
+        deadline: Option<Instant>,
+    ) -> Result<(), Refused> {
+        let taken = self.state() == LinkState::Taken;
+        if !taken && !self.reclaimed.load(Ordering::Acquire) {
+            return Err(Refused::Gone);
+        }
+        let by = deadline.unwrap_or_else(|| Instant::now() + PARK_BOUND);
+        lock(&self.parked).push(Parked { uid, frame, by });
+        if taken {
+            self.wanted.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Sends the parked calls still pending, once the writer is installed.
+    pub(super) fn flush_parked(&self) {
+        let parked = std::mem::take(&mut *lock(&self.parked));
+        for p in parked {
+            if !self.pending.contains_key(&p.uid) {
+                continue;
+            }
+            if let Err(r) = self.out.send(p.frame) {
+                let why = self.refusal(r).to_string();
+                if let Some((_, pending)) = self.pending.remove(&p.uid) {
+                    self.undelivered(pending, &why);
+                }
+            }
+        }
+    }
+
+    /// Answers the parked calls whose time is up; the earliest time still waited for.
+    fn expire_parked(&self, now: Instant) -> Option<Instant> {
+        let due: Vec<Parked> = {
+            let mut parked = lock(&self.parked);
+            let (due, keep) = std::mem::take(&mut *parked)
+                .into_iter()
+                .partition(|p| p.by <= now);
+            *parked = keep;
+            due
+        };
+        for p in due {
+            if let Some((_, pending)) = self.pending.remove(&p.uid) {
+                tracing::warn!(editor = %self.id, "a call to the taken editor could not be sent: no link within its time");
+                self.undelivered(
+                    pending,
+                    "is held by another client and the broker could not link to it within the call's time",
+                );
+            }
+        }
+        lock(&self.parked).iter().map(|p| p.by).min()
+    }
+}
+
+/// The backoff between dials, during which parked calls whose time is up are answered; false
+/// once the editor is gone.
+pub(super) async fn pause(editor: &Editor, delay: Duration) -> bool {
+    let until = Instant::now() + delay;
+    loop {
+        let now = Instant::now();
+        let next = editor.expire_parked(now).map_or(until, |at| at.min(until));
+        if now >= until {
+            return true;
+        }
+        tokio::select! {
+            _ = editor.cancel.cancelled() => return false,
+            _ = tokio::time::sleep_until(next) => {}
+        }
+    }
+}
 
 /// After the editor closed the link whose local port was `client_port`: why it counts as taken
 /// (another client holds it now and the policy yields), or `None` (redial as for any lost
@@ -36,12 +142,14 @@ pub(super) fn taken_by_another(
 }
 
 /// Holds the link down while the editor is taken: until a session calls it (it needs the
-/// editor), the other client has gone (looked up every `taken_probe_ms` without connecting),
-/// or the editor is gone (false). Sessions stay attached and are told.
+/// editor: the link is then taken back for calls, and handed back once idle), the other client
+/// has gone (looked up every `taken_probe_ms` without connecting, the first time after
+/// `settle`), or the editor is gone (false). Sessions stay attached and are told.
 pub(super) async fn wait_while_taken(
     editor: &Arc<Editor>,
     host: &dyn LinkHost,
     reason: String,
+    settle: Duration,
 ) -> bool {
     tracing::warn!(editor = %editor.id, reason = %reason, "editor taken by another client; yielding until a session calls it or the other client leaves");
     {
@@ -49,18 +157,23 @@ pub(super) async fn wait_while_taken(
         l.state = LinkState::Taken;
         l.reason = Some(reason.clone());
     }
+    // Calls from now on park and wake us; one parked before is seen below. A wake-up stored
+    // by an earlier call would take the editor back for nothing.
+    editor.reclaimed.store(false, Ordering::Release);
+    let _ = editor.wanted.notified().now_or_never();
     host.state_changed();
     announce(editor, host, "taken", Some(&reason));
     let port = editor.lockfile().port;
+    let mut nap = settle;
     loop {
+        if !lock(&editor.parked).is_empty() {
+            return reclaim(editor);
+        }
         let probe = Duration::from_millis(host.config().editors.taken_probe_ms).max(MIN_PROBE);
         tokio::select! {
             _ = editor.cancel.cancelled() => return false,
-            _ = editor.wanted.notified() => {
-                tracing::info!(editor = %editor.id, "a session called the taken editor; connecting again");
-                return true;
-            }
-            _ = tokio::time::sleep(probe) => {
+            _ = editor.wanted.notified() => return reclaim(editor),
+            _ = tokio::time::sleep(std::mem::take(&mut nap).max(probe)) => {
                 if crate::portpeers::clients_of(port, None).is_none_or(|n| n == 0) {
                     tracing::info!(editor = %editor.id, "the other client left the editor; connecting again");
                     return true;
@@ -70,9 +183,31 @@ pub(super) async fn wait_while_taken(
     }
 }
 
-/// Once the link is up again after being taken: the attached sessions hear it is back.
+/// A session called the taken editor: the link is dialled for its calls (they park until it
+/// is up) and handed back once idle.
+fn reclaim(editor: &Editor) -> bool {
+    tracing::info!(editor = %editor.id, "a session called the taken editor; connecting for its calls");
+    editor.reclaimed.store(true, Ordering::Release);
+    true
+}
+
+/// Once the link is up again after being taken: the attached sessions hear it is back. A link
+/// taken back for calls keeps saying so (status shows it) until it is handed back.
 pub(super) fn announce_back(editor: &Arc<Editor>, host: &dyn LinkHost) {
-    if lock(&editor.link).reason.take().is_some() {
+    let reclaimed = editor.reclaimed.load(Ordering::Acquire);
+    let was = {
+        let mut l = lock(&editor.link);
+        let was = l.reason.take();
+        if reclaimed {
+            l.reason = Some(format!(
+                "linked for the broker's calls while another client holds the editor; handed \
+                 back after {} s idle",
+                HAND_BACK.as_secs()
+            ));
+        }
+        was
+    };
+    if was.is_some() {
         host.state_changed();
         announce(editor, host, "ready", None);
     }

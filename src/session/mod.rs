@@ -223,7 +223,18 @@ fn on_control(
                 .and_then(|rx| rx.borrow_and_update().clone())
                 .map(|text| session.to_agent(&text));
             selection.follow(feed);
-            std::iter::once(notice).chain(replay).collect()
+            // Attached to an editor another client holds: said at once, with the reason (its
+            // calls are still answered: the broker links for them).
+            let taken = reg
+                .editor(&e)
+                .filter(|ed| ed.state() == crate::editor::LinkState::Taken)
+                .map(|ed| {
+                    jsonrpc::notification(
+                        jsonrpc::broker::EDITOR_STATE,
+                        json!({"editor": e, "state": "taken", "reason": ed.link_info().reason}),
+                    )
+                });
+            std::iter::once(notice).chain(taken).chain(replay).collect()
         }
         Control::Detached(r) => {
             selection.follow(None);

@@ -137,8 +137,11 @@ async fn an_idle_broker_yields_a_single_client_editor_and_takes_it_back_when_the
     b.stop().await;
 }
 
+/// A call to a taken editor is answered on its first try: the broker links for it (one
+/// eviction of the other client), and once the other client has gone for good the broker,
+/// finding the editor free after its hand-back, keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_to_a_taken_editor_connects_again_once_and_the_retry_works() {
+async fn a_call_to_a_taken_editor_is_answered_on_the_first_try() {
     use pi_ide_broker::testkit::rival::Rival;
     let (b, fe, mut a) = one_client_setup(Default::default()).await;
     let header = pi_ide_broker::family::Family::Claude.auth_header();
@@ -146,23 +149,75 @@ async fn a_call_to_a_taken_editor_connects_again_once_and_the_retry_works() {
     let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), false).await;
     rival.wait_connected().await;
     b.wait_editor(fe.port, "taken").await;
-    let r = a
-        .request(
-            json!(1),
-            "tools/call",
-            json!({"name": "echo", "arguments": {"x": "hi"}}),
-        )
-        .await;
-    assert!(
-        r["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("taken")),
-        "{r:#}"
-    );
-    // The call said the session needs the editor: the broker takes it (one eviction).
-    b.wait_editor(fe.port, "ready").await;
-    assert!(echo_works(&mut a, 2).await);
+    assert!(echo_works(&mut a, 1).await, "the first call is answered");
     assert_eq!(rival.evictions(), 1);
+    let e = editor_by_port(&b.status().await, fe.port).cloned().unwrap();
+    assert!(
+        e["state_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("handed back")),
+        "linked for the call: {e:#}"
+    );
+    // Handed back when idle; nobody comes back, so the broker keeps the free editor.
+    b.wait_status("the broker to keep the free editor", |st| {
+        editor_by_port(st, fe.port)
+            .is_some_and(|e| e["state"] == "ready" && e["state_reason"].is_null())
+    })
+    .await;
+    assert!(echo_works(&mut a, 2).await);
+    rival.leave().await;
+    a.close().await;
+    b.stop().await;
+}
+
+/// Issue 39: a session that starts while the user's own client holds the editor is attached to
+/// it and told it is taken; each of its calls is answered on the first try (one eviction of the
+/// other client per call window), the editor is handed back between them, and the other
+/// client, which reconnects whenever closed, is left alone while the broker is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_started_while_the_editor_is_taken_is_attached_and_answered() {
+    use pi_ide_broker::testkit::rival::Rival;
+    let b = TestBroker::start_with(|c| c.editors.taken_probe_ms = 50).await;
+    let fe = FakeEditor::start_in(&b.claude_dir, Options::vscode(&["/vsc"]))
+        .await
+        .unwrap();
+    b.wait_editor(fe.port, "ready").await;
+    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), true).await;
+    rival.wait_connected().await;
+    let e = b.wait_editor(fe.port, "taken").await;
+    let mut a = Agent::connect(&b.socket, "cwd=/vsc&dialect=claude")
+        .await
+        .unwrap();
+    let att = a.attached().await;
+    assert_eq!(att["params"]["editor"], e["id"], "{att:#}");
+    let note = a
+        .until("the taken notice", |m| m["method"] == "broker/editor_state")
+        .await;
+    assert_eq!(note["params"]["state"], "taken", "{note:#}");
+    assert!(note["params"]["reason"].is_string(), "{note:#}");
+    let st = b.status().await;
+    assert_eq!(st["sessions"][0]["editor"], e["id"], "{st:#}");
+    for round in 1..=2u64 {
+        assert!(
+            echo_works(&mut a, round as i64).await,
+            "round {round}: answered"
+        );
+        assert_eq!(rival.evictions(), round, "one eviction per call window");
+        // Handed back once idle: the other client reconnects and holds it again.
+        b.wait_status("the editor handed back", |st| {
+            editor_by_port(st, fe.port).is_some_and(|e| e["state"] == "taken")
+        })
+        .await;
+        rival.wait_connected().await;
+    }
+    // Idle: the other client keeps the editor.
+    tokio::time::sleep(WINDOW).await;
+    assert_eq!(
+        rival.evictions(),
+        2,
+        "nothing evicted while the broker is idle"
+    );
     rival.leave().await;
     a.close().await;
     b.stop().await;
