@@ -818,9 +818,12 @@ async fn dial(
     let client_port = stream.local_addr().map(|a| a.port()).unwrap_or(0);
     let read_ahead = crate::wsupgrade::upgrade(
         &mut stream,
-        lf.port,
-        lf.family.auth_header(),
-        lf.auth_token.as_ref().map(|t| t.expose()),
+        crate::wsupgrade::Dial {
+            port: lf.port,
+            auth_header: lf.family.auth_header(),
+            token: lf.auth_token.as_ref().map(|t| t.expose()),
+            subprotocol: lf.family.subprotocol(),
+        },
     )
     .await
     .map_err(|e| match e {
@@ -1332,6 +1335,11 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
             }
             _ => host.broadcast(editor, text),
         },
+        // The editor's own liveness check (JetBrains pings every 5 s and drops a client that
+        // has not answered within 3 s): answered here by the link, never handed to a session.
+        Incoming::Request { id, method, .. } if method == "ping" => {
+            let _ = editor.send_raw(jsonrpc::result(&id, json!({})));
+        }
         Incoming::Request { id, method, msg } => {
             if !host.delegate(editor, &id, msg) {
                 tracing::info!(editor = %editor.id, %method, "editor request with no session attached; answered with an error");

@@ -49,6 +49,15 @@ impl Family {
         }
     }
 
+    /// The WebSocket subprotocol this family's own agents offer when dialling an editor:
+    /// Claude Code dials every IDE with `mcp` (PROTOCOL.md §11), and JetBrains requires it.
+    pub fn subprotocol(self) -> Option<&'static str> {
+        match self {
+            Family::Pi => None,
+            Family::Claude => Some("mcp"),
+        }
+    }
+
     /// The lowercase name used in config, status and logs.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -22,15 +22,34 @@ pub enum UpgradeError {
     Bad(String),
 }
 
-/// Upgrades `stream` (connected to `127.0.0.1:port`) to a WebSocket, presenting `token` in
-/// header `auth_header` (no header for an editor without a token). Returns the bytes the editor sent past its response (its first
-/// frames, if it was quick).
+/// How to dial one editor: its port, its family's auth header and token, and the subprotocol
+/// its family's own agents ask for.
+pub struct Dial<'a> {
+    /// The editor's loopback port.
+    pub port: u16,
+    /// The auth header's name.
+    pub auth_header: &'a str,
+    /// The token (no header when `None`).
+    pub token: Option<&'a str>,
+    /// `Sec-WebSocket-Protocol` to offer (Claude Code offers `mcp`); an editor may answer
+    /// without one, but not with another.
+    pub subprotocol: Option<&'a str>,
+}
+
+/// Upgrades `stream` (connected to `127.0.0.1:port`) to a WebSocket, presenting the token in
+/// the family's auth header (none for an editor without a token) and offering the family's
+/// subprotocol. Returns the bytes the editor sent past its response (its first frames, if it
+/// was quick).
 pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
-    port: u16,
-    auth_header: &str,
-    token: Option<&str>,
+    dial: Dial<'_>,
 ) -> Result<Vec<u8>, UpgradeError> {
+    let Dial {
+        port,
+        auth_header,
+        token,
+        subprotocol,
+    } = dial;
     // The rule the link used before it wrote the request itself: no CR, LF or other
     // control byte can end the header line.
     if token.is_some_and(|t| hyper::header::HeaderValue::from_str(t).is_err()) {
@@ -43,9 +62,12 @@ pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
         Some(t) => format!("{auth_header}: {t}\r\n"),
         None => String::new(),
     };
+    let protocol = subprotocol
+        .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
+        .unwrap_or_default();
     let request = format!(
         "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{auth}\r\n"
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{protocol}{auth}\r\n"
     );
     stream.write_all(request.as_bytes()).await?;
     let mut buf = Vec::with_capacity(1024);
@@ -98,6 +120,13 @@ pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
             return Err(UpgradeError::Bad(
                 "the editor's Sec-WebSocket-Accept does not match our key".into(),
             ));
+        }
+        if let Some(chosen) = header("sec-websocket-protocol") {
+            if subprotocol != Some(chosen) {
+                return Err(UpgradeError::Bad(format!(
+                    "the editor chose the subprotocol {chosen:?}, which was not offered"
+                )));
+            }
         }
         return Ok(buf.split_off(end));
     }
@@ -154,7 +183,15 @@ mod tests {
         });
         let result = tokio::time::timeout(
             Duration::from_secs(10),
-            upgrade(&mut ours, 4242, "x-pi-ide-authorization", token),
+            upgrade(
+                &mut ours,
+                Dial {
+                    port: 4242,
+                    auth_header: "x-pi-ide-authorization",
+                    token,
+                    subprotocol: None,
+                },
+            ),
         )
         .await
         .expect("the upgrade hung");
@@ -224,9 +261,12 @@ mod tests {
         let (mut ours, _theirs) = tokio::io::duplex(1024);
         let r = upgrade(
             &mut ours,
-            1,
-            "x-pi-ide-authorization",
-            Some("a\r\nHost: evil"),
+            Dial {
+                port: 1,
+                auth_header: "x-pi-ide-authorization",
+                token: Some("a\r\nHost: evil"),
+                subprotocol: None,
+            },
         )
         .await;
         assert!(matches!(r, Err(UpgradeError::Bad(_))));

@@ -86,6 +86,12 @@ pub struct Options {
     /// The Claude Code VS Code extension: one client at a time; a client that completes the
     /// upgrade makes the editor close every older one (a close frame without a code).
     pub one_client: bool,
+    /// JetBrains' Claude Code plugin: the upgrade must offer this subprotocol (refused without
+    /// it) and is answered with it.
+    pub require_subprotocol: Option<&'static str>,
+    /// JetBrains: a JSON-RPC `ping` request every `.0`; a client that has not answered one
+    /// within `.1` is dropped.
+    pub rpc_ping: Option<(Duration, Duration)>,
 }
 
 impl Options {
@@ -102,6 +108,8 @@ impl Options {
             burn_us: 0,
             no_token: false,
             one_client: false,
+            require_subprotocol: None,
+            rpc_ping: None,
         }
     }
 
@@ -120,6 +128,20 @@ impl Options {
             family: Family::Claude,
             ide_name: "code-server".into(),
             one_client: true,
+            ..Options::pi(folders)
+        }
+    }
+
+    /// A JetBrains IDE with the Claude Code plugin, from its documented behaviour (PROTOCOL.md
+    /// §11: hlibkoval/vault-code `docs/CLAUDE_CODE_IDE_PROTOCOL.md`, anthropics/claude-code
+    /// #62012, #54048): Claude family, `ideName` "IntelliJ IDEA", the `mcp` subprotocol
+    /// required, a JSON-RPC `ping` every 5 s answered within 3 s or the client is dropped.
+    pub fn jetbrains(folders: &[&str]) -> Self {
+        Options {
+            family: Family::Claude,
+            ide_name: "IntelliJ IDEA".into(),
+            require_subprotocol: Some("mcp"),
+            rpc_ping: Some((Duration::from_secs(5), Duration::from_secs(3))),
             ..Options::pi(folders)
         }
     }
@@ -152,6 +174,8 @@ struct Shared {
     auth_headers_seen: AtomicU64,
     /// Clients closed because another connected (`one_client`).
     evictions: AtomicU64,
+    /// JSON-RPC pings of ours answered by clients.
+    rpc_pings_answered: AtomicU64,
 }
 
 /// A running fake editor. Dropping it stops it (like a crash: the lockfile stays).
@@ -194,6 +218,7 @@ impl FakeEditor {
             last_selection: Mutex::new(None),
             auth_headers_seen: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            rpc_pings_answered: AtomicU64::new(0),
         });
         let stop = CancellationToken::new();
         let s2 = shared.clone();
@@ -287,6 +312,11 @@ impl FakeEditor {
     /// How many clients it closed because another connected (`one_client`).
     pub fn evictions(&self) -> u64 {
         self.shared.evictions.load(Ordering::Relaxed)
+    }
+
+    /// How many of its JSON-RPC `ping` requests (`rpc_ping`) clients answered.
+    pub fn rpc_pings_answered(&self) -> u64 {
+        self.shared.rpc_pings_answered.load(Ordering::Relaxed)
     }
 
     /// Number of connected clients.
@@ -412,8 +442,19 @@ fn refuse(reason: &str) -> ErrorResponse {
 #[allow(clippy::result_large_err)] // the callback signature is tungstenite's
 async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: CancellationToken) {
     let s = shared.clone();
-    let callback = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+    let callback = move |req: &Request, mut resp: Response| -> Result<Response, ErrorResponse> {
         let h = req.headers();
+        if let Some(want) = s.opts.require_subprotocol {
+            let offered = h
+                .get("sec-websocket-protocol")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.split(',').any(|p| p.trim() == want));
+            if !offered {
+                return Err(refuse(&format!("Invalid subprotocol, expected {want}")));
+            }
+            resp.headers_mut()
+                .insert("sec-websocket-protocol", want.parse().expect("a token"));
+        }
         if h.contains_key("x-pi-ide-authorization")
             || h.contains_key("x-claude-code-ide-authorization")
         {
@@ -448,6 +489,7 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     let (mut sink, mut stream) = ws.split();
     let mut frozen = shared.frozen.subscribe();
     let mut ping = shared.opts.ping_interval.map(tokio::time::interval);
+    let mut rpc = RpcPing::new(shared.opts.rpc_ping);
     loop {
         let ping_tick = async {
             match ping.as_mut() {
@@ -464,6 +506,10 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
                 if sink.send(m).await.is_err() || close { break }
             }
             _ = ping_tick => { if sink.send(Message::Ping(b"ping".to_vec().into())).await.is_err() { break } }
+            due = rpc.next() => match due {
+                Some(request) => if sink.send(Message::text(request)).await.is_err() { break },
+                None => break, // unanswered within its time: the client is dropped
+            },
             _ = async { frozen.wait_for(|f| *f).await.map(|_| ()) } => {
                 // Frozen: read nothing (so no pongs) until thawed.
                 let mut thaw = shared.frozen.subscribe();
@@ -480,6 +526,10 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
                     Message::Close(_) => break,
                     _ => continue,
                 };
+                if rpc.answered(&text) {
+                    shared.rpc_pings_answered.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 if let Some(reply) = handle(&shared, conn, &text) {
                     if sink.send(Message::text(reply)).await.is_err() { break }
                 }
@@ -488,6 +538,70 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     }
     lock(&shared.clients).remove(&conn);
     let _ = shared.events.send(Event::Disconnected { conn });
+}
+
+/// JetBrains' liveness check of a client: a `ping` request every interval, each to be answered
+/// within its timeout.
+struct RpcPing {
+    every: Option<(tokio::time::Interval, Duration)>,
+    /// The id of the ping awaiting its answer, and when it is due.
+    owed: Option<(String, tokio::time::Instant)>,
+    sent: u64,
+}
+
+impl RpcPing {
+    fn new(cfg: Option<(Duration, Duration)>) -> Self {
+        let every = cfg.map(|(every, within)| {
+            let start = tokio::time::Instant::now() + every;
+            (tokio::time::interval_at(start, every), within)
+        });
+        RpcPing {
+            every,
+            owed: None,
+            sent: 0,
+        }
+    }
+
+    /// The next ping request to send (`Some`), or `None` once one went unanswered in time.
+    async fn next(&mut self) -> Option<String> {
+        let Some((interval, within)) = self.every.as_mut() else {
+            return std::future::pending().await;
+        };
+        match &self.owed {
+            Some((_, due)) => {
+                let due = *due;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => return None,
+                    _ = interval.tick() => {}
+                }
+            }
+            None => {
+                interval.tick().await;
+            }
+        }
+        if self.owed.is_some() {
+            return None; // a new ping is due while the last is still owed
+        }
+        self.sent += 1;
+        let id = format!("jb-ping-{}", self.sent);
+        self.owed = Some((id.clone(), tokio::time::Instant::now() + *within));
+        Some(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string())
+    }
+
+    /// True when `text` answers the ping owed (which is then settled).
+    fn answered(&mut self, text: &str) -> bool {
+        let Some((id, _)) = &self.owed else {
+            return false;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(text) else {
+            return false;
+        };
+        let ok = v["id"] == id.as_str() && v.get("result").is_some();
+        if ok {
+            self.owed = None;
+        }
+        ok
+    }
 }
 
 /// Adds a client; a `one_client` editor first closes every older one (a close frame, no code).

@@ -240,3 +240,38 @@ async fn with_the_take_policy_the_two_clients_fight_as_before() {
     a.close().await;
     b.stop().await;
 }
+
+/// Issue 39: a JetBrains IDE (the test kit's editor built from the plugin's documented
+/// behaviour, PROTOCOL.md §11) requires the `mcp` subprotocol Claude Code offers and drops a
+/// client that leaves its JSON-RPC `ping` unanswered for 3 s (here 300 ms, pinging every
+/// 400 ms). The broker dials as Claude Code does, answers every ping itself, and serves calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jetbrains_editor_is_dialled_with_the_mcp_subprotocol_and_its_pings_answered() {
+    let b = TestBroker::start().await;
+    let mut opts = Options::jetbrains(&["/jb"]);
+    opts.rpc_ping = Some((
+        std::time::Duration::from_millis(400),
+        std::time::Duration::from_millis(300),
+    ));
+    let fe = FakeEditor::start_in(&b.claude_dir, opts).await.unwrap();
+    let e = b.wait_editor(fe.port, "ready").await;
+    assert_eq!(e["ide_name"], "IntelliJ IDEA", "{e:#}");
+    let mut a = Agent::connect(&b.socket, "cwd=/jb&dialect=claude")
+        .await
+        .unwrap();
+    a.attached().await;
+    pi_ide_broker::testkit::eventually("four pings answered", || {
+        (fe.rpc_pings_answered() >= 4).then_some(())
+    })
+    .await;
+    assert_eq!(
+        fe.clients(),
+        1,
+        "the link was never dropped for a late pong"
+    );
+    assert!(echo_works(&mut a, 1).await);
+    let st = b.status().await;
+    assert_eq!(editor_by_port(&st, fe.port).unwrap()["state"], "ready");
+    a.close().await;
+    b.stop().await;
+}
