@@ -462,7 +462,9 @@ impl ProcessFacts for Os {
     }
 
     fn now_ms(&self) -> u64 {
-        crate::state::unix_ms()
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
 }
 

@@ -855,4 +855,4 @@ impl LinkHost for Registry {
 }
 
 #[cfg(test)]
-mod model;
+mod tests;

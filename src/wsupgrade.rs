@@ -36,6 +36,33 @@ pub struct Dial<'a> {
     pub subprotocol: Option<&'a str>,
 }
 
+/// The upgrade request for `dial` with `key`.
+fn request(dial: &Dial<'_>, key: &str) -> Result<String, UpgradeError> {
+    // The rule the link used before it wrote the request itself: no CR, LF or other
+    // control byte can end the header line.
+    if dial
+        .token
+        .is_some_and(|t| hyper::header::HeaderValue::from_str(t).is_err())
+    {
+        return Err(UpgradeError::Bad(
+            "the token is not a valid header value".into(),
+        ));
+    }
+    let auth = match dial.token {
+        Some(t) => format!("{}: {t}\r\n", dial.auth_header),
+        None => String::new(),
+    };
+    let protocol = dial
+        .subprotocol
+        .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
+        .unwrap_or_default();
+    let port = dial.port;
+    Ok(format!(
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{protocol}{auth}\r\n"
+    ))
+}
+
 /// Upgrades `stream` (connected to `127.0.0.1:port`) to a WebSocket, presenting the token in
 /// the family's auth header (none for an editor without a token) and offering the family's
 /// subprotocol. Returns the bytes the editor sent past its response (its first frames, if it
@@ -44,31 +71,9 @@ pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     dial: Dial<'_>,
 ) -> Result<Vec<u8>, UpgradeError> {
-    let Dial {
-        port,
-        auth_header,
-        token,
-        subprotocol,
-    } = dial;
-    // The rule the link used before it wrote the request itself: no CR, LF or other
-    // control byte can end the header line.
-    if token.is_some_and(|t| hyper::header::HeaderValue::from_str(t).is_err()) {
-        return Err(UpgradeError::Bad(
-            "the token is not a valid header value".into(),
-        ));
-    }
+    let subprotocol = dial.subprotocol;
     let key = generate_key();
-    let auth = match token {
-        Some(t) => format!("{auth_header}: {t}\r\n"),
-        None => String::new(),
-    };
-    let protocol = subprotocol
-        .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
-        .unwrap_or_default();
-    let request = format!(
-        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n{protocol}{auth}\r\n"
-    );
+    let request = request(&dial, &key)?;
     stream.write_all(request.as_bytes()).await?;
     let mut buf = Vec::with_capacity(1024);
     loop {

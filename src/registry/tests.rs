@@ -910,7 +910,7 @@ fn a_sessions_editor_is_live_or_awaited(reg: &Registry) -> Result<(), TestCaseEr
 }
 
 proptest! {
-    // Failing seeds are kept in proptest-regressions/registry/model.txt (proptest's default).
+    // Failing seeds are kept in proptest-regressions/registry/tests.txt (proptest's default).
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     /// The registry and the model agree after every step of any sequence, and the invariants
