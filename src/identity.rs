@@ -192,7 +192,7 @@ impl Book {
     /// a successor must not mark the successor lost while it runs.
     pub fn lost(&mut self, id: &str, holder: &Process, now: u64) {
         if let Some(r) = self.records.get_mut(id) {
-            if r.process.pid == holder.pid && r.process.port == holder.port {
+            if r.process.same_as(holder) {
                 r.lost_at.get_or_insert(now);
             }
         }
@@ -335,7 +335,7 @@ impl Book {
     /// the lineage's rule.
     fn moved(&self, a: &Arrival) -> Option<String> {
         let start = a.process.start?;
-        let mut own: Vec<(u64, &String)> = self
+        let own: Vec<(u64, &String)> = self
             .records
             .iter()
             .filter(|(_, r)| {
@@ -345,13 +345,7 @@ impl Book {
             })
             .filter_map(|(id, r)| r.lost_at.map(|t| (t, id)))
             .collect();
-        own.sort_by(|x, y| y.cmp(x));
-        match own.as_slice() {
-            [(t0, id), rest @ ..] if rest.first().is_none_or(|(t1, _)| t1 < t0) => {
-                Some((*id).clone())
-            }
-            _ => None,
-        }
+        latest_untied(own).cloned()
     }
 
     /// The id `newcomers` new processes of `lineage` inherit: the one lost record, lost last,
@@ -364,26 +358,26 @@ impl Book {
         newcomers: usize,
         out: &mut Resolution,
     ) -> Option<String> {
-        let mut preds: Vec<(u64, String)> = self
+        let preds: Vec<(u64, String)> = self
             .records
             .iter()
             .filter(|(_, r)| &r.lineage == lineage)
             .filter_map(|(id, r)| r.lost_at.map(|t| (t, id.clone())))
             .collect();
-        preds.sort_by(|a, b| b.cmp(a));
-        match (newcomers, preds.as_slice()) {
-            (_, []) => None,
-            (1, [(t0, id), rest @ ..]) if rest.first().is_none_or(|(t1, _)| t1 < t0) => {
-                Some(id.clone())
-            }
-            _ => {
-                for (_, id) in &preds {
-                    self.records.remove(id);
-                    out.dropped.push(id.clone());
-                }
-                None
-            }
+        if preds.is_empty() {
+            return None;
         }
+        if let Some(id) = (newcomers == 1)
+            .then(|| latest_untied(preds.clone()))
+            .flatten()
+        {
+            return Some(id);
+        }
+        for (_, id) in preds {
+            self.records.remove(&id);
+            out.dropped.push(id);
+        }
+        None
     }
 
     /// A newcomer's record: the heir's id, as its successor (restarts counted), or a fresh id.
@@ -435,6 +429,18 @@ impl Book {
             n += 1;
         }
         id
+    }
+}
+
+/// Of ids with the times they were lost, the one lost last; `None` when none, or when two were
+/// lost at that same instant (a choice between them would be a guess).
+fn latest_untied<T: Ord>(mut lost: Vec<(u64, T)>) -> Option<T> {
+    lost.sort_by(|a, b| b.cmp(a));
+    let mut it = lost.into_iter();
+    let (t0, first) = it.next()?;
+    match it.next() {
+        Some((t1, _)) if t1 == t0 => None,
+        _ => Some(first),
     }
 }
 

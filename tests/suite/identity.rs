@@ -45,6 +45,12 @@ async fn attached(a: &mut Agent) -> String {
         .to_string()
 }
 
+/// A broker whose grace period is far longer than any test: only the identity rules can move
+/// a session.
+async fn patient_broker() -> TestBroker {
+    TestBroker::start_with(|c| c.editor_grace_ms = 120_000).await
+}
+
 async fn editor_proc(b: &TestBroker, folder: &str) -> (Proc, u16) {
     start_editor(&b.pi_dir, &["--folder", folder, "--name", "Neovim"]).await
 }
@@ -91,11 +97,7 @@ async fn two_editors_on_one_folder_keep_their_ids_across_twenty_broker_restarts(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_editor_restarted_fast_or_slow_is_its_own_successor_and_a_later_one_is_not() {
-    let b = TestBroker::start_with(|c| {
-        // Far longer than the test: only the successor rule can move a session.
-        c.editor_grace_ms = 120_000;
-    })
-    .await;
+    let b = patient_broker().await;
     let proj = "/ident/proj";
     let (mut ea, pa) = editor_proc(&b, proj).await;
     let ida = id_of(&ready(&b, pa).await);
@@ -168,11 +170,7 @@ async fn a_killed_editor_restarted_fast_or_slow_is_its_own_successor_and_a_later
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(target_os = "linux"), ignore = "reads /proc to see the zombie")]
 async fn a_killed_editor_left_unreaped_is_dead_and_its_restart_is_its_successor() {
-    let b = TestBroker::start_with(|c| {
-        // Far longer than the test: only the successor rule can move the session.
-        c.editor_grace_ms = 120_000;
-    })
-    .await;
+    let b = patient_broker().await;
     let proj = "/ident/zombie";
     let (ea, pa) = editor_proc(&b, proj).await;
     let ida = id_of(&ready(&b, pa).await);
@@ -221,11 +219,7 @@ async fn a_killed_editor_left_unreaped_is_dead_and_its_restart_is_its_successor(
 /// moved to C.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_restart_keeps_its_id_when_a_second_window_opens_later() {
-    let b = TestBroker::start_with(|c| {
-        // Far longer than the test: only the identity rules can move the session.
-        c.editor_grace_ms = 120_000;
-    })
-    .await;
+    let b = patient_broker().await;
     let proj = "/ident/second-window";
     let (mut a, pa) = editor_proc(&b, proj).await;
     let ida = id_of(&ready(&b, pa).await);
