@@ -229,6 +229,13 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
     let (ans, det) = (ans.unwrap(), det.unwrap());
     assert_eq!(ans["result"]["content"][0]["text"], "DIFF_REJECTED");
     assert_eq!(ans["result"]["content"][1]["text"], "native-tab");
+    // Marked undelivered: pi tells the model the broker stopped, not that the user rejected.
+    let undelivered = |a: &Value| {
+        a["result"]["_meta"]["pi-ide-broker/undelivered"]
+            .as_str()
+            .is_some_and(|why| !why.is_empty())
+    };
+    assert!(undelivered(&ans), "{ans:#}");
     assert!(det["params"]["reason"]
         .as_str()
         .unwrap()
@@ -242,6 +249,7 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
         pi_ans["result"]["content"][1]["text"],
         "pi-write:compat-tab"
     );
+    assert!(undelivered(&pi_ans), "{pi_ans:#}");
     let status = daemon.wait_exit().await;
     assert!(status.success(), "{status:?}");
     assert!(
