@@ -232,6 +232,20 @@ async fn suggestions_go_to_the_most_recently_active_session_and_cancels_follow()
         })
         .await;
     assert_eq!(seen["id"], "probe", "suggestions leaked to another session");
+    // The later-opened session becomes the most recent: the next request is its own (a rule
+    // "the first session wins" would still send it to `old`).
+    let _ = recent
+        .request(
+            json!(6),
+            "tools/call",
+            json!({"name": "echo", "arguments": {}}),
+        )
+        .await;
+    fe.request_suggestions().expect("a client");
+    let req3 = recent
+        .until("getSuggestions", |v| v["method"] == "getSuggestions")
+        .await;
+    assert!(req3["id"].is_string(), "{req3:#}");
     b.stop().await;
 }
 
