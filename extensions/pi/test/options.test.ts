@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { backoffDelay, sessionPath } from "../src/broker.ts";
 import { defaultSocket, readOptions } from "../src/options.ts";
-import { previousSessionId } from "../index.ts";
+import { DEFAULT_LIMITS, previousSessionId } from "../index.ts";
 
 test("settings: defaults, project values, environment overrides", () => {
 	assert.deepEqual(readOptions(undefined, {}), { autoconnect: true, spawn: true, command: "pi-ide-broker", socket: undefined });
@@ -44,4 +44,10 @@ test("reconnect delays start under 200 ms and are capped", () => {
 test("the previous session id comes from its file name", () => {
 	assert.equal(previousSessionId("/s/--p--/2026-11-30T10-00-00-000Z_019ad0c2-aaaa.jsonl"), "019ad0c2-aaaa");
 	assert.equal(previousSessionId(undefined), undefined);
+});
+
+test("pi runs the extension with the promised bounds: 1 s per LLM call, 300 ms of it for the first attach", () => {
+	assert.equal(DEFAULT_LIMITS.diagnosticsMs, 1000);
+	assert.equal(DEFAULT_LIMITS.firstAttachMs, 300);
+	assert.ok(DEFAULT_LIMITS.firstAttachMs <= DEFAULT_LIMITS.diagnosticsMs);
 });
