@@ -23,6 +23,8 @@ type Script = {
 	answerEditors: boolean;
 	/** Answer `getDiagnostics` (a frozen editor does not). */
 	diagnostics: boolean;
+	/** Drop the connection when an `openDiff` arrives (the broker dies mid-review). */
+	dropOnDiff?: boolean;
 };
 
 type Broker = { socket: string; connections: number; close: () => Promise<void> };
@@ -62,6 +64,8 @@ async function fakeBroker(dir: string, script: Script): Promise<Broker> {
 				if (!script.answerEditors) return;
 				if (attached || script.attachAfterMs === undefined) answerEditors(m.id);
 				else editorsAsked = m.id;
+			} else if (m.method === "tools/call" && m.params?.name === "openDiff" && script.dropOnDiff) {
+				ws.terminate();
 			} else if (m.method === "tools/call" && m.params?.name === "getDiagnostics" && script.diagnostics) {
 				send(ws, { id: m.id, result: { content: [{ type: "text", text: JSON.stringify(DIAG) }] } });
 			}
@@ -113,6 +117,11 @@ function startSession(limits: Limits, settings: Record<string, unknown>) {
 			const added = out?.messages.find((m) => m.role === "custom");
 			return added ? String(added.content) : null;
 		},
+		/** pi's `tool_call` hook for a `write`: what the extension answers (a block, or nothing). */
+		write: (path: string, content: string) =>
+			fire("tool_call", { type: "tool_call", toolName: "write", toolCallId: "call-1", input: { path, content } }) as Promise<
+				{ block?: boolean; reason?: string } | undefined
+			>,
 		stop: () => fire("session_shutdown", { type: "session_shutdown" }),
 	};
 }
@@ -205,5 +214,23 @@ test("a frozen editor delays the first call by the diagnostics bound, the attach
 		assert.ok(took >= 2900 && took < 4500, `took ${took} ms`);
 		await s.stop();
 		await broker.close();
+	}),
+);
+
+test("a write whose review is cut by a lost broker link is blocked, never applied unreviewed", { timeout: 20_000 }, () =>
+	withDir(async (dir) => {
+		const broker = await fakeBroker(dir, { attachAfterMs: 0, answerEditors: true, diagnostics: true, dropOnDiff: true });
+		const s = startSession({ diagnosticsMs: LONG, firstAttachMs: LONG }, { socket: broker.socket });
+		try {
+			await s.start();
+			assert.ok((await s.context())?.includes("<editor>"), "attached");
+			const verdict = await s.write(join(dir, "f.txt"), "new\n");
+			assert.equal(verdict?.block, true, JSON.stringify(verdict));
+			assert.match(String(verdict?.reason), /NOT changed/);
+		} finally {
+			// Closed on a failure too: an open socket would keep the test process from ending.
+			await s.stop();
+			await broker.close();
+		}
 	}),
 );
