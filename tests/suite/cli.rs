@@ -315,7 +315,29 @@ async fn tokens_are_never_printed_or_logged() {
     // The right token still works (the refusal cost nobody anything).
     let mut ok = PiClient::connect(&compat).await.expect("the right token");
     assert!(ok.call("initialize", serde_json::json!({})).await.is_ok());
-    let secrets = [editor_token.as_str(), compat.token.as_str(), wrong];
+    // The gemini door (and Qwen Code's lock file, which carries the same token): a request
+    // with a wrong bearer token is refused and logged, without either token.
+    let gemini = crate::common::gemini::one_discovery(&root.join("gemini"), "/tok").await;
+    let wrong_bearer = "wrong-bearer-fedcba9876543210";
+    let refusal = crate::common::gemini::initialize_request(
+        gemini.port,
+        &format!("127.0.0.1:{}", gemini.port),
+        &format!("Authorization: Bearer {wrong_bearer}\r\n"),
+    );
+    assert_eq!(
+        crate::common::gemini::raw_status(gemini.port, &refusal).await,
+        401
+    );
+    daemon
+        .wait_line(&["refused a gemini request with a wrong token"])
+        .await;
+    let secrets = [
+        editor_token.as_str(),
+        compat.token.as_str(),
+        wrong,
+        gemini.token.as_str(),
+        wrong_bearer,
+    ];
     for args in [
         &["status"][..],
         &["status", "--json"],
