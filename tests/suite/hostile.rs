@@ -148,11 +148,27 @@ async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
     let mut want = vec![good_id.as_str(), sentinel_id.as_str()];
     want.sort_unstable();
     assert_eq!(ids, want, "no bad lockfile became an editor");
-    assert!(
-        st["lockfiles_rejected"]
-            .as_array()
-            .is_some_and(|r| r.len() >= 8),
-        "the bad files are there and refused: {}",
+    // Every bad file is listed as refused, each with its reason: none is silently dropped.
+    let mut refused: Vec<String> = st["lockfiles_rejected"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["reason"].as_str().is_some_and(|why| !why.is_empty()))
+        .filter_map(|r| {
+            let path = std::path::Path::new(r["path"].as_str()?);
+            Some(path.file_name()?.to_str()?.to_string())
+        })
+        .collect();
+    refused.sort_unstable();
+    let mut bad: Vec<String> = shapes.iter().map(|(name, _)| name.clone()).collect();
+    bad.extend(["41009.lock".into(), "41010.lock".into()]);
+    if chowned {
+        bad.push("41011.lock".into());
+    }
+    bad.sort_unstable();
+    assert_eq!(
+        refused, bad,
+        "every bad file is refused: {}",
         st["lockfiles_rejected"]
     );
     // pid 1 is alive (init) but is no editor: it is listed, never becomes ready, and
