@@ -139,7 +139,11 @@ async fn an_editor_that_stops_answering_pings_turns_unhealthy_then_recovers() {
             editor_by_port(st, fe.port).is_some_and(|e| e["rtt_ms"].is_f64())
         })
         .await;
-    assert!(editor_by_port(&e, fe.port).is_some());
+    let rtt = editor_by_port(&e, fe.port).and_then(|e| e["rtt_ms"].as_f64());
+    assert!(
+        rtt.is_some_and(|ms| ms > 0.0),
+        "a measured round trip: {rtt:?}"
+    );
     fe.freeze(true);
     b.wait_editor(fe.port, "unhealthy").await;
     fe.freeze(false);
