@@ -19,6 +19,8 @@ pub enum Bridge {
     DiagnosticsToClaude,
     /// Claude `getOpenEditors` `{tabs}` → pi `getOpenEditorTabs` array.
     TabsToPi,
+    /// JetBrains `get_all_opened_file_paths` (one path a line) → pi `getOpenEditorTabs` array.
+    PathsToPi,
     /// pi `getOpenEditorTabs` array → Claude `getOpenEditors` `{tabs}`.
     TabsToClaude,
     /// An `openDiff` on a Claude editor under a marked tab name (any session whose own name
@@ -47,9 +49,25 @@ pub fn marked_tab(session: u64, tab: &str) -> String {
     format!("✻ [pi s{session}] {tab} ⧉")
 }
 
-/// The tools of one dialect, and what the other dialect calls them.
-fn translate_tool(name: &str, from: Family, to: Family) -> &str {
+/// JetBrains' name for the open files (PROTOCOL.md §11), where VS Code has `getOpenEditors`.
+const JETBRAINS_OPEN_FILES: &str = "get_all_opened_file_paths";
+
+/// The tools of one dialect, and what the other dialect calls them (on a Claude-family editor,
+/// the open tabs are `getOpenEditors`, or JetBrains' `get_all_opened_file_paths` where that is
+/// what it lists).
+fn translate_tool<'a>(
+    name: &'a str,
+    from: Family,
+    to: Family,
+    editor_tools: Option<&[String]>,
+) -> &'a str {
+    let has = |t: &str| editor_tools.is_some_and(|tools| tools.iter().any(|x| x == t));
     match (from, to, name) {
+        (Family::Pi, Family::Claude, "getOpenEditorTabs")
+            if !has("getOpenEditors") && has(JETBRAINS_OPEN_FILES) =>
+        {
+            JETBRAINS_OPEN_FILES
+        }
         (Family::Pi, Family::Claude, "getOpenEditorTabs") => "getOpenEditors",
         (Family::Claude, Family::Pi, "getOpenEditors") => "getOpenEditorTabs",
         _ => name,
@@ -72,7 +90,7 @@ pub fn outbound(
     let Some(tool) = params.get("name").and_then(Value::as_str).map(String::from) else {
         return Ok(None);
     };
-    let target = translate_tool(&tool, dialect, family).to_string();
+    let target = translate_tool(&tool, dialect, family, editor_tools).to_string();
     // claudecode's close_tab is callable though not listed.
     let available = target == "close_tab" || editor_tools.is_none_or(|t| t.contains(&target));
     if !available {
@@ -90,6 +108,7 @@ pub fn outbound(
         }
         (Family::Claude, Family::Pi, "getDiagnostics") => Some(Bridge::DiagnosticsToClaude),
         (Family::Pi, Family::Claude, "getOpenEditors") => Some(Bridge::TabsToPi),
+        (Family::Pi, Family::Claude, JETBRAINS_OPEN_FILES) => Some(Bridge::PathsToPi),
         (Family::Claude, Family::Pi, "getOpenEditorTabs") => Some(Bridge::TabsToClaude),
         (Family::Pi, Family::Claude, "openDiff") => {
             let session_tab = arg("tab_name").unwrap_or_default();
@@ -146,8 +165,11 @@ pub fn extra_tools(dialect: Family, family: Family, editor_tools: &[String]) -> 
     let has = |n: &str| editor_tools.iter().any(|t| t == n);
     let mut out = Vec::new();
     match (dialect, family) {
-        (Family::Pi, Family::Claude) if has("getOpenEditors") && !has("getOpenEditorTabs") => {
-            out.push(json!({"name": "getOpenEditorTabs", "description": "List the editor's open tabs (bridged from getOpenEditors)", "inputSchema": {"type": "object", "properties": {}}}));
+        (Family::Pi, Family::Claude)
+            if (has("getOpenEditors") || has(JETBRAINS_OPEN_FILES))
+                && !has("getOpenEditorTabs") =>
+        {
+            out.push(json!({"name": "getOpenEditorTabs", "description": "List the editor's open tabs (bridged from getOpenEditors or get_all_opened_file_paths)", "inputSchema": {"type": "object", "properties": {}}}));
         }
         (Family::Claude, Family::Pi) => {
             if has("getOpenEditorTabs") && !has("getOpenEditors") {
@@ -230,9 +252,14 @@ fn first_text(result: &Value) -> Option<Value> {
     serde_json::from_str(result.get("content")?.get(0)?.get("text")?.as_str()?).ok()
 }
 
+/// A Claude-family severity in pi-ide's (LSP) names: VS Code's `Info`, and JetBrains'
+/// `ERROR`, `WARNING`, `WEAK_WARNING`, `INFO` (PROTOCOL.md §11).
 fn severity_to_pi(s: &Value) -> Value {
     match s.as_str() {
-        Some("Info") => json!("Information"),
+        Some("Info" | "INFO") => json!("Information"),
+        Some("ERROR") => json!("Error"),
+        Some("WARNING") => json!("Warning"),
+        Some("WEAK_WARNING") => json!("Hint"),
         _ => s.clone(),
     }
 }
@@ -294,6 +321,17 @@ pub fn inbound(bridge: &Bridge, msg: &mut Map<String, Value>) -> Option<Followup
                 .unwrap_or_default()
                 .into_iter()
                 .map(|t| json!({"uri": t["uri"], "isActive": t["isActive"].as_bool().unwrap_or(false), "isDirty": t["isDirty"].as_bool().unwrap_or(false), "languageId": t["languageId"]}))
+                .collect();
+            *result = text_result(Value::Array(tabs).to_string());
+        }
+        Bridge::PathsToPi => {
+            let result = msg.get_mut("result")?;
+            let text = result["content"][0]["text"].as_str().unwrap_or_default();
+            let tabs: Vec<Value> = text
+                .lines()
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|p| json!({"uri": format!("file://{p}"), "isActive": false, "isDirty": false, "languageId": null}))
                 .collect();
             *result = text_result(Value::Array(tabs).to_string());
         }

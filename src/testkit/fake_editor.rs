@@ -92,6 +92,10 @@ pub struct Options {
     /// JetBrains: a JSON-RPC `ping` request every `.0`; a client that has not answered one
     /// within `.1` is dropped.
     pub rpc_ping: Option<(Duration, Duration)>,
+    /// JetBrains' tools: `get_all_opened_file_paths` for the open files (one path a line),
+    /// `getDiagnostics` severities `ERROR`/`WARNING`/`WEAK_WARNING`/`INFO`, a rejected diff
+    /// answered `["DIFF_REJECTED"]` alone, `close_tab` by any name.
+    pub jetbrains: bool,
 }
 
 impl Options {
@@ -110,6 +114,7 @@ impl Options {
             one_client: false,
             require_subprotocol: None,
             rpc_ping: None,
+            jetbrains: false,
         }
     }
 
@@ -142,6 +147,7 @@ impl Options {
             ide_name: "IntelliJ IDEA".into(),
             require_subprotocol: Some("mcp"),
             rpc_ping: Some((Duration::from_secs(5), Duration::from_secs(3))),
+            jetbrains: true,
             ..Options::pi(folders)
         }
     }
@@ -399,7 +405,12 @@ impl FakeEditor {
 
     /// Rejects a pending diff (`DIFF_REJECTED` + tab name).
     pub fn reject_diff(&self, tab: &str) -> bool {
-        self.resolve_diff(tab, jsonrpc::diff_rejected(tab))
+        let verdict = if self.shared.opts.jetbrains {
+            json!({"content": [{"type": "text", "text": "DIFF_REJECTED"}]})
+        } else {
+            jsonrpc::diff_rejected(tab)
+        };
+        self.resolve_diff(tab, verdict)
     }
 
     /// Tab names of the diffs pending now.
@@ -617,11 +628,18 @@ fn register_client(shared: &Shared, conn: u64, tx: mpsc::UnboundedSender<Message
     clients.insert(conn, tx);
 }
 
-fn tools(family: Family) -> Value {
+fn tools(opts: &Options) -> Value {
+    let family = opts.family;
     let mut names = vec!["openDiff", "close_tab", "getDiagnostics", "echo", "slow"];
-    names.push(match family {
-        Family::Pi => "getOpenEditorTabs",
-        Family::Claude => "getOpenEditors",
+    names.extend(match family {
+        Family::Claude if opts.jetbrains => &[
+            "openFile",
+            "open_files",
+            "get_all_opened_file_paths",
+            "reformat_file",
+        ][..],
+        Family::Pi => &["getOpenEditorTabs"],
+        Family::Claude => &["getOpenEditors"],
     });
     json!({"tools": names.iter().map(|n| json!({"name": n, "description": n, "inputSchema": schema_of(family, n)})).collect::<Vec<_>>()})
 }
@@ -719,7 +737,7 @@ fn answer(
             "serverInfo": {"name": server, "version": "0.1.0"},
         }),
         "prompts/list" if claude => json!({"prompts": []}),
-        "tools/list" => tools(shared.opts.family),
+        "tools/list" => tools(&shared.opts),
         "tools/call" => return call_tool(shared, conn, id, tool.unwrap_or(""), args),
         other => {
             let error = json!({"code": jsonrpc::METHOD_NOT_FOUND, "message": "Method not found", "data": format!("Unknown method: {other}")});
@@ -753,7 +771,8 @@ fn call_tool(shared: &Shared, conn: u64, id: &Value, tool: &str, args: &Value) -
         }
         "close_tab" => {
             let tab = arg("tab_name");
-            if shared.opts.family == Family::Claude && !(tab.contains('✻') && tab.contains('⧉')) {
+            let claudecode = shared.opts.family == Family::Claude && !shared.opts.jetbrains;
+            if claudecode && !(tab.contains('✻') && tab.contains('⧉')) {
                 // claudecode looks an unmarked name up as a buffer and answers a result object
                 // shaped like an error; the diff stays open.
                 return Some(jsonrpc::result(id, json!({"code": -32000, "message": "Buffer operation error", "data": format!("no buffer {tab}")})));
@@ -770,6 +789,7 @@ fn call_tool(shared: &Shared, conn: u64, id: &Value, tool: &str, args: &Value) -
             let uri = args.get("uri").and_then(Value::as_str);
             let open = "file:///x.rs";
             match (shared.opts.family, uri) {
+                (Family::Claude, _) if shared.opts.jetbrains => text_result(json!([{"uri": open, "diagnostics": [{"severity": "ERROR", "message": "boom"}, {"severity": "WEAK_WARNING", "message": "meh"}, {"severity": "INFO", "message": "fyi"}]}]).to_string()),
                 (Family::Claude, Some(u)) if u != open => {
                     return Some(jsonrpc::error(id, -32001, "File not open"));
                 }
@@ -784,6 +804,7 @@ fn call_tool(shared: &Shared, conn: u64, id: &Value, tool: &str, args: &Value) -
         }
         "slow" => return None,
         "getOpenEditorTabs" => text_result(json!([{"uri": "file:///x.rs", "isActive": true, "isDirty": false, "languageId": "rust"}]).to_string()),
+        "get_all_opened_file_paths" if shared.opts.jetbrains => text_result(String::from("/x.rs\n/y.rs")),
         "getOpenEditors" => text_result(json!({"tabs": [{"uri": "file:///x.rs", "isActive": true, "isPinned": false, "isPreview": false, "isDirty": true, "label": "x.rs", "groupIndex": 0, "viewColumn": 1, "isGroupActive": true, "fileName": "/x.rs", "languageId": "rust", "lineCount": 3, "isUntitled": false}]}).to_string()),
         other => return Some(jsonrpc::error(id, jsonrpc::METHOD_NOT_FOUND, &format!("Tool not found: {other}"))),
     };

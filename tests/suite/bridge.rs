@@ -459,3 +459,54 @@ async fn at_mentioned_paths_reach_sessions_absolute() {
     assert_eq!(m["params"]["filePath"], "/cc-root/docs/", "{m}");
     b.stop().await;
 }
+
+/// Issue 39: a pi-family session on a JetBrains IDE (the test kit's editor from the plugin's
+/// documented tools, PROTOCOL.md §11): diagnostics in pi's map with its severities renamed,
+/// the open files from `get_all_opened_file_paths`, and a write reviewed through its
+/// `openDiff` (accepted: the editor's text; rejected: `DIFF_REJECTED` with the session's tab).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pi_client_uses_a_jetbrains_editor() {
+    let b = TestBroker::start().await;
+    let fe = FakeEditor::start_in(&b.claude_dir, Options::jetbrains(&["/jb"]))
+        .await
+        .unwrap();
+    b.wait_editor(fe.port, "ready").await;
+    let mut ev = fe.events();
+    let mut c = pi_client_for(&b, "/jb").await;
+    let diags = c.diagnostics().await.unwrap();
+    let severities: Vec<&str> = diags["file:///x.rs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["severity"].as_str())
+        .collect();
+    assert_eq!(severities, ["Error", "Hint", "Information"], "{diags:?}");
+    let tabs = c.tool("getOpenEditorTabs", json!({})).await.unwrap();
+    let tabs: Value =
+        serde_json::from_str(tabs["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let uris: Vec<&str> = tabs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["uri"].as_str())
+        .collect();
+    assert_eq!(uris, ["file:///x.rs", "file:///y.rs"], "{tabs}");
+    let w = tokio::spawn(async move {
+        let r = c.write_file("/jb/a.kt", "val a = 1\n", "acc").await;
+        (r, c)
+    });
+    let args = next_tool_call(&mut ev, "openDiff").await;
+    assert_eq!(args["old_file_path"], "/jb/a.kt", "{args}");
+    assert_eq!(args["new_file_contents"], "val a = 1\n", "{args}");
+    let tab = args["tab_name"].as_str().unwrap().to_string();
+    assert!(fe.accept_diff(&tab, "val a = 2\n"));
+    let (r, mut c) = within("accept", w).await.unwrap();
+    assert_eq!(r.unwrap().as_deref(), Some("val a = 2\n"));
+    let w = tokio::spawn(async move { c.open_diff_raw("/jb/b.kt", "pi-write:rej").await });
+    let tab = eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
+    assert!(fe.reject_diff(&tab));
+    let v = within("reject", w).await.unwrap().unwrap();
+    assert_eq!(v["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(v["result"]["content"][1]["text"], "pi-write:rej");
+    b.stop().await;
+}
