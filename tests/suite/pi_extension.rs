@@ -220,6 +220,64 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
     w.broker.stop().await;
 }
 
+/// Issue 39: a real pi session in a project a JetBrains IDE holds (the test kit's editor from
+/// the plugin's documented behaviour: the `mcp` subprotocol, JSON-RPC pings, its tools and
+/// severities): it autoconnects, its prompt carries the IDE's errors in `<lsp_diagnostics>`,
+/// and its writes are reviewed there (accepted: written; rejected: untouched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pi_session_reviews_its_writes_in_a_jetbrains_ide() {
+    let Some(mut w) = World::start().await else {
+        return;
+    };
+    let ed = FakeEditor::start_in(&w.broker.claude_dir, Options::jetbrains(&[&w.proj_s()]))
+        .await
+        .unwrap();
+    let id = w.broker.wait_editor(ed.port, "ready").await["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut ev = ed.events();
+    let mut pi = w.pi(&[]).await;
+    pi.toast(0, "Auto-connected to IntelliJ IDEA").await;
+    attached_in_status(&w.broker, &id).await;
+    pi.prompt("hello").await;
+    let text = all_text(&w.model.next_chat().await);
+    assert!(
+        text.contains("<lsp_diagnostics>") && text.contains("[Error] boom"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("meh") && !text.contains("fyi"),
+        "only errors and warnings: {text}"
+    );
+    let target = w.proj.join("A.kt");
+    w.model.push(write_call("A.kt", "val a = 1\n"));
+    let review = async {
+        let (tab, args) = next_diff(&mut ev).await;
+        assert_eq!(args["old_file_path"], target.display().to_string());
+        assert!(ed.accept_diff(&tab, "val a = 2\n"));
+    };
+    tokio::join!(pi.prompt("write it"), review);
+    assert_eq!(read(&target).as_deref(), Some("val a = 2\n"));
+    let other = w.proj.join("B.kt");
+    w.model.push(write_call("B.kt", "nope\n"));
+    let from = pi.mark();
+    let review = async {
+        let (tab, _) = next_diff(&mut ev).await;
+        assert!(ed.reject_diff(&tab));
+    };
+    tokio::join!(pi.prompt("write b"), review);
+    assert_eq!(read(&other), None);
+    let results = pi.tool_results(from);
+    assert!(
+        results[0].1 && results[0].2.contains("rejected"),
+        "{results:?}"
+    );
+    assert_eq!(ed.clients(), 1, "one link (the broker's), never dropped");
+    pi.quit().await;
+    w.broker.stop().await;
+}
+
 /// The native session with pi key `key`, once it is attached to some editor.
 pub(crate) async fn attached_key(b: &TestBroker, key: &str) -> String {
     let k = key.to_string();
