@@ -117,6 +117,7 @@ pub async fn run(opts: &Options) -> Report {
     }
     check_compat(&mut b, &config);
     check_gemini(&mut b, &config);
+    check_single_client(&mut b, &config);
     let route = match &status {
         Some(_) => {
             let mut path = format!(
@@ -631,6 +632,31 @@ fn check_gemini(b: &mut Builder, config: &Config) {
             format!("IDE mode is not on in {}", settings.display()),
             "run /ide enable in Gemini CLI, or set {\"ide\": {\"enabled\": true}} there",
         );
+    }
+}
+
+/// How a single-client editor's other client is seen (the `yield` policy needs it).
+fn check_single_client(b: &mut Builder, config: &Config) {
+    let yields = config.editors.single_client == crate::config::SingleClient::Yield
+        || config
+            .editors
+            .single_client_for
+            .values()
+            .any(|p| *p == crate::config::SingleClient::Yield);
+    if !yields {
+        return;
+    }
+    match crate::portpeers::SOURCE {
+        Some(source) => b.add(
+            "single-client editors",
+            Level::Ok,
+            format!("another client of an editor (your own Claude Code) is seen through {source}"),
+        ),
+        None => b.add(
+            "single-client editors",
+            Level::Warn,
+            "this OS gives no way to see an editor's other clients: a single-client editor is redialled like any lost link",
+        ),
     }
 }
 

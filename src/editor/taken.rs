@@ -131,8 +131,9 @@ pub(super) fn taken_by_another(
     if config.editors.single_client(editor.family) != SingleClient::Yield {
         return None;
     }
-    let port = editor.lockfile().port;
-    let others = crate::portpeers::clients_of(port, Some(client_port))?;
+    let lf = editor.lockfile();
+    let port = lf.port;
+    let others = crate::portpeers::clients_of(lf.pid, port, Some(client_port))?;
     (others > 0).then(|| {
         format!(
             "the editor closed the broker's link when another client connected ({others} now \
@@ -163,7 +164,10 @@ pub(super) async fn wait_while_taken(
     let _ = editor.wanted.notified().now_or_never();
     host.state_changed();
     announce(editor, host, "taken", Some(&reason));
-    let port = editor.lockfile().port;
+    let (pid, port) = {
+        let lf = editor.lockfile();
+        (lf.pid, lf.port)
+    };
     let mut nap = settle;
     loop {
         if !lock(&editor.parked).is_empty() {
@@ -174,7 +178,7 @@ pub(super) async fn wait_while_taken(
             _ = editor.cancel.cancelled() => return false,
             _ = editor.wanted.notified() => return reclaim(editor),
             _ = tokio::time::sleep(std::mem::take(&mut nap).max(probe)) => {
-                if crate::portpeers::clients_of(port, None).is_none_or(|n| n == 0) {
+                if crate::portpeers::clients_of(pid, port, None).is_none_or(|n| n == 0) {
                     tracing::info!(editor = %editor.id, "the other client left the editor; connecting again");
                     return true;
                 }
