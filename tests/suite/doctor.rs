@@ -298,7 +298,10 @@ async fn doctor_exits_1_without_a_daemon_and_with_a_broken_config() {
     // Which source shows a single-client editor's other client (issue 39).
     let one = check(&r, "single-client editors");
     assert_eq!(one["level"], "ok", "{one}");
-    assert!(one["message"].as_str().unwrap().contains("/proc/net/tcp"), "{one}");
+    assert!(
+        one["message"].as_str().unwrap().contains("/proc/net/tcp"),
+        "{one}"
+    );
     let (ok, r) = doctor(dir.path(), "/", "health = 12\n").await;
     assert!(!ok);
     let c = check(&r, "config");

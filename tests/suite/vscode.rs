@@ -538,3 +538,97 @@ async fn a_pi_session_gets_vs_codes_selection_and_its_writes_are_reviewed_in_vs_
     helper.close().await;
     b.stop().await;
 }
+
+/// Issue 39's acceptance with the real extension: the user's own Claude Code (the rival, with
+/// its token, reconnecting whenever closed, calling a tool every 3 s) holds VS Code; a session
+/// that starts then in its folder is attached (`taken`, with the reason) and its first
+/// `getDiagnostics` is answered on the first try; over a 60 s window the session calls every
+/// 10 s. Every call of the session is answered, every call of the rival is answered (one cut by
+/// an eviction is sent again, as a client does), and the rival is closed at most once per
+/// session call, never while the session is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_claude_code_and_a_broker_session_share_vs_code() {
+    use pi_ide_broker::testkit::rival::Calling;
+    let Some(install) = find_vscode() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let vsc = VsCode::start(&install, root.path(), &[("a.txt", "a\n")]).await;
+    let (b, e, a) = broker_on(&vsc, |c| c.editors.taken_probe_ms = 500).await;
+    a.close().await;
+    let port = e["port"].as_u64().unwrap() as u16;
+    let (_, lock) = vsc.wait_lockfile(None).await;
+    let token = lock["authToken"].as_str().map(String::from);
+    let calling = Calling {
+        tool: "getWorkspaceFolders".into(),
+        every: Duration::from_secs(3),
+    };
+    let mut rival = Rival::start_calling(
+        port,
+        Family::Claude.auth_header(),
+        token,
+        true,
+        Some(calling),
+    )
+    .await;
+    rival.wait_connected().await;
+    let taken = b.wait_editor(port, "taken").await;
+    let cwd = vsc.workspace.display().to_string();
+    let query = format!(
+        "cwd={}&dialect=claude",
+        pi_ide_broker::percent::encode_query(&cwd)
+    );
+    let mut s = Agent::connect(&b.socket, &query).await.expect("agent");
+    let att = s.attached().await;
+    assert_eq!(att["params"]["editor"], taken["id"], "{att:#}");
+    let st = b.status().await;
+    let ed = editor_by_port(&st, port).unwrap();
+    assert_eq!(ed["state"], "taken", "{ed:#}");
+    assert!(ed["state_reason"].is_string(), "{ed:#}");
+    let window = Duration::from_secs(60);
+    let every = Duration::from_secs(10);
+    let start = tokio::time::Instant::now();
+    let mut calls = 0i64;
+    while start.elapsed() < window {
+        calls += 1;
+        let tool = if calls == 1 {
+            "getDiagnostics"
+        } else {
+            "getWorkspaceFolders"
+        };
+        let r = call(&mut s, calls, tool, json!({})).await;
+        assert!(
+            r.get("result").is_some(),
+            "call {calls} ({tool}) answered on its first try: {r:#}"
+        );
+        tokio::time::sleep_until(start + every * calls as u32).await;
+    }
+    let closes = rival.evictions();
+    eprintln!(
+        "shared VS Code for {} s: {calls} session calls answered, the rival closed {closes} times, its calls {} sent / {} answered",
+        window.as_secs(),
+        rival.calls_sent(),
+        rival.calls_answered()
+    );
+    assert!(
+        closes <= calls as u64,
+        "at most one close per session call: {closes} for {calls}"
+    );
+    // Idle now: after the hand-back the rival holds the editor and is left alone.
+    b.wait_editor(port, "taken").await;
+    rival.wait_connected().await;
+    let before = rival.evictions();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        rival.evictions(),
+        before,
+        "the rival was closed while the session was idle"
+    );
+    // Every call of the rival is answered (the one in flight now, within its next turn).
+    let sent = rival.calls_sent();
+    pi_ide_broker::testkit::eventually("the rival's calls answered", || {
+        (rival.calls_answered() >= sent).then_some(())
+    })
+    .await;
+    rival.leave().await;
+    s.close().await;
+    b.stop().await;
+}
