@@ -27,7 +27,13 @@ type Script = {
 	dropOnDiff?: boolean;
 };
 
-type Broker = { socket: string; connections: number; close: () => Promise<void> };
+type Broker = {
+	socket: string;
+	connections: number;
+	close: () => Promise<void>;
+	/** Sends an editor-initiated request (as the broker hands one on) and awaits the answer. */
+	request: (method: string, params: unknown) => Promise<any>;
+};
 
 const DIAG = { "file:///p/x.rs": [{ severity: "Error", message: "boom", range: { start: { line: 0, character: 0 } } }] };
 
@@ -39,16 +45,33 @@ async function fakeBroker(dir: string, script: Script): Promise<Broker> {
 	const socket = join(dir, "sock");
 	const server: Server = createServer();
 	const wss = new WebSocketServer({ server });
-	const broker: Broker = { socket, connections: 0, close: async () => {} };
+	const waiting = new Map<string, (m: any) => void>();
+	let last: WebSocket | null = null;
+	let asked = 0;
+	const broker: Broker = {
+		socket,
+		connections: 0,
+		close: async () => {},
+		request: (method, params) =>
+			new Promise((done) => {
+				const id = `ed-${++asked}`;
+				waiting.set(id, done);
+				if (last) send(last, { id, method, params });
+			}),
+	};
 	wss.on("connection", (ws) => {
 		broker.connections++;
+		last = ws;
 		let attached = false;
 		let editorsAsked: number | null = null;
 		const answerEditors = (id: number) =>
 			send(ws, { id, result: { attached: attached ? "nvim-1" : null, editors: attached ? [{ id: "nvim-1" }] : [] } });
 		ws.on("message", (data) => {
 			const m = JSON.parse(String(data));
-			if (m.method === "initialize") {
+			if (m.method === undefined && typeof m.id === "string" && waiting.has(m.id)) {
+				waiting.get(m.id)?.(m);
+				waiting.delete(m.id);
+			} else if (m.method === "initialize") {
 				send(ws, { id: m.id, result: { protocolVersion: "2024-11-05", capabilities: {} } });
 				if (script.attachAfterMs === undefined) return;
 				setTimeout(() => {
@@ -84,11 +107,14 @@ async function fakeBroker(dir: string, script: Script): Promise<Broker> {
 type Handler = (event: any, ctx: any) => unknown;
 
 /** One session of the extension under a stand-in for pi's extension API. */
-function startSession(limits: Limits, settings: Record<string, unknown>) {
+function startSession(limits: Limits, settings: Record<string, unknown>, flags: Record<string, string> = {}) {
 	const handlers = new Map<string, Handler[]>();
+	/** The models asked to stream, as `provider/id`. */
+	const streamed: string[] = [];
+	const model = (provider: string, id: string) => ({ provider, id, name: id });
 	const pi = {
 		registerFlag() {},
-		getFlag: () => undefined,
+		getFlag: (name: string) => flags[name],
 		registerCommand() {},
 		getSettings: () => ({ "pi-ide-broker": { command: "/nonexistent/pi-ide-broker", spawn: false, ...settings } }),
 		on(name: string, h: Handler) {
@@ -101,6 +127,15 @@ function startSession(limits: Limits, settings: Record<string, unknown>) {
 		mode: "rpc",
 		sessionManager: { getSessionId: () => "chat-1", getHeader: () => null },
 		ui: { notify() {}, setWidget() {} },
+		model: model("fake", "session-model"),
+		modelRegistry: {
+			find: (provider: string, id: string) => model(provider, id),
+			getAvailable: () => [model("fake", "session-model"), model("fake", "suggester")],
+			streamSimple: (m: { provider: string; id: string }) => {
+				streamed.push(`${m.provider}/${m.id}`);
+				return { result: async () => ({ stopReason: "stop", content: [{ type: "text", text: "<SUGGESTION>done()</SUGGESTION>" }] }) };
+			},
+		},
 	};
 	const fire = async (name: string, event: unknown) => {
 		let out: unknown;
@@ -108,6 +143,7 @@ function startSession(limits: Limits, settings: Record<string, unknown>) {
 		return out;
 	};
 	return {
+		streamed,
 		start: () => fire("session_start", { type: "session_start", reason: "startup" }),
 		/** The `context` hook on a user prompt: the text it adds, or null. */
 		async context(): Promise<string | null> {
@@ -229,6 +265,28 @@ test("a write whose review is cut by a lost broker link is blocked, never applie
 			assert.match(String(verdict?.reason), /NOT changed/);
 		} finally {
 			// Closed on a failure too: an open socket would keep the test process from ending.
+			await s.stop();
+			await broker.close();
+		}
+	}),
+);
+
+test("--pi-ide-suggestion-model picks the model for the editor's suggestions and is listed as the override", { timeout: 20_000 }, () =>
+	withDir(async (dir) => {
+		const broker = await fakeBroker(dir, { attachAfterMs: 0, answerEditors: true, diagnostics: true });
+		const flags = { "pi-ide-suggestion-model": "fake/suggester" };
+		const s = startSession({ diagnosticsMs: LONG, firstAttachMs: LONG }, { socket: broker.socket }, flags);
+		try {
+			await s.start();
+			assert.ok((await s.context())?.includes("<editor>"), "attached");
+			const models = await broker.request("listSuggestionModels", {});
+			assert.equal(models.result?.cliOverride, "fake/suggester", JSON.stringify(models));
+			assert.equal(models.result?.currentModel, "fake/session-model");
+			const params = { cursorBefore: "x = ", cursorAfter: "", model: "fake/session-model" };
+			const got = await broker.request("getSuggestions", params);
+			assert.deepEqual(got.result?.suggestions, ["done()"], JSON.stringify(got));
+			assert.deepEqual(s.streamed, ["fake/suggester"], "the flag wins over the editor's model");
+		} finally {
 			await s.stop();
 			await broker.close();
 		}
