@@ -28,8 +28,11 @@ export type Limits = {
 	firstAttachMs: number;
 };
 
-/** The limits pi runs the extension with. */
-export const DEFAULT_LIMITS: Limits = { diagnosticsMs: 1000, firstAttachMs: 300 };
+/** The limits pi runs the extension with. The first attach may take the whole budget: on a
+ * loaded machine (a fork in pi-web while the parent chat is torn down) the dial, handshake and
+ * attach can take longer than a few hundred ms, and nothing is lost by waiting where no editor
+ * is coming, since the broker's answer to `broker/editors` (or no broker) settles the wait. */
+export const DEFAULT_LIMITS: Limits = { diagnosticsMs: 1000, firstAttachMs: 1000 };
 /** How long a write/edit waits for a dropped broker link to come back before it is blocked. */
 const REATTACH_WAIT_MS = 3000;
 const SPINNER = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { WebSocketServer, type WebSocket } from "ws";
-import { createPiIdeBroker, type Limits } from "../index.ts";
+import { createPiIdeBroker, DEFAULT_LIMITS, type Limits } from "../index.ts";
 
 delete process.env.PI_IDE_BROKER_SOCKET;
 delete process.env.PI_IDE_BROKER_BIN;
@@ -292,3 +292,19 @@ test("--pi-ide-suggestion-model picks the model for the editor's suggestions and
 		}
 	}),
 );
+
+test("with pi's own limits, an attach slowed by a loaded machine (600 ms) still reaches the first prompt", { timeout: 20_000 }, () =>
+	withDir(async (dir) => {
+		const broker = await fakeBroker(dir, { attachAfterMs: 600, answerEditors: true, diagnostics: true });
+		const s = startSession(DEFAULT_LIMITS, { socket: broker.socket });
+		try {
+			await s.start();
+			const first = await s.context();
+			assert.ok(first?.includes("<editor>"), String(first));
+		} finally {
+			await s.stop();
+			await broker.close();
+		}
+	}),
+);
+
