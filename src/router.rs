@@ -165,6 +165,24 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_editors_strong_folder_wins_over_its_weak_one() {
+        // One editor with $HOME and a project under it: the project is its folder for the cwd.
+        let folders = [PathBuf::from("/home/u"), PathBuf::from("/home/u/proj")];
+        let m = best_folder(
+            Path::new("/home/u/proj/src"),
+            &folders,
+            Path::new("/home/u"),
+        )
+        .unwrap();
+        assert_eq!(m.folder, PathBuf::from("/home/u/proj"));
+        assert!(!m.weak);
+        // `/` deeper than nothing still loses to any real folder.
+        let folders = [PathBuf::from("/"), PathBuf::from("/srv")];
+        let m = best_folder(Path::new("/srv/x"), &folders, Path::new("/home/u")).unwrap();
+        assert_eq!(m.folder, PathBuf::from("/srv"));
+    }
+
     fn route(cwd: &str, eds: &[EditorView], sticky: Option<&str>) -> Decision {
         decide(
             &candidates(Path::new(cwd), eds, Path::new("/home/u")),
