@@ -18,6 +18,7 @@ mod gemini_cli;
 mod hostile;
 mod identity;
 mod lockdirs;
+mod opencode;
 mod pi_extension;
 mod pi_package;
 mod pi_web;

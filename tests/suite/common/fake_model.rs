@@ -63,6 +63,11 @@ impl FakeModel {
             .expect("model server gone")
     }
 
+    /// Every request received so far and not yet taken, without waiting.
+    pub fn received(&mut self) -> Vec<Value> {
+        std::iter::from_fn(|| self.requests.try_recv().ok()).collect()
+    }
+
     /// The next request that is not a suggestion completion (those are answered apart).
     pub async fn next_chat(&mut self) -> Value {
         loop {
@@ -142,14 +147,17 @@ async fn serve(
         buf.extend_from_slice(&chunk[..n]);
     }
     let body: Value = serde_json::from_slice(&buf[header_end..]).unwrap_or(Value::Null);
+    let offers_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
     let reply = if is_suggestion(&body) {
         Reply::Text("<SUGGESTION>suggested()</SUGGESTION>".into())
     } else {
-        script
-            .lock()
-            .expect("script")
-            .pop_front()
-            .unwrap_or(Reply::Text("ok".into()))
+        let mut script = script.lock().expect("script");
+        match script.front() {
+            // A request offering no tools (a client's title or summary call) cannot be answered
+            // with a tool call: it gets text and the scripted call waits for the next turn.
+            Some(Reply::Tool { .. }) if !offers_tools => Reply::Text("A title".into()),
+            _ => script.pop_front().unwrap_or(Reply::Text("ok".into())),
+        }
     };
     let _ = tx.send(body);
     let chunk = |delta: Value, finish: Value| {
