@@ -436,6 +436,24 @@ impl Config {
             .join("pi-ide-broker")
     }
 
+    /// The data dir, for files the broker installs (the pi extension `setup` writes):
+    /// `$XDG_DATA_HOME/pi-ide-broker` (`~/.local/share/pi-ide-broker`), or the OS data dir
+    /// on macOS (`~/Library/Application Support/pi-ide-broker`).
+    pub fn data_dir(&self) -> PathBuf {
+        if let Some(p) = env_path("XDG_DATA_HOME") {
+            return p.join("pi-ide-broker");
+        }
+        if cfg!(target_os = "macos") {
+            if let Some(d) = directories::ProjectDirs::from("", "", "pi-ide-broker") {
+                return d.data_dir().to_path_buf();
+            }
+        }
+        home_dir()
+            .join(".local")
+            .join("share")
+            .join("pi-ide-broker")
+    }
+
     /// The compat lock dir (`compat.lock_dir`, default `~/.pi/ide-broker`).
     pub fn compat_dir(&self) -> PathBuf {
         match &self.compat.lock_dir {

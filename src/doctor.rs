@@ -674,9 +674,11 @@ fn check_route(b: &mut Builder, route: &Value, cwd: &Path) {
             route["settle"].as_str().unwrap_or_default(),
         );
     } else {
+        // No editor holds the folder (yet): a next step, not a fault — right after setup no
+        // editor is open, and nothing is broken.
         b.fix(
             what,
-            Level::Fail,
+            Level::Warn,
             d["none"].as_str().unwrap_or("no editor").to_string(),
             route["settle"].as_str().unwrap_or_default(),
         );

@@ -24,9 +24,9 @@ Environment:
 
 Quick start: `pi-ide-broker daemon` in one terminal, `pi-ide-broker status` in another.
 Something wrong? `pi-ide-broker doctor` checks everything and says what to fix.
-First time? `pi-ide-broker setup` installs the service and the pi extension (`pi install
-git:<this repository>`) and prints the MCP entries for Claude Code, Codex, OpenCode and Gemini
-CLI. The published pi-ide extension reaches the broker with `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`."
+First time? `pi-ide-broker setup` installs the service and the pi extension (which this binary
+carries) and prints the MCP entries for Claude Code, Codex, OpenCode and Gemini CLI;
+`pi-ide-broker stop` stops a running daemon. The published pi-ide extension reaches the broker with `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`."
 )]
 struct Cli {
     /// Config file (TOML). A missing file means defaults.
@@ -76,11 +76,11 @@ enum Command {
         #[arg(long, env = "PI_IDE_BROKER_NO_SPAWN", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0, default_missing_value = "true", default_value = "false")]
         no_spawn: bool,
     },
-    /// Set everything up after `cargo install`: the service, the pi extension, the MCP entries.
+    /// Set everything up after an install: the service, the pi extension, the MCP entries.
     ///
     /// Installs and starts the user service where systemd or launchd answers; installs the pi
-    /// extension with `pi install` when pi is on PATH (the repository and commit this binary
-    /// was built from); prints the MCP entries for Claude Code, Codex, OpenCode and Gemini CLI
+    /// extension when pi is on PATH (the one this binary carries, written to the data dir and
+    /// installed from there; `pi --help` then shows whether pi loads it); prints the MCP entries for Claude Code, Codex, OpenCode and Gemini CLI
     /// (`--write` adds them, next to what is there); ends with `doctor`'s verdict. Safe to run
     /// again. What it changed is recorded in the state dir, and `--undo` takes back exactly that.
     Setup {
@@ -93,7 +93,8 @@ enum Command {
         /// Take back what earlier `setup` runs did, and nothing else.
         #[arg(long, conflicts_with = "write")]
         undo: bool,
-        /// The pi package to install instead of this build's own (e.g. `git:<url>@<tag>`).
+        /// The pi package to install instead of the one this binary carries (e.g.
+        /// `npm:pi-ide-broker`, `git:<url>@<tag>`, a folder).
         #[arg(long, value_name = "SOURCE")]
         pi_source: Option<String>,
     },
@@ -154,6 +155,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Stop the running daemon gracefully (SIGTERM), however it was started.
+    ///
+    /// Pending diffs are answered and sessions told, as on any graceful stop; waits until
+    /// nothing answers on the socket. A user service starts it again at the next login
+    /// (`service uninstall` removes the service). Nothing running is not an error.
+    Stop,
     /// Show every editor, session and route of the running daemon.
     ///
     /// Exit status 3 when no daemon is running.
@@ -273,10 +280,65 @@ fn report_cwd(env: &pi_ide_broker::setup::Env) -> PathBuf {
 
 /// Says that no daemon answers and how to start one; exit status 3.
 fn not_running(socket: &str) -> ExitCode {
+    // Offer the service only where a service manager would take it (doctor says the same).
+    let env = pi_ide_broker::setup::Env::from_process(&Config::default(), None);
+    let service = match pi_ide_broker::setup::no_service_manager(&env) {
+        None => ", or install the service with `pi-ide-broker service install`",
+        Some(_) => " (no user service manager answers here, so there is no service to install)",
+    };
     eprintln!(
-        "pi-ide-broker is not running (nothing answers on {socket}).\nStart it with `pi-ide-broker daemon`, or install the service with `pi-ide-broker service install`."
+        "pi-ide-broker is not running (nothing answers on {socket}).\nStart it with `pi-ide-broker daemon`{service}."
     );
     ExitCode::from(3)
+}
+
+/// `stop`: asks the daemon that answers on the socket for its pid, sends it SIGTERM (the
+/// graceful stop: pending diffs answered, sessions told), and waits until nothing answers.
+async fn stop_cmd(config: &Config) -> anyhow::Result<ExitCode> {
+    let socket = config.socket_to_dial();
+    let status = match client::get_json(&socket, "/v1/status").await {
+        Ok(s) => s,
+        Err(client::ClientError::NotRunning(s)) => {
+            println!("no daemon is running (nothing answers on {s}); nothing to stop");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let pid = status["broker"]["pid"]
+        .as_i64()
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(rustix::process::Pid::from_raw)
+        .context("the daemon's status names no pid; is it another version? stop it with `kill`")?;
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+        .with_context(|| format!("cannot signal the daemon (pid {})", pid.as_raw_nonzero()))?;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while tokio::time::Instant::now() < deadline {
+        if matches!(
+            client::get_json(&socket, "/v1/status").await,
+            Err(client::ClientError::NotRunning(_))
+        ) {
+            println!("stopped the daemon (pid {})", pid.as_raw_nonzero());
+            let home = pi_ide_broker::config::home_dir();
+            let env = pi_ide_broker::setup::Env::from_process(config, None);
+            let unit = service::unit(
+                service::Manager::here(),
+                &env.exe,
+                None,
+                &home,
+                &env.config_home,
+            );
+            if unit.path.exists() {
+                println!("the user service starts it again at the next login; `pi-ide-broker service uninstall` removes it");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    anyhow::bail!(
+        "the daemon (pid {}) is still answering 20 s after SIGTERM; see its log (`pi-ide-broker paths`), or `kill -9 {}`",
+        pid.as_raw_nonzero(),
+        pid.as_raw_nonzero()
+    )
 }
 
 /// `status --watch`: the table redrawn on every change in a terminal (alternate screen, left
@@ -442,6 +504,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Paths { json } => Ok(paths_cmd(&config, config_path, json)),
         Command::Status { watch: true, .. } => watch(&config.socket_to_dial()).await,
         Command::Status { json, .. } => status_cmd(&config, json).await,
+        Command::Stop => stop_cmd(&config).await,
     }
 }
 
@@ -576,6 +639,8 @@ async fn status_cmd(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
 
 async fn run_daemon(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let logs = logging::init(&config);
+    // The pi extension setup wrote, brought to this binary's version (a no-op when it is).
+    pi_ide_broker::setup::extension::refresh(&config.data_dir());
     // Where the service manager writes the log to a file (launchd), nothing else rotates it.
     tokio::spawn(async {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(600));

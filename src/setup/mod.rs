@@ -6,6 +6,7 @@
 //! others still run.
 
 mod daemon;
+pub mod extension;
 mod jsonedit;
 pub mod mcp;
 pub mod pi;
@@ -14,6 +15,9 @@ mod steps;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+/// The lowest pi the extension supports (its `peerDependencies`; the README says the same).
+pub const MIN_PI: &str = "0.87.1";
 
 /// What the user asked for.
 #[derive(Debug, Clone, Default)]
@@ -41,8 +45,8 @@ pub struct Env {
     pub state_dir: PathBuf,
     /// This binary.
     pub exe: PathBuf,
-    /// The checkout this binary was built from (`CARGO_MANIFEST_DIR` at build time).
-    pub manifest_dir: PathBuf,
+    /// The broker's data dir (setup writes the pi extension there).
+    pub data_dir: PathBuf,
     /// `$PATH`.
     pub path: Option<OsString>,
     /// The broker's socket (where a daemon setup starts listens).
@@ -69,7 +73,7 @@ impl Env {
             home,
             state_dir,
             exe: std::fs::canonicalize(&exe).unwrap_or(exe),
-            manifest_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+            data_dir: config.data_dir(),
             path: std::env::var_os("PATH"),
             socket: config.socket_to_dial(),
             config: config_path.filter(|p| p.exists()),
@@ -196,6 +200,12 @@ pub fn run(opts: &Options, env: &Env) -> Vec<Line> {
         }
     }
     lines
+}
+
+/// Why no user service manager answers here (systemd's user instance, launchd), or `None`
+/// when one does: for the hints that would offer `service install`.
+pub fn no_service_manager(env: &Env) -> Option<String> {
+    steps::no_manager(crate::service::Manager::here(), env)
 }
 
 /// Whether every step went through (no [`Level::Fail`]).

@@ -1,8 +1,8 @@
-//! Which pi package source this build's extension is, and what pi already has installed.
+//! Which pi package source setup installs, what pi already has, and whether pi loads it.
 //!
-//! `cargo install --git URL` records `git+URL[?tag=T]#COMMIT` for the binary in
-//! `<root>/.crates2.json`, beside `<root>/bin`: the extension of the same commit (or tag) is
-//! `git:URL@COMMIT`. A build from a checkout falls back to that checkout's path.
+//! By default the source is the extension this binary carries ([`super::extension`]), written
+//! to the broker's data dir: a local package, the same version as the binary, with nothing
+//! for npm to do. `--pi-source` names any other (`npm:pi-ide-broker`, `git:<url>@<ref>`, a dir).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -10,62 +10,28 @@ use std::path::{Path, PathBuf};
 /// Where the extension comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Source {
-    /// A `pi install` source: `git:<url>@<ref>` (or what `--pi-source` gave).
-    Package(String),
-    /// A checkout of this repository on disk (its root, with `package.json`).
-    Checkout(PathBuf),
+    /// A `pi install` source the user gave (`--pi-source`).
+    Given(String),
+    /// The extension this binary carries, written to this dir.
+    Bundled(PathBuf),
 }
 
 impl Source {
-    /// The argument to `pi install`.
+    /// The source for this run: `--pi-source`, else the carried extension in `data_dir`.
+    pub fn resolve(flag: Option<&str>, data_dir: &Path) -> Source {
+        match flag {
+            Some(s) => Source::Given(s.to_string()),
+            None => Source::Bundled(super::extension::dir(data_dir)),
+        }
+    }
+
+    /// The argument to `pi install` (and the name pi's settings keep it under).
     pub fn arg(&self) -> String {
         match self {
-            Source::Package(s) => s.clone(),
-            Source::Checkout(p) => p.display().to_string(),
+            Source::Given(s) => s.clone(),
+            Source::Bundled(p) => p.display().to_string(),
         }
     }
-}
-
-/// The pi source of a cargo source id (`git+URL?tag=T#COMMIT`); `None` for other sources.
-pub fn from_cargo_source(id: &str) -> Option<String> {
-    let rest = id.strip_prefix("git+")?;
-    let (url_query, commit) = rest.split_once('#')?;
-    let (url, query) = url_query.split_once('?').unwrap_or((url_query, ""));
-    let tag = query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("tag="))
-        .filter(|t| !t.is_empty());
-    Some(format!("git:{url}@{}", tag.unwrap_or(commit)))
-}
-
-/// The cargo source id of the installed `pi-ide-broker` in `crates2` (`.crates2.json`).
-pub fn installed_source_id(crates2: &str) -> Option<String> {
-    let v: Value = serde_json::from_str(crates2).ok()?;
-    v["installs"].as_object()?.iter().find_map(|(key, info)| {
-        let bins = info["bins"].as_array()?;
-        let ours = key.starts_with("pi-ide-broker ")
-            && bins.iter().any(|b| b.as_str() == Some("pi-ide-broker"));
-        let id = key.split_once(" (")?.1.strip_suffix(')')?;
-        ours.then(|| id.to_string())
-    })
-}
-
-/// The source for this binary at `exe`: `--pi-source`, else what cargo recorded for it, else
-/// the checkout it was built from (`manifest_dir`) when it is still there.
-pub fn resolve(flag: Option<&str>, exe: &Path, manifest_dir: &Path) -> Option<Source> {
-    if let Some(s) = flag {
-        return Some(Source::Package(s.to_string()));
-    }
-    let root = exe.parent()?.parent()?;
-    if let Ok(text) = std::fs::read_to_string(root.join(".crates2.json")) {
-        if let Some(s) = installed_source_id(&text).and_then(|id| from_cargo_source(&id)) {
-            return Some(Source::Package(s));
-        }
-    }
-    manifest_dir
-        .join("package.json")
-        .exists()
-        .then(|| Source::Checkout(manifest_dir.to_path_buf()))
 }
 
 /// pi's settings file (`$PI_CODING_AGENT_DIR/settings.json`, default `~/.pi/agent`).
@@ -93,17 +59,28 @@ pub fn installed(settings: &Path) -> Vec<String> {
         .collect()
 }
 
-/// A git source without its `@ref` (the source itself when it has none).
-pub fn without_ref(source: &str) -> &str {
-    match source.rsplit_once('@') {
-        Some((base, r)) if !r.contains('/') && base.contains("://") => base,
-        _ => source,
-    }
-}
-
-/// Whether an installed source is this package (any ref of it, or a checkout of it).
+/// Whether an installed source is this package (from npm, git, a clone or setup's copy).
 pub fn is_ours(source: &str) -> bool {
     source.contains("pi-ide-broker")
+}
+
+/// The flag only this extension registers: `pi --help` lists it once pi has loaded it.
+pub const LOADED_MARK: &str = "--pi-ide-suggestion-model";
+
+/// What `pi --help` (which loads every installed extension, then prints their flags) says of
+/// the extension: `Ok` when pi loaded it, else pi's own error line about it (or a line saying
+/// pi did not list it).
+pub fn load_verdict(help_output: &str) -> Result<(), String> {
+    let failure = help_output
+        .lines()
+        .find(|l| l.contains("Failed to load extension") && is_ours(l));
+    match failure {
+        Some(line) => Err(line.trim().to_string()),
+        None if help_output.contains(LOADED_MARK) => Ok(()),
+        None => Err(format!(
+            "pi does not list the extension's flag {LOADED_MARK} in `pi --help`"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -111,52 +88,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cargo_sources_become_pi_sources() {
+    fn the_carried_extension_is_the_default_and_a_flag_overrides_it() {
+        let data = Path::new("/home/u/.local/share/pi-ide-broker");
         assert_eq!(
-            from_cargo_source("git+https://github.com/o/pi-ide-broker?tag=v0.2.0#0123abc")
-                .as_deref(),
-            Some("git:https://github.com/o/pi-ide-broker@v0.2.0")
+            Source::resolve(None, data).arg(),
+            "/home/u/.local/share/pi-ide-broker/pi-extension"
         );
         assert_eq!(
-            from_cargo_source("git+git://127.0.0.1:9/local/pi-ide-broker.git#deadbeef").as_deref(),
-            Some("git:git://127.0.0.1:9/local/pi-ide-broker.git@deadbeef")
-        );
-        assert_eq!(
-            from_cargo_source("git+https://h/o/r?branch=main#c0ffee").as_deref(),
-            Some("git:https://h/o/r@c0ffee")
-        );
-        assert_eq!(
-            from_cargo_source("path+file:///home/u/src/pi-ide-broker"),
-            None
-        );
-        assert_eq!(
-            from_cargo_source("registry+https://github.com/rust-lang/crates.io-index"),
-            None
+            Source::resolve(Some("npm:pi-ide-broker"), data),
+            Source::Given("npm:pi-ide-broker".into())
         );
     }
 
+    /// Recorded from pi 1.6.0's `pi --help` with the extension installed, and with a copy of it
+    /// that pi refused (its flag registered twice).
     #[test]
-    fn a_ref_is_cut_from_git_sources_only() {
-        assert_eq!(without_ref("git:https://h/o/r@v1"), "git:https://h/o/r");
+    fn pi_help_tells_a_loaded_extension_from_a_refused_one() {
+        let loaded = "Usage: pi [options]\n  --pi-ide-suggestion-model <value>Model for inline suggestions\n";
+        assert_eq!(load_verdict(loaded), Ok(()));
+        let refused = "Error: Failed to load extension \"/h/.local/share/pi-ide-broker/pi-extension/index.ts\": Cannot find module 'ws'\nUsage: pi [options]\n";
         assert_eq!(
-            without_ref("git:git://127.0.0.1:9/l/r.git@abc"),
-            "git:git://127.0.0.1:9/l/r.git"
+            load_verdict(refused),
+            Err("Error: Failed to load extension \"/h/.local/share/pi-ide-broker/pi-extension/index.ts\": Cannot find module 'ws'".into())
         );
-        assert_eq!(without_ref("git:https://h/o/r"), "git:https://h/o/r");
-        assert_eq!(without_ref("/home/u@x/src"), "/home/u@x/src");
-    }
-
-    #[test]
-    fn the_installed_binary_is_found_in_crates2() {
-        let crates2 = r#"{"installs": {
-            "ripgrep 14.1.0 (registry+https://github.com/rust-lang/crates.io-index)": {"bins": ["rg"]},
-            "pi-ide-broker 0.1.0 (git+https://h/o/pi-ide-broker#abc)": {"bins": ["pi-ide-broker"]}
-        }}"#;
-        assert_eq!(
-            installed_source_id(crates2).as_deref(),
-            Some("git+https://h/o/pi-ide-broker#abc")
-        );
-        assert_eq!(installed_source_id("{}"), None);
-        assert_eq!(installed_source_id("not json"), None);
+        let other = "Error: Failed to load extension \"/h/other/index.ts\": boom\nUsage: pi\n";
+        assert!(load_verdict(other).is_err_and(|e| e.contains("does not list")));
     }
 }

@@ -19,6 +19,10 @@ pub struct Record {
     /// Whether setup ran `claude mcp add` (user scope).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub claude_mcp: bool,
+    /// The copy of an npm-installed binary setup made, for the service and MCP entries to run
+    /// (a path no package update or `pi remove` touches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_copy: Option<PathBuf>,
     /// The MCP entries setup added to config files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_files: Vec<McpFile>,

@@ -5,12 +5,31 @@ use super::daemon;
 use super::mcp::{self, FileClient};
 use super::pi::{self, Source};
 use super::record::{McpFile, Record};
-use super::{Env, Level, Line, Options};
+use super::{extension, Env, Level, Line, Options, MIN_PI};
 use crate::service::{self, Manager};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Runs `cmd`; its output on success, else why it failed (the output's last lines).
 fn run(cmd: &[String], env: &Env, cwd: Option<&Path>) -> Result<String, String> {
+    let (ok, text, status) = capture(cmd, env, cwd)?;
+    if ok {
+        return Ok(text);
+    }
+    let tail: Vec<&str> = text.lines().rev().take(4).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    Err(format!(
+        "`{}` failed ({status}): {}",
+        cmd.join(" "),
+        tail.join(" / ")
+    ))
+}
+
+/// Runs `cmd` to its end: whether it succeeded, its stdout and stderr, and its exit status.
+fn capture(
+    cmd: &[String],
+    env: &Env,
+    cwd: Option<&Path>,
+) -> Result<(bool, String, std::process::ExitStatus), String> {
     let mut c = std::process::Command::new(&cmd[0]);
     c.args(&cmd[1..]).stdin(std::process::Stdio::null());
     if let Some(p) = &env.path {
@@ -27,17 +46,7 @@ fn run(cmd: &[String], env: &Env, cwd: Option<&Path>) -> Result<String, String> 
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    if out.status.success() {
-        return Ok(text);
-    }
-    let tail: Vec<&str> = text.lines().rev().take(4).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
-    Err(format!(
-        "`{}` failed ({}): {}",
-        cmd.join(" "),
-        out.status,
-        tail.join(" / ")
-    ))
+    Ok((out.status.success(), text, out.status))
 }
 
 fn shown(cmds: &[service::Step]) -> String {
@@ -49,6 +58,18 @@ fn shown(cmds: &[service::Step]) -> String {
 
 /// Every step of setup, in order.
 pub fn apply(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(Line)) {
+    let stable;
+    let env = match binary_step(opts, env, rec) {
+        Some((line, copy)) => {
+            emit(line);
+            stable = Env {
+                exe: copy,
+                ..env.clone()
+            };
+            &stable
+        }
+        None => env,
+    };
     emit(service_step(opts, env, rec));
     emit(pi_step(opts, env, rec));
     emit(claude_step(opts, env, rec));
@@ -57,8 +78,77 @@ pub fn apply(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(
     }
 }
 
+/// A binary npm installed (inside a `node_modules` folder, which `pi update` replaces and
+/// `pi remove` deletes) is copied to `<data dir>/bin/pi-ide-broker`, and the service, the
+/// background daemon and the MCP entries run the copy; each setup run refreshes it. `None`
+/// for a binary anywhere else (cargo's, a package manager's): it is used where it is.
+fn binary_step(opts: &Options, env: &Env, rec: &mut Record) -> Option<(Line, PathBuf)> {
+    if !env
+        .exe
+        .components()
+        .any(|c| c.as_os_str() == "node_modules")
+    {
+        return None;
+    }
+    let copy = env.data_dir.join("bin").join("pi-ide-broker");
+    if opts.dry_run {
+        let line = Line::new(
+            Level::Info,
+            "binary",
+            format!("would copy {} to {}", env.exe.display(), copy.display()),
+        );
+        return Some((line, copy));
+    }
+    let same = std::fs::read(&copy)
+        .ok()
+        .zip(std::fs::read(&env.exe).ok())
+        .is_some_and(|(a, b)| a == b);
+    if !same {
+        if let Err(e) = copy_executable(&env.exe, &copy) {
+            let line = Line::new(
+                Level::Fail,
+                "binary",
+                format!(
+                    "cannot copy {} to {}: {e}",
+                    env.exe.display(),
+                    copy.display()
+                ),
+            )
+            .fix("check that folder's permissions, then run setup again");
+            return Some((line, env.exe.clone()));
+        }
+    }
+    rec.binary_copy = Some(copy.clone());
+    let what = if same {
+        "is up to date"
+    } else {
+        "copied from npm's package"
+    };
+    let line = Line::new(
+        Level::Ok,
+        "binary",
+        format!(
+            "{} {what}: the service and MCP entries run it",
+            copy.display()
+        ),
+    );
+    Some((line, copy))
+}
+
+/// Copies `from` to `to` atomically (a running daemon keeps its old file), mode 0755.
+fn copy_executable(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = to.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = to.with_extension("new");
+    std::fs::copy(from, &tmp)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, to)
+}
+
 /// Why no service manager can take the unit here, or `None` when one answers.
-fn no_manager(manager: Manager, env: &Env) -> Option<String> {
+pub(super) fn no_manager(manager: Manager, env: &Env) -> Option<String> {
     let probe: Vec<String> = match manager {
         Manager::Systemd => ["systemctl", "--user", "show-environment"],
         Manager::Launchd => ["launchctl", "managername", ""],
@@ -182,11 +272,8 @@ fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> 
 }
 
 fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
-    let source = pi::resolve(opts.pi_source.as_deref(), &env.exe, &env.manifest_dir);
-    let by_hand = source.as_ref().map_or(
-        "pi install git:<this repository's URL>@<tag>".to_string(),
-        |s| format!("pi install {}", s.arg()),
-    );
+    let source = Source::resolve(opts.pi_source.as_deref(), &env.data_dir);
+    let by_hand = format!("pi install {}", source.arg());
     if env.which("pi").is_none() {
         return Line::new(
             Level::Warn,
@@ -194,36 +281,12 @@ fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
             "pi is not on PATH: the extension was not installed",
         )
         .fix(format!(
-            "with pi 1.6 installed, run setup again, or: {by_hand}"
+            "install pi ({MIN_PI} or newer: npm install -g @earendil-works/pi-coding-agent), then run setup again"
         ));
     }
     let installed = pi::installed(&pi::settings_file(&env.home));
-    let Some(source) = source else {
-        return Line::new(
-            Level::Fail,
-            "pi",
-            "cannot tell which repository this build came from",
-        )
-        .fix("pass it: pi-ide-broker setup --pi-source git:<url>@<tag>");
-    };
-    if installed.contains(&source.arg()) {
-        return Line::new(
-            Level::Ok,
-            "pi",
-            format!("the extension is installed ({})", source.arg()),
-        );
-    }
-    // Another ref of the same repository is an older (or newer) extension: this build's
-    // replaces it. Anything else (a checkout, another URL) is the user's choice.
     let target = source.arg();
-    let same_repo = installed
-        .iter()
-        .find(|s| s.contains('@') && pi::without_ref(s) == pi::without_ref(&target))
-        .cloned();
-    if let Some(other) = installed
-        .iter()
-        .find(|s| pi::is_ours(s) && Some(*s) != same_repo.as_ref())
-    {
+    if let Some(other) = installed.iter().find(|s| pi::is_ours(s) && **s != target) {
         return Line::new(
             Level::Ok,
             "pi",
@@ -234,71 +297,64 @@ fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
         ));
     }
     if opts.dry_run {
-        let first = same_repo
-            .as_ref()
-            .map_or(String::new(), |o| format!("pi remove {o}; "));
-        return Line::new(Level::Info, "pi", format!("would run: {first}{by_hand}"));
+        let write = match &source {
+            Source::Bundled(dir) => format!("write the extension to {}; ", dir.display()),
+            Source::Given(_) => String::new(),
+        };
+        let what = if installed.contains(&target) {
+            format!("{write}check that pi loads it")
+        } else {
+            format!("{write}run: {by_hand}")
+        };
+        return Line::new(Level::Info, "pi", format!("would {what}"));
     }
-    pi_install(&source, same_repo.as_deref(), env, rec, &by_hand)
-}
-
-/// Installs `source` (after removing `replacing`, another ref of it), and records it.
-fn pi_install(
-    source: &Source,
-    replacing: Option<&str>,
-    env: &Env,
-    rec: &mut Record,
-    by_hand: &str,
-) -> Line {
-    if let Source::Checkout(dir) = source {
-        if let Err(e) = checkout_deps(dir, env) {
-            return Line::new(Level::Fail, "pi", e).fix(format!(
-                "run `npm install --omit=dev --legacy-peer-deps` in {}, then setup again",
-                dir.display()
-            ));
-        }
-    }
-    if let Some(old) = replacing {
-        if let Err(e) = run(
-            &["pi".into(), "remove".into(), old.to_string()],
-            env,
-            Some(&env.home),
-        ) {
-            return Line::new(Level::Fail, "pi", e).fix(format!("pi remove {old} && {by_hand}"));
-        }
-    }
-    let cmd = ["pi".to_string(), "install".to_string(), source.arg()];
-    match run(&cmd, env, Some(&env.home)) {
-        Ok(_) => {
-            rec.pi_source = Some(source.arg());
-            let was = replacing.map_or(String::new(), |o| format!(" (replacing {o})"));
-            Line::new(
-                Level::Ok,
+    if let Source::Bundled(dir) = &source {
+        if let Err(e) = extension::write(dir) {
+            return Line::new(
+                Level::Fail,
                 "pi",
-                format!("installed the extension: {by_hand}{was}"),
+                format!("cannot write the extension to {}: {e}", dir.display()),
             )
+            .fix("check that folder's permissions (or pass --pi-source), then run setup again");
         }
-        Err(e) => Line::new(Level::Fail, "pi", e).fix(format!(
-            "fix what pi says, then run setup again, or: {by_hand}"
-        )),
     }
+    let already = installed.contains(&target);
+    if !already {
+        let cmd = ["pi".to_string(), "install".to_string(), target.clone()];
+        if let Err(e) = run(&cmd, env, Some(&env.home)) {
+            return Line::new(Level::Fail, "pi", e)
+                .fix("fix what pi says above, then run setup again");
+        }
+        rec.pi_source = Some(target.clone());
+    }
+    pi_loads(env, &target, already)
 }
 
-/// A checkout is loaded where it is, and pi installs nothing for it: `ws` must be there.
-fn checkout_deps(dir: &Path, env: &Env) -> Result<(), String> {
-    if dir.join("node_modules").join("ws").exists() {
-        return Ok(());
+/// Whether pi actually loads the extension: `pi --help` loads every installed one and lists
+/// their flags (and prints a failed one's error), with no model and no session.
+fn pi_loads(env: &Env, target: &str, already: bool) -> Line {
+    let help = ["pi".to_string(), "--help".to_string()];
+    // Read whatever its exit status: a refused extension's error is in the text.
+    let verdict =
+        capture(&help, env, Some(&env.home)).and_then(|(_, out, _)| pi::load_verdict(&out));
+    match (verdict, already) {
+        (Ok(()), true) => Line::new(
+            Level::Ok,
+            "pi",
+            format!("the extension is installed ({target}) and pi loads it"),
+        ),
+        (Ok(()), false) => Line::new(
+            Level::Ok,
+            "pi",
+            format!("installed the extension ({target}); pi loads it"),
+        ),
+        (Err(e), _) => Line::new(
+            Level::Fail,
+            "pi",
+            format!("pi cannot load the extension from {target}: {e}"),
+        )
+        .fix("fix what pi says, then run setup again (`pi-ide-broker setup --undo` takes it back)"),
     }
-    let cmd = [
-        "npm",
-        "install",
-        "--omit=dev",
-        "--legacy-peer-deps",
-        "--no-audit",
-        "--no-fund",
-    ]
-    .map(String::from);
-    run(&cmd, env, Some(dir)).map(|_| ())
 }
 
 fn claude_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
@@ -461,7 +517,7 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
 
 /// Takes back what the record says setup did; what fails stays in the record.
 pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(Line)) {
-    if *rec == Record::default() {
+    if *rec == Record::default() && !extension::dir(&env.data_dir).exists() {
         emit(Line::new(
             Level::Ok,
             "undo",
@@ -484,6 +540,11 @@ pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(L
             &mut rec.pi_source,
         ));
     }
+    // The extension's folder goes once pi no longer loads it from there.
+    let folder = extension::dir(&env.data_dir);
+    if rec.pi_source.is_none() && folder.exists() {
+        emit(undo_extension(opts, env, &folder));
+    }
     if rec.claude_mcp {
         let mut flag = Some(());
         emit(undo_command(
@@ -495,6 +556,9 @@ pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(L
         ));
         rec.claude_mcp = flag.is_some();
     }
+    if let Some(copy) = rec.binary_copy.clone() {
+        emit(undo_binary(opts, &copy, rec));
+    }
     let files = std::mem::take(&mut rec.mcp_files);
     for f in files {
         let (line, keep) = undo_file(opts, &f);
@@ -502,6 +566,50 @@ pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(L
         if keep {
             rec.mcp_files.push(f);
         }
+    }
+}
+
+fn undo_binary(opts: &Options, copy: &Path, rec: &mut Record) -> Line {
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "binary",
+            format!("would remove {}", copy.display()),
+        );
+    }
+    match std::fs::remove_file(copy) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Line::new(
+            Level::Fail,
+            "binary",
+            format!("cannot remove {}: {e}", copy.display()),
+        )
+        .fix(format!("remove it by hand: rm {}", copy.display())),
+        _ => {
+            rec.binary_copy = None;
+            if let Some(dir) = copy.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+            Line::new(Level::Ok, "binary", format!("removed {}", copy.display()))
+        }
+    }
+}
+
+fn undo_extension(opts: &Options, env: &Env, folder: &Path) -> Line {
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "pi",
+            format!("would remove {}", folder.display()),
+        );
+    }
+    match extension::remove(&env.data_dir) {
+        Ok(()) => Line::new(Level::Ok, "pi", format!("removed {}", folder.display())),
+        Err(e) => Line::new(
+            Level::Fail,
+            "pi",
+            format!("cannot remove {}: {e}", folder.display()),
+        )
+        .fix(format!("remove it by hand: rm -r {}", folder.display())),
     }
 }
 

@@ -18,6 +18,7 @@ mod gemini_cli;
 mod hostile;
 mod identity;
 mod lockdirs;
+mod npm_install;
 mod opencode;
 mod pi_extension;
 mod pi_package;

@@ -1,6 +1,8 @@
 //! The repository as a pi package: the real pi installs it from a `git:` source served by a
-//! real `git daemon` (npm resolves `ws` itself), the installed extension autoconnects, `pi
-//! remove` takes it away; and `npm pack` ships the extension and nothing else.
+//! real `git daemon` (the extension has no dependencies; the platform packages, not on any
+//! registry pi reaches here, are optional), the installed extension autoconnects, `pi remove`
+//! takes it away; `npm pack` ships the extension, its binary lookup and launcher, nothing else;
+//! and every npm package carries the crate's version.
 
 use crate::common::fake_model::FakeModel;
 use crate::common::git_serve::{git_daemon_available, GitServer};
@@ -38,8 +40,8 @@ async fn pi_install_from_git_autoconnects_and_pi_remove_removes_it() {
     assert_eq!(settings(&home)["packages"], json!([source]), "{out}");
     let checkout = home.join(".pi/agent/git/127.0.0.1/local/pi-ide-broker");
     assert!(
-        checkout.join("node_modules/ws/package.json").exists(),
-        "pi's npm install did not bring ws into {}:\n{out}",
+        checkout.join("extensions/pi/index.ts").exists(),
+        "pi did not check the repository out into {}:\n{out}",
         checkout.display()
     );
 
@@ -106,7 +108,7 @@ async fn npm_pack_ships_only_the_extension() {
     let always = ["package.json", "README.md", "LICENSE"];
     for f in &files {
         let extension_source = f.starts_with("extensions/pi/")
-            && f.ends_with(".ts")
+            && (f.ends_with(".ts") || f.ends_with(".js"))
             && !f.contains("/test/")
             && !f.contains("node_modules");
         assert!(
@@ -116,7 +118,10 @@ async fn npm_pack_ships_only_the_extension() {
     }
     // Everything the extension loads is shipped.
     let ext = crate::common::pi::extension_dir();
-    let mut needed = vec!["extensions/pi/index.ts".to_string()];
+    let mut needed = vec![
+        "extensions/pi/index.ts".to_string(),
+        "extensions/pi/bin/pi-ide-broker.js".to_string(),
+    ];
     for e in std::fs::read_dir(ext.join("src")).expect("extension src") {
         let name = e
             .expect("dir entry")
@@ -142,13 +147,70 @@ fn root_manifest_matches_the_extension() {
         root["pi"]["extensions"],
         json!(["./extensions/pi/index.ts"])
     );
-    assert_eq!(root["dependencies"], ext["dependencies"]);
+    // No install step: neither has runtime dependencies (issue 41).
+    assert!(root.get("dependencies").is_none(), "{root}");
+    assert!(ext.get("dependencies").is_none(), "{ext}");
     assert_eq!(root["engines"], ext["engines"]);
+    assert_eq!(
+        root["bin"]["pi-ide-broker"],
+        "extensions/pi/bin/pi-ide-broker.js"
+    );
     assert_eq!(root["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(ext["version"], env!("CARGO_PKG_VERSION"));
     for (name, range) in root["peerDependencies"].as_object().expect("peers") {
         assert!(name.starts_with("@earendil-works/"), "{name}");
         assert_eq!(range, "*");
         assert!(root["dependencies"].get(name).is_none(), "{name} bundled");
+    }
+}
+
+/// One version for every package: the crate, the pi package, the extension, and each platform
+/// package, which the pi package names exactly in `optionalDependencies`; each platform
+/// package's `os`/`cpu` and binary path agree with the extension's table (src/binary.js).
+#[test]
+fn every_npm_package_has_the_crates_version_and_its_platform() {
+    let read = |p: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(p).expect("read manifest")).expect("json")
+    };
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = read(&repo.join("package.json"));
+    let version = env!("CARGO_PKG_VERSION");
+    let optional = root["optionalDependencies"]
+        .as_object()
+        .expect("optionalDependencies");
+    let table =
+        std::fs::read_to_string(repo.join("extensions/pi/src/binary.js")).expect("binary.js");
+    let mut dirs: Vec<String> = std::fs::read_dir(repo.join("packaging/npm"))
+        .expect("packaging/npm")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("package.json").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    assert_eq!(
+        dirs,
+        ["darwin-arm64", "darwin-x64", "linux-arm64", "linux-x64"]
+    );
+    assert_eq!(optional.len(), dirs.len(), "{optional:?}");
+    for key in &dirs {
+        let pkg = read(&repo.join("packaging/npm").join(key).join("package.json"));
+        let name = format!("pi-ide-broker-{key}");
+        assert_eq!(pkg["name"], name.as_str());
+        assert_eq!(pkg["version"], version, "{name}");
+        assert_eq!(optional[&name], version, "the pi package's pin of {name}");
+        let (os, cpu) = key.split_once('-').expect("os-cpu");
+        assert_eq!(pkg["os"], json!([os]), "{name}");
+        assert_eq!(pkg["cpu"], json!([cpu]), "{name}");
+        assert_eq!(pkg["files"], json!(["vendor"]), "{name}");
+        let triple = table
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("\"{key}\": \"")))
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_else(|| panic!("{key} missing from binary.js's PLATFORMS"));
+        let description = pkg["description"].as_str().unwrap_or_default();
+        assert!(
+            description.contains(&format!("vendor/{triple}/bin/pi-ide-broker")),
+            "{name}: {description}"
+        );
     }
 }

@@ -32,7 +32,8 @@ pub fn install_commands(readme: &str) -> Vec<String> {
 }
 
 /// The git URL the README's install block names (what a test substitutes).
-pub const README_GIT_URL: &str = "https://github.com/OWNER/pi-ide-broker";
+/// The install block's first line; the test runs it from a clone instead (`--path`).
+pub const README_CARGO_INSTALL: &str = "cargo install --locked pi-ide-broker";
 
 #[test]
 fn user_path_is_at_most_300_lines() {
@@ -48,14 +49,15 @@ fn user_path_is_at_most_300_lines() {
 }
 
 #[test]
-fn install_block_is_two_commands_naming_the_git_url() {
-    let cmds = install_commands(&readme());
-    assert_eq!(cmds.len(), 2, "{cmds:?}");
+fn install_block_is_two_commands_with_nothing_to_edit() {
+    let text = readme();
+    let cmds = install_commands(&text);
+    assert_eq!(cmds, [README_CARGO_INSTALL, "pi-ide-broker setup"]);
     assert!(
-        cmds[0].starts_with("cargo install --locked --git ") && cmds[0].contains(README_GIT_URL),
-        "{cmds:?}"
+        !text.contains("OWNER"),
+        "the README has a placeholder to edit"
     );
-    assert_eq!(cmds[1], "pi-ide-broker setup");
+    assert!(text.contains("pi install npm:pi-ide-broker"), "no npm path");
 }
 
 #[test]
@@ -109,11 +111,46 @@ async fn install_block_as_written() {
         ("CARGO_TARGET_DIR", target.as_os_str()),
         ("CARGO_HOME", cargo_home.as_os_str()),
     ];
+    // A clone, as a user has one: installed from with `--path`, and left as it was.
+    let clone = h.home.join("src/pi-ide-broker");
+    let (ok, out) = h
+        .run_with(
+            Path::new("git"),
+            &["clone", "-q", &server.url, &clone.to_string_lossy()],
+            &env,
+        )
+        .await;
+    assert!(ok, "git clone: {out}");
+    let from_clone = format!("cargo install --locked --path {}", clone.display());
     for cmd in install_commands(&readme()) {
-        let cmd = cmd.replace(README_GIT_URL, &server.url);
+        let cmd = cmd.replace(README_CARGO_INSTALL, &from_clone);
         let (ok, out) = h.run_with(Path::new("sh"), &["-c", &cmd], &env).await;
         assert!(ok, "`{cmd}` failed:\n{out}");
+        if cmd.ends_with("setup") {
+            assert!(
+                out.contains("pi loads it"),
+                "setup did not see pi load the extension:\n{out}"
+            );
+        }
     }
+    let (_, status) = h
+        .run_with(
+            Path::new("git"),
+            &[
+                "-C",
+                &clone.to_string_lossy(),
+                "status",
+                "--porcelain",
+                "--ignored",
+            ],
+            &env,
+        )
+        .await;
+    let left: Vec<&str> = status.lines().filter(|l| !l.ends_with("target/")).collect();
+    assert!(
+        left.is_empty(),
+        "the install left files in the clone: {left:?}"
+    );
     let (_, version) = h
         .run_with(&root.join("bin/pi-ide-broker"), &["--version"], &env)
         .await;
@@ -122,16 +159,29 @@ async fn install_block_as_written() {
         "cargo installed a build of another commit than {}: {version}",
         server.head
     );
+    let carried = h.home.join(".local/share/pi-ide-broker/pi-extension");
     assert_eq!(
         h.pi_packages(),
-        serde_json::json!([format!("git:{}@{}", server.url, server.head)]),
-        "setup did not install the extension of the commit cargo built"
+        serde_json::json!([carried.display().to_string()]),
+        "setup did not install the extension the binary carries"
     );
     let (ok, out) = h
         .run_with(&root.join("bin/pi-ide-broker"), &["setup", "--undo"], &env)
         .await;
     assert!(ok, "{out}");
     assert_eq!(h.pi_packages(), serde_json::json!([]), "{out}");
+    assert!(!carried.exists(), "setup --undo left {}", carried.display());
+    let (ok, out) = h
+        .run_with(&root.join("bin/pi-ide-broker"), &["stop"], &env)
+        .await;
+    assert!(ok, "{out}");
+    let (running, out) = h
+        .run_with(&root.join("bin/pi-ide-broker"), &["status"], &env)
+        .await;
+    assert!(
+        !running,
+        "a daemon still runs after setup --undo and stop:\n{out}"
+    );
 }
 
 /// Removes this crate's fingerprints and artifacts from a cargo profile dir (dependencies stay).

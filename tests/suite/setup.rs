@@ -330,8 +330,9 @@ async fn claude_code_gets_the_server_through_its_own_cli_and_loses_only_that() {
     std::fs::create_dir_all(&bin_dir).expect("mkdir");
     std::os::unix::fs::symlink(&claude, bin_dir.join("claude")).expect("link claude");
     h.path_prepend(&bin_dir);
-    // pi already has "this build's" extension: the pi step runs no pi command.
-    let source = "git:example.org/o/pi-ide-broker@v0";
+    // pi already has the extension (this checkout, a local package it loads where it is):
+    // the pi step installs nothing, only checks that pi loads it.
+    let source = env!("CARGO_MANIFEST_DIR");
     h.write(
         ".pi/agent/settings.json",
         &json!({"packages": [source]}).to_string(),

@@ -6,8 +6,8 @@
 import { spawn } from "node:child_process";
 import { appendFileSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
-import WebSocket from "ws";
 import { CLIENT_NAME, CLIENT_VERSION, olderDaemonNotice, PROTOCOL } from "./version.ts";
+import { UnixWebSocket } from "./wsclient.ts";
 
 /** `PI_IDE_BROKER_DEBUG=<file>`: every frame from the broker is appended to that file (cut
  * at 300 chars); pi's own stdout/stderr belong to its UI. */
@@ -96,7 +96,7 @@ export class BrokerLink {
 	spawnCommand: string | undefined;
 	logPath: string | undefined;
 	attached: Attached | null = null;
-	private ws: WebSocket | null = null;
+	private ws: UnixWebSocket | null = null;
 	private open = false;
 	private closed = false;
 	private everOpen = false;
@@ -181,10 +181,7 @@ export class BrokerLink {
 
 	private dial(): void {
 		if (this.closed || this.ws) return;
-		const ws = new WebSocket(`ws+unix://${this.socket}:${sessionPath(this.intro)}`, {
-			perMessageDeflate: false,
-			handshakeTimeout: 5000,
-		});
+		const ws = new UnixWebSocket(this.socket, sessionPath(this.intro), { handshakeTimeout: 5000 });
 		this.ws = ws;
 		ws.on("open", () => {
 			if (this.ws !== ws) return;
@@ -203,7 +200,7 @@ export class BrokerLink {
 				.catch(() => {});
 			this.events.onOpen?.(reconnected);
 		});
-		ws.on("message", (data) => this.onMessage(String(data)));
+		ws.on("message", (text: string) => this.onMessage(text));
 		ws.on("error", (err: NodeJS.ErrnoException) => {
 			if (this.ws !== ws) return;
 			if (!this.everOpen && !this.spawned && this.spawnCommand && isNotRunning(err)) {

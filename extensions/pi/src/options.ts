@@ -4,7 +4,8 @@
 // global `~/.pi/agent/settings.json`, as pi merges them):
 //   autoconnect  attach on session start through the broker's routing   (default true)
 //   spawn        start `pi-ide-broker daemon` when none is running        (default true)
-//   command      the broker binary                                      (default "pi-ide-broker")
+//   command      the broker binary    (default: the one npm installed with this package, for
+//                this platform (src/binary.js), else "pi-ide-broker" on PATH)
 //   socket       the broker's socket (default: asked from `pi-ide-broker paths`)
 // Environment: PI_IDE_BROKER_NO_SPAWN=1 turns spawning off; PI_IDE_BROKER_SOCKET and
 // PI_IDE_BROKER_BIN override `socket` and `command`.
@@ -12,6 +13,7 @@
 import { execFile } from "node:child_process";
 import { statSync } from "node:fs";
 import { join } from "node:path";
+import { platformBinary } from "./binary.js";
 
 /** What the extension was configured to do. */
 export type Options = {
@@ -27,8 +29,13 @@ function truthy(v: string | undefined): boolean {
 	return v !== undefined && ["1", "true", "yes", "on"].includes(v.trim().toLowerCase());
 }
 
-/** Reads the options from pi's merged settings and the environment. */
-export function readOptions(settings: unknown, env: NodeJS.ProcessEnv): Options {
+/** Reads the options from pi's merged settings and the environment; `installed` is the binary
+ * of this platform's npm package, when there is one. */
+export function readOptions(
+	settings: unknown,
+	env: NodeJS.ProcessEnv,
+	installed: string | null = platformBinary(),
+): Options {
 	const all = (settings && typeof settings === "object" ? settings : {}) as Record<string, unknown>;
 	const raw = all[SETTINGS_KEY];
 	const mine = (raw && typeof raw === "object" ? raw : {}) as Record<string, unknown>;
@@ -37,7 +44,7 @@ export function readOptions(settings: unknown, env: NodeJS.ProcessEnv): Options 
 	return {
 		autoconnect: bool(mine.autoconnect, true),
 		spawn: bool(mine.spawn, true) && !truthy(env.PI_IDE_BROKER_NO_SPAWN),
-		command: str(env.PI_IDE_BROKER_BIN) ?? str(mine.command) ?? "pi-ide-broker",
+		command: str(env.PI_IDE_BROKER_BIN) ?? str(mine.command) ?? installed ?? "pi-ide-broker",
 		socket: str(env.PI_IDE_BROKER_SOCKET) ?? str(mine.socket),
 	};
 }

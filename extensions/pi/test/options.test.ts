@@ -51,3 +51,30 @@ test("pi runs the extension with the promised bounds: 1 s per LLM call, the firs
 	assert.equal(DEFAULT_LIMITS.firstAttachMs, 1000);
 	assert.ok(DEFAULT_LIMITS.firstAttachMs <= DEFAULT_LIMITS.diagnosticsMs);
 });
+
+test("the binary npm installed for this platform is found beside the package, and comes after settings", async () => {
+	const { mkdtempSync, mkdirSync, writeFileSync, rmSync } = await import("node:fs");
+	const { tmpdir } = await import("node:os");
+	const { join } = await import("node:path");
+	const { pathToFileURL } = await import("node:url");
+	const { platformBinary, PLATFORMS } = await import("../src/binary.js");
+	// As npm lays it out: node_modules/pi-ide-broker (this package) and, beside it, the
+	// platform package with vendor/<triple>/bin/pi-ide-broker.
+	const root = mkdtempSync(join(tmpdir(), "binary-"));
+	const from = pathToFileURL(join(root, "node_modules/pi-ide-broker/extensions/pi/src/binary.js")).href;
+	mkdirSync(join(root, "node_modules/pi-ide-broker/extensions/pi/src"), { recursive: true });
+	assert.equal(platformBinary(from, "linux", "x64"), null, "no platform package installed");
+	const pkg = join(root, "node_modules/pi-ide-broker-linux-arm64");
+	const bin = join(pkg, "vendor", PLATFORMS["linux-arm64"], "bin", "pi-ide-broker");
+	mkdirSync(join(bin, ".."), { recursive: true });
+	writeFileSync(join(pkg, "package.json"), '{"name":"pi-ide-broker-linux-arm64"}');
+	assert.equal(platformBinary(from, "linux", "arm64"), null, "a package without its binary");
+	writeFileSync(bin, "");
+	assert.equal(platformBinary(from, "linux", "arm64"), bin);
+	assert.equal(platformBinary(from, "linux", "x64"), null, "another platform's package");
+	assert.equal(platformBinary(from, "win32", "x64"), null, "a platform with no package");
+	assert.equal(readOptions(undefined, {}, bin).command, bin);
+	assert.equal(readOptions({ "pi-ide-broker": { command: "/opt/b" } }, {}, bin).command, "/opt/b");
+	assert.equal(readOptions(undefined, { PI_IDE_BROKER_BIN: "/x/b" }, bin).command, "/x/b");
+	rmSync(root, { recursive: true, force: true });
+});

@@ -161,7 +161,16 @@ impl PiWeb {
     pub async fn new_chat(&self, cwd: &Path, message: &str) -> String {
         let body = json!({"cwd": cwd.display().to_string(), "type": "prompt", "message": message,
                           "provider": "fake", "modelId": "fake-model"});
-        let (status, r) = self.call("POST", "/api/agent/new", Some(&body)).await;
+        // A new chat loads a whole pi session in pi-web's process (its resources, the extension
+        // compiled on the fly): beside compiles on a loaded 2-core machine that took over 10 s
+        // (three soak failures at once), so it gets the bound of a program's start.
+        let what = "pi-web POST /api/agent/new";
+        let (status, r) = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            self.request("POST", "/api/agent/new", Some(&body)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("timed out after 60 s waiting for {what}"));
         assert!(
             status == 200 && r["success"] == true,
             "new chat: {status} {r}"

@@ -9,7 +9,11 @@ use tokio::sync::mpsc;
 
 /// The broker binary under test.
 pub fn broker_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_pi-ide-broker"))
+    // PI_IDE_BROKER_TEST_BIN points the suite at another build of the same commit (the static
+    // musl binary the npm package ships: issue 41).
+    std::env::var_os("PI_IDE_BROKER_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pi-ide-broker")))
 }
 
 /// An example binary built by `cargo test` (e.g. `fake_editor`).

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds and packs every npm package this machine can (issue 41), into one folder:
+#   bash packaging/pack.sh [--out DIR] [--only linux-x64,...]
+# - pi-ide-broker-linux-x64 and -linux-arm64: static binaries (x86_64- and
+#   aarch64-unknown-linux-musl), cross-linked here with rust-lld, the linker rustup ships:
+#   the crate is pure Rust and the musl targets bring their own C runtime, so no C cross
+#   toolchain (zig, musl-gcc) is needed.
+# - pi-ide-broker-darwin-*: need a Mac (Apple's linker and SDK); packaging/README.md says how.
+# - pi-ide-broker: the pi package (the extension and the launcher), from the repository root.
+# Each tarball's size and files are printed. Nothing is published.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${CARGO_TARGET_DIR:-target}/packages"
+only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --only) only="$2"; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "pack.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+rm -f "$out"/pi-ide-broker-*.tgz
+target_dir="${CARGO_TARGET_DIR:-target}"
+stage="$target_dir/npm-stage"
+wanted() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
+
+build_linux() {
+  local key="$1" triple="$2"
+  rustup target add "$triple" >/dev/null
+  local var
+  var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_LINKER"
+  env "$var=rust-lld" cargo build --locked --profile dist --target "$triple" --bin pi-ide-broker
+  rm -rf "${stage:?}/$key"
+  mkdir -p "$stage/$key/vendor/$triple/bin"
+  cp "packaging/npm/$key/package.json" "$stage/$key/"
+  cp "$target_dir/$triple/dist/pi-ide-broker" "$stage/$key/vendor/$triple/bin/pi-ide-broker"
+  (cd "$stage/$key" && npm pack --silent --pack-destination "$out" >/dev/null)
+}
+
+wanted linux-x64 && build_linux linux-x64 x86_64-unknown-linux-musl
+wanted linux-arm64 && build_linux linux-arm64 aarch64-unknown-linux-musl
+for key in darwin-x64 darwin-arm64; do
+  wanted "$key" && echo "note: pi-ide-broker-$key needs a Mac to build: see packaging/README.md"
+done
+wanted pi && npm pack --silent --ignore-scripts --pack-destination "$out" >/dev/null
+
+echo
+echo "packages in $out:"
+for t in "$out"/pi-ide-broker-*.tgz; do
+  [ -e "$t" ] || continue
+  printf '%-42s %8s KiB packed\n' "$(basename "$t")" "$(( $(stat -c %s "$t") / 1024 ))"
+  tar -tzvf "$t" | awk '{printf "    %10s  %s\n", $3, $6}'
+done

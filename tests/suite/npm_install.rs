@@ -1,0 +1,291 @@
+//! Issue 41, end to end: the npm packages `packaging/pack.sh` built (`PI_IDE_BROKER_PACKAGES`)
+//! published to a real local registry (verdaccio, `PI_IDE_BROKER_VERDACCIO`), then, in a fresh
+//! HOME whose `PATH` has no Rust toolchain, `pi install npm:pi-ide-broker` against it: the
+//! extension autoconnects to an editor, the daemon it starts is the platform package's binary,
+//! `pi-ide-broker doctor` through the npm launcher is green, and `pi remove` takes it all away.
+
+use crate::common::fake_model::FakeModel;
+use crate::common::pi::{find_pi, pi_home, Pi, PiInstall};
+use crate::common::process::DaemonReaper;
+use crate::common::*;
+use pi_ide_broker::testkit::within;
+use serde_json::{json, Value};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The packed tarballs and the registry program, or `None` after saying what is missing.
+fn find_tools() -> Option<(PathBuf, PathBuf)> {
+    let packages = std::env::var_os("PI_IDE_BROKER_PACKAGES").map(PathBuf::from);
+    let verdaccio = std::env::var_os("PI_IDE_BROKER_VERDACCIO").map(PathBuf::from);
+    match (packages, verdaccio) {
+        (Some(p), Some(v)) if p.join(tarball("pi-ide-broker")).exists() && v.exists() => {
+            Some((p, v))
+        }
+        _ => {
+            cannot_run("the npm packages and verdaccio: set PI_IDE_BROKER_PACKAGES (packaging/pack.sh's folder) and PI_IDE_BROKER_VERDACCIO (bash .ci/run does)");
+            None
+        }
+    }
+}
+
+fn tarball(name: &str) -> String {
+    format!("{name}-{}.tgz", env!("CARGO_PKG_VERSION"))
+}
+
+/// A verdaccio on a loopback port with an empty storage and no uplink: only what the test
+/// publishes is there.
+struct Registry {
+    child: Child,
+    url: String,
+    npmrc: PathBuf,
+}
+
+impl Registry {
+    async fn start(pi: &PiInstall, verdaccio: &Path, dir: &Path) -> Registry {
+        let (_hold, port) = closed_port();
+        drop(_hold);
+        let config = dir.join("verdaccio.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "storage: {d}/storage\nauth:\n  htpasswd:\n    file: {d}/htpasswd\n    max_users: 10\nuplinks: {{}}\npackages:\n  '**':\n    access: $all\n    publish: $authenticated\nlog: {{ type: stdout, format: pretty, level: warn }}\n",
+                d = dir.display()
+            ),
+        )
+        .expect("verdaccio config");
+        let mut child = Command::new(&pi.node)
+            .arg(verdaccio)
+            .arg("--config")
+            .arg(&config)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn verdaccio");
+        // It says where it listens once it does.
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        within("verdaccio listening", async {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if l.contains("http address") {
+                    return;
+                }
+            }
+            panic!("verdaccio ended before it listened");
+        })
+        .await;
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let url = format!("http://127.0.0.1:{port}");
+        let token = add_user(port).await;
+        let npmrc = dir.join("npmrc");
+        std::fs::write(&npmrc, format!("//127.0.0.1:{port}/:_authToken={token}\n")).expect("npmrc");
+        Registry { child, url, npmrc }
+    }
+
+    async fn publish(&self, tarball: &Path) {
+        let out = Command::new("npm")
+            .arg("publish")
+            .arg(tarball)
+            .args(["--registry", &self.url, "--loglevel=error"])
+            .env("NPM_CONFIG_USERCONFIG", &self.npmrc)
+            .env("npm_config_update_notifier", "false")
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(120), out)
+            .await
+            .expect("npm publish timed out")
+            .expect("run npm publish");
+        assert!(
+            out.status.success(),
+            "npm publish {}: {}",
+            tarball.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Creates a registry user (what `npm adduser` does) and returns its token.
+async fn add_user(port: u16) -> String {
+    let body = json!({"name": "ci", "password": "ci-password-1"}).to_string();
+    let req = format!(
+        "PUT /-/user/org.couchdb.user:ci HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = within("registry user", async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect registry");
+        s.write_all(req.as_bytes()).await.expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        out
+    })
+    .await;
+    let json_part = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: Value = serde_json::from_str(json_part.trim()).unwrap_or(Value::Null);
+    v["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no token: {answer}"))
+        .to_string()
+}
+
+/// `PATH` with pi's node and the system's tools, and no Rust toolchain.
+fn path_without_cargo(pi: &PiInstall) -> OsString {
+    let node_dir = pi.node.parent().expect("node's dir").to_path_buf();
+    let path = std::env::join_paths([node_dir, "/usr/bin".into(), "/bin".into()]).expect("PATH");
+    let has_cargo = std::env::split_paths(&path).any(|d| d.join("cargo").exists());
+    assert!(!has_cargo, "the test's PATH has a cargo");
+    path
+}
+
+async fn pi_package_cmd(
+    pi: &PiInstall,
+    home: &Path,
+    registry: &str,
+    path: &OsString,
+    args: &[&str],
+) -> (bool, String, Duration) {
+    let started = Instant::now();
+    let out = Command::new(&pi.node)
+        .arg(&pi.cli)
+        .args(args)
+        .current_dir(home)
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", path)
+        .env("npm_config_registry", registry)
+        .env("npm_config_update_notifier", "false")
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(300), out)
+        .await
+        .expect("pi timed out")
+        .expect("run pi");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_remove_cleans_up() {
+    let Some(pi) = find_pi() else { return };
+    let Some((packages, verdaccio)) = find_tools() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = Registry::start(&pi, &verdaccio, dir.path()).await;
+    let platform = packages.join(tarball("pi-ide-broker-linux-x64"));
+    assert!(
+        platform.exists(),
+        "packaging/pack.sh left no {}",
+        platform.display()
+    );
+    registry.publish(&platform).await;
+    registry
+        .publish(&packages.join(tarball("pi-ide-broker")))
+        .await;
+
+    let model = FakeModel::start().await;
+    let home = pi_home(dir.path(), &model.models_json());
+    let home = home.canonicalize().expect("canonical home");
+    let path = path_without_cargo(&pi);
+    let (ok, out, took) = pi_package_cmd(
+        &pi,
+        &home,
+        &registry.url,
+        &path,
+        &["install", "npm:pi-ide-broker"],
+    )
+    .await;
+    assert!(ok, "pi install npm:pi-ide-broker: {out}");
+    eprintln!(
+        "pi install npm:pi-ide-broker from the local registry took {} ms",
+        took.as_millis()
+    );
+    let npm_root = home.join(".pi/agent/npm/node_modules");
+    let binary =
+        npm_root.join("pi-ide-broker-linux-x64/vendor/x86_64-unknown-linux-musl/bin/pi-ide-broker");
+    assert!(
+        binary.exists(),
+        "no platform binary after pi install: {out}"
+    );
+    let launcher = npm_root.join("pi-ide-broker/extensions/pi/bin/pi-ide-broker.js");
+
+    // An editor on a project; pi started there autoconnects through a daemon the extension
+    // starts from the platform package.
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).expect("mkdir project");
+    std::fs::create_dir_all(home.join(".pi/ide")).expect("mkdir lock dir");
+    let _editor = FakeEditor::start_in(
+        &home.join(".pi/ide"),
+        Options::pi(&[&project.display().to_string()]),
+    )
+    .await
+    .expect("fake editor");
+    let state_dir = home.join(".local/state/pi-ide-broker");
+    let _reaper = DaemonReaper(state_dir.clone());
+    let env = [("PATH", path.as_os_str())];
+    let mut session = Pi::start_installed(&pi, &home, &project, &env).await;
+    session.toast(0, "Auto-connected to").await;
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(state_dir.join("running.json")).expect("running.json"),
+    )
+    .expect("json");
+    let pid = record["pid"].as_u64().expect("pid");
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("the daemon's exe");
+    assert_eq!(
+        exe, binary,
+        "the daemon is not the platform package's binary"
+    );
+
+    let launch = |args: &'static [&'static str]| {
+        let mut c = Command::new(&pi.node);
+        c.arg(&launcher)
+            .args(args)
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", &path)
+            .current_dir(&project);
+        c
+    };
+    let out = within("doctor through the launcher", launch(&["doctor"]).output())
+        .await
+        .expect("doctor");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "doctor is not green:\n{report}");
+    assert!(report.contains("Everything an agent needs"), "{report}");
+    drop(session);
+
+    let out = within("stop through the launcher", launch(&["stop"]).output())
+        .await
+        .expect("stop");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, out, _) = pi_package_cmd(
+        &pi,
+        &home,
+        &registry.url,
+        &path,
+        &["remove", "npm:pi-ide-broker"],
+    )
+    .await;
+    assert!(ok, "pi remove: {out}");
+    let settings: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join(".pi/agent/settings.json")).unwrap_or_default(),
+    )
+    .unwrap_or(Value::Null);
+    assert_eq!(settings["packages"], json!([]), "{out}");
+    for left in ["pi-ide-broker", "pi-ide-broker-linux-x64"] {
+        assert!(!npm_root.join(left).exists(), "pi remove left {left}");
+    }
+    drop(registry.child);
+}
