@@ -9,8 +9,23 @@ fn main() {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
+        .or_else(packaged_commit)
         .unwrap_or_else(|| "unknown commit".into());
     println!("cargo:rustc-env=PI_IDE_BROKER_COMMIT={commit}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs/heads");
+}
+
+/// The commit a crates.io package was made from (`cargo package` writes it into
+/// `.cargo_vcs_info.json`; a package has no `.git`).
+fn packaged_commit() -> Option<String> {
+    let info = std::fs::read_to_string(".cargo_vcs_info.json").ok()?;
+    let at = info.find("\"sha1\"")?;
+    let rest = &info[at + 7..];
+    let start = rest.find('"')? + 1;
+    let sha: String = rest[start..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    (sha.len() >= 12).then(|| sha[..12].to_string())
 }

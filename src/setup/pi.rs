@@ -43,20 +43,39 @@ pub fn settings_file(home: &Path) -> PathBuf {
         .join("settings.json")
 }
 
-/// The package sources pi's settings name.
+/// The package sources pi's settings name; a local one as the absolute path pi resolves it to
+/// (pi writes a relative path, from the settings file's folder).
 pub fn installed(settings: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(settings).unwrap_or_default();
     let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let base = settings.parent().unwrap_or(Path::new("/"));
     v["packages"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|p| {
-            p.as_str()
-                .or_else(|| p["source"].as_str())
-                .map(String::from)
-        })
+        .filter_map(|p| p.as_str().or_else(|| p["source"].as_str()))
+        .map(|s| resolve_local(base, s))
         .collect()
+}
+
+/// `source` as pi reads it: a relative local path joined to `base` and normalised; anything
+/// else (`npm:`, `git:`, a URL, an absolute path) as it is.
+fn resolve_local(base: &Path, source: &str) -> String {
+    let remote = ["npm:", "git:", "git@", "http://", "https://", "ssh://"];
+    if remote.iter().any(|r| source.starts_with(r)) || Path::new(source).is_absolute() {
+        return source.to_string();
+    }
+    let mut out = PathBuf::new();
+    for part in base.join(source).components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out.display().to_string()
 }
 
 /// Whether an installed source is this package (from npm, git, a clone or setup's copy).
@@ -70,10 +89,10 @@ pub const LOADED_MARK: &str = "--pi-ide-suggestion-model";
 /// What `pi --help` (which loads every installed extension, then prints their flags) says of
 /// the extension: `Ok` when pi loaded it, else pi's own error line about it (or a line saying
 /// pi did not list it).
-pub fn load_verdict(help_output: &str) -> Result<(), String> {
+pub fn load_verdict(help_output: &str, source: &str) -> Result<(), String> {
     let failure = help_output
         .lines()
-        .find(|l| l.contains("Failed to load extension") && is_ours(l));
+        .find(|l| l.contains("Failed to load extension") && (is_ours(l) || l.contains(source)));
     match failure {
         Some(line) => Err(line.trim().to_string()),
         None if help_output.contains(LOADED_MARK) => Ok(()),
@@ -100,18 +119,41 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_relative_local_source_is_read_as_pi_resolves_it() {
+        let base = Path::new("/home/u/.pi/agent");
+        assert_eq!(
+            resolve_local(base, "../../.local/share/pi-ide-broker/pi-extension"),
+            "/home/u/.local/share/pi-ide-broker/pi-extension"
+        );
+        assert_eq!(resolve_local(base, "./x"), "/home/u/.pi/agent/x");
+        for kept in [
+            "npm:pi-ide-broker",
+            "git:github.com/o/r@v1",
+            "https://h/r",
+            "/abs/p",
+        ] {
+            assert_eq!(resolve_local(base, kept), kept);
+        }
+    }
+
     /// Recorded from pi 1.6.0's `pi --help` with the extension installed, and with a copy of it
     /// that pi refused (its flag registered twice).
     #[test]
     fn pi_help_tells_a_loaded_extension_from_a_refused_one() {
         let loaded = "Usage: pi [options]\n  --pi-ide-suggestion-model <value>Model for inline suggestions\n";
-        assert_eq!(load_verdict(loaded), Ok(()));
+        assert_eq!(load_verdict(loaded, "/h/x"), Ok(()));
         let refused = "Error: Failed to load extension \"/h/.local/share/pi-ide-broker/pi-extension/index.ts\": Cannot find module 'ws'\nUsage: pi [options]\n";
         assert_eq!(
-            load_verdict(refused),
+            load_verdict(refused, "/h/x"),
             Err("Error: Failed to load extension \"/h/.local/share/pi-ide-broker/pi-extension/index.ts\": Cannot find module 'ws'".into())
         );
         let other = "Error: Failed to load extension \"/h/other/index.ts\": boom\nUsage: pi\n";
-        assert!(load_verdict(other).is_err_and(|e| e.contains("does not list")));
+        assert!(load_verdict(other, "/h/x").is_err_and(|e| e.contains("does not list")));
+        // A source of another name (`--pi-source /h/other`) is told by its path.
+        assert_eq!(
+            load_verdict(other, "/h/other"),
+            Err("Error: Failed to load extension \"/h/other/index.ts\": boom".into())
+        );
     }
 }

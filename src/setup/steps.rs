@@ -336,7 +336,7 @@ fn pi_loads(env: &Env, target: &str, already: bool) -> Line {
     let help = ["pi".to_string(), "--help".to_string()];
     // Read whatever its exit status: a refused extension's error is in the text.
     let verdict =
-        capture(&help, env, Some(&env.home)).and_then(|(_, out, _)| pi::load_verdict(&out));
+        capture(&help, env, Some(&env.home)).and_then(|(_, out, _)| pi::load_verdict(&out, target));
     match (verdict, already) {
         (Ok(()), true) => Line::new(
             Level::Ok,

@@ -161,8 +161,8 @@ async fn install_block_as_written() {
     );
     let carried = h.home.join(".local/share/pi-ide-broker/pi-extension");
     assert_eq!(
-        h.pi_packages(),
-        serde_json::json!([carried.display().to_string()]),
+        pi_ide_broker::setup::pi::installed(&h.home.join(".pi/agent/settings.json")),
+        [carried.display().to_string()],
         "setup did not install the extension the binary carries"
     );
     let (ok, out) = h

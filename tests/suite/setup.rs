@@ -307,6 +307,64 @@ async fn a_failed_step_says_why_and_the_others_still_run() {
     assert_eq!(h.read(".codex/config.toml").as_deref(), Some(""), "{out}");
 }
 
+/// A source pi installs but cannot load (the old trap: an extension whose import is missing,
+/// as `ws` was) is a ✗ with pi's own error, never a ✓; the carried extension, by default, is
+/// installed from the data dir and loads; `--undo` takes both back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_pi_cannot_load_is_a_failure_with_pis_error_and_the_carried_one_loads() {
+    let Some(pi) = find_pi() else { return };
+    let h = Home::new(&pi);
+    let broken = h.home.join("broken-extension");
+    h.write(
+        "broken-extension/package.json",
+        &json!({"name": "broken", "type": "module", "pi": {"extensions": ["./index.ts"]}})
+            .to_string(),
+    );
+    h.write(
+        "broken-extension/index.ts",
+        "import WebSocket from \"ws\";\nexport default function (pi: any) { void WebSocket; }\n",
+    );
+    let bin = broker_bin();
+    let source = broken.display().to_string();
+    let (ok, out) = h.run(&bin, &["setup", "--pi-source", &source]).await;
+    assert!(
+        !ok,
+        "setup succeeded over an extension pi cannot load:\n{out}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("✗ pi:"))
+        .unwrap_or_else(|| panic!("no ✗ pi line:\n{out}"));
+    assert!(
+        line.contains("Failed to load extension") && line.contains("ws"),
+        "the line does not carry pi's own error: {line}"
+    );
+    assert!(!out.contains("✓ pi"), "{out}");
+    let (ok, out) = h.run(&bin, &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+    assert_eq!(h.pi_packages(), json!([]), "{out}");
+
+    // The default: the extension the binary carries, loaded where setup wrote it.
+    let (ok, out) = h.run(&bin, &["setup"]).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("pi loads it"), "{out}");
+    let carried = h.home.join(".local/share/pi-ide-broker/pi-extension");
+    let installed = pi_ide_broker::setup::pi::installed(&h.home.join(".pi/agent/settings.json"));
+    assert_eq!(installed, [carried.display().to_string()], "{out}");
+    assert!(
+        !carried.join("node_modules").exists(),
+        "something ran npm in {}",
+        carried.display()
+    );
+    let (ok, out) = h.run(&bin, &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+    assert!(
+        !carried.exists(),
+        "setup --undo left {}:\n{out}",
+        carried.display()
+    );
+}
+
 /// The real Claude Code CLI (`PI_IDE_BROKER_CLAUDE`, installed by `.ci/run`), or `None` after
 /// saying it is missing.
 fn find_claude() -> Option<PathBuf> {
