@@ -188,6 +188,9 @@ pub struct Editor {
     /// Calls made while another client holds the editor, waiting for the link dialled for
     /// them (see `taken`).
     parked: Mutex<Vec<taken::Parked>>,
+    /// Parked calls written on the current (or coming) link, kept until it ends: one cut by
+    /// the editor's close before its answer came may be sent once more (see `taken`).
+    sent: Mutex<Vec<taken::Parked>>,
     /// The current (or coming) link was dialled for calls while another client held the
     /// editor: it is handed back once idle.
     reclaimed: std::sync::atomic::AtomicBool,
@@ -242,6 +245,7 @@ impl Editor {
             cancel,
             wanted: tokio::sync::Notify::new(),
             parked: Mutex::new(Vec::new()),
+            sent: Mutex::new(Vec::new()),
             reclaimed: std::sync::atomic::AtomicBool::new(false),
             calls: AtomicU64::new(0),
         }
@@ -602,15 +606,21 @@ impl Editor {
 
     /// Answers every request in flight after the link is lost: diffs get `DIFF_REJECTED`
     /// with their own tab name (never an error, never `FILE_SAVED`), the rest an error.
+    /// Calls parked for the next link (one cut by the editor's close, to be sent again) are
+    /// kept, with their deadlines.
     pub fn fail_pending(&self, why: &str) {
+        let parked = self.parked_uids();
         let ids: Vec<u64> = self.pending.iter().map(|e| *e.key()).collect();
         for uid in ids {
+            if parked.contains(&uid) {
+                continue;
+            }
             let Some((_, p)) = self.pending.remove(&uid) else {
                 continue;
             };
             self.undelivered(p, &format!("link lost: {why}"));
         }
-        lock(&self.deadlines).clear();
+        lock(&self.deadlines).retain(|Reverse((_, uid))| parked.contains(uid));
         // Editor-initiated requests die with the link; the editor fails them itself.
         self.delegated.clear();
     }
@@ -655,6 +665,13 @@ enum LinkEnd {
 enum DialError {
     #[error("the editor refused our token (HTTP 400); will re-read its lockfile")]
     Refused,
+    /// The editor closed the link (a Close frame, answered, or the end of the stream) before
+    /// the handshake was done: the link `client_port` is not ready, whatever was answered.
+    #[error("{why}")]
+    Closed { why: String, client_port: u16 },
+    /// The editor answered a handshake request with an error; the link itself is alive.
+    #[error("{0}")]
+    Answered(String),
     #[error("{0}")]
     Other(String),
 }
@@ -685,16 +702,44 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
                     AfterLink::Backoff => {}
                 }
             }
-            Ok(Err(e)) => match e {
-                DialError::Refused => tracing::warn!(editor = %editor.id, "{e}"),
-                DialError::Other(_) => tracing::debug!(error = %e, "dial failed"),
-            },
+            Ok(Err(e)) => {
+                let taken = match &e {
+                    DialError::Refused => {
+                        tracing::warn!(editor = %editor.id, "{e}");
+                        None
+                    }
+                    DialError::Closed { client_port, .. } => {
+                        tracing::debug!(error = %e, "dial failed");
+                        let taken = taken::taken_by_another(&editor, &config, *client_port);
+                        // A single-client editor closed it for its other client: the calls
+                        // written in the handshake and not answered may go once more.
+                        if taken.is_some() || editor.reclaimed.load(Ordering::Acquire) {
+                            editor.requeue_cut();
+                        }
+                        taken
+                    }
+                    DialError::Answered(_) | DialError::Other(_) => {
+                        tracing::debug!(error = %e, "dial failed");
+                        None
+                    }
+                };
+                editor.fail_sent(&format!("link lost: {e}"));
+                // Taken with nothing to send: yield as for a live link it closed. Calls still
+                // parked are sent by the next dial, after the backoff.
+                if let Some(reason) = taken.filter(|_| lock(&editor.parked).is_empty()) {
+                    if !taken::wait_while_taken(&editor, &*host, reason, Duration::ZERO).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
             Err(_) => {
                 tracing::warn!(
                     editor = %editor.id,
                     timeout_ms = config.timeouts.handshake_ms,
                     "editor handshake timed out"
                 );
+                editor.fail_sent("link lost: the handshake timed out");
             }
         }
         editor.set_state(LinkState::Backoff);
@@ -736,16 +781,26 @@ async fn after_link(
         LinkEnd::HandedBack => "handed back to the other client".to_string(),
         LinkEnd::Closed(r) | LinkEnd::EditorClosed(r) => r.clone(),
     };
-    editor.fail_pending(&why);
-    host.state_changed();
     let taken = match end {
-        LinkEnd::Cancelled => return AfterLink::Stop,
+        LinkEnd::Cancelled => None,
         LinkEnd::HandedBack => Some((taken::handed_back_reason(), taken::SETTLE)),
         LinkEnd::EditorClosed(_) => {
-            taken::taken_by_another(editor, config, client_port).map(|r| (r, Duration::ZERO))
+            let taken = taken::taken_by_another(editor, config, client_port);
+            // Closed for the editor's other client: parked calls cut before their answer
+            // came may go once more, on the link dialled for them.
+            if taken.is_some() || editor.reclaimed.load(Ordering::Acquire) {
+                editor.requeue_cut();
+            }
+            taken.map(|r| (r, Duration::ZERO))
         }
         LinkEnd::Closed(_) => None,
     };
+    editor.fail_sent(&format!("link lost: {why}"));
+    editor.fail_pending(&why);
+    host.state_changed();
+    if matches!(end, LinkEnd::Cancelled) {
+        return AfterLink::Stop;
+    }
     let Some((reason, settle)) = taken else {
         tracing::warn!(editor = %editor.id, reason = %why, "editor link lost; redialling");
         return AfterLink::Backoff;
@@ -805,6 +860,16 @@ struct Dialled {
 
 /// Dial, upgrade with the family's auth header, `initialize`, `notifications/initialized`,
 /// `tools/list`. On success the link info holds the cached results.
+///
+/// A dial for parked calls (a single-client editor taken back from its other client, which
+/// comes back within a few ms and has the link closed) does not wait for round trips: right
+/// after the upgrade it writes `initialize`, `notifications/initialized`, `tools/list` (only
+/// while the editor's tools are unknown) and the parked calls back to back, then reads the
+/// answers; a call's answer that comes meanwhile goes to its session at once.
+///
+/// A Close (answered) or the end of the stream before the handshake is done fails the dial
+/// (`DialError::Closed`), even when `initialize` was answered: a link is never declared ready
+/// on a `tools/list` that failed because the link died.
 async fn dial(
     editor: &Arc<Editor>,
     config: &Config,
@@ -832,44 +897,59 @@ async fn dial(
     })?;
     let quick_ack = crate::quickack::QuickAck::new(&stream);
     let (rd, wr) = stream.into_split();
-    let mut reader = FrameReader::new(rd, Role::Client, config.max_frame_bytes, &read_ahead);
-    let mut writer = FrameWriter::new(wr, Role::Client);
-    let init = call(
+    let mut link = Handshake {
         editor,
         host,
-        &mut reader,
-        &mut writer,
-        "initialize",
-        json!({
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
-        }),
-    )
-    .await?;
-    writer
-        .send(Out::Text(jsonrpc::notification(
+        reader: FrameReader::new(rd, Role::Client, config.max_frame_bytes, &read_ahead),
+        writer: FrameWriter::new(wr, Role::Client),
+        client_port,
+    };
+    let init_params = json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let initialized = || {
+        Out::Text(jsonrpc::notification(
             "notifications/initialized",
             json!({}),
-        )))
-        .await
-        .map_err(|e| DialError::Other(e.to_string()))?;
-    // An editor without tools/list still works; its tool list is just unknown.
-    let tools = call(
-        editor,
-        host,
-        &mut reader,
-        &mut writer,
-        "tools/list",
-        json!({}),
-    )
-    .await
-    .ok()
-    .map(|mut t| {
-        // Every client gets valid JSON-Schema objects (Lua editors send `[]` for `{}`).
-        crate::schema::normalize_tools(&mut t);
-        t
-    });
+        ))
+    };
+    let parked = editor.parked_for_dial();
+    let (init, tools) = if parked.is_empty() {
+        let init = link.call("initialize", init_params).await?;
+        link.write(&mut [initialized()].into_iter()).await?;
+        let uid = link.request("tools/list").await?;
+        (init, link.tools(uid).await?)
+    } else {
+        let known = editor.tool_names().is_some_and(|t| !t.is_empty());
+        let init_uid = mint_id(&editor.next_id);
+        let list_uid = (!known).then(|| mint_id(&editor.next_id));
+        let mut frames = vec![
+            Out::Text(jsonrpc::request(
+                &init_uid.into(),
+                "initialize",
+                init_params,
+            )),
+            initialized(),
+        ];
+        if let Some(uid) = list_uid {
+            frames.push(Out::Text(jsonrpc::request(
+                &uid.into(),
+                "tools/list",
+                json!({}),
+            )));
+        }
+        frames.extend(parked);
+        link.write(&mut frames.into_iter()).await?;
+        let init = link.answer(init_uid, "initialize").await?;
+        let tools = match list_uid {
+            Some(uid) => link.tools(uid).await?,
+            None => lock(&editor.link).tools.clone(),
+        };
+        (init, tools)
+    };
+    let Handshake { reader, writer, .. } = link;
     let mut l = lock(&editor.link);
     l.initialize = Some(init);
     l.tools = tools.or(Some(json!({"tools": []})));
@@ -882,54 +962,120 @@ async fn dial(
     })
 }
 
-/// One request during the handshake, reading (and handling) whatever else comes meanwhile.
-async fn call(
-    editor: &Arc<Editor>,
-    host: &dyn LinkHost,
-    reader: &mut LinkReader,
-    writer: &mut LinkSink,
-    method: &str,
-    params: Value,
-) -> Result<Value, DialError> {
-    let uid = mint_id(&editor.next_id);
-    writer
-        .send(Out::Text(jsonrpc::request(&uid.into(), method, params)))
-        .await
-        .map_err(|e| DialError::Other(e.to_string()))?;
-    loop {
-        let frame = reader
-            .next()
-            .await
-            .map_err(|e| DialError::Other(e.to_string()))?
-            .ok_or_else(|| DialError::Other("closed during handshake".into()))?;
-        let text = match frame {
-            Frame::Ping(p) => {
-                let pong = Out::Pong(p.to_vec());
-                writer
-                    .send(pong)
-                    .await
-                    .map_err(|e| DialError::Other(e.to_string()))?;
-                continue;
-            }
-            Frame::Close(_) => return Err(DialError::Other("closed during handshake".into())),
-            other => match frame_str(&other) {
-                Some(t) => t,
-                None => continue,
-            },
-        };
-        if let Ok(Incoming::Response { id, msg }) = jsonrpc::classify(text) {
-            if id.as_u64() == Some(uid) {
-                return match msg.get("result") {
-                    Some(r) => Ok(r.clone()),
-                    None => Err(DialError::Other(format!(
-                        "{method} failed: {}",
-                        msg.get("error").cloned().unwrap_or(Value::Null)
-                    ))),
-                };
-            }
-            continue;
+/// A link in its MCP handshake: requests written by the dial itself, answers read (and
+/// whatever else comes meanwhile handled) until the ones it waits for.
+struct Handshake<'a> {
+    editor: &'a Arc<Editor>,
+    host: &'a dyn LinkHost,
+    reader: LinkReader,
+    writer: LinkSink,
+    client_port: u16,
+}
+
+impl Handshake<'_> {
+    /// The dial fails: the editor closed the link.
+    fn closed(&self, why: &str) -> DialError {
+        DialError::Closed {
+            why: why.to_string(),
+            client_port: self.client_port,
         }
-        handle_editor_frame(editor, host, text);
+    }
+
+    /// Writes `frames` back to back (one flush).
+    async fn write(
+        &mut self,
+        frames: &mut (dyn Iterator<Item = Out> + Send),
+    ) -> Result<(), DialError> {
+        for f in frames {
+            self.writer
+                .feed(f)
+                .await
+                .map_err(|e| DialError::Other(e.to_string()))?;
+        }
+        self.writer
+            .flush()
+            .await
+            .map_err(|e| DialError::Other(e.to_string()))
+    }
+
+    /// Writes the request `method` (no params) under a minted id, which it returns.
+    async fn request(&mut self, method: &str) -> Result<u64, DialError> {
+        let uid = mint_id(&self.editor.next_id);
+        let frame = Out::Text(jsonrpc::request(&uid.into(), method, json!({})));
+        self.write(&mut std::iter::once(frame)).await?;
+        Ok(uid)
+    }
+
+    /// One request, and its answer.
+    async fn call(&mut self, method: &str, params: Value) -> Result<Value, DialError> {
+        let uid = mint_id(&self.editor.next_id);
+        let frame = Out::Text(jsonrpc::request(&uid.into(), method, params));
+        self.write(&mut std::iter::once(frame)).await?;
+        self.answer(uid, method).await
+    }
+
+    /// The answer to `tools/list` (sent as `uid`), normalised; `None` when the editor answered
+    /// it with an error (it still works; its tool list is just unknown). A link that died
+    /// meanwhile fails the dial.
+    async fn tools(&mut self, uid: u64) -> Result<Option<Value>, DialError> {
+        match self.answer(uid, "tools/list").await {
+            Ok(mut t) => {
+                // Every client gets valid JSON-Schema objects (Lua editors send `[]` for `{}`).
+                crate::schema::normalize_tools(&mut t);
+                Ok(Some(t))
+            }
+            Err(DialError::Answered(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads until the answer to `uid`, handling whatever else comes meanwhile (pings, the
+    /// answers to calls written in the same handshake, notifications). A Close is answered
+    /// with its own code, and the editor given a bounded second to close the connection.
+    async fn answer(&mut self, uid: u64, method: &str) -> Result<Value, DialError> {
+        loop {
+            let frame = match self.reader.next().await {
+                Ok(Some(f)) => f,
+                Ok(None) => return Err(self.closed("closed during handshake")),
+                Err(e) => return Err(DialError::Other(e.to_string())),
+            };
+            let text = match frame {
+                Frame::Ping(p) => {
+                    let pong = Out::Pong(p.to_vec());
+                    self.write(&mut std::iter::once(pong)).await?;
+                    continue;
+                }
+                Frame::Close(c) => {
+                    let code = c.unwrap_or(1000);
+                    if self.writer.send(Out::Close(code)).await.is_ok() {
+                        let reader = &mut self.reader;
+                        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                            while let Ok(Some(_)) = reader.next().await {}
+                        })
+                        .await;
+                    }
+                    let code = c.map_or_else(|| "no code".into(), |c| c.to_string());
+                    return Err(self.closed(&format!("closed by editor during handshake ({code})")));
+                }
+                other => match frame_str(&other) {
+                    Some(t) => t,
+                    None => continue,
+                },
+            };
+            if let Ok(Incoming::Response { id, msg }) = jsonrpc::classify(text) {
+                if id.as_u64() == Some(uid) {
+                    return match msg.get("result") {
+                        Some(r) => Ok(r.clone()),
+                        None => Err(DialError::Answered(format!(
+                            "{method} failed: {}",
+                            msg.get("error").cloned().unwrap_or(Value::Null)
+                        ))),
+                    };
+                }
+            }
+            // Anything else: an answer to a call written in this handshake goes to its owner.
+            handle_editor_frame(self.editor, self.host, text);
+        }
     }
 }
 

@@ -31,11 +31,57 @@ pub(super) const SETTLE: Duration = Duration::from_secs(2);
 /// How long a call with no deadline of its own (a diff) waits for the link dialled for it.
 const PARK_BOUND: Duration = Duration::from_secs(10);
 
-/// A call waiting for the link dialled for it.
+/// How many times a parked call is written at most: once, and once more when the editor's
+/// close cut it before its answer came (only the [`RESENDABLE`] tools).
+const MAX_SENDS: u8 = 2;
+
+/// The tools a call of which, cut by the editor's close before any answer came, is sent once
+/// more: they only read the editor's state, so a call the editor did run is harmless run
+/// twice. Anything else is sent once: an `openDiff` must never be shown twice (a cut one is
+/// answered `DIFF_REJECTED`, marked undelivered), `executeCode` must not run twice, and an
+/// `openFile` or `saveDocument` may have happened.
+const RESENDABLE: &[&str] = &[
+    "getDiagnostics",
+    "getOpenEditors",
+    "getOpenEditorTabs",
+    "getWorkspaceFolders",
+    "getCurrentSelection",
+    "getLatestSelection",
+    "checkDocumentDirty",
+    "get_all_opened_file_paths",
+];
+
+/// True for a session's call that may be sent again after a cut (see [`RESENDABLE`]).
+fn resendable(p: &super::Pending) -> bool {
+    matches!(p.owner, super::Owner::Session { .. })
+        && !p.is_diff()
+        && p.method == "tools/call"
+        && p.tool.as_deref().is_some_and(|t| RESENDABLE.contains(&t))
+}
+
+/// A call waiting for the link dialled for it (or written on it, until the link ends).
 pub(super) struct Parked {
     uid: u64,
     frame: Out,
     by: Instant,
+    /// Times written so far.
+    sends: u8,
+    /// It may be written again when the editor's close cut it (decided when it was parked).
+    resend: bool,
+}
+
+impl Parked {
+    /// The frame to write now; the parked call is kept (in `sent`) with its count.
+    fn written(mut self) -> (Out, Parked) {
+        self.sends += 1;
+        let copy = match &self.frame {
+            Out::Text(t) => Out::Text(t.clone()),
+            Out::Ping(p) => Out::Ping(p.clone()),
+            Out::Pong(p) => Out::Pong(p.clone()),
+            Out::Close(c) => Out::Close(*c),
+        };
+        (copy, self)
+    }
 }
 
 /// Why an editor handed back is taken.
@@ -57,27 +103,88 @@ impl Editor {
             return Err(Refused::Gone);
         }
         let by = deadline.unwrap_or_else(|| Instant::now() + PARK_BOUND);
-        lock(&self.parked).push(Parked { uid, frame, by });
+        let resend = self.pending.get(&uid).is_some_and(|p| resendable(&p));
+        lock(&self.parked).push(Parked {
+            uid,
+            frame,
+            by,
+            sends: 0,
+            resend,
+        });
         if taken {
             self.wanted.notify_one();
         }
         Ok(())
     }
 
-    /// Sends the parked calls still pending, once the writer is installed.
+    /// Sends the parked calls still pending (those parked while the link was in its
+    /// handshake), once the writer is installed.
     pub(super) fn flush_parked(&self) {
         let parked = std::mem::take(&mut *lock(&self.parked));
         for p in parked {
             if !self.pending.contains_key(&p.uid) {
                 continue;
             }
-            if let Err(r) = self.out.send(p.frame) {
+            let uid = p.uid;
+            let (frame, kept) = p.written();
+            lock(&self.sent).push(kept);
+            if let Err(r) = self.out.send(frame) {
                 let why = self.refusal(r).to_string();
-                if let Some((_, pending)) = self.pending.remove(&p.uid) {
+                if let Some((_, pending)) = self.pending.remove(&uid) {
                     self.undelivered(pending, &why);
                 }
             }
         }
+    }
+
+    /// The frames of the parked calls still pending, for a dial to write right after its
+    /// upgrade; each is kept in `sent` until the link ends.
+    pub(super) fn parked_for_dial(&self) -> Vec<Out> {
+        let parked = std::mem::take(&mut *lock(&self.parked));
+        let mut frames = Vec::with_capacity(parked.len());
+        let mut sent = lock(&self.sent);
+        for p in parked {
+            if self.pending.contains_key(&p.uid) {
+                let (frame, kept) = p.written();
+                frames.push(frame);
+                sent.push(kept);
+            }
+        }
+        frames
+    }
+
+    /// The editor closed the link for its other client: the calls written on it that are
+    /// still unanswered, may be sent again ([`RESENDABLE`], written fewer than [`MAX_SENDS`]
+    /// times) and still have time park again, ahead of any parked since; the link dialled
+    /// next sends them. The rest stay in `sent`, to be answered by [`Editor::fail_sent`].
+    pub(super) fn requeue_cut(&self) {
+        let now = Instant::now();
+        let (again, rest): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut *lock(&self.sent))
+            .into_iter()
+            .filter(|p| self.pending.contains_key(&p.uid))
+            .partition(|p| p.resend && p.sends < MAX_SENDS && p.by > now);
+        if !again.is_empty() {
+            tracing::info!(editor = %self.id, calls = again.len(), "calls cut by the editor's close before their answers; sending them again on the next link");
+        }
+        *lock(&self.sent) = rest;
+        let mut parked = lock(&self.parked);
+        parked.splice(0..0, again);
+    }
+
+    /// The link ended: the calls written on it still unanswered (and not parked again) are
+    /// answered as undelivered (a diff `DIFF_REJECTED`).
+    pub(super) fn fail_sent(&self, why: &str) {
+        let sent = std::mem::take(&mut *lock(&self.sent));
+        for p in sent {
+            if let Some((_, pending)) = self.pending.remove(&p.uid) {
+                self.undelivered(pending, why);
+            }
+        }
+    }
+
+    /// The calls parked for the next link.
+    pub(super) fn parked_uids(&self) -> Vec<u64> {
+        lock(&self.parked).iter().map(|p| p.uid).collect()
     }
 
     /// Answers the parked calls whose time is up; the earliest time still waited for.

@@ -96,6 +96,9 @@ pub struct Options {
     /// `getDiagnostics` severities `ERROR`/`WARNING`/`WEAK_WARNING`/`INFO`, a rejected diff
     /// answered `["DIFF_REJECTED"]` alone, `close_tab` by any name.
     pub jetbrains: bool,
+    /// How long it takes to answer `tools/list` (reading nothing else meanwhile): a slow
+    /// handshake, during which a one-client editor's other client may come back.
+    pub tools_list_delay: Duration,
 }
 
 impl Options {
@@ -115,6 +118,7 @@ impl Options {
             require_subprotocol: None,
             rpc_ping: None,
             jetbrains: false,
+            tools_list_delay: Duration::ZERO,
         }
     }
 
@@ -182,6 +186,8 @@ struct Shared {
     evictions: AtomicU64,
     /// JSON-RPC pings of ours answered by clients.
     rpc_pings_answered: AtomicU64,
+    /// How many of the next connections are closed right after their `initialize` answer.
+    close_after_initialize: AtomicU64,
 }
 
 /// A running fake editor. Dropping it stops it (like a crash: the lockfile stays).
@@ -225,6 +231,7 @@ impl FakeEditor {
             auth_headers_seen: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             rpc_pings_answered: AtomicU64::new(0),
+            close_after_initialize: AtomicU64::new(0),
         });
         let stop = CancellationToken::new();
         let s2 = shared.clone();
@@ -328,6 +335,16 @@ impl FakeEditor {
     /// Number of connected clients.
     pub fn clients(&self) -> usize {
         lock(&self.shared.clients).len()
+    }
+
+    /// The next `n` connections to send `initialize` get its answer and, in the same write, a
+    /// Close (no code), as the Claude Code extension closes a client when its other client
+    /// comes back mid-handshake; then nothing of theirs is answered, and the connection is
+    /// dropped [`CLOSE_LINGER`] after the client answered the Close.
+    pub fn close_after_initialize(&self, n: u64) {
+        self.shared
+            .close_after_initialize
+            .store(n, Ordering::Relaxed);
     }
 
     /// Stops reading every connection (pongs stop) while `true`.
@@ -541,7 +558,31 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
                     shared.rpc_pings_answered.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                let method = quirk_method(&shared, &text);
+                if method == Some("tools/list") && !shared.opts.tools_list_delay.is_zero() {
+                    tokio::time::sleep(shared.opts.tools_list_delay).await;
+                }
                 if let Some(reply) = handle(&shared, conn, &text) {
+                    let close = method == Some("initialize")
+                        && shared
+                            .close_after_initialize
+                            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                            .is_ok();
+                    if close {
+                        // Answer and Close in one write; then wait for the client's Close.
+                        let _ = sink.feed(Message::text(reply)).await;
+                        let _ = sink.feed(Message::Close(None)).await;
+                        let _ = sink.flush().await;
+                        lock(&shared.clients).remove(&conn);
+                        while let Some(Ok(m)) = stream.next().await {
+                            if m.is_close() {
+                                // A slow close: the connection lingers a while.
+                                tokio::time::sleep(CLOSE_LINGER).await;
+                                break;
+                            }
+                        }
+                        break;
+                    }
                     if sink.send(Message::text(reply)).await.is_err() { break }
                 }
             }
@@ -549,6 +590,26 @@ async fn serve_conn(shared: Arc<Shared>, stream: tokio::net::TcpStream, stop: Ca
     }
     lock(&shared.clients).remove(&conn);
     let _ = shared.events.send(Event::Disconnected { conn });
+}
+
+/// How long a connection closed by `close_after_initialize` lingers after the client's Close.
+pub const CLOSE_LINGER: Duration = Duration::from_millis(300);
+
+/// The method of a client's request, when a quirk (`tools_list_delay`,
+/// `close_after_initialize`) may apply to it; `None` otherwise (no parse on the hot path).
+fn quirk_method(shared: &Shared, text: &str) -> Option<&'static str> {
+    let delay = !shared.opts.tools_list_delay.is_zero() && text.contains("tools/list");
+    let close =
+        shared.close_after_initialize.load(Ordering::Relaxed) > 0 && text.contains("initialize");
+    if !delay && !close {
+        return None;
+    }
+    let v: Value = serde_json::from_str(text).ok()?;
+    match v.get("method")?.as_str()? {
+        "tools/list" => Some("tools/list"),
+        "initialize" => Some("initialize"),
+        _ => None,
+    }
 }
 
 /// JetBrains' liveness check of a client: a `ping` request every interval, each to be answered

@@ -41,6 +41,9 @@ pub struct Calling {
     pub every: Duration,
 }
 
+/// How long after an eviction [`Rival::start`] reconnects.
+const CLAUDE_CODE_REDIAL: Duration = Duration::from_millis(200);
+
 /// How the rival dials.
 struct Dial {
     port: u16,
@@ -50,7 +53,8 @@ struct Dial {
 
 impl Rival {
     /// Connects to `127.0.0.1:port` presenting `token` in `header` (none when `None`);
-    /// reconnects 200 ms after each eviction when `reconnect`.
+    /// reconnects 200 ms after each eviction when `reconnect` (as Claude Code 2.1 was first
+    /// seen to; see [`Rival::start_with`] for another delay).
     pub async fn start(
         port: u16,
         header: &'static str,
@@ -66,6 +70,20 @@ impl Rival {
         header: &'static str,
         token: Option<String>,
         reconnect: bool,
+        calling: Option<Calling>,
+    ) -> Rival {
+        let after = reconnect.then_some(CLAUDE_CODE_REDIAL);
+        Self::start_with(port, header, token, after, calling).await
+    }
+
+    /// [`Rival::start_calling`], reconnecting `reconnect` after each eviction (`None`: never).
+    /// The real Claude Code CLI (2.1.332) beside VS Code was measured back 2–13 ms after the
+    /// extension closed it.
+    pub async fn start_with(
+        port: u16,
+        header: &'static str,
+        token: Option<String>,
+        reconnect: Option<Duration>,
         calling: Option<Calling>,
     ) -> Rival {
         let counts = Arc::new(Counts::default());
@@ -135,7 +153,7 @@ impl Rival {
 /// The rival's life: connect, hold (and call), count the evictions, reconnect.
 async fn run(
     dial: Dial,
-    reconnect: bool,
+    reconnect: Option<Duration>,
     calling: Option<Calling>,
     counts: Arc<Counts>,
     up: watch::Sender<bool>,
@@ -156,11 +174,10 @@ async fn run(
             return;
         }
         counts.evictions.fetch_add(1, Ordering::Relaxed);
-        if !reconnect {
+        let Some(after) = reconnect else {
             return;
-        }
-        // Claude Code redials about 200 ms after losing its IDE connection.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        tokio::time::sleep(after).await;
     }
 }
 

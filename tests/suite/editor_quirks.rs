@@ -241,6 +241,154 @@ async fn with_the_take_policy_the_two_clients_fight_as_before() {
     b.stop().await;
 }
 
+/// A broker (`taken` probe every 50 ms) beside a one-client fake editor made with `opts`,
+/// ready, with an attached Claude-dialect agent.
+async fn one_client_with(opts: Options) -> (TestBroker, FakeEditor, Agent) {
+    let b = TestBroker::start_with(|c| c.editors.taken_probe_ms = 50).await;
+    let fe = FakeEditor::start_in(&b.claude_dir, opts).await.unwrap();
+    b.wait_editor(fe.port, "ready").await;
+    let mut a = Agent::connect(&b.socket, "cwd=/vsc&dialect=claude")
+        .await
+        .unwrap();
+    a.attached().await;
+    (b, fe, a)
+}
+
+/// `getDiagnostics` from `a`: the fake editor's own answer (its "boom" diagnostic), or the
+/// whole answer (an error: not answered on the first try).
+async fn diagnostics(a: &mut Agent, id: i64) -> Result<(), serde_json::Value> {
+    let r = a
+        .request(
+            json!(id),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {}}),
+        )
+        .await;
+    let ok = r["result"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("boom"));
+    if ok {
+        Ok(())
+    } else {
+        Err(r)
+    }
+}
+
+/// The real Claude Code CLI (2.1.332) is back 2–13 ms after VS Code's extension closed it, and
+/// the extension then closes the broker's link: a call to the taken editor has those few ms.
+/// The broker writes `initialize`, `notifications/initialized` and the parked call back to back
+/// right after the upgrade (the editor's tools are known from its first link), so the call is
+/// answered on its first try before the other client is back, here from an editor whose
+/// `tools/list` takes 10 ms (waiting for it, the call went out after the other client was
+/// back and was cut: `link lost`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_to_a_taken_editor_whose_other_client_is_back_within_2_ms_is_answered_first_try() {
+    use pi_ide_broker::testkit::rival::Rival;
+    let mut opts = Options::vscode(&["/vsc"]);
+    opts.tools_list_delay = std::time::Duration::from_millis(10);
+    let (b, fe, mut a) = one_client_with(opts).await;
+    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let back = std::time::Duration::from_millis(2);
+    let mut rival =
+        Rival::start_with(fe.port, header, Some(fe.token().into()), Some(back), None).await;
+    rival.wait_connected().await;
+    b.wait_editor(fe.port, "taken").await;
+    for round in 1..=3i64 {
+        if let Err(r) = diagnostics(&mut a, round).await {
+            panic!("round {round}: not answered on the first try: {r:#}");
+        }
+        // The other client is back at once and the editor closes the broker's link.
+        b.wait_editor(fe.port, "taken").await;
+        rival.wait_connected().await;
+    }
+    let st = b.status().await;
+    let tools = editor_by_port(&st, fe.port).unwrap()["tools"].clone();
+    assert!(
+        tools.as_array().is_some_and(|t| !t.is_empty()),
+        "the tools stay known: {tools:#}"
+    );
+    // One eviction per call, and at most one more for a call sent again.
+    assert!(
+        (3..=6).contains(&rival.evictions()),
+        "{}",
+        rival.evictions()
+    );
+    rival.leave().await;
+    a.close().await;
+    b.stop().await;
+}
+
+/// The extension's Close was seen in the same read as its `initialize` answer (the other
+/// client back mid-handshake). The Close is answered and the link is not used: the call
+/// parked for it, cut before any answer came, is sent once more by the next link and answered
+/// on the first try (it was sent on a dead link and timed out after 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_right_after_the_initialize_answer_does_not_lose_the_parked_call() {
+    use pi_ide_broker::testkit::rival::Rival;
+    let (b, fe, mut a) = one_client_with(Options::vscode(&["/vsc"])).await;
+    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), false).await;
+    rival.wait_connected().await;
+    b.wait_editor(fe.port, "taken").await;
+    fe.close_after_initialize(1);
+    let t0 = std::time::Instant::now();
+    if let Err(r) = diagnostics(&mut a, 1).await {
+        panic!("not answered on the first try: {r:#}");
+    }
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        t0.elapsed()
+    );
+    let st = b.status().await;
+    let tools = editor_by_port(&st, fe.port).unwrap()["tools"].clone();
+    assert!(tools.as_array().is_some_and(|t| !t.is_empty()), "{tools:#}");
+    rival.leave().await;
+    a.close().await;
+    b.stop().await;
+}
+
+/// A Close during the handshake fails the dial, even after `initialize` was answered: the link
+/// is never declared ready on a `tools/list` that failed because the link died (it was, with
+/// no tools, and left open and silent). The dial is answered with its Close and tried again
+/// after the backoff; the editor is ready with its tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_during_the_handshake_fails_the_dial_and_the_link_is_never_ready_without_tools() {
+    use pi_ide_broker::registry::EditorEvent;
+    let b = TestBroker::start().await;
+    let mut news = b.handle.registry().subscribe_editors();
+    let fe = FakeEditor::start(Options::vscode(&["/vsc"])).await.unwrap();
+    fe.close_after_initialize(1);
+    fe.write_lockfile(&b.claude_dir).unwrap();
+    b.wait_status("the editor ready with its tools", |st| {
+        editor_by_port(st, fe.port).is_some_and(|e| {
+            e["state"] == "ready" && e["tools"].as_array().is_some_and(|t| !t.is_empty())
+        })
+    })
+    .await;
+    // Told to listeners just after the status changed.
+    let first = pi_ide_broker::testkit::within("the ready news", news.recv()).await;
+    assert!(matches!(first, Some(EditorEvent::Ready(_))), "{first:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let mut readies = 1;
+    while let Ok(ev) = news.try_recv() {
+        readies += usize::from(matches!(ev, EditorEvent::Ready(_)));
+    }
+    assert_eq!(
+        readies, 1,
+        "declared ready once, by the dial that had its tools"
+    );
+    let mut a = Agent::connect(&b.socket, "cwd=/vsc&dialect=claude")
+        .await
+        .unwrap();
+    a.attached().await;
+    if let Err(r) = diagnostics(&mut a, 1).await {
+        panic!("{r:#}");
+    }
+    a.close().await;
+    b.stop().await;
+}
+
 /// Issue 39: a JetBrains IDE (the test kit's editor built from the plugin's documented
 /// behaviour, PROTOCOL.md §11) requires the `mcp` subprotocol Claude Code offers and drops a
 /// client that leaves its JSON-RPC `ping` unanswered for 3 s (here 300 ms, pinging every
