@@ -922,32 +922,7 @@ async fn dial(
         let uid = link.request("tools/list").await?;
         (init, link.tools(uid).await?)
     } else {
-        let known = editor.tool_names().is_some_and(|t| !t.is_empty());
-        let init_uid = mint_id(&editor.next_id);
-        let list_uid = (!known).then(|| mint_id(&editor.next_id));
-        let mut frames = vec![
-            Out::Text(jsonrpc::request(
-                &init_uid.into(),
-                "initialize",
-                init_params,
-            )),
-            initialized(),
-        ];
-        if let Some(uid) = list_uid {
-            frames.push(Out::Text(jsonrpc::request(
-                &uid.into(),
-                "tools/list",
-                json!({}),
-            )));
-        }
-        frames.extend(parked);
-        link.write(&mut frames.into_iter()).await?;
-        let init = link.answer(init_uid, "initialize").await?;
-        let tools = match list_uid {
-            Some(uid) => link.tools(uid).await?,
-            None => lock(&editor.link).tools.clone(),
-        };
-        (init, tools)
+        link.pipelined(init_params, initialized(), parked).await?
     };
     let Handshake { reader, writer, .. } = link;
     let mut l = lock(&editor.link);
@@ -973,6 +948,44 @@ struct Handshake<'a> {
 }
 
 impl Handshake<'_> {
+    /// The handshake of a dial for parked calls, without waiting for round trips: writes
+    /// `initialize`, `notifications/initialized`, `tools/list` (only while the editor's tools
+    /// are unknown) and the parked calls back to back, then reads the answers it needs.
+    async fn pipelined(
+        &mut self,
+        init_params: Value,
+        initialized: Out,
+        parked: Vec<Out>,
+    ) -> Result<(Value, Option<Value>), DialError> {
+        let editor = self.editor;
+        let known = editor.tool_names().is_some_and(|t| !t.is_empty());
+        let init_uid = mint_id(&editor.next_id);
+        let list_uid = (!known).then(|| mint_id(&editor.next_id));
+        let mut frames = vec![
+            Out::Text(jsonrpc::request(
+                &init_uid.into(),
+                "initialize",
+                init_params,
+            )),
+            initialized,
+        ];
+        if let Some(uid) = list_uid {
+            frames.push(Out::Text(jsonrpc::request(
+                &uid.into(),
+                "tools/list",
+                json!({}),
+            )));
+        }
+        frames.extend(parked);
+        self.write(&mut frames.into_iter()).await?;
+        let init = self.answer(init_uid, "initialize").await?;
+        let tools = match list_uid {
+            Some(uid) => self.tools(uid).await?,
+            None => lock(&editor.link).tools.clone(),
+        };
+        Ok((init, tools))
+    }
+
     /// The dial fails: the editor closed the link.
     fn closed(&self, why: &str) -> DialError {
         DialError::Closed {
