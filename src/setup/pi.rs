@@ -78,9 +78,18 @@ fn resolve_local(base: &Path, source: &str) -> String {
     out.display().to_string()
 }
 
-/// Whether an installed source is this package (from npm, git, a clone or setup's copy).
+/// Whether an installed source is this package (from npm, git, a clone or setup's copy): by
+/// its name, or for a folder of another name, by the name its `package.json` gives.
 pub fn is_ours(source: &str) -> bool {
-    source.contains("pi-ide-broker")
+    if source.contains("pi-ide-broker") {
+        return true;
+    }
+    let manifest = Path::new(source).join("package.json");
+    std::fs::read_to_string(manifest)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v["name"].as_str().map(|n| n.starts_with("pi-ide-broker")))
+        .unwrap_or(false)
 }
 
 /// The flag only this extension registers: `pi --help` lists it once pi has loaded it.

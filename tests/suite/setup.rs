@@ -365,6 +365,63 @@ async fn an_extension_pi_cannot_load_is_a_failure_with_pis_error_and_the_carried
     );
 }
 
+/// A binary npm installed (inside `node_modules`, which `pi update` replaces and `pi remove`
+/// deletes) is copied to the data dir, and what setup starts and writes runs the copy; `--undo`
+/// removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_npm_installed_binary_is_copied_out_of_node_modules_for_what_setup_starts() {
+    let Some(pi) = find_pi() else { return };
+    let h = Home::new(&pi);
+    let in_npm = h
+        .home
+        .join(".pi/agent/npm/node_modules/pi-ide-broker-linux-x64/vendor/x86_64-unknown-linux-musl/bin/pi-ide-broker");
+    std::fs::create_dir_all(in_npm.parent().expect("parent")).expect("mkdir");
+    std::fs::copy(broker_bin(), &in_npm).expect("copy the binary");
+    let (ok, out) = h
+        .run(
+            &in_npm,
+            &["setup", "--pi-source", env!("CARGO_MANIFEST_DIR")],
+        )
+        .await;
+    assert!(ok, "{out}");
+    let copy = h.home.join(".local/share/pi-ide-broker/bin/pi-ide-broker");
+    assert!(out.contains("copied from npm's package"), "{out}");
+    assert_eq!(
+        std::fs::read(&copy).ok(),
+        std::fs::read(&in_npm).ok(),
+        "{out}"
+    );
+    // The daemon setup started (no service manager here) runs the copy, and the entries name it.
+    let record = h
+        .read(".local/state/pi-ide-broker/setup.json")
+        .expect("setup.json");
+    let pid = json_of(&Some(record))["daemon_pid"]
+        .as_u64()
+        .expect("a daemon pid");
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("the daemon's exe");
+    assert_eq!(exe, copy, "{out}");
+    assert!(out.contains(&format!("{} mcp", copy.display())), "{out}");
+    assert!(!out.contains("node_modules/pi-ide-broker-linux-x64/vendor/x86_64-unknown-linux-musl/bin/pi-ide-broker mcp"), "{out}");
+    let (ok, out) = h
+        .run(
+            &in_npm,
+            &["setup", "--pi-source", env!("CARGO_MANIFEST_DIR")],
+        )
+        .await;
+    assert!(ok && out.contains("is up to date"), "{out}");
+    // Without --pi-source, the checkout pi already loads is recognised as this package (by
+    // its package.json), and setup installs no second copy beside it.
+    let (ok, out) = h.run(&in_npm, &["setup"]).await;
+    assert!(ok && out.contains("left as it is"), "{out}");
+    let (ok, out) = h.run(&in_npm, &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+    assert!(
+        !copy.exists(),
+        "setup --undo left {}:\n{out}",
+        copy.display()
+    );
+}
+
 /// The real Claude Code CLI (`PI_IDE_BROKER_CLAUDE`, installed by `.ci/run`), or `None` after
 /// saying it is missing.
 fn find_claude() -> Option<PathBuf> {
