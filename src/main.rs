@@ -309,6 +309,21 @@ async fn stop_cmd(config: &Config) -> anyhow::Result<ExitCode> {
         .and_then(|p| i32::try_from(p).ok())
         .and_then(rustix::process::Pid::from_raw)
         .context("the daemon's status names no pid; is it another version? stop it with `kill`")?;
+    // Only a daemon this machine runs, as its own record says: a socket forwarded from
+    // elsewhere (ssh, a container) reports a pid of another machine or pid namespace.
+    let record = config.running_record();
+    let recorded = std::fs::read_to_string(&record)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["pid"].as_i64());
+    if recorded != Some(i64::from(pid.as_raw_nonzero().get())) {
+        anyhow::bail!(
+            "the daemon answering on {} (pid {}) is not the one {} records: it runs elsewhere (a forwarded socket?); stop it where it runs",
+            socket.display(),
+            pid.as_raw_nonzero(),
+            record.display()
+        );
+    }
     rustix::process::kill_process(pid, rustix::process::Signal::TERM)
         .with_context(|| format!("cannot signal the daemon (pid {})", pid.as_raw_nonzero()))?;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);

@@ -27,6 +27,55 @@ async fn status_without_a_daemon_explains_and_exits_3() {
     );
 }
 
+/// `stop` stops the daemon this machine runs, gracefully, and says so; with nothing running
+/// it says there is nothing to stop; a daemon its own record does not name (a socket
+/// forwarded from elsewhere reports a pid of another machine) is not signalled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_stops_this_machines_daemon_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(root, "");
+    let mut daemon = start_daemon(&cfg).await;
+    let record = root.join("state/running.json");
+    let real = std::fs::read_to_string(&record).expect("running.json");
+    // As if the socket led to another machine's daemon: its record names another pid.
+    std::fs::write(&record, real.replace("\"pid\":", "\"pid\":1000000")).expect("rewrite");
+    let out = run_cli(&cfg, &["stop"]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("runs elsewhere"),
+        "{err}"
+    );
+    assert!(
+        run_cli(&cfg, &["status"]).await.status.success(),
+        "stop signalled a daemon it must not"
+    );
+    std::fs::write(&record, &real).expect("restore");
+    let out = run_cli(&cfg, &["stop"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("stopped the daemon (pid"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exit = daemon.wait_exit().await;
+    assert!(
+        exit.success(),
+        "the daemon did not stop gracefully: {exit:?}"
+    );
+    assert!(
+        daemon.seen.iter().any(|l| l.contains("stopped")),
+        "{:?}",
+        daemon.seen
+    );
+    let out = run_cli(&cfg, &["stop"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("nothing to stop"),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn a_bad_config_names_the_problem() {
     let dir = tempfile::tempdir().unwrap();
