@@ -1,5 +1,9 @@
 //! A session's outgoing frames, the one thing an editor link touches of a session.
 //!
+//! Why not a channel per session: an answer delivered by the link's own task and written from
+//! its parts costs no wake-up and two allocations fewer per call, 15.7 k to 14.1 k
+//! instructions (`benches/README.md`, "An answer written from its parts").
+//!
 //! Delivery never blocks. When nothing is queued, the delivering task writes the frame to the
 //! session's socket itself, so an editor's answer reaches the agent without waking the session
 //! task. Otherwise the frame is queued for the socket's writer task (see `shared_writer`: the

@@ -1,6 +1,11 @@
 //! The client side of a WebSocket upgrade on a fresh connection to an editor: the request
 //! written byte for byte as tungstenite wrote it (Lua editors parse it by hand), the response
 //! read with `httparse` up to its end and no further, so the frames behind it are kept.
+//!
+//! Why not tungstenite's client handshake: it reads the socket into a buffer of its own, past
+//! the response, and the broker's framing (`wsframe`) needs the bytes behind it; only its key
+//! and accept helpers are used. One upgrade per link, off the per-call path (the framing's
+//! figures are in `benches/README.md`).
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
