@@ -50,6 +50,18 @@ for dirpath, _, files in os.walk(ROOT):
                     deps.add(parent + "::" + dep)
                 else:
                     deps.add(parent)
+        # `use crate::frontdoor;` (alone or in a group), then `frontdoor::x::...` in the code
+        for parent in ("frontdoor", "session"):
+            imported = re.search(rf"use crate::{parent};", text) or any(
+                re.search(rf"(^|,)\s*{parent}\s*(,|$)", g)
+                for g in re.findall(r"use crate::\{([^}]*)\}", text)
+            )
+            if imported:
+                for dep in re.findall(rf"(?<![:\w]){parent}::([a-z_]+)", text):
+                    if dep != "handle" or parent == "session":
+                        name = parent + "::" + dep
+                        if name != m:
+                            deps.add(name)
         # `use crate::{a, b::c}` groups
         for group in re.findall(r"use crate::\{([^}]*)\}", text):
             for item in group.split(","):
