@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Prints the crate's module dependency graph (from `crate::` paths in src/) and fails when
-it has a cycle. Modules are top-level (`frontdoor::x` counts as `frontdoor::x`).
+it has a cycle, or when a module uses one on a higher layer than its own (the layers are the
+code block under "Layers, bottom up" in ARCHITECTURE.md, bottom line first; every module must
+be on one). Modules are top-level (`frontdoor::x` counts as `frontdoor::x`).
 Usage: python3 .ci/module-cycles.py [--graph]"""
 import os, re, sys
 
@@ -70,6 +72,31 @@ for dirpath, _, files in os.walk(ROOT):
                 if name and name != m and name != "frontdoor":
                     deps.add(name)
 
+def read_layers():
+    """Module -> layer number (0 = bottom) from ARCHITECTURE.md's layer block."""
+    doc = open(os.path.join(ROOT, "..", "ARCHITECTURE.md")).read()
+    block = doc.split("Layers, bottom up", 1)[1].split("```", 2)[1]
+    lines = [l for l in block.splitlines() if l.strip()]
+    layers = {}
+    for n, line in enumerate(reversed(lines)):
+        names = re.sub(r"\([^)]*\)", "", line.split(None, 1)[1])
+        names = re.sub(r"(\w+)::\{([^}]*)\}", lambda g: " · ".join(g.group(1) + "::" + x.strip() for x in g.group(2).split(",")), names)
+        for name in names.split("·"):
+            name = name.strip()
+            if name:
+                layers[name] = n
+    return layers
+
+layers = read_layers()
+problems = []
+for m in sorted(graph):
+    if m not in layers:
+        problems.append(f"{m} is on no layer in ARCHITECTURE.md")
+        continue
+    for dep in sorted(graph[m]):
+        if dep in layers and layers[dep] > layers[m]:
+            problems.append(f"{m} (layer {layers[m]}) uses {dep}, a higher layer ({layers[dep]})")
+
 if "--graph" in sys.argv:
     for m in sorted(graph):
         print(f"{m} -> {', '.join(sorted(graph[m])) or '-'}")
@@ -98,8 +125,11 @@ sys.setrecursionlimit(10000)
 for v in sorted(graph):
     if v not in index:
         strong(v)
+for p in problems:
+    print("layer:", p)
 if sccs:
     for c in sccs:
         print("cycle among:", ", ".join(c))
+if sccs or problems:
     sys.exit(1)
-print("no import cycle between modules")
+print(f"no import cycle between modules; every module uses only its own layer or those below ({len(set(layers.values()))} layers)")
