@@ -656,17 +656,23 @@ async fn run_daemon(config: Config, config_path: Option<PathBuf>) -> anyhow::Res
     let logs = logging::init(&config);
     // The pi extension setup wrote, brought to this binary's version (a no-op when it is).
     pi_ide_broker::setup::extension::refresh(&config.data_dir());
-    // Where the service manager writes the log to a file (launchd), nothing else rotates it.
-    tokio::spawn(async {
+    let shutdown = CancellationToken::new();
+    // Where the service manager writes the log to a file (launchd), nothing else rotates it;
+    // the loop ends with the stop, as every other task does.
+    let trim_until = shutdown.clone();
+    tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
         loop {
-            every.tick().await;
-            if let Err(e) = logging::trim_stderr_log() {
-                tracing::debug!(error = %e, "cannot check the log file's size");
+            tokio::select! {
+                _ = trim_until.cancelled() => break,
+                _ = every.tick() => {
+                    if let Err(e) = logging::trim_stderr_log() {
+                        tracing::debug!(error = %e, "cannot check the log file's size");
+                    }
+                }
             }
         }
     });
-    let shutdown = CancellationToken::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
