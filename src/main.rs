@@ -652,27 +652,28 @@ async fn status_cmd(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Where the service manager writes the log to a file (launchd), nothing else rotates it: cut
+/// it back every 10 min, until the stop (as every other task of the daemon ends).
+async fn trim_log_until(stop: CancellationToken) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = every.tick() => {
+                if let Err(e) = logging::trim_stderr_log() {
+                    tracing::debug!(error = %e, "cannot check the log file's size");
+                }
+            }
+        }
+    }
+}
+
 async fn run_daemon(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let logs = logging::init(&config);
     // The pi extension setup wrote, brought to this binary's version (a no-op when it is).
     pi_ide_broker::setup::extension::refresh(&config.data_dir());
     let shutdown = CancellationToken::new();
-    // Where the service manager writes the log to a file (launchd), nothing else rotates it;
-    // the loop ends with the stop, as every other task does.
-    let trim_until = shutdown.clone();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
-        loop {
-            tokio::select! {
-                _ = trim_until.cancelled() => break,
-                _ = every.tick() => {
-                    if let Err(e) = logging::trim_stderr_log() {
-                        tracing::debug!(error = %e, "cannot check the log file's size");
-                    }
-                }
-            }
-        }
-    });
+    tokio::spawn(trim_log_until(shutdown.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
