@@ -259,13 +259,13 @@ fn editor_status(e: &Editor, sessions: &[Arc<Session>]) -> EditorStatus {
 fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> SessionStatus {
     let mut in_flight: Vec<(bool, InFlight)> = Vec::new();
     for e in editors {
-        for (diff, method, tool, age) in e.calls_of(s.id) {
+        for c in e.calls_of(s.id) {
             in_flight.push((
-                diff,
+                c.diff,
                 InFlight {
-                    method,
-                    tool,
-                    age_s: age.as_secs(),
+                    method: c.method,
+                    tool: c.tool,
+                    age_s: c.age.as_secs(),
                 },
             ));
         }

@@ -142,6 +142,19 @@ pub struct Succession {
     pub previous_pid: Option<u32>,
 }
 
+/// A session's call in flight on an editor, as `status` shows it.
+#[derive(Debug, Clone)]
+pub struct CallInFlight {
+    /// An `openDiff` (status lists diffs first: they wait on a person).
+    pub diff: bool,
+    /// The JSON-RPC method.
+    pub method: String,
+    /// The tool, for a `tools/call`.
+    pub tool: Option<String>,
+    /// How long it has been in flight.
+    pub age: Duration,
+}
+
 /// Shared handle to one editor. Lives in the registry; the link task and sessions use it.
 pub struct Editor {
     /// Stable id: held by this editor process for its life and across broker restarts,
@@ -418,19 +431,16 @@ impl Editor {
             .collect()
     }
 
-    /// What `session` has in flight on this editor, for status: (is a diff, method, tool,
-    /// age).
-    pub fn calls_of(&self, session: u64) -> Vec<(bool, String, Option<String>, Duration)> {
+    /// What `session` has in flight on this editor, for status.
+    pub fn calls_of(&self, session: u64) -> Vec<CallInFlight> {
         self.pending
             .iter()
             .filter(|p| matches!(&p.owner, Owner::Session { session: s, .. } if *s == session))
-            .map(|p| {
-                (
-                    p.is_diff(),
-                    p.method.to_string(),
-                    p.tool.as_deref().map(String::from),
-                    p.started.elapsed(),
-                )
+            .map(|p| CallInFlight {
+                diff: p.is_diff(),
+                method: p.method.to_string(),
+                tool: p.tool.as_deref().map(String::from),
+                age: p.started.elapsed(),
             })
             .collect()
     }
