@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// The bound on the registry's start and its first answer.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
 /// The packed tarballs and the registry program, or `None` after saying what is missing.
 fn find_tools() -> Option<(PathBuf, PathBuf)> {
     let packages = std::env::var_os("PI_IDE_BROKER_PACKAGES").map(PathBuf::from);
@@ -70,7 +73,9 @@ impl Registry {
             .expect("spawn verdaccio");
         // It says where it listens once it does.
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        within("verdaccio listening", async {
+        // A program's start (node loading verdaccio's 175 packages): a start's bound, not a
+        // step's, on a loaded 2-core machine.
+        tokio::time::timeout(START_LIMIT, async {
             while let Ok(Some(l)) = lines.next_line().await {
                 if l.contains("http address") {
                     return;
@@ -78,7 +83,8 @@ impl Registry {
             }
             panic!("verdaccio ended before it listened");
         })
-        .await;
+        .await
+        .expect("verdaccio did not listen within 60 s");
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let url = format!("http://127.0.0.1:{port}");
         let token = add_user(port).await;
@@ -115,7 +121,7 @@ async fn add_user(port: u16) -> String {
         "PUT /-/user/org.couchdb.user:ci HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    let answer = within("registry user", async {
+    let answer = tokio::time::timeout(START_LIMIT, async {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("connect registry");
@@ -124,7 +130,8 @@ async fn add_user(port: u16) -> String {
         s.read_to_string(&mut out).await.expect("read");
         out
     })
-    .await;
+    .await
+    .expect("the registry did not create its user within 60 s");
     let json_part = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
     let v: Value = serde_json::from_str(json_part.trim()).unwrap_or(Value::Null);
     v["token"]
