@@ -133,6 +133,23 @@ async fn install_block_as_written() {
             );
         }
     }
+    // pi started in a project an editor holds autoconnects, through the daemon setup started.
+    let model = crate::common::fake_model::FakeModel::start().await;
+    h.write(".pi/agent/models.json", &model.models_json());
+    let project = h.home.join("project");
+    std::fs::create_dir_all(h.home.join(".pi/ide")).expect("mkdir lock dir");
+    std::fs::create_dir_all(&project).expect("mkdir project");
+    let editor = crate::common::FakeEditor::start_in(
+        &h.home.join(".pi/ide"),
+        crate::common::Options::pi(&[&project.display().to_string()]),
+    )
+    .await
+    .expect("fake editor");
+    let mut session =
+        crate::common::pi::Pi::start_installed(&pi, &h.home, &project, &h.env()).await;
+    session.toast(0, "Auto-connected to").await;
+    drop(session);
+    drop(editor);
     let (_, status) = h
         .run_with(
             Path::new("git"),

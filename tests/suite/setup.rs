@@ -53,6 +53,15 @@ impl Home {
         }
     }
 
+    /// The environment a program started in this HOME by the test itself needs (pi): its
+    /// `PATH` and `TMPDIR` (where the default socket lands).
+    pub fn env(&self) -> [(&'static str, &std::ffi::OsStr); 2] {
+        [
+            ("PATH", self.path.as_os_str()),
+            ("TMPDIR", self.tmp.as_os_str()),
+        ]
+    }
+
     /// Prepends `dir` to this HOME's PATH.
     pub fn path_prepend(&mut self, dir: &Path) {
         let mut dirs = vec![dir.to_path_buf()];
