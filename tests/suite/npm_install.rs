@@ -237,7 +237,11 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
     .expect("fake editor");
     let state_dir = home.join(".local/state/pi-ide-broker");
     let _reaper = DaemonReaper(state_dir.clone());
-    let env = [("PATH", path.as_os_str())];
+    // The default socket is `$TMPDIR/pi-ide-broker-<uid>/sock`: one of the test's own, so no
+    // other daemon of this user (another test's, the user's) is the one the extension finds.
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("mkdir tmp");
+    let env = [("PATH", path.as_os_str()), ("TMPDIR", tmp.as_os_str())];
     let mut session = Pi::start_installed(&pi, &home, &project, &env).await;
     session.toast(0, "Auto-connected to").await;
     let record: Value = serde_json::from_str(
@@ -258,6 +262,7 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
             .env_clear()
             .env("HOME", &home)
             .env("PATH", &path)
+            .env("TMPDIR", &tmp)
             .current_dir(&project);
         c
     };
