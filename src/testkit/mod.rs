@@ -24,6 +24,20 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
     }
 }
 
+/// The bound on a whole program's run or start that loads a runtime and its packages (pi
+/// installing a package, node running a test suite, a registry starting): on a loaded 2-core
+/// machine these took more than [`WAIT`] (seen beside the soak), and a step's bound is wrong
+/// for them.
+pub const START: Duration = Duration::from_secs(60);
+
+/// Awaits `fut` for at most [`START`], panicking with `what` on timeout.
+pub async fn within_start<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(START, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {START:?} waiting for {what}"),
+    }
+}
+
 /// Polls `check` (every 10 ms, at most [`WAIT`]) until it returns `Some`: for state that
 /// has no event to await, such as a file appearing in a dir watched by another process.
 pub async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {

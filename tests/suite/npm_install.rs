@@ -17,9 +17,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
-/// The bound on the registry's start and its first answer.
-const START_LIMIT: Duration = Duration::from_secs(60);
-
 /// The packed tarballs and the registry program, or `None` after saying what is missing.
 fn find_tools() -> Option<(PathBuf, PathBuf)> {
     let packages = std::env::var_os("PI_IDE_BROKER_PACKAGES").map(PathBuf::from);
@@ -75,7 +72,7 @@ impl Registry {
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
         // A program's start (node loading verdaccio's 175 packages): a start's bound, not a
         // step's, on a loaded 2-core machine.
-        tokio::time::timeout(START_LIMIT, async {
+        tokio::time::timeout(pi_ide_broker::testkit::START, async {
             while let Ok(Some(l)) = lines.next_line().await {
                 if l.contains("http address") {
                     return;
@@ -121,7 +118,7 @@ async fn add_user(port: u16) -> String {
         "PUT /-/user/org.couchdb.user:ci HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    let answer = tokio::time::timeout(START_LIMIT, async {
+    let answer = tokio::time::timeout(pi_ide_broker::testkit::START, async {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("connect registry");

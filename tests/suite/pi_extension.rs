@@ -447,7 +447,7 @@ async fn extension_unit_tests_pass() {
         .collect();
     files.sort();
     assert!(files.len() >= 5, "{files:?}");
-    let out = pi_ide_broker::testkit::within(
+    let out = pi_ide_broker::testkit::within_start(
         "node --test",
         tokio::process::Command::new(&pi.node)
             .arg("--test")

@@ -56,7 +56,7 @@ fn bundled_pi(web: &Path) -> Option<PathBuf> {
 /// README tells a user (`pi install <extension dir>`, with pi-web's own pi).
 pub async fn web_home(install: &PiWebInstall, home: &Path) {
     let agent = home.join(".pi").join("agent");
-    let out = within(
+    let out = pi_ide_broker::testkit::within_start(
         "pi install of the extension",
         Command::new(&install.node)
             .arg(&install.pi_cli)
@@ -164,13 +164,11 @@ impl PiWeb {
         // A new chat loads a whole pi session in pi-web's process (its resources, the extension
         // compiled on the fly): beside compiles on a loaded 2-core machine that took over 10 s
         // (three soak failures at once), so it gets the bound of a program's start.
-        let what = "pi-web POST /api/agent/new";
-        let (status, r) = tokio::time::timeout(
-            std::time::Duration::from_secs(60),
+        let (status, r) = pi_ide_broker::testkit::within_start(
+            "pi-web POST /api/agent/new",
             self.request("POST", "/api/agent/new", Some(&body)),
         )
-        .await
-        .unwrap_or_else(|_| panic!("timed out after 60 s waiting for {what}"));
+        .await;
         assert!(
             status == 200 && r["success"] == true,
             "new chat: {status} {r}"
