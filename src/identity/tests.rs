@@ -310,3 +310,48 @@ proptest! {
         }
     }
 }
+
+/// The same editor is the same pid on the same port, and where both start times are known,
+/// the same start: a recycled pid (another start) is another process (cargo-mutants found
+/// the start-time arm deletable).
+#[test]
+fn a_recycled_pid_is_another_process() {
+    let p = |pid, start, port| Process { pid, start, port };
+    let running = p(100, Some(5_000), 40_000);
+    assert!(running.same_as(&p(100, Some(5_000), 40_000)));
+    assert!(
+        !running.same_as(&p(100, Some(9_000), 40_000)),
+        "a recycled pid"
+    );
+    assert!(
+        !running.same_as(&p(100, Some(5_000), 40_001)),
+        "another port"
+    );
+    assert!(
+        !running.same_as(&p(101, Some(5_000), 40_000)),
+        "another pid"
+    );
+    // Where the OS tells no start time, pid and port decide.
+    assert!(running.same_as(&p(100, None, 40_000)));
+    assert!(p(100, None, 40_000).same_as(&running));
+    assert!(!p(100, None, 40_000).same_as(&p(100, None, 40_001)));
+}
+
+/// An id is a function of the lineage alone, the same in every build (users keep it:
+/// `/ide neovim-…`, scripts reading `status --json`), and the folders' boundaries count: two
+/// lineages whose folders only join to the same text get different ids (cargo-mutants found
+/// the field separator's xor replaceable).
+#[test]
+fn ids_are_stable_and_folder_boundaries_count() {
+    let l = |folders: &[&str]| Lineage {
+        family: Family::Pi,
+        ide_name: "Neovim".into(),
+        folders: folders.iter().map(|f| f.to_string()).collect(),
+    };
+    assert_eq!(l(&["/proj/a"]).base_id(), GOLDEN_ID);
+    assert_ne!(l(&["/ab", "c"]).base_id(), l(&["/a", "bc"]).base_id());
+    assert_ne!(l(&["/p", ""]).base_id(), l(&["/p"]).base_id());
+}
+/// The id of a Neovim (pi family) on `/proj/a`, as every build since ids became readable
+/// gives it.
+const GOLDEN_ID: &str = "neovim-f6c39d";
