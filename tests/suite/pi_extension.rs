@@ -450,7 +450,9 @@ async fn extension_unit_tests_pass() {
     let out = pi_ide_broker::testkit::within_start(
         "node --test",
         tokio::process::Command::new(&pi.node)
-            .arg("--test")
+            // TAP, whatever the node: node 26's default reporter off a terminal is `spec`
+            // (found by .ci/newest), which has no "# fail 0" line.
+            .args(["--test", "--test-reporter=tap"])
             .args(&files)
             .current_dir(&dir)
             .kill_on_drop(true)
