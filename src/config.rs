@@ -422,36 +422,18 @@ impl Config {
         if let Some(p) = &self.state_dir {
             return expand_home(p);
         }
-        if let Some(p) = env_path("XDG_STATE_HOME") {
-            return p.join("pi-ide-broker");
-        }
-        if cfg!(target_os = "macos") {
-            if let Some(d) = directories::ProjectDirs::from("", "", "pi-ide-broker") {
-                return d.data_local_dir().to_path_buf();
-            }
-        }
-        home_dir()
-            .join(".local")
-            .join("state")
-            .join("pi-ide-broker")
+        user_dir(
+            "XDG_STATE_HOME",
+            directories::ProjectDirs::data_local_dir,
+            "state",
+        )
     }
 
     /// The data dir, for files the broker installs (the pi extension `setup` writes):
     /// `$XDG_DATA_HOME/pi-ide-broker` (`~/.local/share/pi-ide-broker`), or the OS data dir
     /// on macOS (`~/Library/Application Support/pi-ide-broker`).
     pub fn data_dir(&self) -> PathBuf {
-        if let Some(p) = env_path("XDG_DATA_HOME") {
-            return p.join("pi-ide-broker");
-        }
-        if cfg!(target_os = "macos") {
-            if let Some(d) = directories::ProjectDirs::from("", "", "pi-ide-broker") {
-                return d.data_dir().to_path_buf();
-            }
-        }
-        home_dir()
-            .join(".local")
-            .join("share")
-            .join("pi-ide-broker")
+        user_dir("XDG_DATA_HOME", directories::ProjectDirs::data_dir, "share")
     }
 
     /// The compat lock dir (`compat.lock_dir`, default `~/.pi/ide-broker`).
@@ -504,6 +486,20 @@ fn one_line_error(text: &str, e: &toml::de::Error) -> String {
     let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
     let source = text.lines().nth(line - 1).unwrap_or("").trim();
     format!("line {line}, column {column}: {message} (at `{source}`)")
+}
+
+/// The broker's folder of one XDG kind: `$<var>/pi-ide-broker`, else on macOS the OS's dir of
+/// that kind (`mac`), else `~/.local/<local>/pi-ide-broker`.
+fn user_dir(var: &str, mac: fn(&directories::ProjectDirs) -> &Path, local: &str) -> PathBuf {
+    if let Some(p) = env_path(var) {
+        return p.join("pi-ide-broker");
+    }
+    if cfg!(target_os = "macos") {
+        if let Some(d) = directories::ProjectDirs::from("", "", "pi-ide-broker") {
+            return mac(&d).to_path_buf();
+        }
+    }
+    home_dir().join(".local").join(local).join("pi-ide-broker")
 }
 
 /// The user's home dir (`$HOME`, else the OS's idea of it, else `/`).
