@@ -5,7 +5,7 @@
 # so the four core modules (identity, router, pathmap, lockfile: about 220 mutants) take about
 # an hour on this 2-core machine. Results and the missed mutants' fate: .ci/mutants.md.
 #   bash .ci/mutants.sh                      # the four core modules
-#   bash .ci/mutants.sh src/router.rs ...    # the files given
+#   bash .ci/mutants.sh src/registry/router.rs ...    # the files given
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=27.1.0
@@ -14,7 +14,7 @@ if [ ! -x "$root/bin/cargo-mutants" ]; then
   cargo install --locked --root "$root" "cargo-mutants@$version"
 fi
 files=("$@")
-[ ${#files[@]} -gt 0 ] || files=(src/identity.rs src/router.rs src/pathmap.rs src/lockfile.rs)
+[ ${#files[@]} -gt 0 ] || files=(src/registry/identity.rs src/registry/router.rs src/protocol/pathmap.rs src/editor/lockfile.rs)
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done
 mkdir -p target # cargo-mutants writes its report under target/mutants, even on a fresh clone

@@ -140,7 +140,7 @@ impl Daemon {
         let pid = child.id().unwrap();
         let sock = root.join("run/sock");
         let t = Instant::now();
-        while pi_ide_broker::client::get_json(&sock, "/v1/status")
+        while pi_ide_broker::cli::client::get_json(&sock, "/v1/status")
             .await
             .is_err()
         {
@@ -164,7 +164,7 @@ impl Daemon {
     async fn wait_ready(&self, n: usize) {
         let t = Instant::now();
         loop {
-            let st = pi_ide_broker::client::get_json(&self.socket(), "/v1/status")
+            let st = pi_ide_broker::cli::client::get_json(&self.socket(), "/v1/status")
                 .await
                 .unwrap();
             let ready = st["editors"]
@@ -405,7 +405,7 @@ fn proc_stat(pid: u32) -> (u64, u64, usize) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     // utime and stime, in clock ticks.
-    let field = |n| pi_ide_broker::procinfo::procfs::stat_field(pid, n).unwrap_or(0);
+    let field = |n| pi_ide_broker::sys::procinfo::procfs::stat_field(pid, n).unwrap_or(0);
     let ticks = field(14) + field(15);
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
@@ -417,7 +417,7 @@ fn proc_stat(pid: u32) -> (u64, u64, usize) {
 /// warm-up. A call passes through about four large buffers; with glibc's default thresholds
 /// each was mapped afresh for every call (about 950 faults per call); `allocator` keeps them.
 async fn megabyte_calls(d: &Daemon) {
-    let field = |n| pi_ide_broker::procinfo::procfs::stat_field(d.pid, n).unwrap_or(0);
+    let field = |n| pi_ide_broker::sys::procinfo::procfs::stat_field(d.pid, n).unwrap_or(0);
     let mut a = Agent::open(&d.socket(), "/bench", None).await;
     a.attached().await;
     let pad = "x".repeat(1 << 20);

@@ -49,7 +49,7 @@ struct Answer<'a> {
 }
 
 fn by_jsonscan(call: &str, answer: &str) -> usize {
-    use pi_ide_broker::jsonscan::{members, members_in, plain_u64};
+    use pi_ide_broker::wire::jsonscan::{members, members_in, plain_u64};
     let Some(([Some(j), Some(m), Some(id), Some(_)], Some([Some(n), Some(a), meta]))) = members_in(
         call,
         ["jsonrpc", "method", "id", "params"],

@@ -3,7 +3,7 @@
 //! [--burn-us N]` (N µs of CPU before each `echo` answer).
 //! Writes `<port>.lock` into DIR, prints `ready <port>` and serves until killed.
 
-use pi_ide_broker::family::Family;
+use pi_ide_broker::protocol::family::Family;
 use pi_ide_broker::testkit::fake_editor::{FakeEditor, Options};
 use std::path::PathBuf;
 

@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pi_ide_broker::bridge::{inbound, marked_tab, Bridge};
-use pi_ide_broker::jsonrpc::{self, Incoming};
+use pi_ide_broker::protocol::bridge::{inbound, marked_tab, Bridge};
+use pi_ide_broker::protocol::jsonrpc::{self, Incoming};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

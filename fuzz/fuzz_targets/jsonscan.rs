@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pi_ide_broker::jsonscan::members;
+use pi_ide_broker::wire::jsonscan::members;
 use serde_json::value::RawValue;
 
 #[derive(serde::Deserialize)]
@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
         }
         (None, Err(_)) => {}
         // The scan declines nesting deeper than it follows; serde_json's limit is close by.
-        (None, Ok(_)) => assert!(text.matches(['[', '{']).count() > pi_ide_broker::jsonscan::MAX_DEPTH as usize),
+        (None, Ok(_)) => assert!(text.matches(['[', '{']).count() > pi_ide_broker::wire::jsonscan::MAX_DEPTH as usize),
         (Some(_), Err(e)) => panic!("scan accepted what serde_json refuses: {e}"),
     }
 });

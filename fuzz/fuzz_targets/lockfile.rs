@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pi_ide_broker::family::Family;
-use pi_ide_broker::lockfile;
+use pi_ide_broker::protocol::family::Family;
+use pi_ide_broker::editor::lockfile;
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {

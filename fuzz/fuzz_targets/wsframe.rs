@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pi_ide_broker::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
+use pi_ide_broker::wire::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
 

@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pi_ide_broker::wsframe::{Frame, FrameReader, Role};
+use pi_ide_broker::wire::wsframe::{Frame, FrameReader, Role};
 use std::future::Future;
 use std::io::{Cursor, Read, Write};
 use std::task::{Context, Poll, Waker};

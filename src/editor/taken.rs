@@ -1,3 +1,5 @@
+//! Single-client editors: a link the editor closed for another client is `taken`, not redialled.
+//!
 //! Single-client editors (the Claude Code VS Code extension keeps one client at a time and
 //! closes the older one when another connects): a link the editor closed while another client
 //! holds it is `taken`, and the broker leaves that client alone (`[editors] single_client =
@@ -9,11 +11,12 @@
 //! link taken back this way is handed back once idle for [`HAND_BACK`], so the other client,
 //! which reconnects by itself, has the editor again between the broker's calls.
 
-use super::{Editor, LinkHost, LinkState, Out};
-use crate::config::{Config, SingleClient};
-use crate::jsonrpc;
-use crate::shared_writer::Refused;
-use crate::sync::lock;
+use super::{Editor, LinkHost, LinkState};
+use crate::protocol::jsonrpc;
+use crate::sys::config::{Config, SingleClient};
+use crate::sys::sync::lock;
+use crate::wire::shared_writer::Refused;
+use crate::wire::wsframe::Out;
 use futures_util::FutureExt;
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -240,7 +243,7 @@ pub(super) fn taken_by_another(
     }
     let lf = editor.lockfile();
     let port = lf.port;
-    let others = crate::portpeers::clients_of(lf.pid, port, Some(client_port))?;
+    let others = crate::sys::portpeers::clients_of(lf.pid, port, Some(client_port))?;
     (others > 0).then(|| {
         format!(
             "the editor closed the broker's link when another client connected ({others} now \
@@ -285,7 +288,7 @@ pub(super) async fn wait_while_taken(
             _ = editor.cancel.cancelled() => return false,
             _ = editor.wanted.notified() => return reclaim(editor),
             _ = tokio::time::sleep(std::mem::take(&mut nap).max(probe)) => {
-                if crate::portpeers::clients_of(pid, port, None).is_none_or(|n| n == 0) {
+                if crate::sys::portpeers::clients_of(pid, port, None).is_none_or(|n| n == 0) {
                     tracing::info!(editor = %editor.id, "the other client left the editor; connecting again");
                     return true;
                 }

@@ -1,3 +1,5 @@
+//! The compat door: a virtual lockfile and a loopback listener per editor, for pi-ide.
+//!
 //! The compat door: for every live editor, a virtual lockfile `<port>.lock` in the broker's
 //! own lock dir and a loopback WebSocket listener on that port, so the unmodified pi-ide
 //! extension (with `PI_IDE_LOCK_DIR` pointed here) connects through the broker.
@@ -8,16 +10,16 @@
 //! Files without the marker are never touched.
 
 use super::limits::HandshakeSlot;
-use crate::family::Family;
-use crate::registry::{EditorEvent, Registry};
-use crate::secret::Token;
+use super::per_editor::{self, Entry, PerEditor};
+use crate::protocol::family::Family;
+use crate::registry::Registry;
 use crate::session::{Door, Intro};
+use crate::sys::secret::Token;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,120 +28,76 @@ use tokio_util::sync::CancellationToken;
 
 /// The field that marks a virtual lockfile as written by a pi-ide-broker (the lock dir
 /// watcher skips such files, so a broker never dials itself).
-pub const MARKER: &str = "piIdeBroker";
+pub const MARKER: &str = per_editor::MARKER;
 
-struct Entry {
-    port: u16,
-    path: PathBuf,
-    stop: CancellationToken,
+/// The compat door's part of an entry: nothing beyond the common one (the token is in the
+/// file, and read back from it on a refresh).
+struct Compat {
+    dir: PathBuf,
+}
+
+impl PerEditor for Compat {
+    type Door = ();
+    const WHAT: &'static str = "compat entry";
+
+    /// Mints a token, writes the virtual lockfile and starts accepting.
+    fn publish(
+        &self,
+        reg: &Arc<Registry>,
+        id: &str,
+        listener: TcpListener,
+        stop: CancellationToken,
+    ) -> std::io::Result<Entry<()>> {
+        let port = listener.local_addr()?.port();
+        let token = Token::generate()?;
+        let path = self.dir.join(format!("{port}.lock"));
+        write_entry(reg, id, &path, Some(&token))?;
+        reg.tracker.spawn(accept_loop(
+            reg.clone(),
+            id.to_string(),
+            listener,
+            token,
+            stop.clone(),
+        ));
+        Ok(Entry {
+            port,
+            files: vec![path],
+            stop,
+            door: (),
+        })
+    }
+
+    /// A successor: same port and token; folders and name refreshed.
+    fn refresh(&self, reg: &Registry, id: &str, entry: &mut Entry<()>) -> std::io::Result<()> {
+        match entry.files.first() {
+            Some(path) => write_entry(reg, id, path, None),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Runs the compat door until the broker stops, then removes every entry.
 pub async fn run(reg: Arc<Registry>, dir: PathBuf) {
-    let mut events = reg.subscribe_editors();
     if let Err(e) = super::socket::secure_dir(&dir) {
         tracing::error!(error = %e, "compat door disabled");
         return;
     }
     clean_leftovers(&dir);
-    let mut entries: HashMap<String, Entry> = HashMap::new();
-    loop {
-        let ev = tokio::select! {
-            _ = reg.cancel.cancelled() => break,
-            ev = events.recv() => match ev { Some(e) => e, None => break },
-        };
-        match ev {
-            EditorEvent::Ready(id) => {
-                if let Some(e) = entries.get(&id) {
-                    // A successor: same port and token, refresh folders and name.
-                    if let Err(err) = write_entry(&reg, &id, &e.path, None) {
-                        tracing::warn!(editor = %id, error = %err, "cannot refresh virtual lockfile");
-                    }
-                    continue;
-                }
-                match publish(&reg, &id, &dir).await {
-                    Ok(entry) => {
-                        tracing::info!(editor = %id, port = entry.port, file = %entry.path.display(), "compat entry published");
-                        entries.insert(id, entry);
-                    }
-                    Err(e) => {
-                        tracing::warn!(editor = %id, error = %e, "cannot publish compat entry")
-                    }
-                }
-            }
-            EditorEvent::Gone(id) => {
-                if let Some(e) = entries.remove(&id) {
-                    tracing::info!(editor = %id, port = e.port, "compat entry withdrawn");
-                    withdraw(&e);
-                }
-            }
-        }
-    }
-    for e in entries.values() {
-        withdraw(e);
-    }
-}
-
-fn withdraw(e: &Entry) {
-    e.stop.cancel();
-    let _ = std::fs::remove_file(&e.path);
+    per_editor::run(reg, Compat { dir }).await;
 }
 
 /// Removes virtual lockfiles left by a broker that died: ours by marker, with a dead pid.
 fn clean_leftovers(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("lock") {
-            continue;
-        }
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if !meta.is_file() || meta.len() > crate::lockfile::MAX_LOCKFILE_BYTES {
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<Value>(&text) else {
-            continue;
-        };
-        if v.get(MARKER).is_none() {
-            continue; // not ours: never touched
-        }
-        let pid = v
-            .get("pid")
-            .and_then(Value::as_u64)
-            .and_then(|p| u32::try_from(p).ok())
-            .unwrap_or(0);
-        if pid != std::process::id() && !crate::procinfo::alive(pid) {
-            tracing::info!(file = %path.display(), "removing a virtual lockfile left by a broker that died");
-            let _ = std::fs::remove_file(&path);
-        }
-    }
-}
-
-/// Binds a listener, mints a token, writes the virtual lockfile and starts accepting.
-async fn publish(reg: &Arc<Registry>, id: &str, dir: &Path) -> std::io::Result<Entry> {
-    let listener = super::limits::loopback_listener()?;
-    let port = listener.local_addr()?.port();
-    let token = Token::generate()?;
-    let path = dir.join(format!("{port}.lock"));
-    write_entry(reg, id, &path, Some(&token))?;
-    let stop = reg.accepting.child_token();
-    let entry = Entry {
-        port,
-        path,
-        stop: stop.clone(),
-    };
-    let reg2 = reg.clone();
-    let id = id.to_string();
-    reg.tracker
-        .spawn(accept_loop(reg2, id, listener, token, stop));
-    Ok(entry)
+    per_editor::clean_leftovers(
+        dir,
+        |name| name.ends_with(".lock"),
+        |v| {
+            v.get("pid")
+                .and_then(Value::as_u64)
+                .and_then(|p| u32::try_from(p).ok())
+                .unwrap_or(0)
+        },
+    );
 }
 
 /// Writes (atomically, 0600, not flushed to disk) the virtual lockfile for editor `id`.
@@ -153,7 +111,6 @@ fn write_entry(
     let Some(editor) = reg.editor(id) else {
         return Ok(());
     };
-    let lock = editor.lockfile();
     let token = match token {
         Some(t) => t.expose().to_string(),
         None => {
@@ -165,23 +122,15 @@ fn write_entry(
                 .to_string()
         }
     };
-    // pi-ide compares plain string prefixes: publish both the written and the resolved forms.
-    let mut folders: Vec<String> = lock.workspace_folders.clone();
-    for f in &editor.folders {
-        let s = f.display().to_string();
-        if !folders.contains(&s) {
-            folders.push(s);
-        }
-    }
     let body = json!({
         "pid": std::process::id(),
-        "workspaceFolders": folders,
-        "ideName": lock.ide_name,
+        "workspaceFolders": per_editor::folders(&editor),
+        "ideName": editor.lockfile().ide_name,
         "transport": "ws",
         "authToken": token,
         MARKER: {"editor": id, "family": editor.family},
     });
-    crate::state::write_atomic_unsynced(path, body.to_string().as_bytes())
+    crate::registry::state::write_atomic_unsynced(path, body.to_string().as_bytes())
 }
 
 async fn accept_loop(
@@ -245,7 +194,7 @@ async fn connection(
                     let (reg, id, place) = (reg.clone(), editor.clone(), place.clone());
                     reg.clone().tracker.spawn(async move {
                         let up = on_upgrade.await;
-                        crate::sync::lock(&place).take();
+                        crate::sys::sync::lock(&place).take();
                         match up {
                             Ok(up) => {
                                 let intro = intro(&reg, id, dialect);

@@ -1,3 +1,5 @@
+//! Connection caps every door shares: handshake places (a flood cannot hold them) and sessions.
+//!
 //! Connection caps for every accept loop: a bounded number of connections may sit in the
 //! handshake (per door: a flood of the loopback compat ports, open to every local user, cannot
 //! starve the owner's native socket), and a bounded number of sessions may live at once.
@@ -29,18 +31,6 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 pub const FIRST_BYTE: Duration = Duration::from_secs(1);
 /// How long a connection may take from accept to a completed upgrade (or answered request).
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
-/// The TCP doors' listen backlog: the kernel caps it at `net.core.somaxconn` (4096 on current
-/// Linux). A SYN that finds the accept queue full is dropped and retried by the client only
-/// after TCP's 1 s retransmission, so the queue is as deep as the kernel allows: a flood must
-/// hold thousands of connections there, not a thousand, to delay a new client.
-const TCP_BACKLOG: u32 = 4096;
-/// How long the kernel keeps a TCP connection that has sent nothing before the broker sees it
-/// (it is then accepted and gets [`FIRST_BYTE`] like any other). Held there it is a few
-/// hundred bytes of kernel memory, where accepted it would take an fd and a handshake place;
-/// with 1 s a flood's idle connections came back through the accept queue every second.
-#[cfg(target_os = "linux")]
-const KERNEL_HOLDS_SILENT: Duration = Duration::from_secs(30);
-
 /// The caps shared by every door.
 pub struct Limits {
     /// Native-socket connections between accept and a completed upgrade.
@@ -132,7 +122,7 @@ impl HandshakeSlot {
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
         self.released.cancel();
-        let mut q = crate::sync::lock(&self.pending.queue);
+        let mut q = crate::sys::sync::lock(&self.pending.queue);
         if let Some(i) = q.iter().position(|(id, ..)| *id == self.id) {
             q.remove(i);
         }
@@ -181,7 +171,7 @@ impl Limits {
         let evicted = CancellationToken::new();
         let heard = Arc::new(Heard::new());
         let oldest = {
-            let mut q = crate::sync::lock(&pending.queue);
+            let mut q = crate::sys::sync::lock(&pending.queue);
             let oldest = if q.len() >= pending.cap {
                 // Silent when its task looked; else one whose task has not looked yet (its
                 // request may be waiting unread); else the oldest.
@@ -225,7 +215,7 @@ impl Limits {
 
     fn note_refusal(&self, door: &str, what: &str) {
         let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut last = crate::sync::lock(&self.last_log);
+        let mut last = crate::sys::sync::lock(&self.last_log);
         if last.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
             *last = Some(Instant::now());
             self.refused.store(0, Ordering::Relaxed);
@@ -235,44 +225,6 @@ impl Limits {
                 "too many {what} (max_handshakes / max_sessions)"
             );
         }
-    }
-}
-
-/// A listener on 127.0.0.1 (a port the kernel picks) for a door open to every local user.
-/// On Linux the kernel holds back a connection that has sent nothing (`TCP_DEFER_ACCEPT`, for
-/// [`KERNEL_HOLDS_SILENT`]): a flood of idle connections waits in the kernel's handshake
-/// queue, costing the broker no fd and no accept, instead of filling the accept queue ahead
-/// of a new client; a client that sends its request at once is accepted at once.
-pub fn loopback_listener() -> std::io::Result<tokio::net::TcpListener> {
-    let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.bind(([127, 0, 0, 1], 0).into())?;
-    #[cfg(target_os = "linux")]
-    if let Err(e) = defer_accept(&socket, KERNEL_HOLDS_SILENT) {
-        tracing::debug!(error = %e, "TCP_DEFER_ACCEPT not set");
-    }
-    socket.listen(TCP_BACKLOG)
-}
-
-/// `TCP_DEFER_ACCEPT` (rustix has no setter for it).
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-fn defer_accept(socket: &tokio::net::TcpSocket, wait: Duration) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let secs: libc::c_int = wait.as_secs().clamp(1, 60).try_into().unwrap_or(1);
-    // SAFETY: a valid socket fd, and a c_int option passed with its size.
-    let r = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            std::ptr::from_ref(&secs).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -421,7 +373,7 @@ mod tests {
     #[tokio::test]
     async fn a_silent_connection_waits_in_the_kernel_behind_one_that_speaks() {
         use tokio::io::AsyncWriteExt;
-        let listener = loopback_listener().unwrap();
+        let listener = crate::frontdoor::per_editor::loopback_listener().unwrap();
         let addr = listener.local_addr().unwrap();
         let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut speaks = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -1,14 +1,14 @@
+//! The ways in; every door ends in `session::run`.
+//!
 //! The ways in. Every door ends in [`crate::session::run`].
 
 pub mod compat;
 pub mod gemini;
-mod gemini_http;
-mod gemini_qwen;
-mod gemini_session;
 pub mod limits;
 pub mod native;
+pub mod per_editor;
 pub mod socket;
-pub mod stdio;
+pub mod status;
 
 /// True when a `Sec-WebSocket-Protocol` value offers `mcp` (Claude Code asks for it, and its
 /// `ws` client refuses a 101 that does not echo it).
@@ -53,7 +53,7 @@ pub async fn run_upgraded<S: IntoHalves>(
     up: hyper::upgrade::Upgraded,
     intro: crate::session::Intro,
 ) {
-    use crate::wsframe::{FrameReader, FrameWriter, Role};
+    use crate::wire::wsframe::{FrameReader, FrameWriter, Role};
     use hyper_util::rt::TokioIo;
     let max = reg.config().max_frame_bytes;
     match up.downcast::<TokioIo<S>>() {

@@ -2,7 +2,7 @@
 //! `GET /v1/status` answers the status JSON; `GET /v1/session?cwd=…` upgrades to a
 //! WebSocket that speaks MCP JSON-RPC as an editor would, with the broker in between.
 
-use crate::family::Family;
+use crate::protocol::family::Family;
 use crate::registry::Registry;
 use crate::session::{Door, Intro};
 use http_body_util::combinators::BoxBody;
@@ -56,7 +56,7 @@ async fn connection(
     let svc = hyper::service::service_fn(move |req| {
         let reg = reg.clone();
         if req.uri().path() == "/v1/events" {
-            crate::sync::lock(&place).take();
+            crate::sys::sync::lock(&place).take();
         }
         async move { Ok::<_, Infallible>(route(req, reg)) }
     });
@@ -99,7 +99,7 @@ fn route(req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/v1/status") => {
             let body =
-                serde_json::to_string_pretty(&crate::control::status(&reg)).unwrap_or_default();
+                serde_json::to_string_pretty(&crate::frontdoor::status::status(&reg)).unwrap_or_default();
             text(StatusCode::OK, body, "application/json")
         }
         (&Method::GET, "/v1/events") => events(reg),
@@ -118,7 +118,7 @@ fn explain(req: &Request<Incoming>, reg: &Registry) -> Response<Body> {
     let mut key = None;
     for pair in req.uri().query().unwrap_or("").split('&') {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = crate::percent::decode_query(v);
+        let v = crate::protocol::percent::decode_query(v);
         match k {
             "cwd" => cwd = v,
             "session" => key = v.filter(|v| !v.is_empty()),
@@ -194,7 +194,8 @@ fn events(reg: Arc<Registry>) -> Response<Body> {
                 }
             }
             let seq = *changes.borrow_and_update();
-            let line = serde_json::json!({"seq": seq, "status": crate::control::status(&reg)});
+            let line =
+                serde_json::json!({"seq": seq, "status": crate::frontdoor::status::status(&reg)});
             let frame = hyper::body::Frame::data(Bytes::from(format!("{line}\n")));
             Some((Ok::<_, Infallible>(frame), (reg, changes, cancel, false)))
         },
@@ -232,7 +233,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
     let mut client = ClientQuery::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = crate::percent::decode_query(v)
+        let v = crate::protocol::percent::decode_query(v)
             .ok_or_else(|| format!("query parameter {k} is not valid percent-encoded UTF-8"))?;
         match k {
             "cwd" => intro.cwd = v,
@@ -259,11 +260,13 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
             _ => {}
         }
     }
-    intro.client = client.name.map(|name| crate::version::ClientInfo {
-        name,
-        version: client.version,
-        protocol: client.protocol,
-    });
+    intro.client = client
+        .name
+        .map(|name| crate::protocol::version::ClientInfo {
+            name,
+            version: client.version,
+            protocol: client.protocol,
+        });
     if intro.cwd.is_empty() {
         return Err(
             "missing query parameter cwd (the session's absolute working directory)".into(),

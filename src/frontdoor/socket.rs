@@ -1,3 +1,5 @@
+//! The broker's Unix socket: private dir, 0600 socket, leftover probe, peer uid.
+//!
 //! The broker's Unix socket: a private dir (0700, ours), the socket made 0600 before
 //! `listen`, a leftover socket probed before it is replaced, peer uid checked on accept.
 
@@ -112,7 +114,7 @@ pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Clai
         .map_err(|e| io("cannot create", state_dir)(e))?;
     claim_file(&state_dir.join("daemon.lock"), socket).map_err(|e| match e {
         SocketError::AlreadyRunning { pid, path } => {
-            let recorded = crate::config::running_socket(record);
+            let recorded = crate::sys::config::running_socket(record);
             SocketError::AlreadyRunning {
                 pid,
                 path: recorded.unwrap_or(path),

@@ -11,12 +11,15 @@
 //! link task would by `editor_ready`. Lockfile reading (`lockdir`, `lockfile`) is not modelled:
 //! the events are the ones the watcher emits for the files the world holds.
 
+use super::identity::{Lineage, Process, ProcessFacts};
 use super::*;
-use crate::editor::LinkState;
-use crate::family::Family;
-use crate::outbox::Outbox;
+use crate::editor::lockdir::LockEvent;
+use crate::editor::lockfile::Lockfile;
+use crate::editor::{LinkHost, LinkState};
+use crate::protocol::family::Family;
 use crate::session::handle::{Door, Intro};
-use crate::wsframe::{FrameWriter, Role};
+use crate::wire::outbox::Outbox;
+use crate::wire::wsframe::{FrameWriter, Role};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -451,7 +454,7 @@ impl Harness {
             pid: s.pid,
             workspace_folders: l.folders,
             ide_name: l.ide_name,
-            auth_token: Some(crate::secret::Token::new(token.into())),
+            auth_token: Some(crate::sys::secret::Token::new(token.into())),
         }
     }
 

@@ -1,9 +1,11 @@
+//! A live session as the registry and the doors see it (`Session`, `Intro`, `Door`, `Control`).
+//!
 //! A live session as the rest of the broker sees it (the registry, the doors): who it is,
 //! what it is attached to, what it owes. The task that runs it is in `session`.
 
-use crate::family::Family;
-use crate::outbox::Outbox;
-use crate::sync::lock;
+use crate::protocol::family::Family;
+use crate::sys::sync::lock;
+use crate::wire::outbox::Outbox;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -49,7 +51,7 @@ pub struct Intro {
     /// The dialect the client speaks.
     pub dialect: Family,
     /// What the client says it is (`client`, `client_version`, `protocol` on the native door).
-    pub client: Option<crate::version::ClientInfo>,
+    pub client: Option<crate::protocol::version::ClientInfo>,
 }
 
 /// Attachment changes, told to the session task (which resubscribes and tells its client).
@@ -81,7 +83,7 @@ pub struct Session {
     /// The dialect it speaks.
     pub dialect: Family,
     /// What the client says it is (name, version, protocol revision), if it said.
-    pub client: Option<crate::version::ClientInfo>,
+    pub client: Option<crate::protocol::version::ClientInfo>,
     /// When it connected.
     pub since: SystemTime,
     /// The attached editor id (shared: every call reads it).
@@ -89,7 +91,7 @@ pub struct Session {
     /// See [`Intro::pinned`].
     pub pinned: bool,
     /// Its remote's name, and the path map that goes with it.
-    pub remote: Option<(String, std::sync::Arc<crate::pathmap::PathMap>)>,
+    pub remote: Option<(String, std::sync::Arc<crate::protocol::pathmap::PathMap>)>,
     /// A path outside every prefix was logged for this session already.
     pub unmapped_said: AtomicBool,
     /// True after `broker/detach`: do not auto-attach again.
@@ -133,7 +135,7 @@ impl Session {
         outbox: Outbox,
         control: mpsc::UnboundedSender<Control>,
         stamp: u64,
-        map: Option<crate::pathmap::PathMap>,
+        map: Option<crate::protocol::pathmap::PathMap>,
     ) -> Self {
         // A remote agent's cwd is routed as the host folder it is.
         let host_cwd = map
@@ -143,7 +145,7 @@ impl Session {
         Session {
             id,
             door: intro.door,
-            cwd: crate::router::normalize(std::path::Path::new(&host_cwd)),
+            cwd: crate::registry::router::normalize(std::path::Path::new(&host_cwd)),
             cwd_raw: intro.cwd.clone(),
             key: intro.key.clone(),
             dialect: intro.dialect,
@@ -176,7 +178,7 @@ impl Session {
     }
 
     /// The path map of its remote, if it runs elsewhere.
-    pub fn map(&self) -> Option<&crate::pathmap::PathMap> {
+    pub fn map(&self) -> Option<&crate::protocol::pathmap::PathMap> {
         self.remote.as_ref().map(|(_, m)| m.as_ref())
     }
 

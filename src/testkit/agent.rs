@@ -1,3 +1,5 @@
+//! A fake agent client for the native door.
+//!
 //! A fake agent client for the native door: dials the Unix socket, upgrades at
 //! `/v1/session`, and speaks JSON-RPC with full control of ids.
 
@@ -11,6 +13,8 @@ use tokio_tungstenite::WebSocketStream;
 /// One agent session on the native socket.
 pub struct Agent {
     ws: WebSocketStream<UnixStream>,
+    /// Calls made with [`Agent::call`], for their ids.
+    calls: u64,
 }
 
 impl Agent {
@@ -42,14 +46,17 @@ impl Agent {
         let (ws, _) = tokio_tungstenite::client_async(url, stream)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(Agent { ws })
+        Ok(Agent { ws, calls: 0 })
     }
 
     /// Connects with `cwd` and optional `session` key.
     pub async fn open(socket: &Path, cwd: &str, key: Option<&str>) -> Agent {
-        let mut q = format!("cwd={}", crate::percent::encode_query(cwd));
+        let mut q = format!("cwd={}", crate::protocol::percent::encode_query(cwd));
         if let Some(k) = key {
-            q.push_str(&format!("&session={}", crate::percent::encode_query(k)));
+            q.push_str(&format!(
+                "&session={}",
+                crate::protocol::percent::encode_query(k)
+            ));
         }
         super::within("agent connect", Agent::connect(socket, &q))
             .await
@@ -139,6 +146,15 @@ impl Agent {
             v.get("id") == Some(&id) && v.get("method").is_none()
         })
         .await
+    }
+
+    /// Calls `tool` with `args` and returns the answer (an id of the agent's own, unique per
+    /// agent: a test that checks ids names its own with [`Agent::request`]).
+    pub async fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.calls += 1;
+        let id = json!(1_000_000 + self.calls);
+        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))
+            .await
     }
 
     /// A request and its answer.

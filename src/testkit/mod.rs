@@ -1,3 +1,5 @@
+//! Test support (the `testkit` feature): fake editors, agents and clients.
+//!
 //! Test support shared by the integration tests, the benches and the `fake-editor` example:
 //! a fake editor that follows PROTOCOL.md and a fake agent client. Real sockets, real frames.
 
@@ -15,6 +17,13 @@ pub fn diff_args(path: &str, contents: &str, tab: &str) -> serde_json::Value {
 
 /// The bound on every await in tests: a hang fails fast instead of stalling the suite.
 pub const WAIT: Duration = Duration::from_secs(10);
+
+/// The text of a tool answer's first content block (`""` when there is none).
+pub fn text(answer: &serde_json::Value) -> &str {
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+}
 
 /// Awaits `fut` for at most [`WAIT`], panicking with `what` on timeout.
 pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {

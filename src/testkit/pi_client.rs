@@ -1,3 +1,5 @@
+//! A client that behaves like the published pi-ide extension (PROTOCOL.md §6).
+//!
 //! A client that behaves like the published pi-ide extension (PROTOCOL.md §6): it finds
 //! candidates by scanning a lock dir (cwd prefix match, pid alive, port listening), connects
 //! with `x-pi-ide-authorization`, sends `initialize` only, uses UUID string ids, calls
@@ -73,7 +75,7 @@ pub async fn find_candidates(dir: &Path, cwd: &str) -> Vec<Candidate> {
         {
             continue;
         }
-        if !crate::procinfo::alive(pid as u32) {
+        if !crate::sys::procinfo::alive(pid as u32) {
             continue;
         }
         if TcpStream::connect(("127.0.0.1", port)).await.is_err() {

@@ -1,3 +1,5 @@
+//! A second client of a single-client editor, as the user's own Claude Code is one.
+//!
 //! A second client of a single-client editor, as the user's own Claude Code CLI is one: it
 //! connects to the editor's port with the token header, counts the times the editor closes it
 //! (evictions), and, like Claude Code 2.1, reconnects whenever it is closed if asked to. Asked

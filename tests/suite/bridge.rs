@@ -1,9 +1,10 @@
 //! Issue: pi-family sessions on Claude-family editors (and back), through the real doors.
 
 use crate::common::*;
-use pi_ide_broker::family::Family;
+use pi_ide_broker::protocol::family::Family;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use pi_ide_broker::testkit::pi_client::PiClient;
+use pi_ide_broker::testkit::text;
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};
 
@@ -47,14 +48,10 @@ async fn a_pi_client_uses_a_claude_family_editor() {
         .tool("getDiagnostics", json!({"uri": "file:///closed.rs"}))
         .await
         .unwrap();
-    assert_eq!(
-        one["result"]["content"][0]["text"],
-        "{\"file:///closed.rs\":[]}"
-    );
+    assert_eq!(text(&one), "{\"file:///closed.rs\":[]}");
     // Open tabs in the pi shape under the pi name.
     let tabs = c.tool("getOpenEditorTabs", json!({})).await.unwrap();
-    let tabs: Value =
-        serde_json::from_str(tabs["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let tabs: Value = serde_json::from_str(text(&tabs)).unwrap();
     assert_eq!(
         tabs,
         json!([{"uri": "file:///x.rs", "isActive": true, "isDirty": true, "languageId": "rust"}])
@@ -98,7 +95,7 @@ async fn a_pi_client_uses_a_claude_family_editor() {
     assert!(fe.reject_diff(&tab));
     let (r, mut c) = within("reject", w).await.unwrap();
     let v = r.unwrap();
-    assert_eq!(v["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(text(&v), "DIFF_REJECTED");
     assert_eq!(v["result"]["content"][1]["text"], "pi-write:rej");
 
     // Another session's close_tab with the same plain name cannot close this session's diff:
@@ -147,9 +144,9 @@ async fn the_owner_cancels_with_its_own_tab_name() {
     a.call_tool(json!("c"), "close_tab", json!({"tab_name": "pi-edit:7"}))
         .await;
     let closed = a.answer(&json!("c")).await;
-    assert_eq!(closed["result"]["content"][0]["text"], "TAB_CLOSED");
+    assert_eq!(text(&closed), "TAB_CLOSED");
     let d = a.answer(&json!("d")).await;
-    assert_eq!(d["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(text(&d), "DIFF_REJECTED");
     assert_eq!(d["result"]["content"][1]["text"], "pi-edit:7");
     assert!(fe.pending_diffs().is_empty());
     b.stop().await;
@@ -179,16 +176,7 @@ async fn two_pi_sessions_with_the_same_tab_name_never_collide() {
     assert!(fe.reject_diff(&tabs[1]));
     let r1 = a1.answer(&json!(1)).await;
     let r2 = a2.answer(&json!(1)).await;
-    let mut verdicts = vec![
-        r1["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-        r2["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-    ];
+    let mut verdicts = vec![text(&r1).to_string(), text(&r2).to_string()];
     verdicts.sort();
     assert_eq!(
         verdicts,
@@ -196,7 +184,7 @@ async fn two_pi_sessions_with_the_same_tab_name_never_collide() {
         "each session got its own verdict"
     );
     for r in [&r1, &r2] {
-        if r["result"]["content"][0]["text"] == "DIFF_REJECTED" {
+        if text(r) == "DIFF_REJECTED" {
             assert_eq!(r["result"]["content"][1]["text"], "pi-write:same");
         }
     }
@@ -211,23 +199,12 @@ async fn same_dialect_passes_through_untouched() {
     let mut a = Agent::connect(&b.socket, "cwd=/vs&dialect=claude")
         .await
         .unwrap();
-    let r = a
-        .request(
-            json!(1),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {}}),
-        )
-        .await;
-    assert_eq!(
-        r["result"]["content"][0]["text"],
+    let r = a.call("getDiagnostics", json!({})).await;
+    assert_eq!(text(&r),
         json!([{"uri": "file:///x.rs", "diagnostics": [{"severity": "Error", "message": "boom"}, {"severity": "Info", "message": "fyi"}]}]).to_string()
     );
     let e = a
-        .request(
-            json!(2),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {"uri": "file:///nope"}}),
-        )
+        .call("getDiagnostics", json!({"uri": "file:///nope"}))
         .await;
     assert_eq!(
         e["error"]["code"], -32001,
@@ -252,26 +229,12 @@ async fn a_claude_session_on_a_pi_editor_gets_the_claude_shapes() {
         .unwrap()
         .iter()
         .any(|t| t["name"] == "getOpenEditors"));
-    let r = a
-        .request(
-            json!(1),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {}}),
-        )
-        .await;
-    let arr: Value =
-        serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let r = a.call("getDiagnostics", json!({})).await;
+    let arr: Value = serde_json::from_str(text(&r)).unwrap();
     assert_eq!(arr[0]["uri"], "file:///x.rs");
     assert_eq!(arr[0]["diagnostics"][1]["severity"], "Info");
-    let t = a
-        .request(
-            json!(2),
-            "tools/call",
-            json!({"name": "getOpenEditors", "arguments": {}}),
-        )
-        .await;
-    let tabs: Value =
-        serde_json::from_str(t["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let t = a.call("getOpenEditors", json!({})).await;
+    let tabs: Value = serde_json::from_str(text(&t)).unwrap();
     assert_eq!(tabs["tabs"][0]["label"], "x.rs");
     b.stop().await;
 }
@@ -324,7 +287,7 @@ async fn plain_named_diffs_on_a_claude_editor_can_always_be_closed() {
     );
     assert!(fe.reject_diff(&marked));
     let r = a.answer(&json!(1)).await;
-    assert_eq!(r["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(text(&r), "DIFF_REJECTED");
     assert_eq!(r["result"]["content"][1]["text"], "plain-1", "{r}");
     // Left while pending: closed in the editor under the marked name.
     a.call_tool(
@@ -354,13 +317,7 @@ async fn plain_named_diffs_on_a_claude_editor_can_always_be_closed() {
     )
     .await;
     next_tool_call(&mut ev, "openDiff").await;
-    let r = c
-        .request(
-            json!(4),
-            "tools/call",
-            json!({"name": "close_tab", "arguments": {"tab_name": "plain-3"}}),
-        )
-        .await;
+    let r = c.call("close_tab", json!({"tab_name": "plain-3"})).await;
     assert!(r.get("result").is_some(), "{r}");
     assert!(fe.pending_diffs().is_empty(), "{:?}", fe.pending_diffs());
     b.stop().await;
@@ -467,10 +424,7 @@ async fn at_mentioned_paths_reach_sessions_absolute() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pi_client_uses_a_jetbrains_editor() {
     let b = TestBroker::start().await;
-    let fe = FakeEditor::start_in(&b.claude_dir, Options::jetbrains(&["/jb"]))
-        .await
-        .unwrap();
-    b.wait_editor(fe.port, "ready").await;
+    let (fe, _) = b.start_editor(Options::jetbrains(&["/jb"])).await;
     let mut ev = fe.events();
     let mut c = pi_client_for(&b, "/jb").await;
     let diags = c.diagnostics().await.unwrap();
@@ -482,8 +436,7 @@ async fn a_pi_client_uses_a_jetbrains_editor() {
         .collect();
     assert_eq!(severities, ["Error", "Hint", "Information"], "{diags:?}");
     let tabs = c.tool("getOpenEditorTabs", json!({})).await.unwrap();
-    let tabs: Value =
-        serde_json::from_str(tabs["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let tabs: Value = serde_json::from_str(text(&tabs)).unwrap();
     let uris: Vec<&str> = tabs
         .as_array()
         .unwrap()
@@ -506,7 +459,7 @@ async fn a_pi_client_uses_a_jetbrains_editor() {
     let tab = eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
     assert!(fe.reject_diff(&tab));
     let v = within("reject", w).await.unwrap().unwrap();
-    assert_eq!(v["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(text(&v), "DIFF_REJECTED");
     assert_eq!(v["result"]["content"][1]["text"], "pi-write:rej");
     b.stop().await;
 }

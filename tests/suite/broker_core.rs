@@ -114,7 +114,7 @@ async fn a_missing_lock_dir_is_created_and_its_editors_picked_up() {
         & 0o777;
     assert_eq!(mode, 0o700);
     let mut opts = Options::pi(&["/c"]);
-    opts.family = pi_ide_broker::family::Family::Claude;
+    opts.family = pi_ide_broker::protocol::family::Family::Claude;
     opts.ide_name = "Visual Studio Code".into();
     let fe = FakeEditor::start_in(&b.claude_dir.join("..").join("claude-ide"), opts)
         .await
@@ -211,7 +211,7 @@ async fn a_wrong_token_backs_off_instead_of_spinning() {
     let wrong = fe
         .lockfile_json()
         .replace(fe.token(), "WRONG-TOKEN-0123456789");
-    pi_ide_broker::state::write_atomic(&path, wrong.as_bytes()).unwrap();
+    pi_ide_broker::registry::state::write_atomic(&path, wrong.as_bytes()).unwrap();
     let _ = fake_editor::wait_for(&mut ev, "first refusal", |e| matches!(e, Event::Refused)).await;
     // Count refusals over one second: backoff (100, 200, 400, 800 ms) allows a handful.
     let mut refused = 0;

@@ -1,6 +1,7 @@
 //! The real binary: `daemon`, `status`, exit codes, log lines, and secrets kept out of output.
 
 use crate::common::process::*;
+use pi_ide_broker::testkit::text;
 use pi_ide_broker::testkit::within;
 use rustix::process::Signal;
 use serde_json::Value;
@@ -315,13 +316,9 @@ async fn megabyte_calls_pass_whole_one_after_another() {
         // Each call's payload differs, so an answer built from a reused buffer shows.
         let pad = char::from(b'a' + i as u8).to_string().repeat(1 << 20);
         let r = a
-            .request(
-                serde_json::json!(i),
-                "tools/call",
-                serde_json::json!({"name": "echo", "arguments": {"i": i, "pad": pad}}),
-            )
+            .call("echo", serde_json::json!({"i": i, "pad": pad}))
             .await;
-        let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+        let text = text(&r);
         let echoed: Value = serde_json::from_str(text).expect("the echo's arguments");
         assert_eq!(echoed["i"], i, "call {i}");
         assert!(

@@ -3,6 +3,7 @@
 use crate::common::*;
 use pi_ide_broker::testkit::pi_client::WriteVerdict;
 use pi_ide_broker::testkit::pi_client::{find_candidates, PiClient};
+use pi_ide_broker::testkit::text;
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -70,7 +71,7 @@ async fn a_pi_ide_client_accepts_and_rejects_diffs_through_the_broker() {
     assert!(fe.reject_diff("pi-write:call2"));
     let (r, c) = within("writer", writer).await.unwrap();
     let v = r.unwrap();
-    assert_eq!(v["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(text(&v), "DIFF_REJECTED");
     assert_eq!(v["result"]["content"][1]["text"], "pi-write:call2");
     c.close().await;
     b.stop().await;
@@ -86,10 +87,7 @@ async fn the_connection_survives_an_editor_restart_on_a_new_port() {
     fe.remove_lockfile();
     fe.crash().await;
     b.wait_editor_gone(fe.port).await;
-    let fe2 = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/w"]))
-        .await
-        .unwrap();
-    b.wait_editor(fe2.port, "ready").await;
+    let (fe2, _) = b.start_editor(Options::pi(&["/w"])).await;
     // Same virtual entry (port and token), same connection.
     assert_eq!(one_candidate(&b, "/w").await.port, cand.port);
     let writer = tokio::spawn(async move {
@@ -357,9 +355,7 @@ async fn a_multi_megabyte_echo_crosses_the_compat_door_whole() {
     let r = within("a multi-megabyte echo", c.tool("echo", json!({"pad": pad})))
         .await
         .unwrap();
-    let text = r["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = text(&r);
     let echoed: Value = serde_json::from_str(text).expect("echo payload");
     assert!(echoed["pad"] == pad.as_str(), "the payload changed");
 }

@@ -461,13 +461,7 @@ async fn the_native_door_follows_rfc_6455_case_by_case() {
     eprintln!("server-role cases by Autobahn section: {by_section:?}");
     // Whatever the cases did, the door and the editor still serve a new session.
     let mut a = Agent::open(&b.socket, "/conformance", None).await;
-    let r = a
-        .request(
-            json!("after"),
-            "tools/call",
-            json!({"name": "echo", "arguments": {}}),
-        )
-        .await;
+    let r = a.call("echo", json!({})).await;
     assert!(r.get("result").is_some(), "{r}");
     b.stop().await;
 }

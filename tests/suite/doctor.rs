@@ -399,10 +399,7 @@ async fn the_events_stream_survives_a_client_that_stops_reading() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_says_an_editor_without_a_token_uses_none() {
     let b = TestBroker::start().await;
-    let fe = FakeEditor::start_in(&b.claude_dir, Options::emacs(&["/el"]))
-        .await
-        .unwrap();
-    b.wait_editor(fe.port, "ready").await;
+    let (fe, _) = b.start_editor(Options::emacs(&["/el"])).await;
     let (ok, report) = doctor(b.dir.path(), "/el", "").await;
     let c = check(&report, &format!("{}.lock", fe.port));
     assert_eq!(c["level"], "ok", "{report:#}");

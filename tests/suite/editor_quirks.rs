@@ -3,6 +3,7 @@
 //! at a time (`taken`). Both against the fake editor in the recorded shapes (PROTOCOL.md).
 
 use crate::common::*;
+use pi_ide_broker::testkit::text;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -11,8 +12,8 @@ async fn an_emacs_lockfile_without_a_token_links_without_the_header_and_serves_c
     let fe = FakeEditor::start_in(&b.claude_dir, Options::emacs(&["/emacs-proj"]))
         .await
         .unwrap();
-    let text = std::fs::read_to_string(b.claude_dir.join(format!("{}.lock", fe.port))).unwrap();
-    assert!(!text.contains("authToken"), "the recorded shape: {text}");
+    let lock = std::fs::read_to_string(b.claude_dir.join(format!("{}.lock", fe.port))).unwrap();
+    assert!(!lock.contains("authToken"), "the recorded shape: {lock}");
     let e = b.wait_editor(fe.port, "ready").await;
     assert_eq!(e["ide_name"], "Emacs");
     assert_eq!(e["family"], "claude");
@@ -21,19 +22,8 @@ async fn an_emacs_lockfile_without_a_token_links_without_the_header_and_serves_c
     let mut a = Agent::connect(&b.socket, "cwd=/emacs-proj&dialect=claude")
         .await
         .unwrap();
-    let r = a
-        .request(
-            json!(1),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {}}),
-        )
-        .await;
-    assert!(
-        r["result"]["content"][0]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("boom")),
-        "{r:#}"
-    );
+    let r = a.call("getDiagnostics", json!({})).await;
+    assert!(text(&r).contains("boom"), "{r:#}");
     assert!(b.status().await["lockfiles_rejected"]
         .as_array()
         .is_some_and(|r| r.is_empty()));
@@ -54,17 +44,14 @@ const WINDOW: std::time::Duration = std::time::Duration::from_millis(1500);
 /// A broker whose `taken` probe runs every 50 ms, beside a one-client fake editor with an
 /// attached Claude-dialect agent; `policy` is `[editors] single_client`.
 async fn one_client_setup(
-    policy: pi_ide_broker::config::SingleClient,
+    policy: pi_ide_broker::sys::config::SingleClient,
 ) -> (TestBroker, FakeEditor, Agent) {
     let b = TestBroker::start_with(|c| {
         c.editors.single_client = policy;
         c.editors.taken_probe_ms = 50;
     })
     .await;
-    let fe = FakeEditor::start_in(&b.claude_dir, Options::vscode(&["/vsc"]))
-        .await
-        .unwrap();
-    b.wait_editor(fe.port, "ready").await;
+    let (fe, _) = b.start_editor(Options::vscode(&["/vsc"])).await;
     let mut a = Agent::connect(&b.socket, "cwd=/vsc&dialect=claude")
         .await
         .unwrap();
@@ -72,24 +59,16 @@ async fn one_client_setup(
     (b, fe, a)
 }
 
-async fn echo_works(a: &mut Agent, id: i64) -> bool {
-    let r = a
-        .request(
-            json!(id),
-            "tools/call",
-            json!({"name": "echo", "arguments": {"x": "hi"}}),
-        )
-        .await;
-    r["result"]["content"][0]["text"]
-        .as_str()
-        .is_some_and(|t| t.contains("hi"))
+async fn echo_works(a: &mut Agent) -> bool {
+    let r = a.call("echo", json!({"x": "hi"})).await;
+    text(&r).contains("hi")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_broker_yields_a_single_client_editor_and_takes_it_back_when_the_other_leaves() {
     use pi_ide_broker::testkit::rival::Rival;
     let (b, fe, mut a) = one_client_setup(Default::default()).await;
-    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let header = pi_ide_broker::protocol::family::Family::Claude.auth_header();
     // The user's Claude Code, which reconnects whenever it is closed.
     let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), true).await;
     rival.wait_connected().await;
@@ -131,7 +110,7 @@ async fn an_idle_broker_yields_a_single_client_editor_and_takes_it_back_when_the
         .until("the ready notice", |m| m["method"] == "broker/editor_state")
         .await;
     assert_eq!(back["params"]["state"], "ready", "{back:#}");
-    assert!(echo_works(&mut a, 2).await);
+    assert!(echo_works(&mut a).await);
     assert_eq!(fe.evictions(), 1);
     a.close().await;
     b.stop().await;
@@ -144,12 +123,12 @@ async fn an_idle_broker_yields_a_single_client_editor_and_takes_it_back_when_the
 async fn a_call_to_a_taken_editor_is_answered_on_the_first_try() {
     use pi_ide_broker::testkit::rival::Rival;
     let (b, fe, mut a) = one_client_setup(Default::default()).await;
-    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let header = pi_ide_broker::protocol::family::Family::Claude.auth_header();
     // A plain second client that does not come back once closed.
     let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), false).await;
     rival.wait_connected().await;
     b.wait_editor(fe.port, "taken").await;
-    assert!(echo_works(&mut a, 1).await, "the first call is answered");
+    assert!(echo_works(&mut a).await, "the first call is answered");
     assert_eq!(rival.evictions(), 1);
     let e = editor_by_port(&b.status().await, fe.port).cloned().unwrap();
     assert!(
@@ -164,7 +143,7 @@ async fn a_call_to_a_taken_editor_is_answered_on_the_first_try() {
             .is_some_and(|e| e["state"] == "ready" && e["state_reason"].is_null())
     })
     .await;
-    assert!(echo_works(&mut a, 2).await);
+    assert!(echo_works(&mut a).await);
     rival.leave().await;
     a.close().await;
     b.stop().await;
@@ -178,11 +157,8 @@ async fn a_call_to_a_taken_editor_is_answered_on_the_first_try() {
 async fn a_session_started_while_the_editor_is_taken_is_attached_and_answered() {
     use pi_ide_broker::testkit::rival::Rival;
     let b = TestBroker::start_with(|c| c.editors.taken_probe_ms = 50).await;
-    let fe = FakeEditor::start_in(&b.claude_dir, Options::vscode(&["/vsc"]))
-        .await
-        .unwrap();
-    b.wait_editor(fe.port, "ready").await;
-    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let (fe, _) = b.start_editor(Options::vscode(&["/vsc"])).await;
+    let header = pi_ide_broker::protocol::family::Family::Claude.auth_header();
     let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), true).await;
     rival.wait_connected().await;
     let e = b.wait_editor(fe.port, "taken").await;
@@ -199,10 +175,7 @@ async fn a_session_started_while_the_editor_is_taken_is_attached_and_answered() 
     let st = b.status().await;
     assert_eq!(st["sessions"][0]["editor"], e["id"], "{st:#}");
     for round in 1..=2u64 {
-        assert!(
-            echo_works(&mut a, round as i64).await,
-            "round {round}: answered"
-        );
+        assert!(echo_works(&mut a).await, "round {round}: answered");
         assert_eq!(rival.evictions(), round, "one eviction per call window");
         // Handed back once idle: the other client reconnects and holds it again.
         b.wait_status("the editor handed back", |st| {
@@ -227,8 +200,8 @@ async fn a_session_started_while_the_editor_is_taken_is_attached_and_answered() 
 async fn with_the_take_policy_the_two_clients_fight_as_before() {
     // The contrast that shows the fake reproduces the fight the yield policy avoids.
     use pi_ide_broker::testkit::rival::Rival;
-    let (b, fe, a) = one_client_setup(pi_ide_broker::config::SingleClient::Take).await;
-    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let (b, fe, a) = one_client_setup(pi_ide_broker::sys::config::SingleClient::Take).await;
+    let header = pi_ide_broker::protocol::family::Family::Claude.auth_header();
     let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), true).await;
     rival.wait_connected().await;
     pi_ide_broker::testkit::eventually("the broker to evict the other client", || {
@@ -256,17 +229,9 @@ async fn one_client_with(opts: Options) -> (TestBroker, FakeEditor, Agent) {
 
 /// `getDiagnostics` from `a`: the fake editor's own answer (its "boom" diagnostic), or the
 /// whole answer (an error: not answered on the first try).
-async fn diagnostics(a: &mut Agent, id: i64) -> Result<(), serde_json::Value> {
-    let r = a
-        .request(
-            json!(id),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {}}),
-        )
-        .await;
-    let ok = r["result"]["content"][0]["text"]
-        .as_str()
-        .is_some_and(|t| t.contains("boom"));
+async fn diagnostics(a: &mut Agent) -> Result<(), serde_json::Value> {
+    let r = a.call("getDiagnostics", json!({})).await;
+    let ok = text(&r).contains("boom");
     if ok {
         Ok(())
     } else {
@@ -287,14 +252,14 @@ async fn a_call_to_a_taken_editor_whose_other_client_is_back_within_2_ms_is_answ
     let mut opts = Options::vscode(&["/vsc"]);
     opts.tools_list_delay = std::time::Duration::from_millis(10);
     let (b, fe, mut a) = one_client_with(opts).await;
-    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let header = pi_ide_broker::protocol::family::Family::Claude.auth_header();
     let back = std::time::Duration::from_millis(2);
     let mut rival =
         Rival::start_with(fe.port, header, Some(fe.token().into()), Some(back), None).await;
     rival.wait_connected().await;
     b.wait_editor(fe.port, "taken").await;
     for round in 1..=3i64 {
-        if let Err(r) = diagnostics(&mut a, round).await {
+        if let Err(r) = diagnostics(&mut a).await {
             panic!("round {round}: not answered on the first try: {r:#}");
         }
         // The other client is back at once and the editor closes the broker's link.
@@ -326,13 +291,13 @@ async fn a_call_to_a_taken_editor_whose_other_client_is_back_within_2_ms_is_answ
 async fn a_close_right_after_the_initialize_answer_does_not_lose_the_parked_call() {
     use pi_ide_broker::testkit::rival::Rival;
     let (b, fe, mut a) = one_client_with(Options::vscode(&["/vsc"])).await;
-    let header = pi_ide_broker::family::Family::Claude.auth_header();
+    let header = pi_ide_broker::protocol::family::Family::Claude.auth_header();
     let mut rival = Rival::start(fe.port, header, Some(fe.token().into()), false).await;
     rival.wait_connected().await;
     b.wait_editor(fe.port, "taken").await;
     fe.close_after_initialize(1);
     let t0 = std::time::Instant::now();
-    if let Err(r) = diagnostics(&mut a, 1).await {
+    if let Err(r) = diagnostics(&mut a).await {
         panic!("not answered on the first try: {r:#}");
     }
     assert!(
@@ -382,7 +347,7 @@ async fn a_close_during_the_handshake_fails_the_dial_and_the_link_is_never_ready
         .await
         .unwrap();
     a.attached().await;
-    if let Err(r) = diagnostics(&mut a, 1).await {
+    if let Err(r) = diagnostics(&mut a).await {
         panic!("{r:#}");
     }
     a.close().await;
@@ -417,7 +382,7 @@ async fn a_jetbrains_editor_is_dialled_with_the_mcp_subprotocol_and_its_pings_an
         1,
         "the link was never dropped for a late pong"
     );
-    assert!(echo_works(&mut a, 1).await);
+    assert!(echo_works(&mut a).await);
     let st = b.status().await;
     assert_eq!(editor_by_port(&st, fe.port).unwrap()["state"], "ready");
     a.close().await;

@@ -5,7 +5,7 @@
 
 use crate::common::*;
 use futures_util::{SinkExt, StreamExt};
-use pi_ide_broker::family::Family;
+use pi_ide_broker::protocol::family::Family;
 use pi_ide_broker::testkit::within;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;

@@ -4,6 +4,7 @@
 use crate::common::process::*;
 use crate::common::*;
 use pi_ide_broker::testkit::pi_client::find_candidates;
+use pi_ide_broker::testkit::text;
 use pi_ide_broker::testkit::{eventually, within};
 use rustix::process::Signal;
 use serde_json::{json, Value};
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 async fn status(root: &Path) -> Value {
     within(
         "status",
-        pi_ide_broker::client::get_json(&root.join("run/sock"), "/v1/status"),
+        pi_ide_broker::cli::client::get_json(&root.join("run/sock"), "/v1/status"),
     )
     .await
     .unwrap()
@@ -70,7 +71,7 @@ async fn an_editor_killed_with_three_pending_diffs_then_restarted() {
     ed.wait_exit().await;
     for (i, a) in sessions.iter_mut().enumerate() {
         let ans = a.answer(&json!(i)).await;
-        assert_eq!(ans["result"]["content"][0]["text"], "DIFF_REJECTED");
+        assert_eq!(text(&ans), "DIFF_REJECTED");
         assert_eq!(ans["result"]["content"][1]["text"], format!("tab-{i}"));
     }
     // The stale lockfile stays; the editor restarts on another port; sessions go on.
@@ -79,13 +80,7 @@ async fn an_editor_killed_with_three_pending_diffs_then_restarted() {
         .wait_line(&["editor ready", &format!("port={port2}")])
         .await;
     for a in sessions.iter_mut() {
-        let r = a
-            .request(
-                json!("after"),
-                "tools/call",
-                json!({"name": "echo", "arguments": {}}),
-            )
-            .await;
+        let r = a.call("echo", json!({})).await;
         assert!(r.get("result").is_some(), "{r}");
     }
     daemon.signal(Signal::TERM);
@@ -138,14 +133,12 @@ async fn a_frozen_editor_turns_unhealthy_short_tools_fail_fast_and_it_recovers()
         "unhealthy after {took:?}"
     );
     let t = Instant::now();
-    let r = a
-        .request(
-            json!("short"),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {}}),
-        )
-        .await;
-    assert_eq!(r["error"]["code"], pi_ide_broker::jsonrpc::TIMEOUT, "{r}");
+    let r = a.call("getDiagnostics", json!({})).await;
+    assert_eq!(
+        r["error"]["code"],
+        pi_ide_broker::protocol::jsonrpc::TIMEOUT,
+        "{r}"
+    );
     assert!(
         t.elapsed() < Duration::from_secs(3),
         "bounded: {:?}",
@@ -198,12 +191,7 @@ async fn churning_sessions_leak_nothing() {
                 )
                 .await;
             } else {
-                a.request(
-                    json!(i),
-                    "tools/call",
-                    json!({"name": "echo", "arguments": {}}),
-                )
-                .await;
+                a.call("echo", json!({})).await;
             }
             batch.push(a);
         }
@@ -241,23 +229,14 @@ async fn churning_sessions_leak_nothing() {
 async fn lockfile_flapping_does_not_disturb_working_sessions() {
     let b = TestBroker::start_with(|c| c.editor_grace_ms = 50).await;
     let (_stable, _) = b.editor(&["/stable"]).await;
-    let flap = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/flap"]))
-        .await
-        .unwrap();
-    b.wait_editor(flap.port, "ready").await;
+    let (flap, _) = b.start_editor(Options::pi(&["/flap"])).await;
     let lock = b.pi_dir.join(format!("{}.lock", flap.port));
     let body = std::fs::read(&lock).unwrap();
     let mut a = Agent::open(&b.socket, "/stable", None).await;
     a.attached().await;
     let worker = tokio::spawn(async move {
         for i in 0..300 {
-            let r = a
-                .request(
-                    json!(i),
-                    "tools/call",
-                    json!({"name": "echo", "arguments": {"i": i}}),
-                )
-                .await;
+            let r = a.call("echo", json!({"i": i})).await;
             assert!(
                 r.get("result").is_some(),
                 "call {i} failed during flapping: {r}"
@@ -266,7 +245,7 @@ async fn lockfile_flapping_does_not_disturb_working_sessions() {
     });
     for _ in 0..1000 {
         std::fs::remove_file(&lock).unwrap();
-        pi_ide_broker::state::write_atomic(&lock, &body).unwrap();
+        pi_ide_broker::registry::state::write_atomic(&lock, &body).unwrap();
     }
     within("worker", worker).await.unwrap();
     b.wait_editor(flap.port, "ready").await;

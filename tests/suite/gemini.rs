@@ -4,6 +4,7 @@
 use crate::common::gemini::*;
 use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::next_answer;
+use pi_ide_broker::testkit::text;
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -277,10 +278,7 @@ async fn close_diff_closes_the_tab_and_answers_the_proposed_text() {
             json!({"filePath": "/g/c/x.rs", "suppressNotification": true}),
         )
         .await;
-    let text = r["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
-    let v: Value = serde_json::from_str(text).unwrap_or_default();
+    let v: Value = serde_json::from_str(text(&r)).unwrap_or_default();
     assert_eq!(v, json!({"content": "x\n"}), "{r}");
     eventually("the diff closed in the editor", || {
         fe.pending_diffs().is_empty().then_some(())
@@ -290,10 +288,7 @@ async fn close_diff_closes_the_tab_and_answers_the_proposed_text() {
     assert!(diff_notes(&a).is_empty(), "suppressed: {:?}", a.notes);
     // Nothing open for that path now.
     let r = a.call("closeDiff", json!({"filePath": "/g/c/x.rs"})).await;
-    assert_eq!(
-        r["result"]["content"][0]["text"], r#"{"content":null}"#,
-        "{r}"
-    );
+    assert_eq!(text(&r), r#"{"content":null}"#, "{r}");
     a.close().await;
     b.stop().await;
 }
@@ -360,10 +355,7 @@ async fn a_killed_editor_rejects_the_pending_diff_at_once_and_its_restart_is_fol
 
     // Its restart (a new process on a new port, same folder) is followed by the same session,
     // and the same discovery file (port and token) stands for it.
-    let fe2 = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/g/k"]))
-        .await
-        .unwrap();
-    b.wait_editor(fe2.port, "ready").await;
+    let (fe2, _) = b.start_editor(Options::pi(&["/g/k"])).await;
     let again = one_discovery(&gemini_dir(&b), "/g/k").await;
     assert_eq!(
         (again.port, again.token.as_str()),
@@ -458,7 +450,7 @@ async fn a_claude_family_editor_gets_a_marked_tab_and_its_accepted_diff_closed()
     let Some(g) = find_gemini() else { return };
     let b = TestBroker::start().await;
     let mut opts = Options::pi(&["/g/cl"]);
-    opts.family = pi_ide_broker::family::Family::Claude;
+    opts.family = pi_ide_broker::protocol::family::Family::Claude;
     opts.ide_name = "VS Code".into();
     let fe = FakeEditor::start_in(&b.claude_dir, opts).await.unwrap();
     b.wait_editor(fe.port, "ready").await;

@@ -41,13 +41,7 @@ async fn close_code(a: &mut Agent) -> Option<u16> {
 async fn still_serving(b: &TestBroker, cwd: &str) {
     let mut a = Agent::open(&b.socket, cwd, None).await;
     a.attached().await;
-    let r = a
-        .request(
-            json!("alive"),
-            "tools/call",
-            json!({"name": "echo", "arguments": {"ok": true}}),
-        )
-        .await;
+    let r = a.call("echo", json!({"ok": true})).await;
     assert!(r.get("result").is_some(), "{r}");
 }
 
@@ -545,13 +539,7 @@ async fn connection_floods_are_capped_on_both_doors() {
             unix.push(s);
         }
         if i % 1000 == 999 {
-            let r = worker
-                .request(
-                    json!(i),
-                    "tools/call",
-                    json!({"name": "echo", "arguments": {"i": i}}),
-                )
-                .await;
+            let r = worker.call("echo", json!({"i": i})).await;
             assert!(r.get("result").is_some(), "the real session stalled: {r}");
         }
     }
@@ -574,13 +562,7 @@ async fn connection_floods_are_capped_on_both_doors() {
         (open_fds() <= baseline).then_some(())
     })
     .await;
-    let r = worker
-        .request(
-            json!("end"),
-            "tools/call",
-            json!({"name": "echo", "arguments": {}}),
-        )
-        .await;
+    let r = worker.call("echo", json!({})).await;
     assert!(r.get("result").is_some(), "{r}");
     b.stop().await;
 }

@@ -191,7 +191,7 @@ async fn a_killed_editor_left_unreaped_is_dead_and_its_restart_is_its_successor(
     })
     .await;
     assert!(
-        !pi_ide_broker::procinfo::alive(old_pid),
+        !pi_ide_broker::sys::procinfo::alive(old_pid),
         "a zombie counts as dead"
     );
     let (e2, p2) = editor_proc(&b, proj).await;
@@ -200,13 +200,7 @@ async fn a_killed_editor_left_unreaped_is_dead_and_its_restart_is_its_successor(
     assert_eq!(st["previous_pid"], old_pid, "{st}");
     let sib = editor_by_port(&b.status().await, pb).cloned().unwrap();
     assert_eq!(id_of(&sib), idb, "the sibling keeps its id");
-    let r = on_a
-        .request(
-            json!("after"),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {}}),
-        )
-        .await;
+    let r = on_a.call("getDiagnostics", json!({})).await;
     assert!(r.get("result").is_some(), "the session follows: {r}");
     drop((ea, e2));
     b.stop().await;
@@ -244,13 +238,7 @@ async fn a_fast_restart_keeps_its_id_when_a_second_window_opens_later() {
         "C is a new editor, not a successor: {st}"
     );
     // The session is still on A2, and its calls reach A2's process.
-    let r = on_a
-        .request(
-            json!("after"),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {}}),
-        )
-        .await;
+    let r = on_a.call("getDiagnostics", json!({})).await;
     assert!(r.get("result").is_some(), "{r}");
     let st = b.status().await;
     let editors: Vec<&str> = st["sessions"]

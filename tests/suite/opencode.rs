@@ -6,7 +6,7 @@
 use crate::common::fake_model::{all_text, FakeModel, Reply};
 use crate::common::process::{broker_bin, isolate};
 use crate::common::*;
-use pi_ide_broker::setup::mcp::FileClient;
+use pi_ide_broker::cli::setup::mcp::FileClient;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

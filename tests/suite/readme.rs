@@ -178,7 +178,7 @@ async fn install_block_as_written() {
     );
     let carried = h.home.join(".local/share/pi-ide-broker/pi-extension");
     assert_eq!(
-        pi_ide_broker::setup::pi::installed(&h.home.join(".pi/agent/settings.json")),
+        pi_ide_broker::cli::setup::pi::installed(&h.home.join(".pi/agent/settings.json")),
         [carried.display().to_string()],
         "setup did not install the extension the binary carries"
     );

@@ -4,8 +4,9 @@
 //! it; no sshd is started.)
 
 use crate::common::*;
-use pi_ide_broker::pathmap::RemoteConfig;
+use pi_ide_broker::protocol::pathmap::RemoteConfig;
 use pi_ide_broker::testkit::fake_editor::{next_answer, next_tool_call};
+use pi_ide_broker::testkit::text;
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,10 +58,9 @@ async fn a_remote_sessions_paths_are_mapped_both_ways() {
 
     // getDiagnostics: the uri argument goes out as the host's, the result comes back as the agent's.
     let r = a
-        .request(
-            json!(2),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {"uri": "file:///workspaces/app/my%20file.rs"}}),
+        .call(
+            "getDiagnostics",
+            json!({"uri": "file:///workspaces/app/my%20file.rs"}),
         )
         .await;
     // What the editor was asked for: the host's path (the fake answers with the uri it was
@@ -71,8 +71,7 @@ async fn a_remote_sessions_paths_are_mapped_both_ways() {
         format!("file://{}/my%20file.rs", host_s.replace(' ', "%20")),
         "the editor must see the host's uri"
     );
-    let body: Value =
-        serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let body: Value = serde_json::from_str(text(&r)).unwrap();
     assert!(
         body.get("file:///workspaces/app/my%20file.rs").is_some(),
         "the answer comes back in the agent's spelling: {body}"
@@ -255,7 +254,7 @@ async fn an_agent_over_ssh_reaches_the_hosts_editor_with_mapped_paths() {
     assert_eq!(args["old_file_path"], format!("{host_s}/src/main.rs"));
     assert!(fe.reject_diff("ssh-tab"));
     let r = a.answer(&json!("d")).await;
-    assert_eq!(r["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(text(&r), "DIFF_REJECTED");
     assert_eq!(r["result"]["content"][1]["text"], "ssh-tab");
     fe.select(&format!("{host_s}/src/main.rs"), "fn main", 0);
     let sel = a

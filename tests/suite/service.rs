@@ -4,6 +4,7 @@ use crate::common::process::*;
 use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
 use pi_ide_broker::testkit::pi_client::PiClient;
+use pi_ide_broker::testkit::text;
 use pi_ide_broker::testkit::{eventually, within};
 use rustix::process::Signal;
 use serde_json::{json, Value};
@@ -115,7 +116,7 @@ async fn socket_activation_uses_the_inherited_listener() {
     drop(listener);
     let st = within(
         "status",
-        pi_ide_broker::client::get_json(&sock, "/v1/status"),
+        pi_ide_broker::cli::client::get_json(&sock, "/v1/status"),
     )
     .await
     .unwrap();
@@ -157,7 +158,7 @@ async fn sighup_adds_a_lock_dir_and_a_broken_config_keeps_the_old_one() {
     );
     let st = within(
         "status",
-        pi_ide_broker::client::get_json(&root.join("run/sock"), "/v1/status"),
+        pi_ide_broker::cli::client::get_json(&root.join("run/sock"), "/v1/status"),
     )
     .await
     .unwrap();
@@ -227,7 +228,7 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
         }
     }
     let (ans, det) = (ans.unwrap(), det.unwrap());
-    assert_eq!(ans["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(text(&ans), "DIFF_REJECTED");
     assert_eq!(ans["result"]["content"][1]["text"], "native-tab");
     // Marked undelivered: pi tells the model the broker stopped, not that the user rejected.
     let undelivered = |a: &Value| {
@@ -244,7 +245,7 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
         .await
         .unwrap()
         .expect("an answer, not a closed socket");
-    assert_eq!(pi_ans["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(text(&pi_ans), "DIFF_REJECTED");
     assert_eq!(
         pi_ans["result"]["content"][1]["text"],
         "pi-write:compat-tab"
@@ -333,8 +334,8 @@ async fn a_frozen_editor_holds_a_shutdown_only_for_the_drain() {
 #[test]
 fn unit_files_verify_and_parse() {
     let dir = tempfile::tempdir().unwrap();
-    let unit = pi_ide_broker::service::unit(
-        pi_ide_broker::service::Manager::Systemd,
+    let unit = pi_ide_broker::cli::service::unit(
+        pi_ide_broker::cli::service::Manager::Systemd,
         &broker_bin(),
         Some(&dir.path().join("my config.toml")),
         dir.path(),
@@ -364,8 +365,8 @@ fn unit_files_verify_and_parse() {
             "systemd-analyze verify: systemd-analyze is not installed here",
         ),
     }
-    let plist = pi_ide_broker::service::unit(
-        pi_ide_broker::service::Manager::Launchd,
+    let plist = pi_ide_broker::cli::service::unit(
+        pi_ide_broker::cli::service::Manager::Launchd,
         &broker_bin(),
         Some(&dir.path().join("my config.toml")),
         dir.path(),

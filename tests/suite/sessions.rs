@@ -2,14 +2,9 @@
 
 use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::{next_answer, next_tool_call, wait_for, Event};
+use pi_ide_broker::testkit::text;
 use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};
-
-fn text0(v: &Value) -> &str {
-    v["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-}
 
 fn text1(v: &Value) -> &str {
     v["result"]["content"][1]["text"]
@@ -87,7 +82,7 @@ async fn colliding_ids_from_90_sessions_on_3_editors_each_reach_their_caller() {
                 if v.get("method").is_some() {
                     continue;
                 }
-                let echoed: Value = serde_json::from_str(text0(&v)).expect("echo payload");
+                let echoed: Value = serde_json::from_str(text(&v)).expect("echo payload");
                 assert_eq!(echoed["session"], s, "an answer meant for another session");
                 let i = echoed["call"].as_u64().unwrap() as usize;
                 assert_eq!(
@@ -146,7 +141,7 @@ async fn a_departed_session_gets_only_its_own_diff_closed() {
     // The survivor's diff still completes normally.
     assert!(fe.accept_diff("pi-write:keep", "final text\n"));
     let ans = keep.answer(&json!(1)).await;
-    assert_eq!(text0(&ans), "FILE_SAVED");
+    assert_eq!(text(&ans), "FILE_SAVED");
     assert_eq!(text1(&ans), "final text\n");
     b.stop().await;
 }
@@ -177,7 +172,7 @@ async fn an_editor_lost_mid_diff_answers_diff_rejected_with_the_sessions_tab() {
             ans.get("error").is_none(),
             "never an error (pi would apply the edit unreviewed): {ans}"
         );
-        assert_eq!(text0(&ans), "DIFF_REJECTED");
+        assert_eq!(text(&ans), "DIFF_REJECTED");
         assert_eq!(text1(&ans), format!("pi-edit:{i}"));
     }
     b.stop().await;
@@ -193,13 +188,7 @@ async fn suggestions_go_to_the_most_recently_active_session_and_cancels_follow()
     let mut recent = Agent::open(&b.socket, "/p", None).await;
     recent.attached().await;
     // `old` becomes the most recently active by sending a request.
-    let _ = old
-        .request(
-            json!(5),
-            "tools/call",
-            json!({"name": "echo", "arguments": {}}),
-        )
-        .await;
+    let _ = old.call("echo", json!({})).await;
     let out_id = fe.request_suggestions().expect("a client");
     let req = old
         .until("getSuggestions", |v| v["method"] == "getSuggestions")
@@ -234,13 +223,7 @@ async fn suggestions_go_to_the_most_recently_active_session_and_cancels_follow()
     assert_eq!(seen["id"], "probe", "suggestions leaked to another session");
     // The later-opened session becomes the most recent: the next request is its own (a rule
     // "the first session wins" would still send it to `old`).
-    let _ = recent
-        .request(
-            json!(6),
-            "tools/call",
-            json!({"name": "echo", "arguments": {}}),
-        )
-        .await;
+    let _ = recent.call("echo", json!({})).await;
     fe.request_suggestions().expect("a client");
     let req3 = recent
         .until("getSuggestions", |v| v["method"] == "getSuggestions")
@@ -314,7 +297,7 @@ async fn a_session_that_stops_reading_does_not_slow_the_others() {
     for i in 0..3000u64 {
         fe.select("/p/f.rs", &format!("sel {i}"), i);
         if i % 2 == 0 {
-            fe.broadcast(&pi_ide_broker::jsonrpc::notification(
+            fe.broadcast(&pi_ide_broker::protocol::jsonrpc::notification(
                 "at_mentioned",
                 json!({"filePath": pad, "lineStart": i}),
             ));
@@ -375,7 +358,10 @@ async fn short_tools_time_out_but_diffs_never_do() {
     .await;
     a.call_tool(json!("slow"), "slow", json!({})).await;
     let ans = a.answer(&json!("slow")).await;
-    assert_eq!(ans["error"]["code"], pi_ide_broker::jsonrpc::TIMEOUT);
+    assert_eq!(
+        ans["error"]["code"],
+        pi_ide_broker::protocol::jsonrpc::TIMEOUT
+    );
     assert!(ans["error"]["message"]
         .as_str()
         .unwrap()
@@ -386,7 +372,7 @@ async fn short_tools_time_out_but_diffs_never_do() {
     assert_eq!(fe.pending_diffs(), vec!["t1".to_string()]);
     assert!(fe.reject_diff("t1"));
     let d = a.answer(&json!("diff")).await;
-    assert_eq!(text0(&d), "DIFF_REJECTED");
+    assert_eq!(text(&d), "DIFF_REJECTED");
     b.stop().await;
 }
 
@@ -411,14 +397,8 @@ async fn garbage_gets_json_rpc_errors_and_the_session_lives_on() {
         a.until("invalid id", |v| v.get("error").is_some()).await["error"]["code"],
         -32600
     );
-    let ok = a
-        .request(
-            json!(9),
-            "tools/call",
-            json!({"name": "echo", "arguments": {"still": "alive"}}),
-        )
-        .await;
-    assert!(text0(&ok).contains("alive"));
+    let ok = a.call("echo", json!({"still": "alive"})).await;
+    assert!(text(&ok).contains("alive"));
     b.stop().await;
 }
 
@@ -426,14 +406,11 @@ async fn garbage_gets_json_rpc_errors_and_the_session_lives_on() {
 async fn no_editor_gives_a_clear_error_then_auto_attaches_when_one_appears() {
     let b = TestBroker::start().await;
     let mut a = Agent::open(&b.socket, "/late/project", None).await;
-    let e = a
-        .request(
-            json!(1),
-            "tools/call",
-            json!({"name": "getDiagnostics", "arguments": {}}),
-        )
-        .await;
-    assert_eq!(e["error"]["code"], pi_ide_broker::jsonrpc::NO_EDITOR);
+    let e = a.call("getDiagnostics", json!({})).await;
+    assert_eq!(
+        e["error"]["code"],
+        pi_ide_broker::protocol::jsonrpc::NO_EDITOR
+    );
     assert!(e["error"]["message"]
         .as_str()
         .unwrap()
@@ -441,13 +418,7 @@ async fn no_editor_gives_a_clear_error_then_auto_attaches_when_one_appears() {
     let (_fe, id) = b.editor(&["/late"]).await;
     let att = a.attached().await;
     assert_eq!(att["params"]["editor"], id);
-    let ok = a
-        .request(
-            json!(2),
-            "tools/call",
-            json!({"name": "echo", "arguments": {}}),
-        )
-        .await;
+    let ok = a.call("echo", json!({})).await;
     assert!(ok.get("result").is_some());
     b.stop().await;
 }
@@ -491,13 +462,7 @@ async fn routing_nested_symlinked_and_ambiguous() {
         .to_string();
     b.wait_editor(t2.port, "ready").await;
     let mut amb = Agent::open(&b.socket, &same, None).await;
-    let e = amb
-        .request(
-            json!(1),
-            "tools/call",
-            json!({"name": "echo", "arguments": {}}),
-        )
-        .await;
+    let e = amb.call("echo", json!({})).await;
     assert!(
         e["error"]["message"]
             .as_str()
@@ -509,13 +474,7 @@ async fn routing_nested_symlinked_and_ambiguous() {
         .request(json!(2), "broker/attach", json!({"editor": id1}))
         .await;
     assert_eq!(r["result"]["editor"], id1.as_str());
-    let ok = amb
-        .request(
-            json!(3),
-            "tools/call",
-            json!({"name": "echo", "arguments": {}}),
-        )
-        .await;
+    let ok = amb.call("echo", json!({})).await;
     assert!(ok.get("result").is_some());
     let bad = amb
         .request(json!(4), "broker/attach", json!({"editor": "nope"}))
@@ -573,14 +532,8 @@ async fn sticky_targets_survive_editor_and_broker_restarts() {
     b.wait_editor_gone(e2.port).await;
     let e2b = FakeEditor::start_in(&b.pi_dir, o2.clone()).await.unwrap();
     b.wait_editor(e2b.port, "ready").await;
-    let ok = a
-        .request(
-            json!(2),
-            "tools/call",
-            json!({"name": "echo", "arguments": {"after": "restart"}}),
-        )
-        .await;
-    assert!(text0(&ok).contains("restart"), "{ok}");
+    let ok = a.call("echo", json!({"after": "restart"})).await;
+    assert!(text(&ok).contains("restart"), "{ok}");
     assert_eq!(e2b.clients(), 1);
     a.close().await;
     // Broker restart: the state file brings the sticky target back.
@@ -684,10 +637,7 @@ async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
         }
     };
     assert!(started.elapsed() >= std::time::Duration::from_secs(3));
-    assert_eq!(
-        answer["result"]["content"][0]["text"], "FILE_SAVED",
-        "{answer}"
-    );
+    assert_eq!(text(&answer), "FILE_SAVED", "{answer}");
     // 30 are due; 5 is what a much slower ticker (or a busy machine) still gives.
     assert!(
         last >= 5,
@@ -761,14 +711,8 @@ async fn megabyte_calls_and_answers_arrive_whole_for_every_session() {
             // Plain bytes, then escapes, quotes, control escapes and multi-byte characters.
             let pads = ["x".repeat(1 << 20), "é\"\\\n😀\tq".repeat(40_000)];
             for (i, pad) in pads.iter().enumerate() {
-                let r = a
-                    .request(
-                        json!(i),
-                        "tools/call",
-                        json!({"name": "echo", "arguments": {"session": s, "pad": pad}}),
-                    )
-                    .await;
-                let echoed: Value = serde_json::from_str(text0(&r)).expect("echo payload");
+                let r = a.call("echo", json!({"session": s, "pad": pad})).await;
+                let echoed: Value = serde_json::from_str(text(&r)).expect("echo payload");
                 assert_eq!(echoed["session"], s);
                 assert!(
                     echoed["pad"] == pad.as_str(),

@@ -358,7 +358,8 @@ async fn an_extension_pi_cannot_load_is_a_failure_with_pis_error_and_the_carried
     assert!(ok, "{out}");
     assert!(out.contains("pi loads it"), "{out}");
     let carried = h.home.join(".local/share/pi-ide-broker/pi-extension");
-    let installed = pi_ide_broker::setup::pi::installed(&h.home.join(".pi/agent/settings.json"));
+    let installed =
+        pi_ide_broker::cli::setup::pi::installed(&h.home.join(".pi/agent/settings.json"));
     assert_eq!(installed, [carried.display().to_string()], "{out}");
     assert!(
         !carried.join("node_modules").exists(),

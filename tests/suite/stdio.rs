@@ -3,6 +3,7 @@
 use crate::common::process::{broker_bin, isolate, write_config};
 use crate::common::*;
 use pi_ide_broker::testkit::fake_editor::next_tool_call;
+use pi_ide_broker::testkit::text;
 use pi_ide_broker::testkit::{eventually, within};
 use serde_json::{json, Value};
 use std::process::Stdio;
@@ -13,6 +14,8 @@ struct Mcp {
     child: Child,
     stdin: Option<ChildStdin>,
     out: Lines<BufReader<ChildStdout>>,
+    /// Calls made with `call`, for their ids.
+    calls: u64,
 }
 
 impl Mcp {
@@ -25,7 +28,12 @@ impl Mcp {
         crate::common::process::capture_stderr(&mut child, "mcp");
         let stdin = child.stdin.take();
         let out = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        Mcp { child, stdin, out }
+        Mcp {
+            child,
+            stdin,
+            out,
+            calls: 0,
+        }
     }
 
     async fn send(&mut self, v: Value) {
@@ -41,6 +49,14 @@ impl Mcp {
             .expect("read")
             .expect("a line before EOF");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Calls `tool` with `args` (an id of its own) and returns the answer.
+    async fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.calls += 1;
+        let id = json!(1_000_000 + self.calls);
+        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))
+            .await
     }
 
     async fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
@@ -109,33 +125,17 @@ async fn an_mcp_client_through_real_pipes() {
     ] {
         assert!(tools.contains(&t.to_string()), "{t} missing from {tools:?}");
     }
-    let ctx = m
-        .request(
-            json!(3),
-            "tools/call",
-            json!({"name": "editor_context", "arguments": {}}),
-        )
-        .await;
-    let text = ctx["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let ctx = m.call("editor_context", json!({})).await;
+    let context = text(&ctx).to_string();
     assert!(
-        text.contains("Editor: Neovim")
-            && text.contains("File: /srv/app/main.rs")
-            && text.contains("line 10")
-            && text.contains("fn main() {}"),
-        "{text}"
+        context.contains("Editor: Neovim")
+            && context.contains("File: /srv/app/main.rs")
+            && context.contains("line 10")
+            && context.contains("fn main() {}"),
+        "{context}"
     );
-    let list = m
-        .request(
-            json!(4),
-            "tools/call",
-            json!({"name": "list_editors", "arguments": {}}),
-        )
-        .await;
-    let listed: Value =
-        serde_json::from_str(list["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let list = m.call("list_editors", json!({})).await;
+    let listed: Value = serde_json::from_str(text(&list)).unwrap();
     assert_eq!(listed["editors"][0]["workspace_folders"][0], "/srv/app");
     // A diff, accepted.
     m.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "openDiff", "arguments": {"old_file_path": "/srv/app/a", "new_file_path": "/srv/app/a", "new_file_contents": "A", "tab_name": "t-accept"}}})).await;
@@ -147,7 +147,7 @@ async fn an_mcp_client_through_real_pipes() {
             break v;
         }
     };
-    assert_eq!(ans["result"]["content"][0]["text"], "FILE_SAVED");
+    assert_eq!(text(&ans), "FILE_SAVED");
     assert_eq!(ans["result"]["content"][1]["text"], "A\n");
     assert_eq!(b.status().await["sessions"][0]["door"], "stdio");
     // A pending diff, then EOF: exit 0 and the editor gets close_tab for it.
@@ -174,17 +174,8 @@ async fn without_an_editor_it_still_answers_and_says_why() {
         .await;
     let tools = tool_names(&m.request(json!(2), "tools/list", json!({})).await);
     assert_eq!(tools, vec!["list_editors", "editor_context"]);
-    let ctx = m
-        .request(
-            json!(3),
-            "tools/call",
-            json!({"name": "editor_context", "arguments": {}}),
-        )
-        .await;
-    assert!(ctx["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap()
-        .contains("No editor is attached"));
+    let ctx = m.call("editor_context", json!({})).await;
+    assert!(text(&ctx).contains("No editor is attached"));
     // An editor appears: the client is told to list tools again.
     let (_fe, _) = b.editor(&["/nowhere"]).await;
     loop {
@@ -240,7 +231,7 @@ async fn two_clients_starting_at_once_share_one_autostarted_daemon() {
     let socket = dir.path().join("run/sock");
     let st = within(
         "status",
-        pi_ide_broker::client::get_json(&socket, "/v1/status"),
+        pi_ide_broker::cli::client::get_json(&socket, "/v1/status"),
     )
     .await
     .unwrap();
@@ -478,19 +469,13 @@ async fn the_stdio_door_survives_a_broker_restart() {
     let echo = |id: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"who": id}}});
     m.send(echo("before")).await;
     let r = answer_to(&mut m, "before").await;
-    assert!(
-        r["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("before"),
-        "{r}"
-    );
+    assert!(text(&r).contains("before"), "{r}");
     m.send(json!({"jsonrpc": "2.0", "id": "diff", "method": "tools/call", "params": {"name": "openDiff", "arguments": pi_ide_broker::testkit::diff_args("/restart/f", "x", "r-tab")}}))
         .await;
     let sock = root.join("run/sock");
     within("the diff in flight", async {
         loop {
-            if let Ok(st) = pi_ide_broker::client::get_json(&sock, "/v1/status").await {
+            if let Ok(st) = pi_ide_broker::cli::client::get_json(&sock, "/v1/status").await {
                 if st["sessions"][0]["in_flight"]
                     .as_array()
                     .is_some_and(|f| f.len() == 1)
@@ -505,19 +490,13 @@ async fn the_stdio_door_survives_a_broker_restart() {
     daemon.signal(rustix::process::Signal::TERM);
     assert!(daemon.wait_exit().await.success());
     let d = answer_to(&mut m, "diff").await;
-    assert_eq!(d["result"]["content"][0]["text"], "DIFF_REJECTED", "{d}");
+    assert_eq!(text(&d), "DIFF_REJECTED", "{d}");
     assert_eq!(d["result"]["content"][1]["text"], "r-tab", "{d}");
     // Sent while no broker runs: it waits for the next one.
     m.send(echo("during")).await;
     let mut daemon = start_daemon(&cfg).await;
     let r = answer_to(&mut m, "during").await;
-    assert!(
-        r["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("during"),
-        "{r}"
-    );
+    assert!(text(&r).contains("during"), "{r}");
     m.send(echo("after")).await;
     let r = answer_to(&mut m, "after").await;
     assert!(r.get("result").is_some(), "{r}");

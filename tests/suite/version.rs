@@ -4,7 +4,7 @@
 //! version and revision, and `status` the client's.
 
 use crate::common::*;
-use pi_ide_broker::version::PROTOCOL;
+use pi_ide_broker::protocol::version::PROTOCOL;
 use serde_json::{json, Value};
 
 /// Connects announcing `protocol`, calls `echo`; the session, and every message up to its

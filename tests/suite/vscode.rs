@@ -4,9 +4,10 @@
 
 use crate::common::vscode::{find_vscode, VsCode, VSCODE_WAIT};
 use crate::common::*;
-use pi_ide_broker::config::LockDirConfig;
-use pi_ide_broker::family::Family;
+use pi_ide_broker::protocol::family::Family;
+use pi_ide_broker::sys::config::LockDirConfig;
 use pi_ide_broker::testkit::rival::Rival;
+use pi_ide_broker::testkit::text;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ const BAD_JSON: &str = "{\n  \"a\": 1,,\n  \"b\": 2\n}\n";
 /// attached to it.
 async fn broker_on(
     vsc: &VsCode,
-    tweak: impl FnOnce(&mut pi_ide_broker::config::Config),
+    tweak: impl FnOnce(&mut pi_ide_broker::sys::config::Config),
 ) -> (TestBroker, Value, Agent) {
     let dir = vsc.lock_dir.clone();
     let b = TestBroker::start_with(|c| {
@@ -35,7 +36,7 @@ async fn broker_on(
         &b.socket,
         &format!(
             "cwd={}&dialect=claude",
-            pi_ide_broker::percent::encode_query(&cwd)
+            pi_ide_broker::protocol::percent::encode_query(&cwd)
         ),
     )
     .await
@@ -109,10 +110,7 @@ async fn edit_proposal(vsc: &mut VsCode, line: &str, text: &str) {
 }
 
 fn text_of(v: &Value) -> String {
-    v["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+    text(v).to_string()
 }
 
 /// The extension's tools, in the editor's status and in a session's `tools/list`.
@@ -183,7 +181,7 @@ async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_dia
     assert!(opened.get("result").is_some(), "{opened:#}");
     // The selection reaches a session whether it came before it attached (replayed) or after;
     // this one is pi-dialect (bridged).
-    let cwd = pi_ide_broker::percent::encode_query(&vsc.workspace.display().to_string());
+    let cwd = pi_ide_broker::protocol::percent::encode_query(&vsc.workspace.display().to_string());
     let mut p = Agent::connect(&b.socket, &format!("cwd={cwd}"))
         .await
         .expect("pi agent");
@@ -574,7 +572,7 @@ async fn the_users_claude_code_and_a_broker_session_share_vs_code() {
     let cwd = vsc.workspace.display().to_string();
     let query = format!(
         "cwd={}&dialect=claude",
-        pi_ide_broker::percent::encode_query(&cwd)
+        pi_ide_broker::protocol::percent::encode_query(&cwd)
     );
     let mut s = Agent::connect(&b.socket, &query).await.expect("agent");
     let att = s.attached().await;

@@ -1,9 +1,9 @@
 //! The daemon under test: started in-process on a throwaway dir, stopped on drop.
 #![allow(dead_code)]
 
-use pi_ide_broker::config::{Config, LockDirConfig};
 use pi_ide_broker::daemon::Handle;
-use pi_ide_broker::family::Family;
+use pi_ide_broker::protocol::family::Family;
+use pi_ide_broker::sys::config::{Config, LockDirConfig};
 use pi_ide_broker::testkit::within;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -186,7 +186,7 @@ impl TestBroker {
     pub async fn status(&self) -> Value {
         within(
             "status",
-            pi_ide_broker::client::get_json(&self.socket, "/v1/status"),
+            pi_ide_broker::cli::client::get_json(&self.socket, "/v1/status"),
         )
         .await
         .expect("status request failed")
@@ -197,9 +197,10 @@ impl TestBroker {
         let mut changes = self.handle.registry().subscribe_changes();
         within(what, async {
             loop {
-                let st =
-                    serde_json::to_value(pi_ide_broker::control::status(self.handle.registry()))
-                        .unwrap_or(Value::Null);
+                let st = serde_json::to_value(pi_ide_broker::frontdoor::status::status(
+                    self.handle.registry(),
+                ))
+                .unwrap_or(Value::Null);
                 if pred(&st) {
                     return st;
                 }
@@ -229,9 +230,17 @@ impl TestBroker {
 
     /// Starts a pi-family fake editor with its lockfile in the pi dir and waits until ready.
     pub async fn editor(&self, folders: &[&str]) -> (FakeEditor, String) {
-        let fe = FakeEditor::start_in(&self.pi_dir, Options::pi(folders))
-            .await
-            .expect("fake editor");
+        self.start_editor(Options::pi(folders)).await
+    }
+
+    /// Starts a fake editor with its lockfile in its family's lock dir, waits until its link
+    /// is ready, and returns it with its id.
+    pub async fn start_editor(&self, opts: Options) -> (FakeEditor, String) {
+        let dir = match opts.family {
+            Family::Pi => &self.pi_dir,
+            Family::Claude => &self.claude_dir,
+        };
+        let fe = FakeEditor::start_in(dir, opts).await.expect("fake editor");
         let e = self.wait_editor(fe.port, "ready").await;
         let id = e["id"].as_str().unwrap_or_default().to_string();
         (fe, id)

@@ -1,0 +1,90 @@
+//! The CLI's HTTP client of the daemon's socket (`status`, `status --watch`, `stop`).
+//!
+//! The client side of the native socket, for the CLI: `GET /v1/status`.
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use std::path::Path;
+
+/// Why the daemon could not be asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing listens on the socket.
+    #[error("pi-ide-broker is not running (nothing answers on {0})")]
+    NotRunning(String),
+    /// It answered, but not as expected.
+    #[error("the daemon gave a bad answer: {0}")]
+    Protocol(String),
+}
+
+/// Fetches `path` (e.g. `/v1/status`) from the daemon at `socket` and parses it as JSON.
+pub async fn get_json(socket: &Path, path: &str) -> Result<serde_json::Value, ClientError> {
+    let resp = get(socket, path).await?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(ClientError::Protocol(format!(
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&body)
+        )));
+    }
+    serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))
+}
+
+/// Follows `GET /v1/events`: calls `on_line` with every JSON line until the daemon ends the
+/// stream or stops (a stream cut by the daemon's exit is an end, not an error).
+pub async fn follow_events(
+    socket: &Path,
+    mut on_line: impl FnMut(serde_json::Value),
+) -> Result<(), ClientError> {
+    let resp = get(socket, "/v1/events").await?;
+    if !resp.status().is_success() {
+        return Err(ClientError::Protocol(format!("HTTP {}", resp.status())));
+    }
+    let mut body = resp.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Ok(());
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buf.extend_from_slice(&data);
+        while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=i).collect();
+            if let Ok(v) = serde_json::from_slice(&line) {
+                on_line(v);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sends `GET path` over the socket; the response with its body still to read.
+async fn get(
+    socket: &Path,
+    path: &str,
+) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    tokio::spawn(conn);
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, "pi-ide-broker")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))
+}

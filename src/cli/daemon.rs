@@ -1,0 +1,100 @@
+//! `daemon`: the broker in the foreground, with signals, sd-notify and the log trimmed.
+//!
+//! The `daemon` command: the broker in the foreground as a service manager runs it: signals
+//! (TERM/INT stop, HUP reloads the config), sd-notify, the log trimmed while it runs.
+
+use crate::daemon::supervisor;
+use crate::sys::config::Config;
+use crate::sys::logging;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
+
+/// Where the service manager writes the log to a file (launchd), nothing else rotates it: cut
+/// it back every 10 min, until the stop (on the registry's tracker, as every task of the daemon).
+async fn trim_log_until(stop: CancellationToken) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = every.tick() => {
+                if let Err(e) = logging::trim_stderr_log() {
+                    tracing::debug!(error = %e, "cannot check the log file's size");
+                }
+            }
+        }
+    }
+}
+
+/// Runs the daemon until a signal stops it (or it fails to start).
+pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let logs = logging::init(&config);
+    // The pi extension setup wrote, brought to this binary's version (a no-op when it is).
+    crate::cli::setup::extension::refresh(&config.data_dir());
+    let shutdown = CancellationToken::new();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let (handle_tx, mut handle_rx) = tokio::sync::oneshot::channel();
+    let stop = shutdown.clone();
+    let serving = tokio::spawn(crate::daemon::serve(config, stop, move |_ready, handle| {
+        let _ = handle_tx.send(handle);
+    }));
+    let mut handle: Option<crate::daemon::Handle> = None;
+    // A oneshot must not be polled again once it has completed (with a handle or, when the
+    // daemon failed to start, with nothing).
+    let mut handle_pending = true;
+    tokio::pin!(serving);
+    loop {
+        tokio::select! {
+            r = &mut serving => {
+                return match r {
+                    Ok(Ok(())) => Ok(ExitCode::SUCCESS),
+                    Ok(Err(crate::daemon::ServeError::Socket(e @ crate::frontdoor::socket::SocketError::AlreadyRunning { .. }))) => {
+                        eprintln!("error: {e}");
+                        Ok(ExitCode::FAILURE)
+                    }
+                    Ok(Err(e)) => Err(e.into()),
+                    Err(e) => Err(anyhow::anyhow!("the daemon task failed: {e}")),
+                };
+            }
+            h = &mut handle_rx, if handle_pending => {
+                handle_pending = false;
+                handle = h.ok();
+                if let Some(h) = &handle {
+                    // On the daemon's tracker, so the stop order waits for it like every task.
+                    let reg = h.registry();
+                    reg.tracker.spawn(trim_log_until(reg.cancel.clone()));
+                    supervisor::announce_ready(reg);
+                }
+            }
+            _ = term.recv() => {
+                supervisor::announce_stopping();
+                shutdown.cancel();
+            }
+            _ = int.recv() => {
+                supervisor::announce_stopping();
+                shutdown.cancel();
+            }
+            _ = hup.recv() => {
+                let Some(h) = &handle else { continue };
+                supervisor::notify_reloading();
+                match &config_path {
+                    None => tracing::warn!("SIGHUP: no config file to reload"),
+                    Some(path) => match Config::load(path) {
+                        Ok(c) => {
+                            if let Err(e) = logs.set_filter(&c.log) {
+                                tracing::warn!(error = %e, "log filter not changed");
+                            }
+                            h.reload(c).await;
+                            tracing::info!(config = %path.display(), "config reloaded");
+                        }
+                        Err(e) => tracing::error!(error = %e, "config reload failed; keeping the running config"),
+                    },
+                }
+                let line = supervisor::status_line(h.registry());
+                supervisor::notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&line)]);
+            }
+        }
+    }
+}

@@ -1,0 +1,798 @@
+//! `doctor`: every check between an agent and its editor, and what to fix.
+//!
+//! `pi-ide-broker doctor`: checks everything between an agent and its editor and says, line
+//! by line, what works and what to do about what does not. It reads the same config, files and
+//! sockets the daemon does, and asks the daemon what it decided (`/v1/status`, `/v1/route`).
+
+use crate::editor::lockfile::{self, LockfileError};
+use crate::frontdoor::status::{EditorStatus, Status};
+use crate::protocol::percent::encode_query;
+use crate::sys::config::{Config, LockDirConfig};
+use serde::Serialize;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How a check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Works.
+    Ok,
+    /// Worth knowing, not in the way (a stale lockfile left by a crash, say).
+    Warn,
+    /// In the way: something a user needs does not work.
+    Fail,
+}
+
+/// One line of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// What was checked ("daemon", "socket", "lockfile /x/1234.lock", …).
+    pub what: String,
+    /// How it came out.
+    pub level: Level,
+    /// What was found.
+    pub message: String,
+    /// What to do, when something is to be done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Every check, in the order a person reads them.
+    pub checks: Vec<Check>,
+    /// The daemon's route explanation for the cwd (`GET /v1/route`), when it runs.
+    pub route: Option<Value>,
+    /// True when everything a user needs works (exit status 0).
+    pub ok: bool,
+}
+
+/// What to check.
+pub struct Options {
+    /// The config file (it may be missing: defaults).
+    pub config_path: Option<PathBuf>,
+    /// The working directory whose route is explained.
+    pub cwd: PathBuf,
+    /// A sticky key to explain the route for.
+    pub key: Option<String>,
+}
+
+struct Builder(Vec<Check>);
+
+impl Builder {
+    fn add(&mut self, what: impl Into<String>, level: Level, message: impl Into<String>) {
+        self.0.push(Check {
+            what: what.into(),
+            level,
+            message: message.into(),
+            fix: None,
+        });
+    }
+
+    fn fix(
+        &mut self,
+        what: impl Into<String>,
+        level: Level,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
+        self.0.push(Check {
+            what: what.into(),
+            level,
+            message: message.into(),
+            fix: Some(fix.into()),
+        });
+    }
+}
+
+/// Runs every check.
+pub async fn run(opts: &Options) -> Report {
+    let mut b = Builder(Vec::new());
+    let config = check_config(&mut b, opts.config_path.as_deref());
+    let socket = config.socket_to_dial();
+    let status = crate::cli::client::get_json(&socket, "/v1/status")
+        .await
+        .ok()
+        .and_then(|v| serde_json::from_value::<Status>(v).ok());
+    check_daemon(&mut b, status.as_ref(), &socket);
+    check_service(&mut b);
+    if status.is_some() {
+        check_socket(&mut b, &socket, &config.allow_uids);
+    }
+    if !config.allow_uids.is_empty() {
+        b.add(
+            "allow_uids",
+            Level::Ok,
+            format!(
+                "besides you, uids {:?} may use the socket",
+                config.allow_uids
+            ),
+        );
+    }
+    for dir in config.lock_dirs() {
+        check_lock_dir(&mut b, &dir, status.as_ref()).await;
+    }
+    check_compat(&mut b, &config);
+    check_gemini(&mut b, &config);
+    check_single_client(&mut b, &config);
+    let route = match &status {
+        Some(_) => {
+            let mut path = format!(
+                "/v1/route?cwd={}",
+                encode_query(&opts.cwd.display().to_string())
+            );
+            if let Some(k) = &opts.key {
+                path.push_str(&format!("&session={}", encode_query(k)));
+            }
+            crate::cli::client::get_json(&socket, &path).await.ok()
+        }
+        None => None,
+    };
+    if let Some(r) = &route {
+        check_route(&mut b, r, &opts.cwd);
+    }
+    let ok = b.0.iter().all(|c| c.level != Level::Fail);
+    Report {
+        checks: b.0,
+        route,
+        ok,
+    }
+}
+
+fn check_config(b: &mut Builder, path: Option<&Path>) -> Config {
+    let Some(path) = path else {
+        b.add("config", Level::Ok, "no config file location; defaults");
+        return Config::default();
+    };
+    if !path.exists() {
+        b.add(
+            "config",
+            Level::Ok,
+            format!("{} does not exist; defaults", path.display()),
+        );
+        return Config::default();
+    }
+    match Config::load(path) {
+        Ok(c) => {
+            let keys = set_keys(path);
+            let msg = if keys.is_empty() {
+                format!("{} parsed; every key at its default", path.display())
+            } else {
+                format!("{} parsed; sets {}", path.display(), keys.join(", "))
+            };
+            b.add("config", Level::Ok, msg);
+            c
+        }
+        Err(e) => {
+            b.fix(
+                "config",
+                Level::Fail,
+                e.to_string(),
+                format!(
+                    "fix {} (config.example.toml lists every key), or move it away to use defaults",
+                    path.display()
+                ),
+            );
+            Config::default()
+        }
+    }
+}
+
+/// The keys a config file sets (top-level keys and `table.key`), for "what differs from the
+/// defaults".
+fn set_keys(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in &table {
+        match v {
+            toml::Value::Table(t) => out.extend(t.keys().map(|sub| format!("{k}.{sub}"))),
+            _ => out.push(k.clone()),
+        }
+    }
+    out
+}
+
+fn check_daemon(b: &mut Builder, status: Option<&Status>, socket: &Path) {
+    match status {
+        Some(s) => b.add(
+            "daemon",
+            Level::Ok,
+            format!(
+                "running: pid {}, version {}, up {} s, socket {}",
+                s.broker.pid,
+                s.broker.version,
+                s.broker.uptime_s,
+                s.broker.socket.display()
+            ),
+        ),
+        None => b.fix(
+            "daemon",
+            Level::Fail,
+            format!("not running (nothing answers on {})", socket.display()),
+            "start it: `pi-ide-broker daemon`, or for good: `pi-ide-broker service install`",
+        ),
+    }
+}
+
+fn check_service(b: &mut Builder) {
+    let ask = |args: &[&str], cmd: &str| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    if cfg!(target_os = "macos") {
+        match ask(&["list", crate::cli::service::LAUNCHD_LABEL], "launchctl") {
+            Some(out) if !out.is_empty() => b.add("service", Level::Ok, "launchd agent loaded"),
+            _ => b.fix(
+                "service",
+                Level::Warn,
+                "no launchd agent loaded",
+                "`pi-ide-broker service install` starts it at every login",
+            ),
+        }
+        return;
+    }
+    let unit = crate::cli::service::SYSTEMD_NAME;
+    match (
+        ask(&["--user", "is-enabled", unit], "systemctl"),
+        ask(&["--user", "is-active", unit], "systemctl"),
+    ) {
+        (Some(en), Some(act)) if !en.is_empty() => systemd_unit_state(b, unit, &en, &act),
+        _ if !user_systemd_answers() => b.fix(
+            "service",
+            Level::Warn,
+            "no user service manager here (`systemctl --user` does not answer)",
+            "nothing to install: `pi-ide-broker setup`, the pi extension and `pi-ide-broker mcp` start a daemon when none runs",
+        ),
+        _ => b.fix(
+            "service",
+            Level::Warn,
+            "no systemd user unit installed",
+            "`pi-ide-broker service install` starts the daemon at every login",
+        ),
+    }
+}
+
+/// Whether a systemd user manager answers (a container, or a session without a user bus,
+/// has none).
+fn user_systemd_answers() -> bool {
+    std::process::Command::new("systemctl")
+        .args(["--user", "show-environment"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The service line for a unit systemd knows: ok when enabled and active, else what to do.
+fn systemd_unit_state(b: &mut Builder, unit: &str, enabled: &str, active: &str) {
+    if enabled == "enabled" && active == "active" {
+        b.add(
+            "service",
+            Level::Ok,
+            format!("systemd user unit {unit}: enabled, active"),
+        );
+        return;
+    }
+    let (active, fix) = if active.is_empty() {
+        (
+            "state unknown (no user service manager answers)",
+            "this session has no `systemctl --user`; the pi extension and `pi-ide-broker mcp` start a daemon themselves".to_string(),
+        )
+    } else if enabled != "enabled" {
+        (
+            active,
+            "`pi-ide-broker service install` enables and starts it".to_string(),
+        )
+    } else {
+        (
+            active,
+            format!("`systemctl --user start {unit}`; `journalctl --user -u {unit}` says why it stopped"),
+        )
+    };
+    b.fix(
+        "service",
+        Level::Warn,
+        format!("systemd user unit {unit}: {enabled}, {active}"),
+        fix,
+    );
+}
+
+fn mode_of(path: &Path) -> Option<(u32, u32)> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.permissions().mode() & 0o777, m.uid()))
+}
+
+fn check_socket(b: &mut Builder, socket: &Path, allow: &[u32]) {
+    let me = rustix::process::getuid().as_raw();
+    match mode_of(socket) {
+        Some((mode, uid)) if uid == me && mode & 0o077 == 0 => b.add(
+            "socket",
+            Level::Ok,
+            format!("{} mode {mode:04o}, ours", socket.display()),
+        ),
+        // Opened up on purpose for other uids (a container's root): say who may use it.
+        Some((mode, uid)) if uid == me && !allow.is_empty() => b.add(
+            "socket",
+            Level::Warn,
+            format!(
+                "{} mode {mode:04o}; other uids allowed: {allow:?} (allow_uids)",
+                socket.display()
+            ),
+        ),
+        Some((mode, uid)) => b.fix(
+            "socket",
+            Level::Fail,
+            format!(
+                "{} mode {mode:04o}, owner uid {uid} (we are {me})",
+                socket.display()
+            ),
+            "stop the daemon, remove the socket and its dir, start it again (it creates them 0600 / 0700)",
+        ),
+        None => b.add("socket", Level::Warn, format!("{} not found", socket.display())),
+    }
+}
+
+async fn check_lock_dir(b: &mut Builder, dir: &LockDirConfig, status: Option<&Status>) {
+    let what = format!("lock dir {}", dir.path.display());
+    let me = rustix::process::getuid().as_raw();
+    match mode_of(&dir.path) {
+        None => {
+            b.add(
+                what,
+                Level::Warn,
+                format!(
+                    "does not exist yet ({} family): no editor has written here",
+                    dir.family
+                ),
+            );
+            return;
+        }
+        Some((mode, _)) if mode & 0o002 != 0 => b.fix(
+            what,
+            Level::Fail,
+            format!("writable by every user (mode {mode:04o}); their lockfiles are refused"),
+            format!("chmod 700 {}", dir.path.display()),
+        ),
+        Some((mode, uid)) if uid != me => b.fix(
+            what,
+            Level::Warn,
+            format!("owned by uid {uid}, not us (mode {mode:04o}): was it created with sudo?"),
+            format!("sudo chown $USER {}", dir.path.display()),
+        ),
+        Some((mode, _)) => b.add(
+            what,
+            Level::Ok,
+            format!("{} family, mode {mode:04o}, ours", dir.family),
+        ),
+    }
+    let Ok(entries) = std::fs::read_dir(&dir.path) else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".lock"))
+        })
+        .collect();
+    files.sort();
+    for f in files {
+        check_lockfile(b, &f, dir, status).await;
+    }
+}
+
+/// The verdict for a known editor whose link state says it all (ready, unhealthy, taken);
+/// false when the state needs looking into.
+fn link_verdict(
+    b: &mut Builder,
+    what: &str,
+    e: &crate::frontdoor::status::EditorStatus,
+    state: &str,
+) -> bool {
+    if state == "ready" || state == "unhealthy" {
+        let level = if state == "ready" {
+            Level::Ok
+        } else {
+            Level::Warn
+        };
+        b.add(
+            what.to_string(),
+            level,
+            format!(
+                "{} {} (pid {}, port {}) is {state}: editor {}{}",
+                e.ide_name,
+                e.workspace_folders.join(", "),
+                e.pid,
+                e.port,
+                e.id,
+                if e.no_token {
+                    " (no token: the editor asks for none)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        return true;
+    }
+    if state == "taken" {
+        b.fix(
+                what.to_string(),
+                Level::Warn,
+                format!(
+                    "{} (pid {}, port {}) is taken: {}",
+                    e.ide_name,
+                    e.pid,
+                    e.port,
+                    e.state_reason.as_deref().unwrap_or("another client holds it")
+                ),
+                "nothing to do: the broker connects again when one of its sessions calls the editor or the other client leaves; [editors] single_client = \"take\" makes it fight for the editor instead",
+            );
+        return true;
+    }
+    false
+}
+
+async fn check_lockfile(
+    b: &mut Builder,
+    path: &Path,
+    dir: &LockDirConfig,
+    status: Option<&Status>,
+) {
+    let what = format!("lockfile {}", path.display());
+    let editor = status.and_then(|s| s.editors.iter().find(|e| e.lockfile == path));
+    if let Some(e) = editor {
+        let state = serde_json::to_value(e.state)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        if link_verdict(b, &what, e, &state) {
+            return;
+        }
+        unlinked_verdict(b, what, e, &state).await;
+        return;
+    }
+    let remembered = status.and_then(|s| s.lockfiles_rejected.iter().find(|r| r.path == path));
+    let reason = match lockfile::read(path, dir.family) {
+        Ok(_) => match remembered {
+            Some(r) => Some(r.reason.clone()),
+            None if status.is_none() => None,
+            None => Some("not (yet) taken by the daemon".into()),
+        },
+        Err(LockfileError::NotALockfile) => return,
+        // The daemon's word wins over a read of a file still being written.
+        Err(e) if e.is_transient() => Some(
+            remembered
+                .map(|r| r.reason.clone())
+                .unwrap_or_else(|| e.to_string()),
+        ),
+        Err(e) => Some(e.to_string()),
+    };
+    match reason {
+        None => b.add(
+            what,
+            Level::Ok,
+            "a valid lockfile (the daemon is not running to use it)",
+        ),
+        Some(r) => {
+            let (level, fix) = fix_for(&r, path);
+            b.fix(what, level, r, fix);
+        }
+    }
+}
+
+/// A known editor that is not linked: why, found by trying its port (1 s at most).
+async fn unlinked_verdict(b: &mut Builder, what: String, e: &EditorStatus, state: &str) {
+    let open = tokio::time::timeout(
+        Duration::from_secs(1),
+        tokio::net::TcpStream::connect(("127.0.0.1", e.port)),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    let (detail, fix) = match (open, e.no_token) {
+        (true, true) => (
+            format!(
+                "port {} answers but the link is {state}: its lockfile has no token and the editor refused the handshake",
+                e.port
+            ),
+            "restart the editor's IDE server; if it wants a token, it must write one into its lockfile",
+        ),
+        (true, false) => (
+            format!(
+                "port {} answers but the link is {state}: the editor refused our token or the handshake",
+                e.port
+            ),
+            "restart the editor's IDE server (its lockfile is rewritten with a fresh token)",
+        ),
+        (false, _) => (
+            format!("port {} is closed (pid {} runs)", e.port, e.pid),
+            "the editor's server stopped; restart it (e.g. :PiStart in Neovim) or the editor",
+        ),
+    };
+    b.fix(what, Level::Fail, detail, fix);
+}
+
+/// What to do about a refused lockfile, and whether it is in the way.
+fn fix_for(reason: &str, path: &Path) -> (Level, String) {
+    let p = path.display();
+    if reason.contains("not running") || reason.contains("recycled") {
+        (
+            Level::Warn,
+            format!("a crashed editor left it; harmless, or remove it: rm {p}"),
+        )
+    } else if reason.contains("owned by uid") {
+        (
+            Level::Fail,
+            format!("the editor ran as another user (sudo?); run it as yourself, or sudo chown $USER {p}"),
+        )
+    } else if reason.contains("symlink") {
+        (
+            Level::Fail,
+            format!("symlinks are refused; have the editor write the file itself (rm {p})"),
+        )
+    } else if reason.contains("bytes") {
+        (
+            Level::Fail,
+            format!("not a real lockfile; remove it: rm {p}"),
+        )
+    } else {
+        (
+            Level::Fail,
+            format!("the editor wrote a broken lockfile; restart its IDE server, or rm {p}"),
+        )
+    }
+}
+
+fn check_compat(b: &mut Builder, config: &Config) {
+    if !config.compat.enabled {
+        b.add(
+            "compat",
+            Level::Ok,
+            "the compat door is off ([compat] enabled = false)",
+        );
+        return;
+    }
+    let dir = config.compat_dir();
+    let entries = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+                .count()
+        })
+        .unwrap_or(0);
+    b.fix(
+        "compat",
+        Level::Ok,
+        format!(
+            "{} holds {entries} entr{} for the published pi-ide extension",
+            dir.display(),
+            if entries == 1 { "y" } else { "ies" }
+        ),
+        format!(
+            "for pi with pi-ide only: PI_IDE_LOCK_DIR={} pi",
+            dir.display()
+        ),
+    );
+    if std::env::var_os("PI_IDE_LOCK_DIR").is_some_and(|v| Path::new(&v) == dir) {
+        b.fix(
+            "compat",
+            Level::Warn,
+            "PI_IDE_LOCK_DIR points at the compat dir in this shell: pi-ide.nvim started from here would write its lockfile there too",
+            "set it for pi only (alias pi='PI_IDE_LOCK_DIR=… pi'), not in your shell profile",
+        );
+    }
+}
+
+fn check_gemini(b: &mut Builder, config: &Config) {
+    if !config.gemini.enabled {
+        b.add(
+            "gemini",
+            Level::Ok,
+            "the gemini door is off ([gemini] enabled = false)",
+        );
+        return;
+    }
+    let dir = config.gemini_dir();
+    let files = crate::frontdoor::gemini::list_files(&dir);
+    let ours = files.iter().filter(|(_, e)| e.is_some()).count();
+    b.add(
+        "gemini",
+        Level::Ok,
+        format!(
+            "{} holds {ours} discovery file{} for Gemini CLI ({} from other programs)",
+            dir.display(),
+            if ours == 1 { "" } else { "s" },
+            files.len() - ours
+        ),
+    );
+    let home = std::env::var_os("GEMINI_CLI_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(crate::sys::config::home_dir);
+    let settings = home.join(".gemini").join("settings.json");
+    let enabled = std::fs::read_to_string(&settings)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .is_some_and(|v| v.pointer("/ide/enabled") == Some(&Value::Bool(true)));
+    if !enabled {
+        b.fix(
+            "gemini",
+            Level::Ok,
+            format!("IDE mode is not on in {}", settings.display()),
+            "run /ide enable in Gemini CLI, or set {\"ide\": {\"enabled\": true}} there",
+        );
+    }
+}
+
+/// How a single-client editor's other client is seen (the `yield` policy needs it).
+fn check_single_client(b: &mut Builder, config: &Config) {
+    let yields = config.editors.single_client == crate::sys::config::SingleClient::Yield
+        || config
+            .editors
+            .single_client_for
+            .values()
+            .any(|p| *p == crate::sys::config::SingleClient::Yield);
+    if !yields {
+        return;
+    }
+    match crate::sys::portpeers::SOURCE {
+        Some(source) => b.add(
+            "single-client editors",
+            Level::Ok,
+            format!("another client of an editor (your own Claude Code) is seen through {source}"),
+        ),
+        None => b.add(
+            "single-client editors",
+            Level::Warn,
+            "this OS gives no way to see an editor's other clients: a single-client editor is redialled like any lost link",
+        ),
+    }
+}
+
+fn check_route(b: &mut Builder, route: &Value, cwd: &Path) {
+    let what = format!("route for {}", cwd.display());
+    let d = &route["decision"];
+    if let Some(id) = d["editor"].as_str() {
+        b.add(what, Level::Ok, format!("goes to editor {id}"));
+    } else if let Some(ids) = d["ambiguous"].as_array() {
+        let ids: Vec<&str> = ids.iter().filter_map(Value::as_str).collect();
+        b.fix(
+            what,
+            Level::Fail,
+            format!("ambiguous between {}", ids.join(", ")),
+            route["settle"].as_str().unwrap_or_default(),
+        );
+    } else {
+        // No editor holds the folder (yet): a next step, not a fault — right after setup no
+        // editor is open, and nothing is broken.
+        b.fix(
+            what,
+            Level::Warn,
+            d["none"].as_str().unwrap_or("no editor").to_string(),
+            route["settle"].as_str().unwrap_or_default(),
+        );
+    }
+}
+
+/// The report for a person: one line per check, ✓ / ! / ✗, the fix indented under it, then the
+/// route's candidates.
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    for c in &r.checks {
+        let mark = match c.level {
+            Level::Ok => "✓",
+            Level::Warn => "!",
+            Level::Fail => "✗",
+        };
+        let _ = writeln!(out, "{mark} {}: {}", c.what, c.message);
+        if let Some(fix) = &c.fix {
+            let _ = writeln!(out, "    → {fix}");
+        }
+    }
+    if let Some(route) = &r.route {
+        let cands = route["candidates"].as_array().cloned().unwrap_or_default();
+        if !cands.is_empty() {
+            out.push_str("\nCandidates, best first:\n");
+            for (i, c) in cands.iter().enumerate() {
+                let why: Vec<&str> = c["why"]
+                    .as_array()
+                    .map(|w| w.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "  {}. {} ({}) — {}",
+                    i + 1,
+                    c["id"].as_str().unwrap_or("?"),
+                    c["ide_name"].as_str().unwrap_or("?"),
+                    why.join("; ")
+                );
+            }
+        }
+    }
+    out.push_str(if r.ok {
+        "\nEverything an agent needs to reach its editor works.\n"
+    } else {
+        "\nSomething above is in the way (✗); each has its fix.\n"
+    });
+    out
+}
+
+/// `doctor`: the report for `cwd` (and `session`'s sticky key), as text or JSON; exit status 1
+/// when something needed does not work.
+pub async fn command(
+    config_path: Option<PathBuf>,
+    cwd: Option<PathBuf>,
+    session: Option<String>,
+    json: bool,
+) -> anyhow::Result<std::process::ExitCode> {
+    let cwd = super::cwd_or_current(cwd)?;
+    let report = run(&Options {
+        config_path,
+        cwd,
+        key: session,
+    })
+    .await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(if report.ok {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service_line(enabled: &str, active: &str) -> Check {
+        let mut b = Builder(Vec::new());
+        systemd_unit_state(&mut b, "pi-ide-broker.service", enabled, active);
+        b.0.pop().expect("one line")
+    }
+
+    #[test]
+    fn the_service_line_always_ends_in_a_state_and_says_what_to_do() {
+        let ok = service_line("enabled", "active");
+        assert_eq!(ok.level, Level::Ok);
+        assert!(ok.fix.is_none());
+        for (en, act) in [
+            ("disabled", ""),
+            ("enabled", ""),
+            ("disabled", "inactive"),
+            ("enabled", "failed"),
+        ] {
+            let c = service_line(en, act);
+            assert_eq!(c.level, Level::Warn, "{en} {act}");
+            assert!(!c.message.trim_end().ends_with(','), "{}", c.message);
+            assert!(
+                c.fix.as_deref().is_some_and(|f| !f.is_empty()),
+                "{en} {act}: no fix"
+            );
+        }
+        assert!(service_line("enabled", "failed")
+            .fix
+            .unwrap_or_default()
+            .contains("journalctl"));
+        assert!(service_line("disabled", "inactive")
+            .fix
+            .unwrap_or_default()
+            .contains("service install"));
+    }
+}

@@ -1,0 +1,783 @@
+//! The steps of `setup` and of `setup --undo`, each on its own: one failing never stops the
+//! next.
+
+use super::daemon;
+use super::mcp::{self, FileClient};
+use super::pi::{self, Source};
+use super::record::{McpFile, Record};
+use super::{extension, Env, Level, Line, Options, MIN_PI};
+use crate::cli::service::{self, Manager};
+use std::path::{Path, PathBuf};
+
+/// Runs `cmd`; its output on success, else why it failed (the output's last lines).
+fn run(cmd: &[String], env: &Env, cwd: Option<&Path>) -> Result<String, String> {
+    let (ok, text, status) = capture(cmd, env, cwd)?;
+    if ok {
+        return Ok(text);
+    }
+    let tail: Vec<&str> = text.lines().rev().take(4).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    Err(format!(
+        "`{}` failed ({status}): {}",
+        cmd.join(" "),
+        tail.join(" / ")
+    ))
+}
+
+/// Runs `cmd` to its end: whether it succeeded, its stdout and stderr, and its exit status.
+fn capture(
+    cmd: &[String],
+    env: &Env,
+    cwd: Option<&Path>,
+) -> Result<(bool, String, std::process::ExitStatus), String> {
+    let mut c = std::process::Command::new(&cmd[0]);
+    c.args(&cmd[1..]).stdin(std::process::Stdio::null());
+    if let Some(p) = &env.path {
+        c.env("PATH", p);
+    }
+    if let Some(d) = cwd {
+        c.current_dir(d);
+    }
+    let out = c
+        .output()
+        .map_err(|e| format!("cannot run `{}`: {e}", cmd[0]))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.success(), text, out.status))
+}
+
+fn shown(cmds: &[service::Step]) -> String {
+    cmds.iter()
+        .map(service::Step::shown)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Every step of setup, in order.
+pub fn apply(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(Line)) {
+    let stable;
+    let env = match binary_step(opts, env, rec) {
+        Some((line, copy)) => {
+            emit(line);
+            stable = Env {
+                exe: copy,
+                ..env.clone()
+            };
+            &stable
+        }
+        None => env,
+    };
+    emit(service_step(opts, env, rec));
+    emit(pi_step(opts, env, rec));
+    emit(claude_step(opts, env, rec));
+    for client in mcp::FILE_CLIENTS {
+        emit(file_step(client, opts, env, rec));
+    }
+}
+
+/// A binary npm installed (inside a `node_modules` folder, which `pi update` replaces and
+/// `pi remove` deletes) is copied to `<data dir>/bin/pi-ide-broker`, and the service, the
+/// background daemon and the MCP entries run the copy; each setup run refreshes it. `None`
+/// for a binary anywhere else (cargo's, a package manager's): it is used where it is.
+fn binary_step(opts: &Options, env: &Env, rec: &mut Record) -> Option<(Line, PathBuf)> {
+    if !env
+        .exe
+        .components()
+        .any(|c| c.as_os_str() == "node_modules")
+    {
+        return None;
+    }
+    let copy = env.data_dir.join("bin").join("pi-ide-broker");
+    if opts.dry_run {
+        let line = Line::new(
+            Level::Info,
+            "binary",
+            format!("would copy {} to {}", env.exe.display(), copy.display()),
+        );
+        return Some((line, copy));
+    }
+    let same = std::fs::read(&copy)
+        .ok()
+        .zip(std::fs::read(&env.exe).ok())
+        .is_some_and(|(a, b)| a == b);
+    if !same {
+        if let Err(e) = copy_executable(&env.exe, &copy) {
+            let line = Line::new(
+                Level::Fail,
+                "binary",
+                format!(
+                    "cannot copy {} to {}: {e}",
+                    env.exe.display(),
+                    copy.display()
+                ),
+            )
+            .fix("check that folder's permissions, then run setup again");
+            return Some((line, env.exe.clone()));
+        }
+    }
+    rec.binary_copy = Some(copy.clone());
+    let what = if same {
+        "is up to date"
+    } else {
+        "copied from npm's package"
+    };
+    let line = Line::new(
+        Level::Ok,
+        "binary",
+        format!(
+            "{} {what}: the service and MCP entries run it",
+            copy.display()
+        ),
+    );
+    Some((line, copy))
+}
+
+/// Copies `from` to `to` atomically (a running daemon keeps its old file), mode 0755.
+fn copy_executable(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = to.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = to.with_extension("new");
+    std::fs::copy(from, &tmp)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, to)
+}
+
+/// Why no service manager can take the unit here, or `None` when one answers.
+pub(super) fn no_manager(manager: Manager, env: &Env) -> Option<String> {
+    let probe: Vec<String> = match manager {
+        Manager::Systemd => ["systemctl", "--user", "show-environment"],
+        Manager::Launchd => ["launchctl", "managername", ""],
+    }
+    .iter()
+    .filter(|s| !s.is_empty())
+    .map(|s| s.to_string())
+    .collect();
+    run(&probe, env, None).err()
+}
+
+fn service_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
+    let manager = Manager::here();
+    let unit = service::unit(
+        manager,
+        &env.exe,
+        env.config.as_deref(),
+        &env.home,
+        &env.config_home,
+    );
+    let cmds = service::commands(manager, &unit, true);
+    let on_disk = std::fs::read_to_string(&unit.path).ok();
+    if on_disk.is_some() && rec.service_unit.is_none() {
+        return Line::new(
+            Level::Ok,
+            "service",
+            format!(
+                "{} is installed already (by `service install`); left as it is",
+                unit.path.display()
+            ),
+        );
+    }
+    if let Some(why) = no_manager(manager, env) {
+        return background_daemon(opts, env, rec, &why);
+    }
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "service",
+            format!(
+                "would write {} and run: {}",
+                unit.path.display(),
+                shown(&cmds)
+            ),
+        );
+    }
+    let written = unit
+        .path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&unit.path, &unit.content));
+    if let Err(e) = written {
+        return Line::new(
+            Level::Fail,
+            "service",
+            format!("cannot write {}: {e}", unit.path.display()),
+        )
+        .fix("check that directory's permissions, then run setup again");
+    }
+    rec.service_unit = Some(unit.path.clone());
+    // A tolerated step (launchd's bootout of an agent not loaded) may fail; a required one
+    // says what to do.
+    for c in &cmds {
+        if let (Err(e), Some(fix)) = (run(&c.argv, env, None), &c.required) {
+            return Line::new(
+                Level::Fail,
+                "service",
+                format!("wrote {}, but {e}", unit.path.display()),
+            )
+            .fix(format!("{fix}; then run by hand: {}", shown(&cmds)));
+        }
+    }
+    Line::new(
+        Level::Ok,
+        "service",
+        format!(
+            "{} installed, started, and starts at every login",
+            unit.path.display()
+        ),
+    )
+}
+
+/// No service manager: a daemon in the background instead, unless one runs already.
+fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> Line {
+    let later = "when it stops (a reboot), the pi extension and `pi-ide-broker mcp` start one whenever none runs";
+    let head = format!("no user service manager answers here ({why})");
+    if daemon::answering(env) {
+        return Line::new(
+            Level::Ok,
+            "service",
+            format!("{head}; a daemon is running on {}", env.socket.display()),
+        )
+        .fix(later);
+    }
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "service",
+            format!(
+                "{head}; would start `pi-ide-broker daemon` in the background (log: {})",
+                daemon::log_path(env).display()
+            ),
+        );
+    }
+    match daemon::start(env) {
+        Ok(pid) => {
+            rec.daemon_pid = Some(pid);
+            Line::new(
+                Level::Ok,
+                "service",
+                format!(
+                    "{head}; started a daemon in the background (pid {pid}, log: {})",
+                    daemon::log_path(env).display()
+                ),
+            )
+            .fix(later)
+        }
+        Err(e) => Line::new(Level::Warn, "service", format!("{head}; {e}"))
+            .fix(format!("run `pi-ide-broker daemon` in a terminal; {later}")),
+    }
+}
+
+fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
+    let source = Source::resolve(opts.pi_source.as_deref(), &env.data_dir);
+    let by_hand = format!("pi install {}", source.arg());
+    if env.which("pi").is_none() {
+        return Line::new(
+            Level::Warn,
+            "pi",
+            "pi is not on PATH: the extension was not installed",
+        )
+        .fix(format!(
+            "install pi ({MIN_PI} or newer: npm install -g @earendil-works/pi-coding-agent), then run setup again"
+        ));
+    }
+    let installed = pi::installed(&pi::settings_file(&env.home));
+    let target = source.arg();
+    if let Some(other) = installed.iter().find(|s| pi::is_ours(s) && **s != target) {
+        return Line::new(
+            Level::Ok,
+            "pi",
+            format!("pi loads the extension from {other}; left as it is"),
+        )
+        .fix(format!(
+            "to switch to this build's: pi remove {other} && {by_hand}"
+        ));
+    }
+    if opts.dry_run {
+        let write = match &source {
+            Source::Bundled(dir) => format!("write the extension to {}; ", dir.display()),
+            Source::Given(_) => String::new(),
+        };
+        let what = if installed.contains(&target) {
+            format!("{write}check that pi loads it")
+        } else {
+            format!("{write}run: {by_hand}")
+        };
+        return Line::new(Level::Info, "pi", format!("would {what}"));
+    }
+    if let Source::Bundled(dir) = &source {
+        if let Err(e) = extension::write(dir) {
+            return Line::new(
+                Level::Fail,
+                "pi",
+                format!("cannot write the extension to {}: {e}", dir.display()),
+            )
+            .fix("check that folder's permissions (or pass --pi-source), then run setup again");
+        }
+    }
+    let already = installed.contains(&target);
+    if !already {
+        let cmd = ["pi".to_string(), "install".to_string(), target.clone()];
+        if let Err(e) = run(&cmd, env, Some(&env.home)) {
+            return Line::new(Level::Fail, "pi", e)
+                .fix("fix what pi says above, then run setup again");
+        }
+        rec.pi_source = Some(target.clone());
+    }
+    pi_loads(env, &target, already)
+}
+
+/// Whether pi actually loads the extension: `pi --help` loads every installed one and lists
+/// their flags (and prints a failed one's error), with no model and no session.
+fn pi_loads(env: &Env, target: &str, already: bool) -> Line {
+    let help = ["pi".to_string(), "--help".to_string()];
+    // Read whatever its exit status: a refused extension's error is in the text.
+    let verdict =
+        capture(&help, env, Some(&env.home)).and_then(|(_, out, _)| pi::load_verdict(&out, target));
+    match (verdict, already) {
+        (Ok(()), true) => Line::new(
+            Level::Ok,
+            "pi",
+            format!("the extension is installed ({target}) and pi loads it"),
+        ),
+        (Ok(()), false) => Line::new(
+            Level::Ok,
+            "pi",
+            format!("installed the extension ({target}); pi loads it"),
+        ),
+        (Err(e), _) => Line::new(
+            Level::Fail,
+            "pi",
+            format!("pi cannot load the extension from {target}: {e}"),
+        )
+        .fix("fix what pi says, then run setup again (`pi-ide-broker setup --undo` takes it back)"),
+    }
+}
+
+fn claude_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
+    let add = mcp::claude_add(&env.broker_command());
+    let line = add.join(" ");
+    if rec.claude_mcp {
+        return Line::new(
+            Level::Ok,
+            "Claude Code",
+            "the `editor` MCP server was added by an earlier setup",
+        );
+    }
+    if env.which("claude").is_none() {
+        return Line::new(
+            Level::Info,
+            "Claude Code",
+            format!("not on PATH; once it is: {line}"),
+        );
+    }
+    match mcp::claude_entry(&env.home) {
+        Some(e) if mcp::is_claude_entry(&e, &env.broker_command()) => {
+            return Line::new(Level::Ok, "Claude Code", "has the `editor` MCP server");
+        }
+        Some(e) => {
+            return Line::new(
+                Level::Warn,
+                "Claude Code",
+                format!("has another `editor` MCP server ({e}); left as it is"),
+            )
+            .fix(format!(
+                "to use the broker: claude mcp remove --scope user editor && {line}"
+            ));
+        }
+        None => {}
+    }
+    if !opts.write || opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "Claude Code",
+            format!("to add the MCP server: {line}"),
+        )
+        .fix("setup --write runs it");
+    }
+    match run(&add, env, Some(&env.home)) {
+        Ok(_) => {
+            rec.claude_mcp = true;
+            Line::new(Level::Ok, "Claude Code", format!("added: {line}"))
+        }
+        Err(e) => Line::new(Level::Fail, "Claude Code", e).fix(format!("run it by hand: {line}")),
+    }
+}
+
+fn file_step(client: FileClient, opts: &Options, env: &Env, rec: &mut Record) -> Line {
+    let homes = env.homes();
+    let file = client.file(&homes);
+    let bin = env.broker_command();
+    let snippet = client.snippet(&bin);
+    let step = client.title();
+    if !mcp::present(client, &homes, |c| env.which(c).is_some()) {
+        return Line::new(
+            Level::Info,
+            step,
+            format!(
+                "not found here (no `{}`, no {}); once it is, add to {}: {snippet}",
+                client.command(),
+                file.parent()
+                    .map_or(String::new(), |p| p.display().to_string()),
+                file.display()
+            ),
+        );
+    }
+    let (text, plan) = match plan_file(client, &file, &bin) {
+        Ok(tp) => tp,
+        Err((level, why)) => {
+            return Line::new(level, step, why).fix(format!("add by hand: {snippet}"));
+        }
+    };
+    let (new_text, created_container) = match plan {
+        mcp::Plan::Present => {
+            return Line::new(
+                Level::Ok,
+                step,
+                format!("{} has the `editor` MCP server", file.display()),
+            )
+        }
+        mcp::Plan::Conflict(other) => {
+            return Line::new(
+                Level::Warn,
+                step,
+                format!(
+                    "{} has another `editor` MCP server ({other}); left as it is",
+                    file.display()
+                ),
+            )
+            .fix(format!("to use the broker, make it: {snippet}"))
+        }
+        mcp::Plan::Write(t, c) => (t, c),
+    };
+    if !opts.write || opts.dry_run {
+        return Line::new(
+            Level::Info,
+            step,
+            format!("would add to {}: {snippet}", file.display()),
+        )
+        .fix("setup --write adds it");
+    }
+    if let Err(e) = write_atomic(&file, &new_text) {
+        return Line::new(Level::Fail, step, e).fix(format!("add by hand: {snippet}"));
+    }
+    rec.mcp_files.push(McpFile {
+        client: client.id().to_string(),
+        file: file.clone(),
+        created_file: text.is_none(),
+        created_container,
+        command: bin,
+    });
+    Line::new(
+        Level::Ok,
+        step,
+        format!("added the `editor` MCP server to {}", file.display()),
+    )
+}
+
+/// The file's text (`None`: no file yet) and what adding the entry to it comes to; or how bad
+/// it is and why, when it cannot be read or edited safely.
+fn plan_file(
+    client: FileClient,
+    file: &Path,
+    bin: &str,
+) -> Result<(Option<String>, mcp::Plan), (Level, String)> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err((Level::Fail, format!("cannot read {}: {e}", file.display()))),
+    };
+    match mcp::add(client, text.as_deref().unwrap_or(""), bin) {
+        Ok(plan) => Ok((text, plan)),
+        Err(e) => Err((
+            Level::Warn,
+            format!("{} cannot be edited safely: {e}", file.display()),
+        )),
+    }
+}
+
+/// Writes `text` to `path` through a temporary file beside it, keeping the file's mode.
+fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.pi-ide-broker-setup",
+        path.file_name()
+            .map_or("file".into(), |n| n.to_string_lossy())
+    ));
+    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    if let Ok(m) = std::fs::metadata(path) {
+        let _ = std::fs::set_permissions(&tmp, m.permissions());
+    }
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+}
+
+/// Takes back what the record says setup did; what fails stays in the record.
+pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(Line)) {
+    if *rec == Record::default() && !extension::dir(&env.data_dir).exists() {
+        emit(Line::new(
+            Level::Ok,
+            "undo",
+            "setup has changed nothing here; nothing to undo",
+        ));
+        return;
+    }
+    if let Some(unit) = rec.service_unit.clone() {
+        emit(undo_service(opts, env, &unit, rec));
+    }
+    if let Some(pid) = rec.daemon_pid {
+        emit(undo_daemon(opts, pid, rec));
+    }
+    if let Some(source) = rec.pi_source.clone() {
+        emit(undo_command(
+            opts,
+            env,
+            "pi",
+            &["pi".into(), "remove".into(), source],
+            &mut rec.pi_source,
+        ));
+    }
+    // The extension's folder goes once pi no longer loads it from there.
+    let folder = extension::dir(&env.data_dir);
+    if rec.pi_source.is_none() && folder.exists() {
+        emit(undo_extension(opts, env, &folder));
+    }
+    if rec.claude_mcp {
+        let mut flag = Some(());
+        emit(undo_command(
+            opts,
+            env,
+            "Claude Code",
+            &mcp::claude_remove(),
+            &mut flag,
+        ));
+        rec.claude_mcp = flag.is_some();
+    }
+    if let Some(copy) = rec.binary_copy.clone() {
+        emit(undo_binary(opts, &copy, rec));
+    }
+    let files = std::mem::take(&mut rec.mcp_files);
+    for f in files {
+        let (line, keep) = undo_file(opts, &f);
+        emit(line);
+        if keep {
+            rec.mcp_files.push(f);
+        }
+    }
+}
+
+fn undo_binary(opts: &Options, copy: &Path, rec: &mut Record) -> Line {
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "binary",
+            format!("would remove {}", copy.display()),
+        );
+    }
+    match std::fs::remove_file(copy) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Line::new(
+            Level::Fail,
+            "binary",
+            format!("cannot remove {}: {e}", copy.display()),
+        )
+        .fix(format!("remove it by hand: rm {}", copy.display())),
+        _ => {
+            rec.binary_copy = None;
+            if let Some(dir) = copy.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+            Line::new(Level::Ok, "binary", format!("removed {}", copy.display()))
+        }
+    }
+}
+
+fn undo_extension(opts: &Options, env: &Env, folder: &Path) -> Line {
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "pi",
+            format!("would remove {}", folder.display()),
+        );
+    }
+    match extension::remove(&env.data_dir) {
+        Ok(()) => Line::new(Level::Ok, "pi", format!("removed {}", folder.display())),
+        Err(e) => Line::new(
+            Level::Fail,
+            "pi",
+            format!("cannot remove {}: {e}", folder.display()),
+        )
+        .fix(format!("remove it by hand: rm -r {}", folder.display())),
+    }
+}
+
+fn undo_service(opts: &Options, env: &Env, unit_path: &Path, rec: &mut Record) -> Line {
+    let manager = Manager::here();
+    let unit = service::unit(manager, &env.exe, None, &env.home, &env.config_home);
+    let cmds = service::commands(manager, &unit, false);
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "service",
+            format!(
+                "would run: {}; would remove {}",
+                shown(&cmds),
+                unit_path.display()
+            ),
+        );
+    }
+    // Stopping a service that is not running fails; removing the unit is what counts.
+    for c in &cmds {
+        let _ = run(&c.argv, env, None);
+    }
+    match std::fs::remove_file(unit_path) {
+        Ok(()) => {
+            rec.service_unit = None;
+            Line::new(
+                Level::Ok,
+                "service",
+                format!("stopped and removed {}", unit_path.display()),
+            )
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            rec.service_unit = None;
+            Line::new(
+                Level::Ok,
+                "service",
+                format!("{} was removed already", unit_path.display()),
+            )
+        }
+        Err(e) => Line::new(
+            Level::Fail,
+            "service",
+            format!("cannot remove {}: {e}", unit_path.display()),
+        )
+        .fix("remove it by hand, then `systemctl --user daemon-reload`"),
+    }
+}
+
+fn undo_daemon(opts: &Options, pid: u32, rec: &mut Record) -> Line {
+    if opts.dry_run {
+        return Line::new(
+            Level::Info,
+            "service",
+            format!("would stop the daemon setup started (pid {pid})"),
+        );
+    }
+    match daemon::stop(pid) {
+        Ok(stopped) => {
+            rec.daemon_pid = None;
+            let what = if stopped {
+                "stopped"
+            } else {
+                "no longer runs:"
+            };
+            Line::new(
+                Level::Ok,
+                "service",
+                format!("{what} the daemon setup started (pid {pid})"),
+            )
+        }
+        Err(e) => Line::new(Level::Fail, "service", e).fix(format!("kill {pid}")),
+    }
+}
+
+/// Runs an undo command; clears `done` when it worked.
+fn undo_command<T>(
+    opts: &Options,
+    env: &Env,
+    step: &str,
+    cmd: &[String],
+    done: &mut Option<T>,
+) -> Line {
+    let line = cmd.join(" ");
+    if opts.dry_run {
+        return Line::new(Level::Info, step, format!("would run: {line}"));
+    }
+    match run(cmd, env, Some(&env.home)) {
+        Ok(_) => {
+            *done = None;
+            Line::new(Level::Ok, step, format!("ran: {line}"))
+        }
+        Err(e) => Line::new(Level::Fail, step, e).fix(format!("run it by hand: {line}")),
+    }
+}
+
+/// Removes one recorded entry; whether to keep it in the record (it failed).
+fn undo_file(opts: &Options, f: &McpFile) -> (Line, bool) {
+    let Some(client) = mcp::FILE_CLIENTS.into_iter().find(|c| c.id() == f.client) else {
+        return (
+            Line::new(
+                Level::Warn,
+                &f.client,
+                "a client this version does not know; left in the record",
+            ),
+            true,
+        );
+    };
+    let step = client.title();
+    let Ok(text) = std::fs::read_to_string(&f.file) else {
+        return (
+            Line::new(
+                Level::Ok,
+                step,
+                format!("{} is gone already", f.file.display()),
+            ),
+            false,
+        );
+    };
+    let new_text = match mcp::remove(client, &text, &f.command, f.created_container) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            return (
+                Line::new(
+                    Level::Ok,
+                    step,
+                    format!("{} no longer has the entry", f.file.display()),
+                ),
+                false,
+            )
+        }
+        Err(e) => {
+            return (
+                Line::new(Level::Warn, step, format!("{}: {e}", f.file.display())),
+                false,
+            )
+        }
+    };
+    if opts.dry_run {
+        return (
+            Line::new(
+                Level::Info,
+                step,
+                format!(
+                    "would remove the `editor` MCP server from {}",
+                    f.file.display()
+                ),
+            ),
+            true,
+        );
+    }
+    let result = if f.created_file && mcp::is_empty(client, &new_text) {
+        std::fs::remove_file(&f.file)
+            .map_err(|e| format!("cannot remove {}: {e}", f.file.display()))
+    } else {
+        write_atomic(&f.file, &new_text)
+    };
+    match result {
+        Ok(()) => (
+            Line::new(
+                Level::Ok,
+                step,
+                format!("removed the `editor` MCP server from {}", f.file.display()),
+            ),
+            false,
+        ),
+        Err(e) => (
+            Line::new(Level::Fail, step, e).fix("remove the `editor` entry by hand"),
+            true,
+        ),
+    }
+}

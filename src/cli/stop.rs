@@ -1,0 +1,71 @@
+//! `stop`: the running daemon stopped gracefully, however it was started.
+
+use super::client;
+use crate::cli::service;
+use crate::sys::config::Config;
+use anyhow::Context as _;
+use std::process::ExitCode;
+
+/// `stop`: asks the daemon that answers on the socket for its pid, sends it SIGTERM (the
+/// graceful stop: pending diffs answered, sessions told), and waits until nothing answers.
+pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
+    let socket = config.socket_to_dial();
+    let status = match client::get_json(&socket, "/v1/status").await {
+        Ok(s) => s,
+        Err(client::ClientError::NotRunning(s)) => {
+            println!("no daemon is running (nothing answers on {s}); nothing to stop");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let pid = status["broker"]["pid"]
+        .as_i64()
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(rustix::process::Pid::from_raw)
+        .context("the daemon's status names no pid; is it another version? stop it with `kill`")?;
+    // Only a daemon this machine runs, as its own record says: a socket forwarded from
+    // elsewhere (ssh, a container) reports a pid of another machine or pid namespace.
+    let record = config.running_record();
+    let recorded = std::fs::read_to_string(&record)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["pid"].as_i64());
+    if recorded != Some(i64::from(pid.as_raw_nonzero().get())) {
+        anyhow::bail!(
+            "the daemon answering on {} (pid {}) is not the one {} records: it runs elsewhere (a forwarded socket?); stop it where it runs",
+            socket.display(),
+            pid.as_raw_nonzero(),
+            record.display()
+        );
+    }
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+        .with_context(|| format!("cannot signal the daemon (pid {})", pid.as_raw_nonzero()))?;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while tokio::time::Instant::now() < deadline {
+        if matches!(
+            client::get_json(&socket, "/v1/status").await,
+            Err(client::ClientError::NotRunning(_))
+        ) {
+            println!("stopped the daemon (pid {})", pid.as_raw_nonzero());
+            let home = crate::sys::config::home_dir();
+            let env = crate::cli::setup::Env::from_process(config, None);
+            let unit = service::unit(
+                service::Manager::here(),
+                &env.exe,
+                None,
+                &home,
+                &env.config_home,
+            );
+            if unit.path.exists() {
+                println!("the user service starts it again at the next login; `pi-ide-broker service uninstall` removes it");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    anyhow::bail!(
+        "the daemon (pid {}) is still answering 20 s after SIGTERM; see its log (`pi-ide-broker paths`), or `kill -9 {}`",
+        pid.as_raw_nonzero(),
+        pid.as_raw_nonzero()
+    )
+}

@@ -1,0 +1,227 @@
+//! The daemon's wiring: `serve` starts every task and holds the one stop order.
+//!
+//! Wiring: [`serve`] binds the socket, loads state, scans the lock dirs, runs every task,
+//! and stops gracefully (no diff left unanswered) when the shutdown token fires.
+
+pub mod supervisor;
+
+use crate::editor::lockdir::{self, LockDirCommand};
+use crate::frontdoor;
+use crate::registry::state::StateStore;
+use crate::registry::Registry;
+use crate::session::Control;
+use crate::sys::config::Config;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket could not be set up (already running, unsafe dir, …).
+    #[error(transparent)]
+    Socket(#[from] frontdoor::socket::SocketError),
+    /// The file watcher could not start.
+    #[error("cannot start the lock dir watcher: {0}")]
+    Watch(#[from] notify::Error),
+}
+
+/// What a running daemon tells its starter once it is ready.
+#[derive(Clone, Debug)]
+pub struct Ready {
+    /// The native socket.
+    pub socket: PathBuf,
+    /// The state file.
+    pub state_file: PathBuf,
+}
+
+/// A handle to reconfigure a running daemon (SIGHUP).
+#[derive(Clone)]
+pub struct Handle {
+    reg: Arc<Registry>,
+    lockdir: mpsc::UnboundedSender<LockDirCommand>,
+}
+
+impl Handle {
+    /// Applies a new config: lock dirs, health and timeout settings (sessions stay connected).
+    pub async fn reload(&self, config: Config) {
+        let dirs = config.lock_dirs();
+        self.reg.set_config(Arc::new(config));
+        let (tx, rx) = oneshot::channel();
+        if self.lockdir.send(LockDirCommand::SetDirs(dirs, tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// The registry, for status and tests.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.reg
+    }
+}
+
+/// Runs the broker until `shutdown` is cancelled. `on_ready` is called once the socket is
+/// bound, the state loaded and every lock dir listed once.
+pub async fn serve(
+    config: Config,
+    shutdown: CancellationToken,
+    on_ready: impl FnOnce(Ready, Handle),
+) -> Result<(), ServeError> {
+    let config = Arc::new(config);
+    let socket = config.socket_path();
+    let record = config.running_record();
+    // One daemon per user: held until we return, whatever socket path another would pick.
+    let _user_claim = frontdoor::socket::claim_user(&config.state_dir(), &socket, &record)?;
+    // The socket's claim is held until we return: no second daemon can take it meanwhile.
+    let (listener, claim) = listen(&socket).await?;
+    let state = StateStore::load(&config.state_dir());
+    let state_file = state.path().to_path_buf();
+    let reg = Registry::new(
+        config.clone(),
+        state,
+        socket.clone(),
+        CancellationToken::new(),
+    );
+    // Every task runs on the registry's tracker and stops on its tokens; [`stop`] is the only
+    // place they are stopped.
+    let lockdir = watch(&reg, &config).await?;
+    start_doors(&reg, &config, listener);
+    // Clients whose environment points elsewhere (no XDG_RUNTIME_DIR) find us through this.
+    let running = serde_json::json!({"socket": socket, "pid": std::process::id()});
+    if let Err(e) =
+        crate::registry::state::write_atomic_unsynced(&record, running.to_string().as_bytes())
+    {
+        tracing::warn!(file = %record.display(), error = %e, "cannot record the running daemon; clients with another environment may not find it");
+    }
+    tracing::info!(socket = %socket.display(), state = %state_file.display(), "pi-ide-broker ready");
+    let ready = Ready {
+        socket: socket.clone(),
+        state_file,
+    };
+    on_ready(
+        ready,
+        Handle {
+            reg: reg.clone(),
+            lockdir,
+        },
+    );
+    shutdown.cancelled().await;
+    stop(&reg, &config).await;
+    // Last, the socket and the running record go, then the claims (on return).
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(&record);
+    drop(claim);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The listening socket: the one the service manager passed, or ours, bound with its claim.
+async fn listen(
+    socket: &std::path::Path,
+) -> Result<(tokio::net::UnixListener, Option<frontdoor::socket::Claim>), ServeError> {
+    if let Some(l) = frontdoor::socket::inherited() {
+        tracing::info!(socket = %socket.display(), "using the socket passed by the service manager");
+        return Ok((l, None));
+    }
+    let claim = frontdoor::socket::claim(socket)?;
+    let l = frontdoor::socket::bind(socket).await?;
+    Ok((l, Some(claim)))
+}
+
+/// The lock dir watcher and its supervisor started; the first scan admitted as one batch,
+/// so every editor's id is decided knowing all the others, never by the order in which the
+/// dirs were listed. Returns the watcher's command channel.
+async fn watch(
+    reg: &Arc<Registry>,
+    config: &Config,
+) -> Result<mpsc::UnboundedSender<LockDirCommand>, ServeError> {
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+    let (scanned_tx, scanned_rx) = oneshot::channel();
+    reg.tracker.spawn(lockdir::watch(
+        config.lock_dirs(),
+        ev_tx,
+        cmd_rx,
+        Duration::from_millis(config.rescan_interval_ms.max(100)),
+        scanned_tx,
+        reg.cancel.clone(),
+    )?);
+    let _ = scanned_rx.await;
+    let mut first = Vec::new();
+    while let Ok(ev) = ev_rx.try_recv() {
+        first.push(ev);
+    }
+    reg.apply_batch(first);
+    // Ends when the watcher does (it drops the sender).
+    reg.tracker.spawn(supervise(reg.clone(), ev_rx));
+    Ok(cmd_tx)
+}
+
+/// The compat and Gemini doors (when enabled), the state saver and the native door.
+fn start_doors(reg: &Arc<Registry>, config: &Config, listener: tokio::net::UnixListener) {
+    let tasks = &reg.tracker;
+    if config.compat.enabled {
+        let compat_dir = config.compat_dir();
+        if config.lock_dirs().iter().any(|d| d.path == compat_dir) {
+            tracing::warn!(dir = %compat_dir.display(), "the compat dir is also watched as a lock dir (is PI_IDE_LOCK_DIR exported to the broker or your editors?); set it for pi only, e.g. `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`");
+        }
+        tasks.spawn(frontdoor::compat::run(reg.clone(), compat_dir));
+    }
+    if config.gemini.enabled {
+        tasks.spawn(frontdoor::gemini::run(
+            reg.clone(),
+            config.gemini_dir(),
+            config.qwen_dir(),
+        ));
+    }
+    let reg_save = reg.clone();
+    tasks.spawn(async move { reg_save.state.saver(&reg_save.cancel).await });
+    tasks.spawn(frontdoor::native::serve(listener, reg.clone()));
+}
+
+/// The stop order, written once:
+/// 1. the doors stop accepting, so no session arrives while the others are told;
+/// 2. every pending diff is answered (an agent that sees a closed socket mid-diff would write
+///    the edit unreviewed) and every session is told why it is detached;
+/// 3. everything else stops: links drain what they owe the editor, sessions flush and close,
+///    the watcher, its supervisor, the saver (between writes) and the service pings;
+/// 4. the state is saved once more, with no saver left to race.
+async fn stop(reg: &Arc<Registry>, config: &Config) {
+    tracing::info!("stopping");
+    reg.accepting.cancel();
+    for e in reg.editors() {
+        e.reject_pending_diffs("broker is shutting down");
+    }
+    for s in reg.sessions() {
+        let _ = s
+            .control
+            .send(Control::Detached("broker is shutting down".into()));
+    }
+    reg.cancel.cancel();
+    reg.tracker.close();
+    let limit = Duration::from_millis(config.shutdown_timeout_ms);
+    if tokio::time::timeout(limit, reg.tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout_ms = config.shutdown_timeout_ms,
+            "some tasks did not stop in time"
+        );
+    }
+    if let Err(e) = reg.state.save() {
+        tracing::warn!(error = %e, "cannot write state file on shutdown");
+    }
+}
+
+/// Applies lock dir events to the registry, a burst at a time, until the watcher stops.
+async fn supervise(reg: Arc<Registry>, mut events: mpsc::UnboundedReceiver<lockdir::LockEvent>) {
+    while let Some(ev) = events.recv().await {
+        let mut batch = vec![ev];
+        while let Ok(more) = events.try_recv() {
+            batch.push(more);
+        }
+        reg.apply_batch(batch);
+    }
+}

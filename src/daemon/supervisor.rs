@@ -1,0 +1,105 @@
+//! sd-notify for the `daemon` command: READY, STATUS, WATCHDOG, RELOADING, STOPPING.
+//!
+//! The daemon under a service manager, at run time: sd-notify (READY, STATUS, WATCHDOG,
+//! RELOADING, STOPPING), told by the `daemon` command alone ([`crate::cli::daemon`]).
+
+use crate::registry::Registry;
+use sd_notify::NotifyState;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Sends states to the service manager; a no-op without `NOTIFY_SOCKET`.
+pub fn notify(states: &[NotifyState]) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::debug!(error = %e, "sd_notify failed");
+    }
+}
+
+/// Tells the service manager the daemon is ready, and keeps it told (see [`run`]). Only the
+/// `daemon` command does, never a broker a library user runs (such as a test's, which may
+/// inherit a manager's `NOTIFY_SOCKET`).
+pub fn announce_ready(reg: &Arc<Registry>) {
+    let line = status_line(reg);
+    notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
+    reg.tracker.spawn(run(reg.clone()));
+}
+
+/// Tells the service manager the daemon is stopping.
+pub fn announce_stopping() {
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+}
+
+/// "4 editors ready, 9 sessions"
+pub fn status_line(reg: &Registry) -> String {
+    let editors = reg.editors();
+    let ready = editors
+        .iter()
+        .filter(|e| e.state() == crate::editor::LinkState::Ready)
+        .count();
+    let total = editors.len();
+    let sessions = reg.sessions().len();
+    let mut s = format!("{ready} editor{} ready", if ready == 1 { "" } else { "s" });
+    if total > ready {
+        s.push_str(&format!(" ({} not ready)", total - ready));
+    }
+    s.push_str(&format!(
+        ", {sessions} session{}",
+        if sessions == 1 { "" } else { "s" }
+    ));
+    s
+}
+
+/// Keeps `STATUS=` current (at most one update every 500 ms) and pings the watchdog from the
+/// runtime when `WATCHDOG_USEC` asks for it: a stuck runtime stops the pings.
+pub async fn run(reg: Arc<Registry>) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let watchdog = watchdog_interval();
+    let mut changes = reg.subscribe_changes();
+    let mut last = String::new();
+    let mut tick = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+    loop {
+        tokio::select! {
+            _ = reg.cancel.cancelled() => return,
+            _ = tick.tick() => {
+                if watchdog.is_some() {
+                    notify(&[NotifyState::Watchdog]);
+                }
+            }
+            r = changes.changed() => {
+                if r.is_err() { return }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                changes.borrow_and_update();
+                let line = status_line(&reg);
+                if line != last {
+                    notify(&[NotifyState::Status(&line)]);
+                    last = line;
+                }
+            }
+        }
+    }
+}
+
+/// Half of `WATCHDOG_USEC`, when the watchdog is on for us: as in libsystemd, a
+/// `WATCHDOG_PID` that names another process turns it off, a missing one does not.
+fn watchdog_interval() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+        if pid.parse::<u32>().ok() != Some(std::process::id()) {
+            return None;
+        }
+    }
+    (usec > 0).then(|| Duration::from_micros(usec / 2).max(Duration::from_millis(10)))
+}
+
+/// `RELOADING=1` with `MONOTONIC_USEC` in the same datagram, as systemd wants.
+pub fn notify_reloading() {
+    match NotifyState::monotonic_usec_now() {
+        Ok(now) => notify(&[NotifyState::Reloading, now]),
+        Err(_) => notify(&[NotifyState::Reloading]),
+    }
+}

@@ -1,0 +1,288 @@
+//! Dialling an editor: the WebSocket upgrade, then the MCP handshake.
+//!
+//! Dialling an editor: the WebSocket upgrade (`wsupgrade`), then the MCP handshake
+//! (`initialize`, `tools/list`), until the link is ready to carry calls.
+
+use super::handle::*;
+use super::inbound::handle_editor_frame;
+use super::{Editor, PROTOCOL_VERSION};
+use super::{LinkHost, CLOSE_WAIT};
+use crate::protocol::jsonrpc::{self, Incoming};
+use crate::sys::config::Config;
+use crate::sys::sync::lock;
+use crate::wire::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
+use futures_util::SinkExt;
+
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::net::TcpStream;
+
+/// Why a dial failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum DialError {
+    #[error("the editor refused our token (HTTP 400); will re-read its lockfile")]
+    Refused,
+    /// The editor closed the link (a Close frame, answered, or the end of the stream) before
+    /// the handshake was done: the link `client_port` is not ready, whatever was answered.
+    #[error("{why}")]
+    Closed { why: String, client_port: u16 },
+    /// The editor answered a handshake request with an error; the link itself is alive.
+    #[error("{0}")]
+    Answered(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A dialled link: both halves, and the socket's acknowledgement switch.
+pub(super) struct Dialled {
+    pub(super) reader: LinkReader,
+    pub(super) writer: LinkSink,
+    pub(super) quick_ack: crate::wire::quickack::QuickAck,
+    /// The link's own local port (told apart from other clients of the editor).
+    pub(super) client_port: u16,
+}
+
+/// Dial, upgrade with the family's auth header, `initialize`, `notifications/initialized`,
+/// `tools/list`. On success the link info holds the cached results.
+///
+/// A dial for parked calls (a single-client editor taken back from its other client, which
+/// comes back within a few ms and has the link closed) does not wait for round trips: right
+/// after the upgrade it writes `initialize`, `notifications/initialized`, `tools/list` (only
+/// while the editor's tools are unknown) and the parked calls back to back, then reads the
+/// answers; a call's answer that comes meanwhile goes to its session at once.
+///
+/// A Close (answered) or the end of the stream before the handshake is done fails the dial
+/// (`DialError::Closed`), even when `initialize` was answered: a link is never declared ready
+/// on a `tools/list` that failed because the link died.
+pub(super) async fn dial(
+    editor: &Arc<Editor>,
+    config: &Config,
+    host: &dyn LinkHost,
+) -> Result<Dialled, DialError> {
+    let lf = editor.lockfile();
+    let mut stream = TcpStream::connect(("127.0.0.1", lf.port))
+        .await
+        .map_err(|e| DialError::Other(format!("connect 127.0.0.1:{}: {e}", lf.port)))?;
+    let _ = stream.set_nodelay(true);
+    let client_port = stream.local_addr().map(|a| a.port()).unwrap_or(0);
+    let read_ahead = crate::wire::wsupgrade::upgrade(
+        &mut stream,
+        crate::wire::wsupgrade::Dial {
+            port: lf.port,
+            auth_header: lf.family.auth_header(),
+            token: lf.auth_token.as_ref().map(|t| t.expose()),
+            subprotocol: lf.family.subprotocol(),
+        },
+    )
+    .await
+    .map_err(|e| match e {
+        crate::wire::wsupgrade::UpgradeError::Refused => DialError::Refused,
+        e => DialError::Other(format!("upgrade: {e}")),
+    })?;
+    let quick_ack = crate::wire::quickack::QuickAck::new(&stream);
+    let (rd, wr) = stream.into_split();
+    let mut link = Handshake {
+        editor,
+        host,
+        reader: FrameReader::new(rd, Role::Client, config.max_frame_bytes, &read_ahead),
+        writer: FrameWriter::new(wr, Role::Client),
+        client_port,
+    };
+    let init_params = json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let initialized = || {
+        Out::Text(jsonrpc::notification(
+            "notifications/initialized",
+            json!({}),
+        ))
+    };
+    let parked = editor.parked_for_dial();
+    let (init, tools) = if parked.is_empty() {
+        let init = link.call("initialize", init_params).await?;
+        link.write(&mut [initialized()].into_iter()).await?;
+        let uid = link.request("tools/list").await?;
+        (init, link.tools(uid).await?)
+    } else {
+        link.pipelined(init_params, initialized(), parked).await?
+    };
+    let Handshake { reader, writer, .. } = link;
+    let mut l = lock(&editor.link);
+    l.initialize = Some(init);
+    l.tools = tools.or(Some(json!({"tools": []})));
+    l.connected_since = Some(SystemTime::now());
+    Ok(Dialled {
+        client_port,
+        reader,
+        writer,
+        quick_ack,
+    })
+}
+
+/// A link in its MCP handshake: requests written by the dial itself, answers read (and
+/// whatever else comes meanwhile handled) until the ones it waits for.
+pub(super) struct Handshake<'a> {
+    editor: &'a Arc<Editor>,
+    host: &'a dyn LinkHost,
+    reader: LinkReader,
+    writer: LinkSink,
+    client_port: u16,
+}
+
+impl Handshake<'_> {
+    /// The handshake of a dial for parked calls, without waiting for round trips: writes
+    /// `initialize`, `notifications/initialized`, `tools/list` (only while the editor's tools
+    /// are unknown) and the parked calls back to back, then reads the answers it needs.
+    async fn pipelined(
+        &mut self,
+        init_params: Value,
+        initialized: Out,
+        parked: Vec<Out>,
+    ) -> Result<(Value, Option<Value>), DialError> {
+        let editor = self.editor;
+        let known = editor.tool_names().is_some_and(|t| !t.is_empty());
+        let init_uid = mint_id(&editor.next_id);
+        let list_uid = (!known).then(|| mint_id(&editor.next_id));
+        let mut frames = vec![
+            Out::Text(jsonrpc::request(
+                &init_uid.into(),
+                "initialize",
+                init_params,
+            )),
+            initialized,
+        ];
+        if let Some(uid) = list_uid {
+            frames.push(Out::Text(jsonrpc::request(
+                &uid.into(),
+                "tools/list",
+                json!({}),
+            )));
+        }
+        frames.extend(parked);
+        self.write(&mut frames.into_iter()).await?;
+        let init = self.answer(init_uid, "initialize").await?;
+        let tools = match list_uid {
+            Some(uid) => self.tools(uid).await?,
+            None => lock(&editor.link).tools.clone(),
+        };
+        Ok((init, tools))
+    }
+
+    /// The dial fails: the editor closed the link.
+    fn closed(&self, why: &str) -> DialError {
+        DialError::Closed {
+            why: why.to_string(),
+            client_port: self.client_port,
+        }
+    }
+
+    /// Writes `frames` back to back (one flush).
+    async fn write(
+        &mut self,
+        frames: &mut (dyn Iterator<Item = Out> + Send),
+    ) -> Result<(), DialError> {
+        for f in frames {
+            self.writer
+                .feed(f)
+                .await
+                .map_err(|e| DialError::Other(e.to_string()))?;
+        }
+        self.writer
+            .flush()
+            .await
+            .map_err(|e| DialError::Other(e.to_string()))
+    }
+
+    /// Writes the request `method` (no params) under a minted id, which it returns.
+    async fn request(&mut self, method: &str) -> Result<u64, DialError> {
+        let uid = mint_id(&self.editor.next_id);
+        let frame = Out::Text(jsonrpc::request(&uid.into(), method, json!({})));
+        self.write(&mut std::iter::once(frame)).await?;
+        Ok(uid)
+    }
+
+    /// One request, and its answer.
+    async fn call(&mut self, method: &str, params: Value) -> Result<Value, DialError> {
+        let uid = mint_id(&self.editor.next_id);
+        let frame = Out::Text(jsonrpc::request(&uid.into(), method, params));
+        self.write(&mut std::iter::once(frame)).await?;
+        self.answer(uid, method).await
+    }
+
+    /// The answer to `tools/list` (sent as `uid`), normalised; `None` when the editor answered
+    /// it with an error (it still works; its tool list is just unknown). A link that died
+    /// meanwhile fails the dial.
+    async fn tools(&mut self, uid: u64) -> Result<Option<Value>, DialError> {
+        match self.answer(uid, "tools/list").await {
+            Ok(mut t) => {
+                // Every client gets valid JSON-Schema objects (Lua editors send `[]` for `{}`).
+                crate::protocol::schema::normalize_tools(&mut t);
+                Ok(Some(t))
+            }
+            Err(DialError::Answered(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads until the answer to `uid`, handling whatever else comes meanwhile (pings, the
+    /// answers to calls written in the same handshake, notifications). A Close is answered
+    /// with its own code, and the editor given a bounded second to close the connection.
+    async fn answer(&mut self, uid: u64, method: &str) -> Result<Value, DialError> {
+        loop {
+            let frame = match self.reader.next().await {
+                Ok(Some(f)) => f,
+                Ok(None) => return Err(self.closed("closed during handshake")),
+                Err(e) => return Err(DialError::Other(e.to_string())),
+            };
+            let text = match frame {
+                Frame::Ping(p) => {
+                    let pong = Out::Pong(p.to_vec());
+                    self.write(&mut std::iter::once(pong)).await?;
+                    continue;
+                }
+                Frame::Close(c) => {
+                    let code = c.unwrap_or(1000);
+                    if self.writer.send(Out::Close(code)).await.is_ok() {
+                        let reader = &mut self.reader;
+                        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                            while let Ok(Some(_)) = reader.next().await {}
+                        })
+                        .await;
+                    }
+                    let code = c.map_or_else(|| "no code".into(), |c| c.to_string());
+                    return Err(self.closed(&format!("closed by editor during handshake ({code})")));
+                }
+                other => match frame_str(&other) {
+                    Some(t) => t,
+                    None => continue,
+                },
+            };
+            if let Ok(Incoming::Response { id, msg }) = jsonrpc::classify(text) {
+                if id.as_u64() == Some(uid) {
+                    return match msg.get("result") {
+                        Some(r) => Ok(r.clone()),
+                        None => Err(DialError::Answered(format!(
+                            "{method} failed: {}",
+                            msg.get("error").cloned().unwrap_or(Value::Null)
+                        ))),
+                    };
+                }
+            }
+            // Anything else: an answer to a call written in this handshake goes to its owner.
+            handle_editor_frame(self.editor, self.host, text);
+        }
+    }
+}
+
+/// The text of a data frame, read in place (binary frames are treated as text, as the
+/// editors do).
+pub(super) fn frame_str<'a>(frame: &Frame<'a>) -> Option<&'a str> {
+    match *frame {
+        Frame::Text(t) => Some(t),
+        Frame::Binary(b) => std::str::from_utf8(b).ok(),
+        _ => None,
+    }
+}

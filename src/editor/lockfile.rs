@@ -1,0 +1,405 @@
+//! Reading and validating one editor lockfile (`<port>.lock`).
+//!
+//! Everything in it is hostile until proven otherwise: see DESIGN.md "Validation".
+
+use crate::protocol::family::Family;
+use crate::sys::secret::Token;
+use rustix::fs::{Mode, OFlags};
+use serde::Deserialize;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The largest lockfile we read; real ones are a few hundred bytes.
+pub const MAX_LOCKFILE_BYTES: u64 = 64 * 1024;
+
+/// A validated lockfile: an editor that claims to listen on `port`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lockfile {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// The family of the dir it was found in (decides the auth header).
+    pub family: Family,
+    /// The port, from the file name.
+    pub port: u16,
+    /// The editor's process id, alive when read.
+    pub pid: u32,
+    /// Workspace folders as written (not normalised).
+    pub workspace_folders: Vec<String>,
+    /// `ideName`, or `"unknown"`.
+    pub ide_name: String,
+    /// The token for the auth header; `None` for an editor that writes none (Emacs's
+    /// claude-code-ide.el): the link is dialled without the header.
+    pub auth_token: Option<Token>,
+}
+
+/// Why a file is not (yet) a usable lockfile.
+#[derive(Debug, thiserror::Error)]
+pub enum LockfileError {
+    /// Not a `*.lock` name, or a claudecode temp file: silently not ours to read.
+    #[error("not a lockfile name")]
+    NotALockfile,
+    /// `<x>.lock` where x is not a port in 1..=65535.
+    #[error("file name does not give a port in 1..65535")]
+    BadPort,
+    /// The path is a symlink (refused, never followed).
+    #[error("is a symlink (refused)")]
+    Symlink,
+    /// A directory, FIFO, socket or device.
+    #[error("is not a regular file")]
+    NotRegular,
+    /// Owned by someone else: a token in it cannot be trusted.
+    #[error("is owned by uid {0}, not by us")]
+    ForeignOwner(u32),
+    /// Over [`MAX_LOCKFILE_BYTES`].
+    #[error("is {0} bytes, over the {MAX_LOCKFILE_BYTES}-byte limit")]
+    TooLarge(u64),
+    /// Empty or cut off in the middle: probably being written; retried on the next event.
+    #[error("is incomplete (still being written?)")]
+    Incomplete,
+    /// Not JSON, or JSON of the wrong shape.
+    #[error("is not a valid lockfile: {0}")]
+    Malformed(String),
+    /// The pid in it is not running: a stale file left by a crash.
+    #[error("names pid {0}, which is not running (stale lockfile)")]
+    DeadPid(u32),
+    /// The pid is alive but its process started after the file was written: the editor
+    /// died and an unrelated process got its pid.
+    #[error("names pid {0}, a process that started after the file was written (recycled pid; stale lockfile)")]
+    RecycledPid(u32),
+    /// The file disappeared.
+    #[error("no longer exists")]
+    Gone,
+    /// Another I/O error.
+    #[error("cannot be read: {0}")]
+    Io(std::io::Error),
+}
+
+impl LockfileError {
+    /// True for states that resolve themselves (half-written files) and deserve no warning.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, LockfileError::Incomplete | LockfileError::Gone)
+    }
+}
+
+/// The JSON shape, liberal where the real writers differ.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Raw {
+    pid: serde_json::Value,
+    #[serde(default)]
+    workspace_folders: Option<Vec<String>>,
+    #[serde(default)]
+    ide_name: Option<String>,
+    #[serde(default)]
+    transport: Option<String>,
+    #[serde(default)]
+    auth_token: serde_json::Value,
+    /// Present only in the broker's own virtual lockfiles (compat door): never an editor.
+    #[serde(default, rename = "piIdeBroker")]
+    broker_marker: Option<serde::de::IgnoredAny>,
+}
+
+/// The port a lockfile name announces, or why it does not.
+pub fn port_from_name(path: &Path) -> Result<u16, LockfileError> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or(LockfileError::NotALockfile)?;
+    if name.contains(".lock.tmp.") {
+        return Err(LockfileError::NotALockfile);
+    }
+    let stem = name
+        .strip_suffix(".lock")
+        .ok_or(LockfileError::NotALockfile)?;
+    match stem.parse::<u32>() {
+        Ok(p) if (1..=65535).contains(&p) && !stem.starts_with('+') => {
+            u16::try_from(p).map_err(|_| LockfileError::BadPort)
+        }
+        _ => Err(LockfileError::BadPort),
+    }
+}
+
+/// Reads and validates `path` (in a dir of `family`). Never follows a symlink, never blocks
+/// on a FIFO, never reads more than [`MAX_LOCKFILE_BYTES`].
+pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
+    let port = port_from_name(path)?;
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP => LockfileError::Symlink,
+        rustix::io::Errno::NOENT => LockfileError::Gone,
+        e => LockfileError::Io(e.into()),
+    })?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| LockfileError::Io(e.into()))?;
+    let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+    if kind != rustix::fs::FileType::RegularFile {
+        return Err(LockfileError::NotRegular);
+    }
+    let uid = stat.st_uid;
+    if uid != rustix::process::getuid().as_raw() {
+        return Err(LockfileError::ForeignOwner(uid));
+    }
+    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+    if size > MAX_LOCKFILE_BYTES {
+        return Err(LockfileError::TooLarge(size));
+    }
+    // Sized to the file, so a lockfile is read in one call.
+    let mut text = String::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
+    std::fs::File::from(fd)
+        .take(MAX_LOCKFILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => LockfileError::Malformed("not UTF-8".into()),
+            _ => LockfileError::Io(e),
+        })?;
+    if text.len() as u64 > MAX_LOCKFILE_BYTES {
+        return Err(LockfileError::TooLarge(text.len() as u64));
+    }
+    let lock = parse(&text, path, family, port)?;
+    let Some(process) = crate::sys::procinfo::running(lock.pid) else {
+        return Err(LockfileError::DeadPid(lock.pid));
+    };
+    #[allow(clippy::useless_conversion)] // time_t is not i64 on every target
+    let written = i64::try_from(stat.st_mtime).unwrap_or(i64::MAX);
+    if process
+        .start_unix
+        .is_some_and(|started| started > written + 1)
+    {
+        return Err(LockfileError::RecycledPid(lock.pid));
+    }
+    Ok(lock)
+}
+
+/// Parses lockfile text (no file-system checks, no pid check).
+pub fn parse(
+    text: &str,
+    path: &Path,
+    family: Family,
+    port: u16,
+) -> Result<Lockfile, LockfileError> {
+    if text.trim().is_empty() {
+        return Err(LockfileError::Incomplete);
+    }
+    let raw: Raw = serde_json::from_str(text).map_err(|e| {
+        if e.is_eof() {
+            LockfileError::Incomplete
+        } else {
+            LockfileError::Malformed(e.to_string())
+        }
+    })?;
+    if raw.broker_marker.is_some() {
+        // A broker's compat entry (ours or another's): dialling it would loop back to a broker.
+        return Err(LockfileError::NotALockfile);
+    }
+    let pid = raw
+        .pid
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p > 0 && i32::try_from(*p).is_ok())
+        .ok_or_else(|| LockfileError::Malformed("\"pid\" must be a positive integer".into()))?;
+    let auth_token = match raw.auth_token {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) if (10..=500).contains(&s.len()) => Some(Token::new(s)),
+        serde_json::Value::String(_) => {
+            return Err(LockfileError::Malformed(
+                "\"authToken\" must be 10..500 chars".into(),
+            ))
+        }
+        _ => {
+            return Err(LockfileError::Malformed(
+                "\"authToken\" must be a string".into(),
+            ))
+        }
+    };
+    if let Some(t) = raw.transport.as_deref() {
+        if t != "ws" {
+            return Err(LockfileError::Malformed(format!(
+                "transport {t:?} is not supported (only \"ws\")"
+            )));
+        }
+    }
+    let workspace_folders = raw.workspace_folders.unwrap_or_default();
+    if workspace_folders.len() > 1024 {
+        return Err(LockfileError::Malformed(
+            "more than 1024 workspaceFolders".into(),
+        ));
+    }
+    Ok(Lockfile {
+        path: path.to_path_buf(),
+        family,
+        port,
+        pid,
+        workspace_folders,
+        ide_name: raw.ide_name.unwrap_or_else(|| "unknown".into()),
+        auth_token,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(name: &str) -> PathBuf {
+        PathBuf::from("/x").join(name)
+    }
+
+    #[test]
+    fn port_comes_from_the_name() {
+        assert_eq!(port_from_name(&p("12345.lock")).unwrap(), 12345);
+        assert!(matches!(
+            port_from_name(&p("0.lock")),
+            Err(LockfileError::BadPort)
+        ));
+        assert!(matches!(
+            port_from_name(&p("70000.lock")),
+            Err(LockfileError::BadPort)
+        ));
+        assert!(matches!(
+            port_from_name(&p("abc.lock")),
+            Err(LockfileError::BadPort)
+        ));
+        assert!(matches!(
+            port_from_name(&p("+80.lock")),
+            Err(LockfileError::BadPort)
+        ));
+        assert!(matches!(
+            port_from_name(&p("80.txt")),
+            Err(LockfileError::NotALockfile)
+        ));
+        assert!(matches!(
+            port_from_name(&p("80.lock.tmp.1.2")),
+            Err(LockfileError::NotALockfile)
+        ));
+    }
+
+    #[test]
+    fn parses_both_writers() {
+        let me = std::process::id();
+        let pi = format!(
+            r#"{{"pid":{me},"workspaceFolders":["/a"],"ideName":"Neovim","transport":"ws","authToken":"0123456789abcdef"}}"#
+        );
+        let l = parse(&pi, &p("1.lock"), Family::Pi, 1).unwrap();
+        assert_eq!(l.workspace_folders, vec!["/a".to_string()]);
+        assert_eq!(l.ide_name, "Neovim");
+        let minimal = format!(r#"{{"pid":{me},"authToken":"0123456789abcdef"}}"#);
+        let l = parse(&minimal, &p("1.lock"), Family::Claude, 1).unwrap();
+        assert_eq!(l.ide_name, "unknown");
+        assert!(l.workspace_folders.is_empty());
+        assert!(l
+            .auth_token
+            .is_some_and(|t| t.expose() == "0123456789abcdef"));
+    }
+
+    #[test]
+    fn an_emacs_lockfile_without_a_token_is_accepted_as_tokenless() {
+        // claude-code-ide.el's shape (manzaltu/claude-code-ide.el at 1de17bb).
+        let me = std::process::id();
+        let emacs = format!(
+            r#"{{"pid":{me},"workspaceFolders":["/home/u/proj"],"ideName":"Emacs","transport":"ws"}}"#
+        );
+        let l = parse(&emacs, &p("1.lock"), Family::Claude, 1).unwrap();
+        assert_eq!(l.ide_name, "Emacs");
+        assert_eq!(l.workspace_folders, vec!["/home/u/proj".to_string()]);
+        assert!(l.auth_token.is_none());
+        let null = format!(r#"{{"pid":{me},"authToken":null}}"#);
+        assert!(parse(&null, &p("1.lock"), Family::Claude, 1)
+            .unwrap()
+            .auth_token
+            .is_none());
+    }
+
+    #[test]
+    fn rejects_bad_shapes() {
+        for bad in [
+            r#"{"pid":"12","authToken":"0123456789abcdef"}"#,
+            r#"{"pid":-1,"authToken":"0123456789abcdef"}"#,
+            r#"{"pid":1.5,"authToken":"0123456789abcdef"}"#,
+            r#"{"pid":12,"authToken":5}"#,
+            r#"{"pid":12,"authToken":"short"}"#,
+            r#"{"pid":12,"authToken":""}"#,
+            r#"{"pid":12,"authToken":["0123456789abcdef"]}"#,
+            r#"{"pid":12,"authToken":"0123456789abcdef","workspaceFolders":"/a"}"#,
+            r#"{"pid":12,"authToken":"0123456789abcdef","transport":"sse"}"#,
+            r#"[1,2,3]"#,
+            r#"not json"#,
+        ] {
+            let e = parse(bad, &p("1.lock"), Family::Pi, 1).unwrap_err();
+            assert!(matches!(e, LockfileError::Malformed(_)), "{bad}: {e:?}");
+        }
+        for half in ["", "  \n", r#"{"pid":12,"auth"#] {
+            let e = parse(half, &p("1.lock"), Family::Pi, 1).unwrap_err();
+            assert!(e.is_transient(), "{half}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn a_brokers_own_virtual_lockfile_is_not_an_editor() {
+        let me = std::process::id();
+        let text = format!(
+            r#"{{"pid":{me},"authToken":"0123456789abcdef","piIdeBroker":{{"editor":"x"}}}}"#
+        );
+        assert!(matches!(
+            parse(&text, &p("1.lock"), Family::Pi, 1),
+            Err(LockfileError::NotALockfile)
+        ));
+    }
+
+    #[test]
+    fn malformed_errors_never_echo_the_token() {
+        let text = r#"{"pid":"x","authToken":"TOPSECRET-TOKEN-123"}"#;
+        let e = parse(text, &p("1.lock"), Family::Pi, 1).unwrap_err();
+        assert!(!e.to_string().contains("TOPSECRET"));
+    }
+
+    #[test]
+    fn a_recycled_pid_is_recognised() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("4242.lock");
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        std::fs::write(
+            &path,
+            format!(r#"{{"pid":{},"authToken":"0123456789abcdef"}}"#, child.id()),
+        )
+        .unwrap();
+        // Written an hour before the process started: its pid was recycled.
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+        let r = read(&path, Family::Pi);
+        child.kill().unwrap();
+        let _ = child.wait();
+        if crate::sys::procinfo::start_unix(std::process::id()).is_some() {
+            assert!(matches!(r, Err(LockfileError::RecycledPid(_))), "{r:?}");
+        } else {
+            // Without start times (the signal-only process facts) it cannot be told.
+            assert!(r.is_ok(), "{r:?}");
+        }
+        // The same file written after the process started is fine.
+        let me = std::process::id();
+        std::fs::write(
+            &path,
+            format!(r#"{{"pid":{me},"authToken":"0123456789abcdef"}}"#),
+        )
+        .unwrap();
+        let lock = read(&path, Family::Pi).expect("a fresh lockfile of a live process");
+        assert_eq!((lock.pid, lock.family), (me, Family::Pi));
+        assert_eq!(lock.path, path);
+    }
+
+    #[test]
+    fn pid_liveness() {
+        assert!(crate::sys::procinfo::alive(std::process::id()));
+        assert!(!crate::sys::procinfo::alive(0));
+        assert!(!crate::sys::procinfo::alive(u32::MAX));
+    }
+}

@@ -1,0 +1,509 @@
+//! The gemini door's MCP endpoint for one editor: Streamable HTTP on a loopback port.
+//! `POST /mcp` carries one JSON-RPC message (a request is answered in the response body as
+//! `application/json`; `initialize` mints the `Mcp-Session-Id`), `GET /mcp` is the session's
+//! server-to-client event stream, `DELETE /mcp` ends the session.
+//!
+//! Every request is checked before anything else: no `Origin` (a browser page), a `Host` of
+//! this port on loopback only (DNS rebinding), the bearer token (constant time); bodies are
+//! bounded, and a connection holds a handshake place until its first request has arrived.
+
+use super::session::{Command, McpSession};
+use crate::frontdoor::limits::HandshakeSlot;
+use crate::registry::Registry;
+use crate::sys::secret::Token;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// The session header of Streamable HTTP.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// A comment on an idle event stream this often, so no client or proxy times it out.
+const KEEP_ALIVE: Duration = Duration::from_secs(20);
+/// `closeDiff` waits at most this long for its session's adapter.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// One editor's endpoint: its port, token and live MCP sessions.
+pub struct Endpoint {
+    reg: Arc<Registry>,
+    editor: String,
+    port: u16,
+    token: Token,
+    stop: CancellationToken,
+    sessions: Mutex<HashMap<String, Arc<McpSession>>>,
+}
+
+impl Endpoint {
+    /// An endpoint for `editor` on `port`, serving until `stop`.
+    pub fn new(
+        reg: Arc<Registry>,
+        editor: String,
+        port: u16,
+        token: Token,
+        stop: CancellationToken,
+    ) -> Self {
+        Endpoint {
+            reg,
+            editor,
+            port,
+            token,
+            stop,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    #[allow(clippy::result_large_err)] // the refusal is the response itself
+    fn session(&self, req: &Request<Incoming>) -> Result<Arc<McpSession>, Response<Body>> {
+        let Some(id) = req
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return Err(plain(
+                StatusCode::BAD_REQUEST,
+                "Mcp-Session-Id header required (initialize first)",
+            ));
+        };
+        let found = crate::sys::sync::lock(&self.sessions).get(id).cloned();
+        match found {
+            Some(s) if !s.ended.is_cancelled() => Ok(s),
+            _ => Err(plain(
+                StatusCode::NOT_FOUND,
+                "unknown or ended session; initialize again",
+            )),
+        }
+    }
+}
+
+/// Accepts connections until the endpoint stops.
+pub async fn accept_loop(ep: Arc<Endpoint>, listener: TcpListener) {
+    loop {
+        let accepted = tokio::select! {
+            _ = ep.stop.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "gemini accept failed; retrying in 100 ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let slot = ep.reg.limits.handshake("gemini").await;
+        let _ = stream.set_nodelay(true);
+        ep.reg.tracker.spawn(connection(ep.clone(), stream, slot));
+    }
+}
+
+/// One HTTP connection: its handshake place is given back once a request with the token is in
+/// (until then it is closed at the handshake deadline, as any connection is).
+async fn connection(ep: Arc<Endpoint>, stream: TcpStream, slot: HandshakeSlot) {
+    let closer = slot.closer();
+    let heard = slot.heard();
+    let place = Arc::new(Mutex::new(Some(slot)));
+    let cancel = ep.reg.cancel.clone();
+    let editor = ep.editor.clone();
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let (ep, place) = (ep.clone(), place.clone());
+        async move {
+            let answer = match check(&ep, &req) {
+                Err(refused) => refused,
+                Ok(()) => {
+                    // A client with the token is no flood: its place goes back, and its
+                    // keep-alive connection may idle between requests.
+                    crate::sys::sync::lock(&place).take();
+                    route(&ep, req).await
+                }
+            };
+            Ok::<_, Infallible>(answer)
+        }
+    });
+    let conn = crate::frontdoor::serve_http(stream, &heard, svc);
+    tokio::select! {
+        r = conn => if let Err(e) = r { tracing::debug!(editor = %editor, error = %e, "gemini connection ended") },
+        why = closer => tracing::debug!(editor = %editor, reason = why, "gemini connection closed in its handshake"),
+        _ = cancel.cancelled() => {}
+    }
+}
+
+/// One request whose token was checked ([`check`]), routed.
+async fn route(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
+    if req.uri().path() != "/mcp" {
+        return plain(StatusCode::NOT_FOUND, "the MCP endpoint is /mcp");
+    }
+    match *req.method() {
+        Method::POST => post(ep, req).await,
+        Method::GET => get_stream(ep, &req),
+        Method::DELETE => match ep.session(&req) {
+            Ok(s) => {
+                crate::sys::sync::lock(&ep.sessions).remove(&s.id);
+                s.ended.cancel();
+                plain(StatusCode::OK, "session ended")
+            }
+            Err(r) => r,
+        },
+        _ => {
+            let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use POST, GET or DELETE");
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            r
+        }
+    }
+}
+
+/// Refuses browsers (any `Origin`), foreign `Host`s and a missing or wrong token.
+#[allow(clippy::result_large_err)] // the refusal is the response itself
+fn check(ep: &Endpoint, req: &Request<Incoming>) -> Result<(), Response<Body>> {
+    let h = req.headers();
+    if h.contains_key(header::ORIGIN) {
+        tracing::warn!(editor = %ep.editor, "refused a gemini request carrying an Origin header (browser?)");
+        return Err(plain(
+            StatusCode::FORBIDDEN,
+            "requests with an Origin header are refused",
+        ));
+    }
+    let host = h
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let port = ep.port.to_string();
+    let host_ok = host.rsplit_once(':').is_some_and(|(name, p)| {
+        p == port && (name == "127.0.0.1" || name.eq_ignore_ascii_case("localhost"))
+    });
+    if !host_ok {
+        tracing::warn!(editor = %ep.editor, host, "refused a gemini request for a foreign Host (DNS rebinding?)");
+        return Err(plain(
+            StatusCode::FORBIDDEN,
+            "Host must be 127.0.0.1:<port> or localhost:<port>",
+        ));
+    }
+    let presented = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(t) if ep.token.matches(t.as_bytes()) => Ok(()),
+        Some(_) => {
+            tracing::info!(editor = %ep.editor, "refused a gemini request with a wrong token");
+            Err(plain(StatusCode::UNAUTHORIZED, "invalid token"))
+        }
+        None => {
+            tracing::info!(editor = %ep.editor, "refused a gemini request without a bearer token");
+            Err(plain(
+                StatusCode::UNAUTHORIZED,
+                "Authorization: Bearer <token> required (the token is in the discovery file)",
+            ))
+        }
+    }
+}
+
+/// `POST /mcp`: one JSON-RPC message.
+async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
+    let json_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !json_type {
+        return plain(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        );
+    }
+    let session = if has_no_session(&req) {
+        None
+    } else {
+        match ep.session(&req) {
+            Ok(s) => Some(s),
+            Err(r) => return r,
+        }
+    };
+    let max = ep.reg.config().max_frame_bytes;
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > max as u64) {
+        return too_large(max);
+    }
+    let body = match Limited::new(req.into_body(), max).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return too_large(max),
+    };
+    let msg: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => {
+            return rpc_error_response(
+                &Value::Null,
+                crate::protocol::jsonrpc::INVALID_REQUEST,
+                "one JSON-RPC message per request (no batches)",
+            )
+        }
+        Err(e) => {
+            return rpc_error_response(
+                &Value::Null,
+                crate::protocol::jsonrpc::PARSE_ERROR,
+                &format!("Parse error: {e}"),
+            )
+        }
+    };
+    let method = msg.get("method").and_then(Value::as_str);
+    let id = msg.get("id").unwrap_or(&Value::Null);
+    match (session, method) {
+        (None, Some("initialize")) if !id.is_null() => initialize(ep, id, msg.get("params")),
+        (None, _) => plain(
+            StatusCode::BAD_REQUEST,
+            "Mcp-Session-Id header required (initialize first)",
+        ),
+        // A notification or an answer: nothing to say back.
+        (Some(_), None) | (Some(_), Some(_)) if id.is_null() => empty(StatusCode::ACCEPTED),
+        (Some(_), None) => empty(StatusCode::ACCEPTED),
+        (Some(s), Some(m)) => rpc_response(id, request(&s, m, msg.get("params")).await),
+    }
+}
+
+/// True for a request without a session header (which must be `initialize`).
+fn has_no_session(req: &Request<Incoming>) -> bool {
+    !req.headers().contains_key(SESSION_HEADER)
+}
+
+/// `initialize`: a new session (a broker session on this endpoint's editor).
+fn initialize(ep: &Arc<Endpoint>, id: &Value, params: Option<&Value>) -> Response<Body> {
+    let Some(place) = ep.reg.limits.session("gemini") else {
+        return plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many sessions (max_sessions)",
+        );
+    };
+    let session = match McpSession::start(&ep.reg, &ep.editor, place) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(editor = %ep.editor, error = %e, "cannot start a gemini session");
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "cannot start a session");
+        }
+    };
+    crate::sys::sync::lock(&ep.sessions).insert(session.id.clone(), session.clone());
+    forget_when_ended(ep, &session);
+    let version = params
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str)
+        .filter(|v| {
+            v.len() == 10
+                && v.as_bytes()
+                    .iter()
+                    .all(|b| b.is_ascii_digit() || *b == b'-')
+        })
+        .unwrap_or("2025-06-18");
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let mut r = rpc_response(id, Ok(result));
+    if let Ok(v) = HeaderValue::from_str(&session.id) {
+        r.headers_mut().insert(SESSION_HEADER, v);
+    }
+    r
+}
+
+/// Drops the endpoint's record of `session` once it is over.
+fn forget_when_ended(ep: &Arc<Endpoint>, session: &Arc<McpSession>) {
+    let (ep, s) = (ep.clone(), session.clone());
+    ep.reg.clone().tracker.spawn(async move {
+        s.ended.cancelled().await;
+        crate::sys::sync::lock(&ep.sessions).remove(&s.id);
+    });
+}
+
+/// A request of a live session: its result, or a JSON-RPC error (code, message).
+async fn request(
+    s: &McpSession,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<Value, (i64, String)> {
+    match method {
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(json!({"tools": tools()})),
+        "tools/call" => {
+            let name = params
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let args = params.and_then(|p| p.get("arguments"));
+            Ok(call(s, name, args).await)
+        }
+        m => Err((
+            crate::protocol::jsonrpc::METHOD_NOT_FOUND,
+            format!("Method not found: {m}"),
+        )),
+    }
+}
+
+/// The two tools Gemini CLI needs listed to turn its IDE diffs on.
+fn tools() -> Value {
+    json!([
+        {"name": "openDiff", "description": "Open a diff of a file with new content proposed, for the user to review in the editor; the outcome comes as ide/diffAccepted or ide/diffRejected.",
+         "inputSchema": {"type": "object", "properties": {"filePath": {"type": "string"}, "newContent": {"type": "string"}}, "required": ["filePath", "newContent"]}},
+        {"name": "closeDiff", "description": "Close the diff of a file; answers the content proposed for it.",
+         "inputSchema": {"type": "object", "properties": {"filePath": {"type": "string"}, "suppressNotification": {"type": "boolean"}}, "required": ["filePath"]}},
+    ])
+}
+
+/// A `tools/call`: its `CallToolResult` (errors as `isError`, as MCP tools report them).
+async fn call(s: &McpSession, name: &str, args: Option<&Value>) -> Value {
+    let path = args.and_then(|a| a.get("filePath")).and_then(Value::as_str);
+    let Some(path) = path.filter(|p| p.starts_with('/')) else {
+        return tool_error(&format!("{name}: filePath (an absolute path) is required"));
+    };
+    match name {
+        "openDiff" => {
+            let Some(content) = args
+                .and_then(|a| a.get("newContent"))
+                .and_then(Value::as_str)
+            else {
+                return tool_error("openDiff: newContent (a string) is required");
+            };
+            let cmd = Command::OpenDiff {
+                path: path.into(),
+                content: content.into(),
+            };
+            if s.command(cmd) {
+                json!({"content": []})
+            } else {
+                tool_error("the editor's session is over")
+            }
+        }
+        "closeDiff" => {
+            let suppress = args
+                .and_then(|a| a.get("suppressNotification"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            if !s.command(Command::CloseDiff {
+                path: path.into(),
+                suppress,
+                reply,
+            }) {
+                return tool_error("the editor's session is over");
+            }
+            let text = tokio::time::timeout(CLOSE_WAIT, answer)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten();
+            json!({"content": [{"type": "text", "text": json!({"content": text}).to_string()}]})
+        }
+        other => tool_error(&format!(
+            "unknown tool {other:?}; the tools are openDiff and closeDiff"
+        )),
+    }
+}
+
+fn tool_error(text: &str) -> Value {
+    json!({"isError": true, "content": [{"type": "text", "text": text}]})
+}
+
+/// `GET /mcp`: the session's event stream (server-sent events), replacing an older one.
+fn get_stream(ep: &Endpoint, req: &Request<Incoming>) -> Response<Body> {
+    let accepts = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    if !accepts {
+        return plain(
+            StatusCode::NOT_ACCEPTABLE,
+            "Accept: text/event-stream required",
+        );
+    }
+    let session = match ep.session(req) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let (rx, guard) = session.open_stream();
+    let ended = session.ended.clone();
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The guard lives as long as the body: hyper drops it when the client's connection goes.
+    let state = (rx, ended, tick, guard);
+    let stream =
+        futures_util::stream::unfold(state, |(mut rx, ended, mut tick, guard)| async move {
+            let bytes = tokio::select! {
+                biased;
+                m = rx.recv() => Bytes::from(format!("event: message\ndata: {}\n\n", m?)),
+                _ = ended.cancelled() => return None,
+                _ = tick.tick() => Bytes::from_static(b": keep-alive\n\n"),
+            };
+            Some((
+                Ok::<_, Infallible>(hyper::body::Frame::data(bytes)),
+                (rx, ended, tick, guard),
+            ))
+        });
+    let mut r = Response::new(StreamBody::new(stream).boxed());
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+fn rpc_response(id: &Value, outcome: Result<Value, (i64, String)>) -> Response<Body> {
+    let body = match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err((code, message)) => {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+        }
+    };
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn rpc_error_response(id: &Value, code: i64, message: &str) -> Response<Body> {
+    let mut r = rpc_response(id, Err((code, message.to_string())));
+    *r.status_mut() = StatusCode::BAD_REQUEST;
+    r
+}
+
+fn too_large(max: usize) -> Response<Body> {
+    let mut r = plain(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("a message may be at most {max} bytes (max_frame_bytes)"),
+    );
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(format!("{text}\n"))).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn empty(status: StatusCode) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::new()).boxed());
+    *r.status_mut() = status;
+    r
+}

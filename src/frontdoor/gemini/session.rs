@@ -1,0 +1,511 @@
+//! One Gemini CLI MCP session as a broker session: a `session::run` (door `gemini`, pinned to
+//! its editor, pi dialect) on one end of an in-process WebSocket, and this adapter on the
+//! other, translating Gemini's companion protocol to the broker's and back:
+//! `openDiff` → the editor's blocking `openDiff` under the session's own tab name, its verdict
+//! → `ide/diffAccepted`/`ide/diffRejected` (to this session only); `closeDiff` → `close_tab`;
+//! `selection_changed` → `ide/contextUpdate`.
+//!
+//! Everything the broker does for a session comes with it: the successor of a restarted editor
+//! is followed, a diff whose editor goes is answered `DIFF_REJECTED` at once, the selection is
+//! replayed when the session starts, editor-initiated requests are never routed here.
+
+use crate::protocol::family::Family;
+use crate::registry::Registry;
+use crate::session::{Door, Intro};
+use crate::sys::sync::lock;
+use crate::wire::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
+use futures_util::SinkExt;
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
+
+/// Gemini CLI keeps 16 KiB of a selection; more is never sent.
+pub const MAX_SELECTED_TEXT: usize = 16 * 1024;
+/// Gemini CLI keeps 10 open files.
+const MAX_OPEN_FILES: usize = 10;
+/// Notifications held for a session whose event stream is not open (yet, or again).
+const MAX_BACKLOG: usize = 1024;
+/// The in-process pipe between the adapter and its broker session.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// What the HTTP side asks of a session.
+pub enum Command {
+    /// Open a diff of `path` with `content` proposed (the verdict comes as a notification).
+    OpenDiff { path: String, content: String },
+    /// Close the diff of `path`; answered with the text proposed for it, if one was open.
+    CloseDiff {
+        path: String,
+        suppress: bool,
+        reply: oneshot::Sender<Option<String>>,
+    },
+}
+
+/// Server-to-client messages: streamed on the open `GET /mcp`, else held.
+#[derive(Default)]
+struct Notices {
+    stream: Option<mpsc::Sender<String>>,
+    backlog: VecDeque<String>,
+    /// Counts the streams opened, so a closed stream's guard knows whether it was the last.
+    generation: u64,
+}
+
+/// A session with no event stream open this long is over. Gemini CLI does not end its session
+/// (`DELETE`) when it exits: its event stream's connection closing is the only sign.
+pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Held by an open event stream's body; its drop (the client's connection closed) starts the
+/// [`ABANDONED_AFTER`] clock.
+pub struct StreamGuard {
+    session: Arc<McpSession>,
+    generation: u64,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let mut n = lock(&self.session.notices);
+        if n.generation == self.generation {
+            n.stream = None;
+            drop(n);
+            self.session.end_if_abandoned();
+        }
+    }
+}
+
+/// A live Gemini MCP session, as the HTTP side holds it.
+pub struct McpSession {
+    /// The `Mcp-Session-Id`.
+    pub id: String,
+    cmds: mpsc::UnboundedSender<Command>,
+    notices: Mutex<Notices>,
+    /// Fires when the session is over (client's DELETE, editor gone, broker stopping).
+    pub ended: CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
+}
+
+impl McpSession {
+    /// Starts a broker session pinned to `editor` and its adapter; `place` (the session cap)
+    /// is held for its life.
+    pub fn start(
+        reg: &Arc<Registry>,
+        editor: &str,
+        place: OwnedSemaphorePermit,
+    ) -> std::io::Result<Arc<McpSession>> {
+        let id = crate::sys::secret::Token::generate()?.expose().to_string();
+        let (cmds, cmd_rx) = mpsc::unbounded_channel();
+        let session = Arc::new(McpSession {
+            id,
+            cmds,
+            notices: Mutex::new(Notices::default()),
+            ended: reg.cancel.child_token(),
+            tracker: reg.tracker.clone(),
+        });
+        session.end_if_abandoned();
+        let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
+        let (srv_rd, srv_wr) = tokio::io::split(theirs);
+        let max = reg.config().max_frame_bytes;
+        let reader = FrameReader::new(srv_rd, Role::Server, max, &[]);
+        let writer = FrameWriter::new(Box::pin(srv_wr) as _, Role::Server);
+        reg.tracker.spawn(crate::session::run(
+            reg.clone(),
+            reader,
+            writer,
+            intro(reg, editor),
+        ));
+        let (rd, wr) = tokio::io::split(ours);
+        let link = Link {
+            reader: FrameReader::new(rd, Role::Client, max, &[]),
+            writer: FrameWriter::new(wr, Role::Client),
+        };
+        let adapter = Adapter {
+            session: session.clone(),
+            diffs: HashMap::new(),
+            next: 0,
+            files: Vec::new(),
+        };
+        reg.tracker.spawn(adapter.run(link, cmd_rx, place));
+        Ok(session)
+    }
+
+    /// Hands a command to the adapter; false when the session is over.
+    pub fn command(&self, c: Command) -> bool {
+        self.cmds.send(c).is_ok()
+    }
+
+    /// Opens the event stream (replacing an older one): what was held comes first.
+    pub fn open_stream(self: &Arc<Self>) -> (mpsc::Receiver<String>, StreamGuard) {
+        let (tx, rx) = mpsc::channel(MAX_BACKLOG);
+        let mut n = lock(&self.notices);
+        for text in n.backlog.drain(..) {
+            let _ = tx.try_send(text);
+        }
+        n.stream = Some(tx);
+        n.generation += 1;
+        let guard = StreamGuard {
+            session: self.clone(),
+            generation: n.generation,
+        };
+        (rx, guard)
+    }
+
+    /// Ends the session [`ABANDONED_AFTER`] from now unless an event stream is open by then.
+    fn end_if_abandoned(self: &Arc<Self>) {
+        let session = self.clone();
+        let generation = lock(&self.notices).generation;
+        self.tracker.spawn(async move {
+            tokio::select! {
+                _ = session.ended.cancelled() => return,
+                _ = tokio::time::sleep(ABANDONED_AFTER) => {}
+            }
+            let n = lock(&session.notices);
+            if n.stream.is_none() && n.generation == generation {
+                drop(n);
+                tracing::info!("a Gemini CLI session has had no event stream for {ABANDONED_AFTER:?} (the CLI exited?); ending it");
+                session.ended.cancel();
+            }
+        });
+    }
+
+    /// Sends a notification to this session's client (held while no stream is open).
+    fn notify(&self, method: &str, params: Value) {
+        let text = json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string();
+        let mut n = lock(&self.notices);
+        if let Some(tx) = &n.stream {
+            match tx.try_send(text) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::warn!(
+                        "a Gemini CLI session stopped reading its event stream; ending it"
+                    );
+                    self.ended.cancel();
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(text)) => {
+                    n.stream = None;
+                    hold(&mut n.backlog, text, method);
+                    return;
+                }
+            }
+        }
+        hold(&mut n.backlog, text, method);
+    }
+}
+
+/// Holds `text`: an older context update is superseded by a newer one; the oldest goes when
+/// the backlog is full.
+fn hold(backlog: &mut VecDeque<String>, text: String, method: &str) {
+    if method == CONTEXT_UPDATE {
+        backlog.retain(|t| !t.contains(CONTEXT_UPDATE_TAG));
+    }
+    if backlog.len() >= MAX_BACKLOG {
+        backlog.pop_front();
+    }
+    backlog.push_back(text);
+}
+
+const CONTEXT_UPDATE: &str = "ide/contextUpdate";
+const CONTEXT_UPDATE_TAG: &str = "\"method\":\"ide/contextUpdate\"";
+
+/// What the session starts with: pinned to `editor`, speaking the pi dialect (the bridge
+/// translates for Claude-family editors), its cwd the editor's first folder.
+fn intro(reg: &Registry, editor: &str) -> Intro {
+    let cwd = reg
+        .editor(editor)
+        .and_then(|e| e.folders.first().map(|f| f.display().to_string()))
+        .unwrap_or_else(|| "/".into());
+    Intro {
+        door: Door::Gemini,
+        cwd,
+        key: None,
+        editor: Some(editor.to_string()),
+        inherit: None,
+        pinned: true,
+        remote: None,
+        dialect: Family::Pi,
+        client: None,
+    }
+}
+
+/// The adapter's end of the in-process WebSocket.
+struct Link {
+    reader: FrameReader<ReadHalf<DuplexStream>>,
+    writer: FrameWriter<WriteHalf<DuplexStream>>,
+}
+
+/// A diff this session has open in the editor, by the id of its `openDiff` call.
+struct Diff {
+    path: String,
+    tab: String,
+    proposed: String,
+    /// Its verdict is not told (a newer diff of the path replaced it, or `closeDiff` asked so).
+    suppress: bool,
+}
+
+struct Adapter {
+    session: Arc<McpSession>,
+    diffs: HashMap<String, Diff>,
+    next: u64,
+    /// Recently focused files, oldest first: (path, Unix ms).
+    files: Vec<(String, u64)>,
+}
+
+impl Adapter {
+    async fn run(
+        mut self,
+        mut link: Link,
+        mut cmds: mpsc::UnboundedReceiver<Command>,
+        place: OwnedSemaphorePermit,
+    ) {
+        let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "gemini-cli (pi-ide-broker gemini door)", "version": env!("CARGO_PKG_VERSION")}}});
+        let mut out = vec![init.to_string()];
+        let mut pong: Option<Vec<u8>> = None;
+        let ended = self.session.ended.clone();
+        loop {
+            let frames = pong
+                .take()
+                .map(Out::Pong)
+                .into_iter()
+                .chain(out.drain(..).map(Out::Text));
+            for frame in frames.collect::<Vec<_>>() {
+                if link.writer.send(frame).await.is_err() {
+                    return self.finish(place);
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = ended.cancelled() => break,
+                frame = link.reader.next() => match frame {
+                    Ok(Some(Frame::Text(t))) => match serde_json::from_str::<Value>(t) {
+                        Ok(v) => self.on_broker(v, &mut out),
+                        Err(e) => tracing::warn!(error = %e, "gemini door: unreadable frame from its session"),
+                    },
+                    Ok(Some(Frame::Ping(p))) => pong = Some(p.to_vec()),
+                    Ok(Some(Frame::Binary(_) | Frame::Pong(_))) => {}
+                    Ok(Some(Frame::Close(_)) | None) | Err(_) => break,
+                },
+                Some(cmd) = cmds.recv() => self.on_command(cmd, &mut out),
+            }
+        }
+        self.finish(place)
+    }
+
+    fn finish(self, place: OwnedSemaphorePermit) {
+        self.session.ended.cancel();
+        drop(place);
+        tracing::debug!("gemini session adapter ended");
+    }
+
+    fn mint(&mut self, kind: &str) -> String {
+        self.next += 1;
+        format!("{kind}{}", self.next)
+    }
+
+    fn on_command(&mut self, cmd: Command, out: &mut Vec<String>) {
+        match cmd {
+            Command::OpenDiff { path, content } => {
+                // One diff per path: an older one is closed, its verdict not told (the CLI
+                // waits on the newer one under the same path).
+                if let Some(old) = self.live_diff(&path) {
+                    old.suppress = true;
+                    let tab = old.tab.clone();
+                    out.push(self.close_tab(&tab));
+                }
+                let call = self.mint("diff-");
+                let tab = format!("gemini:{}:{}", basename(&path), self.next);
+                out.push(tool_call(
+                    &call,
+                    "openDiff",
+                    json!({
+                    "old_file_path": path, "new_file_path": path,
+                    "new_file_contents": content, "tab_name": tab}),
+                ));
+                self.diffs.insert(
+                    call,
+                    Diff {
+                        path,
+                        tab,
+                        proposed: content,
+                        suppress: false,
+                    },
+                );
+            }
+            Command::CloseDiff {
+                path,
+                suppress,
+                reply,
+            } => {
+                let found = self.live_diff(&path).map(|d| {
+                    d.suppress |= suppress;
+                    (d.tab.clone(), d.proposed.clone())
+                });
+                let text = found.map(|(tab, proposed)| {
+                    out.push(self.close_tab(&tab));
+                    proposed
+                });
+                let _ = reply.send(text);
+            }
+        }
+    }
+
+    fn live_diff(&mut self, path: &str) -> Option<&mut Diff> {
+        self.diffs
+            .values_mut()
+            .find(|d| d.path == path && !d.suppress)
+    }
+
+    fn close_tab(&mut self, tab: &str) -> String {
+        let call = self.mint("close-");
+        tool_call(&call, "close_tab", json!({"tab_name": tab}))
+    }
+
+    /// A frame from the broker session: an answer, a notification, or an editor's request.
+    fn on_broker(&mut self, v: Value, out: &mut Vec<String>) {
+        let method = v.get("method").and_then(Value::as_str);
+        match (method, v.get("id")) {
+            (None, Some(id)) => {
+                let Some(diff) = id.as_str().and_then(|id| self.diffs.remove(id)) else {
+                    return; // initialize, close_tab: nothing to tell
+                };
+                self.on_verdict(diff, &v, out);
+            }
+            (Some("selection_changed"), None) => {
+                if let Some(params) = self.context_update(v.get("params")) {
+                    self.session.notify(CONTEXT_UPDATE, params);
+                }
+            }
+            (Some(m), Some(id)) => {
+                // Never routed here (the registry skips gemini sessions); answered if it comes.
+                out.push(json!({"jsonrpc": "2.0", "id": id, "error": {"code": crate::protocol::jsonrpc::METHOD_NOT_FOUND,
+                    "message": format!("Gemini CLI cannot answer {m}")}}).to_string());
+            }
+            _ => {} // broker/attached, broker/detached, progress
+        }
+    }
+
+    fn on_verdict(&mut self, diff: Diff, answer: &Value, out: &mut Vec<String>) {
+        let content = answer.pointer("/result/content");
+        let saved = content
+            .and_then(|c| c.get(0))
+            .and_then(|c| c.get("text"))
+            .and_then(Value::as_str)
+            == Some("FILE_SAVED");
+        let text = content
+            .and_then(|c| c.get(1))
+            .and_then(|c| c.get("text"))
+            .and_then(Value::as_str);
+        out.push(self.close_tab(&diff.tab));
+        if diff.suppress {
+            return;
+        }
+        match (saved, text) {
+            (true, Some(text)) => self.session.notify(
+                "ide/diffAccepted",
+                json!({"filePath": diff.path, "content": text}),
+            ),
+            _ => self
+                .session
+                .notify("ide/diffRejected", json!({"filePath": diff.path})),
+        }
+    }
+
+    /// `ide/contextUpdate` params for a `selection_changed`, or `None` for a virtual buffer
+    /// (a diff's proposed side, an unnamed buffer).
+    fn context_update(&mut self, params: Option<&Value>) -> Option<Value> {
+        let p = params?;
+        let path = p.get("filePath").and_then(Value::as_str)?;
+        if !path.starts_with('/')
+            || path.ends_with(" (proposed)")
+            || path.ends_with(" [pi-proposed]")
+        {
+            return None;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        self.files.retain(|(f, _)| f != path);
+        self.files.push((path.to_string(), now));
+        if self.files.len() > MAX_OPEN_FILES {
+            self.files.remove(0);
+        }
+        let at = |k: &str| {
+            p.pointer(&format!("/selection/end/{k}"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                + 1
+        };
+        let mut active = json!({"path": path, "timestamp": now, "isActive": true,
+            "cursor": {"line": at("line"), "character": at("character")}});
+        let text = p.get("text").and_then(Value::as_str).unwrap_or("");
+        if !text.is_empty() {
+            active["selectedText"] = Value::String(cap(text, MAX_SELECTED_TEXT).to_string());
+        }
+        let mut open: Vec<Value> = vec![active];
+        for (f, ts) in self.files.iter().rev().skip(1) {
+            open.push(json!({"path": f, "timestamp": ts}));
+        }
+        Some(json!({"workspaceState": {"openFiles": open}}))
+    }
+}
+
+fn tool_call(id: &str, name: &str, args: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args}})
+        .to_string()
+}
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The longest prefix of `text` within `max` bytes that ends on a character boundary.
+pub fn cap(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_selection_is_capped_on_a_character_boundary() {
+        assert_eq!(cap("abc", 16), "abc");
+        let s = "é".repeat(10); // 2 bytes each
+        assert_eq!(cap(&s, 5), "éé");
+    }
+
+    #[test]
+    fn a_newer_context_update_replaces_a_held_one_and_verdicts_are_kept() {
+        let mut b = VecDeque::new();
+        let note =
+            |m: &str, p: Value| json!({"jsonrpc": "2.0", "method": m, "params": p}).to_string();
+        hold(
+            &mut b,
+            note(CONTEXT_UPDATE, json!({"n": 1})),
+            CONTEXT_UPDATE,
+        );
+        hold(
+            &mut b,
+            note("ide/diffRejected", json!({"filePath": "/a"})),
+            "ide/diffRejected",
+        );
+        hold(
+            &mut b,
+            note(CONTEXT_UPDATE, json!({"n": 2})),
+            CONTEXT_UPDATE,
+        );
+        assert_eq!(b.len(), 2);
+        assert!(b[0].contains("diffRejected"));
+        assert!(b[1].contains("\"n\":2"));
+    }
+}

@@ -1,0 +1,210 @@
+//! An endpoint published per live editor: the loop the compat and gemini doors share.
+//!
+//! An endpoint published per live editor, the skeleton the compat and gemini doors share: on
+//! an editor's `Ready` a loopback listener is bound and the door writes its discovery files;
+//! a successor (same id) keeps port and token and has its files rewritten; `Gone` withdraws
+//! the entry (listener stopped, files removed), as the broker's stop withdraws every one. A
+//! dead broker's leftovers carry our marker and its pid, and are cleaned at start; a file
+//! without the marker is never touched.
+
+use crate::registry::{EditorEvent, Registry};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The field that marks a file as written by a pi-ide-broker (the lock dir watcher skips
+/// such files, so a broker never dials itself).
+pub const MARKER: &str = "piIdeBroker";
+
+/// One editor's published endpoint: its port, the files that announce it, and the token that
+/// stops its listener. `door` is what the door keeps besides.
+pub struct Entry<T> {
+    /// The loopback port the listener is on.
+    pub port: u16,
+    /// The files written for it, removed when it is withdrawn.
+    pub files: Vec<PathBuf>,
+    /// Cancelled when it is withdrawn: its accept loop ends.
+    pub stop: CancellationToken,
+    /// The door's own part (its token, …).
+    pub door: T,
+}
+
+/// A door that publishes one endpoint per editor.
+pub trait PerEditor {
+    /// What the door keeps per entry besides the port, files and stop token.
+    type Door;
+    /// What an entry is called in log lines ("compat entry").
+    const WHAT: &'static str;
+    /// Publishes for a new editor `id`: `listener` is bound on `port`; write the files and
+    /// spawn the accept loop, which ends when `stop` is cancelled.
+    fn publish(
+        &self,
+        reg: &Arc<Registry>,
+        id: &str,
+        listener: TcpListener,
+        stop: CancellationToken,
+    ) -> std::io::Result<Entry<Self::Door>>;
+    /// Rewrites the files of `entry` for editor `id` as it is now (a successor's folders,
+    /// name, pid).
+    fn refresh(
+        &self,
+        reg: &Registry,
+        id: &str,
+        entry: &mut Entry<Self::Door>,
+    ) -> std::io::Result<()>;
+}
+
+/// Follows the registry's editor events until the broker stops, then withdraws every entry.
+pub async fn run<D: PerEditor>(reg: Arc<Registry>, door: D) {
+    let mut events = reg.subscribe_editors();
+    let mut entries: HashMap<String, Entry<D::Door>> = HashMap::new();
+    loop {
+        let ev = tokio::select! {
+            _ = reg.cancel.cancelled() => break,
+            ev = events.recv() => match ev { Some(e) => e, None => break },
+        };
+        match ev {
+            EditorEvent::Ready(id) => {
+                if let Some(e) = entries.get_mut(&id) {
+                    if let Err(err) = door.refresh(&reg, &id, e) {
+                        tracing::warn!(editor = %id, error = %err, "cannot refresh the {}", D::WHAT);
+                    }
+                    continue;
+                }
+                match publish(&reg, &door, &id) {
+                    Ok(entry) => {
+                        tracing::info!(editor = %id, port = entry.port, file = %entry.files.first().map(|f| f.display().to_string()).unwrap_or_default(), "{} published", D::WHAT);
+                        entries.insert(id, entry);
+                    }
+                    Err(e) => {
+                        tracing::warn!(editor = %id, error = %e, "cannot publish the {}", D::WHAT)
+                    }
+                }
+            }
+            EditorEvent::Gone(id) => {
+                if let Some(e) = entries.remove(&id) {
+                    tracing::info!(editor = %id, port = e.port, "{} withdrawn", D::WHAT);
+                    withdraw(&e);
+                }
+            }
+        }
+    }
+    for e in entries.values() {
+        withdraw(e);
+    }
+}
+
+fn publish<D: PerEditor>(
+    reg: &Arc<Registry>,
+    door: &D,
+    id: &str,
+) -> std::io::Result<Entry<D::Door>> {
+    let listener = loopback_listener()?;
+    door.publish(reg, id, listener, reg.accepting.child_token())
+}
+
+fn withdraw<T>(e: &Entry<T>) {
+    e.stop.cancel();
+    for f in &e.files {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+/// The folders to publish for editor `id`: as its lockfile wrote them, then resolved (pi-ide
+/// compares plain string prefixes; Gemini CLI realpaths).
+pub fn folders(editor: &crate::editor::Editor) -> Vec<String> {
+    let mut folders: Vec<String> = editor.lockfile().workspace_folders.clone();
+    for f in &editor.folders {
+        let s = f.display().to_string();
+        if !folders.contains(&s) {
+            folders.push(s);
+        }
+    }
+    folders
+}
+
+/// Removes the files in `dir` whose names `matches` accepts and that a broker that died left:
+/// ours by marker, the dead broker's pid as `broker_pid` reads it from the file.
+pub fn clean_leftovers(dir: &Path, matches: fn(&str) -> bool, broker_pid: fn(&Value) -> u32) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry.file_name().to_str().is_some_and(matches) {
+            continue;
+        }
+        let Some(marked) = read_marked(&path) else {
+            continue; // not ours: never touched
+        };
+        let pid = broker_pid(&marked);
+        if pid != std::process::id() && !crate::sys::procinfo::alive(pid) {
+            tracing::info!(file = %path.display(), "removing a file left by a broker that died");
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The JSON of a regular, lockfile-sized file that carries our marker.
+fn read_marked(path: &Path) -> Option<Value> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > crate::editor::lockfile::MAX_LOCKFILE_BYTES {
+        return None;
+    }
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    v.get(MARKER).is_some().then_some(v)
+}
+
+/// The TCP doors' listen backlog: the kernel caps it at `net.core.somaxconn` (4096 on current
+/// Linux). A SYN that finds the accept queue full is dropped and retried by the client only
+/// after TCP's 1 s retransmission, so the queue is as deep as the kernel allows: a flood must
+/// hold thousands of connections there, not a thousand, to delay a new client.
+const TCP_BACKLOG: u32 = 4096;
+/// How long the kernel keeps a TCP connection that has sent nothing before the broker sees it
+/// (it is then accepted and gets `limits::FIRST_BYTE` like any other). Held there it is a few
+/// hundred bytes of kernel memory, where accepted it would take an fd and a handshake place;
+/// with 1 s a flood's idle connections came back through the accept queue every second.
+#[cfg(target_os = "linux")]
+const KERNEL_HOLDS_SILENT: Duration = Duration::from_secs(30);
+
+/// A listener on 127.0.0.1 (a port the kernel picks) for a door open to every local user.
+/// On Linux the kernel holds back a connection that has sent nothing (`TCP_DEFER_ACCEPT`, for
+/// [`KERNEL_HOLDS_SILENT`]): a flood of idle connections waits in the kernel's handshake
+/// queue, costing the broker no fd and no accept, instead of filling the accept queue ahead
+/// of a new client; a client that sends its request at once is accepted at once.
+pub fn loopback_listener() -> std::io::Result<TcpListener> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(([127, 0, 0, 1], 0).into())?;
+    #[cfg(target_os = "linux")]
+    if let Err(e) = defer_accept(&socket, KERNEL_HOLDS_SILENT) {
+        tracing::debug!(error = %e, "TCP_DEFER_ACCEPT not set");
+    }
+    socket.listen(TCP_BACKLOG)
+}
+
+/// `TCP_DEFER_ACCEPT` (rustix has no setter for it).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn defer_accept(socket: &tokio::net::TcpSocket, wait: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let secs: libc::c_int = wait.as_secs().clamp(1, 60).try_into().unwrap_or(1);
+    // SAFETY: a valid socket fd, and a c_int option passed with its size.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            std::ptr::from_ref(&secs).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

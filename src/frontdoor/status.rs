@@ -1,0 +1,312 @@
+//! `GET /v1/status`: the typed status document the daemon answers (a JSON contract).
+//!
+//! `status`: the JSON the daemon answers on `GET /v1/status` (built from the registry) and
+//! the table the CLI prints from it. The JSON field names are a contract: add, never rename.
+
+use crate::editor::{Editor, LinkState};
+use crate::protocol::family::Family;
+use crate::registry::Registry;
+use crate::session::{Door, Session};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The status document (`GET /v1/status`): what the daemon serialises and the CLI reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// The daemon itself.
+    pub broker: BrokerStatus,
+    /// Every editor with a validated lockfile, by id.
+    pub editors: Vec<EditorStatus>,
+    /// Every connected session, by id.
+    pub sessions: Vec<SessionStatus>,
+    /// Sticky targets, by session key.
+    #[serde(default)]
+    pub sticky: Vec<StickyStatus>,
+    /// Files in the lock dirs that are not usable lockfiles, and why.
+    #[serde(default)]
+    pub lockfiles_rejected: Vec<RejectedLockfile>,
+    /// The gemini door's discovery files (Gemini CLI reads them), one per editor.
+    #[serde(default)]
+    pub gemini_files: Vec<GeminiFile>,
+}
+
+/// A discovery file the gemini door published.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GeminiFile {
+    /// The file.
+    pub path: PathBuf,
+    /// The editor it stands for.
+    pub editor: String,
+}
+
+/// A file the broker refused as a lockfile.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RejectedLockfile {
+    /// The file.
+    pub path: PathBuf,
+    /// Why, in words (e.g. "names pid 123, which is not running (stale lockfile)").
+    pub reason: String,
+    /// Unix seconds since it was refused for that reason.
+    pub since: u64,
+}
+
+/// The daemon's own line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BrokerStatus {
+    /// Its pid.
+    pub pid: u32,
+    /// Its version.
+    pub version: String,
+    /// Its socket.
+    pub socket: PathBuf,
+    /// Seconds since it started.
+    pub uptime_s: u64,
+    /// Other uids allowed on the socket (`allow_uids`).
+    #[serde(default)]
+    pub allow_uids: Vec<u32>,
+}
+
+/// One editor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EditorStatus {
+    /// Its id (stable for its process and its successors).
+    pub id: String,
+    /// `ideName` from its lockfile.
+    pub ide_name: String,
+    /// Its family.
+    pub family: Family,
+    /// Its lockfile.
+    pub lockfile: PathBuf,
+    /// The port it listens on.
+    pub port: u16,
+    /// Its pid.
+    pub pid: u32,
+    /// Workspace folders as written.
+    pub workspace_folders: Vec<String>,
+    /// Link state.
+    pub state: LinkState,
+    /// Round trip of the last ping, in ms.
+    pub rtt_ms: Option<f64>,
+    /// Unix seconds since the link is up.
+    pub connected_since: Option<u64>,
+    /// How many successions its id has seen.
+    pub restarts: u32,
+    /// The port of the editor it succeeded.
+    #[serde(default)]
+    pub previous_port: Option<u16>,
+    /// The pid of the editor it succeeded.
+    #[serde(default)]
+    pub previous_pid: Option<u32>,
+    /// The names in its `tools/list`.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Sessions attached to it.
+    pub sessions: usize,
+    /// True when its lockfile has no token (Emacs's claude-code-ide.el): dialled without the
+    /// auth header.
+    #[serde(default)]
+    pub no_token: bool,
+    /// Why it is in its state when the state alone does not say (`taken`: who holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_reason: Option<String>,
+}
+
+/// One session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    /// Broker-assigned id.
+    pub id: u64,
+    /// The door it came through.
+    pub door: Door,
+    /// Its cwd as given.
+    pub cwd: String,
+    /// Its sticky key.
+    pub key: Option<String>,
+    /// The attached editor.
+    pub editor: Option<String>,
+    /// Unix seconds since it connected.
+    pub since: u64,
+    /// The dialect it speaks.
+    pub dialect: Family,
+    /// True when its dialect differs from its editor's family.
+    #[serde(default)]
+    pub bridged: bool,
+    /// The `[[remote]]` it runs on, if elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    /// Its cwd on this machine (a remote session's cwd mapped), as routing uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cwd: Option<String>,
+    /// Calls waiting for the editor: diffs first, then oldest first.
+    #[serde(default)]
+    pub in_flight: Vec<InFlight>,
+    /// What the client says it is (name, version, protocol revision), if it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<crate::protocol::version::ClientInfo>,
+}
+
+/// One call waiting for an editor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    /// The JSON-RPC method.
+    pub method: String,
+    /// The tool, for `tools/call`.
+    pub tool: Option<String>,
+    /// Seconds it has waited.
+    pub age_s: u64,
+}
+
+/// One sticky target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StickyStatus {
+    /// The session key.
+    pub key: String,
+    /// The editor id.
+    pub editor: String,
+    /// Unix seconds when it was set.
+    pub since: u64,
+}
+
+/// The full status document.
+pub fn status(reg: &Registry) -> Status {
+    let all_sessions = reg.sessions();
+    let all_editors = reg.editors();
+    let mut editors: Vec<EditorStatus> = all_editors
+        .iter()
+        .map(|e| editor_status(e, &all_sessions))
+        .collect();
+    editors.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut sessions: Vec<SessionStatus> = all_sessions
+        .iter()
+        .map(|s| session_status(reg, s, &all_editors))
+        .collect();
+    sessions.sort_by_key(|s| s.id);
+    let sticky = reg
+        .state
+        .all_sticky()
+        .into_iter()
+        .map(|(key, t)| StickyStatus {
+            key,
+            editor: t.editor,
+            since: t.since,
+        })
+        .collect();
+    Status {
+        broker: BrokerStatus {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            socket: reg.socket.clone(),
+            uptime_s: reg.started_at.elapsed().map(|d| d.as_secs()).unwrap_or(0),
+            allow_uids: reg.config().allow_uids.clone(),
+        },
+        editors,
+        sessions,
+        sticky,
+        lockfiles_rejected: reg
+            .rejected_lockfiles()
+            .into_iter()
+            .map(|(path, reason, since)| RejectedLockfile {
+                path,
+                reason,
+                since,
+            })
+            .collect(),
+        gemini_files: gemini_files(reg),
+    }
+}
+
+/// One editor's entry: its lockfile, its link, and how many of `sessions` are on it.
+fn editor_status(e: &Editor, sessions: &[Arc<Session>]) -> EditorStatus {
+    let l = e.lockfile();
+    let link = e.link_info();
+    EditorStatus {
+        id: e.id.clone(),
+        ide_name: l.ide_name.clone(),
+        family: e.family,
+        lockfile: l.path.clone(),
+        port: l.port,
+        pid: l.pid,
+        workspace_folders: l.workspace_folders.clone(),
+        state: link.state,
+        rtt_ms: link
+            .rtt
+            .map(|d| (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
+        connected_since: link.connected_since.map(unix),
+        restarts: e.restarts,
+        previous_port: e.previous_port,
+        previous_pid: e.previous_pid,
+        tools: e.tool_names().unwrap_or_default(),
+        sessions: sessions
+            .iter()
+            .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
+            .count(),
+        no_token: l.auth_token.is_none(),
+        state_reason: matches!(link.state, LinkState::Taken | LinkState::Ready)
+            .then_some(link.reason)
+            .flatten(),
+    }
+}
+
+/// One session's entry, with its calls in flight on any of `editors` (diffs first, then the
+/// oldest first).
+fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> SessionStatus {
+    let mut in_flight: Vec<(bool, InFlight)> = Vec::new();
+    for e in editors {
+        for c in e.calls_of(s.id) {
+            in_flight.push((
+                c.diff,
+                InFlight {
+                    method: c.method,
+                    tool: c.tool,
+                    age_s: c.age.as_secs(),
+                },
+            ));
+        }
+    }
+    in_flight.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.age_s.cmp(&a.1.age_s)));
+    let editor = s.editor_id();
+    let bridged = editor
+        .as_deref()
+        .and_then(|id| reg.editor(id).map(|e| e.family != s.dialect))
+        .unwrap_or(false);
+    SessionStatus {
+        id: s.id,
+        door: s.door,
+        cwd: s.cwd_raw.clone(),
+        key: s.key.clone(),
+        editor: editor.map(|e| e.to_string()),
+        since: unix(s.since),
+        dialect: s.dialect,
+        bridged,
+        remote: s.remote.as_ref().map(|(n, _)| n.clone()),
+        host_cwd: s.remote.as_ref().map(|_| s.cwd.display().to_string()),
+        in_flight: in_flight.into_iter().map(|(_, v)| v).collect(),
+        client: s.client.clone(),
+    }
+}
+
+/// The discovery files of this broker's gemini door (ours by marker).
+fn gemini_files(reg: &Registry) -> Vec<GeminiFile> {
+    let config = reg.config();
+    if !config.gemini.enabled {
+        return Vec::new();
+    }
+    let dir = config.gemini_dir();
+    crate::frontdoor::gemini::list_files(&dir)
+        .into_iter()
+        .filter_map(|(name, editor)| {
+            Some(GeminiFile {
+                path: dir.join(name),
+                editor: editor?,
+            })
+        })
+        .collect()
+}

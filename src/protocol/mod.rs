@@ -1,0 +1,13 @@
+//! What the peers' messages mean, as values; the bottom layer.
+//!
+//! What the peers' messages mean, as values: JSON-RPC shapes, editor families, tool schemas,
+//! the version rule, dialect translation, path maps and percent-coding. The bottom layer: uses
+//! nothing else of the crate.
+
+pub mod bridge;
+pub mod family;
+pub mod jsonrpc;
+pub mod pathmap;
+pub mod percent;
+pub mod schema;
+pub mod version;

@@ -1,0 +1,614 @@
+//! The typed configuration: `config.example.toml` ⇄ `Config`, defaults and env overrides.
+//!
+//! The typed configuration: `config.example.toml` ⇄ [`Config`], with a default for every key
+//! and the environment overrides (`PI_IDE_LOCK_DIR`, `CLAUDE_CONFIG_DIR`, `PI_IDE_BROKER_SOCKET`).
+
+use crate::protocol::family::Family;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Everything the daemon can be told. A missing file means `Config::default()`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The broker's Unix socket; `None` means `$XDG_RUNTIME_DIR/pi-ide-broker/sock` or a fallback.
+    pub socket: Option<PathBuf>,
+    /// Where the state file (sticky targets) lives; `None` means `$XDG_STATE_HOME/pi-ide-broker`.
+    pub state_dir: Option<PathBuf>,
+    /// The tracing filter, as in `RUST_LOG` (which wins when set).
+    pub log: String,
+    /// `text` or `json`.
+    pub log_format: LogFormat,
+    /// The largest WebSocket message accepted from any peer, in bytes.
+    pub max_frame_bytes: usize,
+    /// The lock dirs to watch; `None` means the two default families.
+    pub lock_dirs: Option<Vec<LockDirConfig>>,
+    /// Link health checking.
+    pub health: HealthConfig,
+    /// Redial pacing.
+    pub backoff: BackoffConfig,
+    /// Per-call timeouts.
+    pub timeouts: TimeoutConfig,
+    /// The compat door for the unmodified pi-ide extension.
+    pub compat: CompatConfig,
+    /// How editors that keep one client at a time are treated.
+    pub editors: EditorsConfig,
+    /// The gemini door: Gemini CLI's IDE companion protocol.
+    pub gemini: GeminiConfig,
+    /// How long a lost editor's id is remembered (in `state.json`, across broker restarts) so
+    /// a restart of it, even days later, is recognised as its successor and inherits its
+    /// sticky targets.
+    pub successor_window_ms: u64,
+    /// How long sessions stay attached to a vanished editor waiting for its restart.
+    pub editor_grace_ms: u64,
+    /// A full re-listing of every lock dir on this interval, a safety net for lost events.
+    pub rescan_interval_ms: u64,
+    /// At most this many connections per door (the native socket; the compat listeners
+    /// together) may be in the handshake at once; more are closed at once. Read at start.
+    pub max_handshakes: usize,
+    /// At most this many sessions may be connected at once; more are refused. Read at start.
+    pub max_sessions: usize,
+    /// Agents that run elsewhere (a container, a dev box over `ssh -R`): each `[[remote]]`
+    /// maps an agent-side prefix to a host folder; a session says which remote it is.
+    pub remote: Vec<crate::protocol::pathmap::RemoteConfig>,
+    /// Other uids allowed on the socket (a container's root reaching a bind-mounted socket).
+    /// Default: only the owner.
+    pub allow_uids: Vec<u32>,
+    /// A graceful stop (pending diffs rejected, sessions told, state flushed) takes at most this long.
+    pub shutdown_timeout_ms: u64,
+    /// The user's home, where an editor's workspace that is the home itself is a weak match;
+    /// `$HOME` when unset. Never read from the file: for a broker a library user (a test)
+    /// runs with a home of its own.
+    #[serde(skip)]
+    pub home: Option<PathBuf>,
+}
+
+/// One watched lock dir and the family whose editors write there.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LockDirConfig {
+    /// The directory; `~` at the start is the home dir.
+    pub path: PathBuf,
+    /// Which dialect (and auth header) its editors use.
+    pub family: Family,
+}
+
+/// The compat door: virtual lockfiles + loopback listeners the unmodified pi-ide extension dials.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompatConfig {
+    /// Publish virtual lockfiles at all.
+    pub enabled: bool,
+    /// Where they go; point `PI_IDE_LOCK_DIR` here. `None` means `~/.pi/ide-broker`.
+    pub lock_dir: Option<PathBuf>,
+}
+
+impl Default for CompatConfig {
+    fn default() -> Self {
+        CompatConfig {
+            enabled: true,
+            lock_dir: None,
+        }
+    }
+}
+
+/// What the broker does when a single-client editor (the Claude Code VS Code extension)
+/// drops its link because another client connected.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SingleClient {
+    /// Mark the editor `taken` and leave the other client alone; connect again when a session
+    /// calls the editor, or once the other client has left.
+    #[default]
+    Yield,
+    /// Redial at once with backoff, as for any lost link (the two clients evict each other).
+    Take,
+}
+
+/// `[editors]`: single-client editors.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EditorsConfig {
+    /// The policy for every family without its own entry in `single_client_for`.
+    pub single_client: SingleClient,
+    /// Per-family policy, e.g. `{ claude = "take" }`.
+    pub single_client_for: std::collections::HashMap<Family, SingleClient>,
+    /// While an editor is `taken`, how often the broker looks (without connecting) whether
+    /// the other client is still there.
+    pub taken_probe_ms: u64,
+}
+
+impl Default for EditorsConfig {
+    fn default() -> Self {
+        EditorsConfig {
+            single_client: SingleClient::Yield,
+            single_client_for: std::collections::HashMap::new(),
+            taken_probe_ms: 2_000,
+        }
+    }
+}
+
+/// The gemini door: one discovery file + loopback MCP endpoint per editor for Gemini CLI.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GeminiConfig {
+    /// Publish discovery files at all.
+    pub enabled: bool,
+    /// Where they go; `None` means `os.tmpdir()/gemini/ide` as node computes it
+    /// (`$TMPDIR`, else `/tmp`), where Gemini CLI looks.
+    pub dir: Option<PathBuf>,
+    /// Publish a Qwen Code lock file for each editor too (same endpoint).
+    pub qwen: bool,
+    /// Where Qwen Code looks; `None` means `~/.qwen/ide`.
+    pub qwen_dir: Option<PathBuf>,
+}
+
+impl Default for GeminiConfig {
+    fn default() -> Self {
+        GeminiConfig {
+            enabled: true,
+            dir: None,
+            qwen: true,
+            qwen_dir: None,
+        }
+    }
+}
+
+impl EditorsConfig {
+    /// The policy for editors of `family`.
+    pub fn single_client(&self, family: Family) -> SingleClient {
+        self.single_client_for
+            .get(&family)
+            .copied()
+            .unwrap_or(self.single_client)
+    }
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Health-check settings for editor links.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthConfig {
+    /// How often a WebSocket ping goes to each editor.
+    pub interval_ms: u64,
+    /// A link with no pong this long after a ping is `unhealthy`.
+    pub timeout_ms: u64,
+    /// An unhealthy link is dropped and redialled after this long (pending diffs then get
+    /// `DIFF_REJECTED`); until then it may recover and nothing is lost.
+    pub drop_after_ms: u64,
+}
+
+/// Capped exponential backoff with jitter for redials.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackoffConfig {
+    /// The first delay.
+    pub initial_ms: u64,
+    /// The cap.
+    pub max_ms: u64,
+}
+
+/// Timeouts for calls the broker makes or forwards.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutConfig {
+    /// Any tool call but `openDiff` (which never times out) gets an error after this long.
+    pub short_tool_ms: u64,
+    /// TCP connect + WebSocket upgrade + `initialize` + `tools/list` must finish in this long.
+    pub handshake_ms: u64,
+    /// While a call that carries `_meta.progressToken` (every `openDiff` from pi, Claude Code,
+    /// Codex) waits for the editor, the client gets `notifications/progress` this often, so its
+    /// own request timeout never cuts a diff the user is still reading.
+    pub progress_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: None,
+            state_dir: None,
+            log: "info".into(),
+            log_format: LogFormat::Text,
+            max_frame_bytes: 64 * 1024 * 1024,
+            lock_dirs: None,
+            health: HealthConfig::default(),
+            backoff: BackoffConfig::default(),
+            timeouts: TimeoutConfig::default(),
+            compat: CompatConfig::default(),
+            editors: EditorsConfig::default(),
+            gemini: GeminiConfig::default(),
+            successor_window_ms: 14 * 24 * 3600 * 1000,
+            editor_grace_ms: 10_000,
+            rescan_interval_ms: 30_000,
+            shutdown_timeout_ms: 5_000,
+            home: None,
+            max_handshakes: 256,
+            max_sessions: 4096,
+            remote: Vec::new(),
+            allow_uids: Vec::new(),
+        }
+    }
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            interval_ms: 10_000,
+            timeout_ms: 5_000,
+            drop_after_ms: 60_000,
+        }
+    }
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        BackoffConfig {
+            initial_ms: 200,
+            max_ms: 30_000,
+        }
+    }
+}
+
+impl Default for TimeoutConfig {
+    fn default() -> Self {
+        TimeoutConfig {
+            short_tool_ms: 5_000,
+            handshake_ms: 15_000,
+            progress_ms: 15_000,
+        }
+    }
+}
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema; the message names line and key.
+    #[error("config {path} is invalid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// toml's message, with line, column and key.
+        message: String,
+    },
+    /// A value parses but makes no sense.
+    #[error("config {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Loads `path`; a file that does not exist gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.into(),
+                    source,
+                })
+            }
+        };
+        let config: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: one_line_error(&text, &e),
+        })?;
+        config.check().map_err(|message| ConfigError::Invalid {
+            path: path.into(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.health.interval_ms == 0 || self.health.timeout_ms == 0 {
+            return Err("health.interval_ms and health.timeout_ms must be > 0".into());
+        }
+        if self.backoff.initial_ms == 0 || self.backoff.max_ms < self.backoff.initial_ms {
+            return Err("backoff.initial_ms must be > 0 and <= backoff.max_ms".into());
+        }
+        if self.max_frame_bytes < 1024 {
+            return Err("max_frame_bytes must be at least 1024".into());
+        }
+        Ok(())
+    }
+
+    /// The default config file: `$XDG_CONFIG_HOME/pi-ide-broker/config.toml` (or the OS equivalent).
+    pub fn default_path() -> Option<PathBuf> {
+        directories::ProjectDirs::from("", "", "pi-ide-broker")
+            .map(|d| d.config_dir().join("config.toml"))
+    }
+
+    /// The lock dirs to watch, with `~` expanded and the env overrides applied to the defaults.
+    pub fn lock_dirs(&self) -> Vec<LockDirConfig> {
+        if let Some(dirs) = &self.lock_dirs {
+            return dirs
+                .iter()
+                .map(|d| LockDirConfig {
+                    path: expand_home(&d.path),
+                    family: d.family,
+                })
+                .collect();
+        }
+        let home = home_dir();
+        let pi = env_path("PI_IDE_LOCK_DIR").unwrap_or_else(|| home.join(".pi").join("ide"));
+        let claude = env_path("CLAUDE_CONFIG_DIR")
+            .map(|d| d.join("ide"))
+            .unwrap_or_else(|| home.join(".claude").join("ide"));
+        vec![
+            LockDirConfig {
+                path: pi,
+                family: Family::Pi,
+            },
+            LockDirConfig {
+                path: claude,
+                family: Family::Claude,
+            },
+        ]
+    }
+
+    /// The broker socket path: `PI_IDE_BROKER_SOCKET`, then the `socket` key, then
+    /// `$XDG_RUNTIME_DIR/pi-ide-broker/sock`, else `$TMPDIR/pi-ide-broker-<uid>/sock`.
+    pub fn socket_path(&self) -> PathBuf {
+        if let Some(p) = env_path("PI_IDE_BROKER_SOCKET") {
+            return p;
+        }
+        if let Some(p) = &self.socket {
+            return expand_home(p);
+        }
+        if let Some(dir) = env_path("XDG_RUNTIME_DIR") {
+            return dir.join("pi-ide-broker").join("sock");
+        }
+        let uid = rustix::process::getuid().as_raw();
+        // A client with a cleared environment (Codex starts MCP servers so) still finds the
+        // runtime dir systemd-logind made for this user.
+        let run_user = PathBuf::from(format!("/run/user/{uid}"));
+        if std::fs::metadata(&run_user).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.is_dir() && m.uid() == uid
+        }) {
+            return run_user.join("pi-ide-broker").join("sock");
+        }
+        std::env::temp_dir()
+            .join(format!("pi-ide-broker-{uid}"))
+            .join("sock")
+    }
+
+    /// True when the socket path was chosen (`PI_IDE_BROKER_SOCKET` or the `socket` key), not
+    /// derived from the environment's defaults.
+    pub fn socket_is_explicit(&self) -> bool {
+        env_path("PI_IDE_BROKER_SOCKET").is_some() || self.socket.is_some()
+    }
+
+    /// Where the running daemon records its socket and pid (`<state dir>/running.json`): a
+    /// place that does not depend on `XDG_RUNTIME_DIR` or `TMPDIR`.
+    pub fn running_record(&self) -> PathBuf {
+        self.state_dir().join("running.json")
+    }
+
+    /// The socket to dial: the configured or default one, unless that does not exist and the
+    /// running daemon of this user recorded another (it was started with another environment).
+    pub fn socket_to_dial(&self) -> PathBuf {
+        let socket = self.socket_path();
+        if self.socket_is_explicit() || socket.exists() {
+            return socket;
+        }
+        running_socket(&self.running_record()).unwrap_or(socket)
+    }
+
+    /// The state dir: the `state_dir` key, else `$XDG_STATE_HOME/pi-ide-broker`
+    /// (`~/.local/state/pi-ide-broker`), else the OS data-local dir.
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(p) = &self.state_dir {
+            return expand_home(p);
+        }
+        user_dir(
+            "XDG_STATE_HOME",
+            directories::ProjectDirs::data_local_dir,
+            "state",
+        )
+    }
+
+    /// The data dir, for files the broker installs (the pi extension `setup` writes):
+    /// `$XDG_DATA_HOME/pi-ide-broker` (`~/.local/share/pi-ide-broker`), or the OS data dir
+    /// on macOS (`~/Library/Application Support/pi-ide-broker`).
+    pub fn data_dir(&self) -> PathBuf {
+        user_dir("XDG_DATA_HOME", directories::ProjectDirs::data_dir, "share")
+    }
+
+    /// The compat lock dir (`compat.lock_dir`, default `~/.pi/ide-broker`).
+    pub fn compat_dir(&self) -> PathBuf {
+        match &self.compat.lock_dir {
+            Some(p) => expand_home(p),
+            None => home_dir().join(".pi").join("ide-broker"),
+        }
+    }
+}
+
+impl Config {
+    /// The gemini discovery dir (`gemini.dir`, default `os.tmpdir()/gemini/ide`).
+    pub fn gemini_dir(&self) -> PathBuf {
+        match &self.gemini.dir {
+            Some(p) => expand_home(p),
+            None => node_tmpdir().join("gemini").join("ide"),
+        }
+    }
+
+    /// Qwen Code's lock dir when its files are on (`gemini.qwen_dir`, default `~/.qwen/ide`).
+    pub fn qwen_dir(&self) -> Option<PathBuf> {
+        if !self.gemini.qwen {
+            return None;
+        }
+        Some(match &self.gemini.qwen_dir {
+            Some(p) => expand_home(p),
+            None => home_dir().join(".qwen").join("ide"),
+        })
+    }
+}
+
+/// `os.tmpdir()` as node computes it on Unix: `$TMPDIR` (`$TMP`, `$TEMP`) without a trailing
+/// slash, else `/tmp`.
+fn node_tmpdir() -> PathBuf {
+    let dir = ["TMPDIR", "TMP", "TEMP"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "/tmp".into());
+    let trimmed = dir.trim_end_matches('/');
+    PathBuf::from(if trimmed.is_empty() { "/" } else { trimmed })
+}
+
+/// toml's multi-line error as one log-friendly line: "line L, column C: what (at `source`)".
+fn one_line_error(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else { return message };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    let source = text.lines().nth(line - 1).unwrap_or("").trim();
+    format!("line {line}, column {column}: {message} (at `{source}`)")
+}
+
+/// The broker's folder of one XDG kind: `$<var>/pi-ide-broker`, else on macOS the OS's dir of
+/// that kind (`mac`), else `~/.local/<local>/pi-ide-broker`.
+fn user_dir(var: &str, mac: fn(&directories::ProjectDirs) -> &Path, local: &str) -> PathBuf {
+    if let Some(p) = env_path(var) {
+        return p.join("pi-ide-broker");
+    }
+    if cfg!(target_os = "macos") {
+        if let Some(d) = directories::ProjectDirs::from("", "", "pi-ide-broker") {
+            return mac(&d).to_path_buf();
+        }
+    }
+    home_dir().join(".local").join(local).join("pi-ide-broker")
+}
+
+/// The user's home dir (`$HOME`, else the OS's idea of it, else `/`).
+pub fn home_dir() -> PathBuf {
+    env_path("HOME")
+        .or_else(|| directories::BaseDirs::new().map(|b| b.home_dir().to_path_buf()))
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// A non-empty environment variable as a path (empty means unset, like pi-ide does).
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(|v| expand_home(Path::new(&v)))
+}
+
+/// `~` and `~/x` become paths under the home dir; anything else is returned as is.
+pub fn expand_home(p: &Path) -> PathBuf {
+    match p.strip_prefix("~") {
+        Ok(rest) => home_dir().join(rest),
+        Err(_) => p.to_path_buf(),
+    }
+}
+
+/// The socket a live daemon recorded in `record`, if its pid still runs and the socket exists.
+pub fn running_socket(record: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(record).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let pid = u32::try_from(v.get("pid")?.as_u64()?).ok()?;
+    let socket = PathBuf::from(v.get("socket")?.as_str()?);
+    (crate::sys::procinfo::alive(pid) && socket.exists()).then_some(socket)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_equals_defaults() {
+        let text = include_str!("../../config.example.toml");
+        let parsed: Config = toml::from_str(text).unwrap();
+        let d = Config::default();
+        assert_eq!(parsed.log, d.log);
+        assert_eq!(parsed.max_frame_bytes, d.max_frame_bytes);
+        assert_eq!(parsed.health.interval_ms, d.health.interval_ms);
+        assert_eq!(parsed.health.timeout_ms, d.health.timeout_ms);
+        assert_eq!(parsed.health.drop_after_ms, d.health.drop_after_ms);
+        assert_eq!(parsed.backoff.initial_ms, d.backoff.initial_ms);
+        assert_eq!(parsed.backoff.max_ms, d.backoff.max_ms);
+        assert_eq!(parsed.timeouts.short_tool_ms, d.timeouts.short_tool_ms);
+        assert_eq!(parsed.timeouts.handshake_ms, d.timeouts.handshake_ms);
+        assert_eq!(parsed.successor_window_ms, d.successor_window_ms);
+        assert_eq!(parsed.editor_grace_ms, d.editor_grace_ms);
+        assert_eq!(parsed.rescan_interval_ms, d.rescan_interval_ms);
+        assert_eq!(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
+        assert_eq!(parsed.compat.enabled, d.compat.enabled);
+        assert_eq!(parsed.compat.lock_dir, d.compat.lock_dir);
+        assert_eq!(parsed.editors.single_client, d.editors.single_client);
+        assert_eq!(
+            parsed.editors.single_client_for,
+            d.editors.single_client_for
+        );
+        assert_eq!(parsed.editors.taken_probe_ms, d.editors.taken_probe_ms);
+    }
+
+    #[test]
+    fn the_single_client_policy_is_per_family_with_a_default() {
+        let c: Config = toml::from_str(
+            "[editors]\nsingle_client = \"yield\"\nsingle_client_for = { claude = \"take\" }\n",
+        )
+        .unwrap();
+        assert_eq!(c.editors.single_client(Family::Claude), SingleClient::Take);
+        assert_eq!(c.editors.single_client(Family::Pi), SingleClient::Yield);
+        assert_eq!(
+            Config::default().editors.single_client(Family::Claude),
+            SingleClient::Yield
+        );
+        assert!(toml::from_str::<Config>("[editors]\nsingle_client = \"fight\"\n").is_err());
+    }
+
+    #[test]
+    fn missing_file_means_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::load(&dir.path().join("nope.toml")).unwrap();
+        assert_eq!(c.health.interval_ms, 10_000);
+    }
+
+    #[test]
+    fn parse_error_names_line_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "log = \"info\"\n[health]\ninterval_ms = \"soon\"\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.contains("line 3"), "{e}");
+        assert!(e.contains("interval_ms"), "{e}");
+        std::fs::write(&p, "colour = 1\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn lock_dirs_from_file_expand_home() {
+        let c: Config =
+            toml::from_str("[[lock_dirs]]\npath = \"~/x\"\nfamily = \"claude\"\n").unwrap();
+        let dirs = c.lock_dirs();
+        assert_eq!(dirs.len(), 1);
+        assert_eq!(dirs[0].path, home_dir().join("x"));
+        assert_eq!(dirs[0].family, Family::Claude);
+    }
+}

@@ -1,0 +1,13 @@
+//! What every layer stands on: config, logging, allocator, the lock helper, secrets, OS facts.
+//!
+//! What every layer stands on: configuration and paths, logging, the allocator, the one lock
+//! helper, secrets, and what the OS says of processes and ports. Uses only `protocol` (the
+//! config's editor families and `[[remote]]` path maps).
+
+pub mod allocator;
+pub mod config;
+pub mod logging;
+pub mod portpeers;
+pub mod procinfo;
+pub mod secret;
+pub mod sync;

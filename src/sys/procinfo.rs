@@ -1,0 +1,343 @@
+//! Process facts: is it running (a zombie is not) and when did it start.
+//!
+//! What the broker needs to know about another process: is it running (not merely an
+//! unreaped zombie) and when did it start (so a recycled pid is not taken for the process
+//! that wrote a lockfile). One interface, three sources:
+//!
+//! - [`Source::Procfs`] (Linux): `/proc/<pid>/stat`, its state letter and field 22.
+//! - [`Source::Darwin`] (macOS): `proc_pidinfo(PROC_PIDTBSDINFO)`, `pbi_status` and
+//!   `pbi_start_tvsec`/`pbi_start_tvusec`.
+//! - [`Source::Signal`] (anywhere, and what the others fall back to): `kill(pid, 0)` only;
+//!   a zombie counts as alive and the start is unknown.
+//!
+//! `PI_IDE_BROKER_PROCESS_FACTS=procfs|darwin|signal` picks another source for the whole
+//! process (read once): the tests run the identity and lockfile tests again with `signal`, so
+//! the path a platform without the others takes runs on Linux too. A source the platform
+//! lacks reads as knowing nothing, as `signal` does.
+//!
+//! A pid that exists but is not ours (`EPERM`) is alive, as pi-ide decides.
+
+/// Where process facts are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Linux's `/proc`.
+    Procfs,
+    /// macOS's `proc_pidinfo`.
+    Darwin,
+    /// `kill(pid, 0)` alone.
+    Signal,
+}
+
+/// The environment variable that picks a [`Source`] other than the platform's own.
+pub const SOURCE_ENV: &str = "PI_IDE_BROKER_PROCESS_FACTS";
+
+impl Source {
+    /// The best source this platform has.
+    pub fn native() -> Source {
+        if cfg!(target_os = "linux") {
+            Source::Procfs
+        } else if cfg!(target_vendor = "apple") {
+            Source::Darwin
+        } else {
+            Source::Signal
+        }
+    }
+
+    /// The source in force: [`SOURCE_ENV`]'s, else the platform's own (read once).
+    pub fn current() -> Source {
+        static CURRENT: std::sync::OnceLock<Source> = std::sync::OnceLock::new();
+        *CURRENT.get_or_init(|| match std::env::var(SOURCE_ENV).as_deref() {
+            Ok("procfs") => Source::Procfs,
+            Ok("darwin") => Source::Darwin,
+            Ok("signal") => Source::Signal,
+            _ => Source::native(),
+        })
+    }
+}
+
+/// A process as its source sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// It has exited but its parent has not reaped it yet.
+    pub zombie: bool,
+    /// When it started, in an opaque unit of its source: equal for the same process, and
+    /// larger for a later one (Linux: clock ticks since boot; macOS: microseconds since the
+    /// epoch). `None` where the source cannot tell.
+    pub start: Option<u64>,
+    /// When it started, in unix seconds, where known.
+    pub start_unix: Option<i64>,
+}
+
+/// True if `pid` names a running process (ours or not), false if it is gone or a zombie.
+pub fn alive(pid: u32) -> bool {
+    running(pid).is_some()
+}
+
+/// What is known of `pid` when it is running (ours or not), read once; `None` when it is gone
+/// or a zombie. The signal-only source knows only that it runs (no start time).
+pub fn running(pid: u32) -> Option<Facts> {
+    if !signal_alive(pid) {
+        return None;
+    }
+    match facts(pid) {
+        Some(f) if f.zombie => None,
+        Some(f) => Some(f),
+        None => Some(Facts {
+            zombie: false,
+            start: None,
+            start_unix: None,
+        }),
+    }
+}
+
+/// The process's start token (see [`Facts::start`]).
+pub fn start_token(pid: u32) -> Option<u64> {
+    facts(pid)?.start
+}
+
+/// When the process started, in unix seconds.
+pub fn start_unix(pid: u32) -> Option<i64> {
+    facts(pid)?.start_unix
+}
+
+/// What the source in force knows of `pid`; `None` when it knows nothing (gone, or the
+/// signal-only source).
+pub fn facts(pid: u32) -> Option<Facts> {
+    match Source::current() {
+        Source::Procfs => procfs::facts(pid),
+        Source::Darwin => darwin::facts(pid),
+        Source::Signal => None,
+    }
+}
+
+/// `kill(pid, 0)`: the pid exists (`EPERM`: exists, not ours).
+fn signal_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
+/// Linux's `/proc`.
+pub mod procfs {
+    use super::Facts;
+
+    /// Numeric field `field` of `/proc/<pid>/stat`, numbered as in proc(5) (22 is
+    /// starttime); `None` when the process is gone or there is no `/proc`.
+    pub fn stat_field(pid: u32, field: usize) -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        after_name(&stat)?
+            .split_whitespace()
+            .nth(field.checked_sub(3)?)?
+            .parse()
+            .ok()
+    }
+
+    /// The fields after the ")" that ends the command name (field 2), which may itself hold
+    /// spaces and parentheses.
+    fn after_name(stat: &str) -> Option<&str> {
+        stat.rsplit_once(')').map(|(_, rest)| rest)
+    }
+
+    pub(super) fn facts(pid: u32) -> Option<Facts> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let mut fields = after_name(&stat)?.split_whitespace();
+        // Field 3, the state: Z is a zombie, X dead (seen only in passing).
+        let state = fields.next()?;
+        let start = fields.nth(22 - 4).and_then(|s| s.parse::<u64>().ok());
+        // USER_HZ is 100 on every Linux architecture Rust targets.
+        let start_unix = start.and_then(|t| Some(boot_time()? + i64::try_from(t / 100).ok()?));
+        Some(Facts {
+            zombie: matches!(state, "Z" | "X"),
+            start,
+            start_unix,
+        })
+    }
+
+    /// When this machine booted, in unix seconds (`btime` of `/proc/stat`), read once.
+    fn boot_time() -> Option<i64> {
+        static BOOT: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
+        *BOOT.get_or_init(|| {
+            std::fs::read_to_string("/proc/stat")
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("btime "))?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+}
+
+/// macOS's `proc_pidinfo`; elsewhere it knows nothing.
+mod darwin {
+    use super::Facts;
+
+    #[cfg(target_vendor = "apple")]
+    #[allow(unsafe_code)]
+    pub(super) fn facts(pid: u32) -> Option<Facts> {
+        let pid = libc::c_int::try_from(pid).ok()?;
+        let mut info = std::mem::MaybeUninit::<libc::proc_bsdinfo>::zeroed();
+        let size = libc::c_int::try_from(std::mem::size_of::<libc::proc_bsdinfo>()).ok()?;
+        // SAFETY: `info` is a writable buffer of exactly `size` bytes for the struct that
+        // PROC_PIDTBSDINFO fills; proc_pidinfo writes at most `size` bytes and returns how
+        // many it wrote (or <= 0 on failure, when `info` is not read).
+        let wrote = unsafe {
+            libc::proc_pidinfo(
+                pid,
+                libc::PROC_PIDTBSDINFO,
+                0,
+                info.as_mut_ptr().cast(),
+                size,
+            )
+        };
+        if wrote != size {
+            return None;
+        }
+        // SAFETY: proc_pidinfo filled the whole struct (checked just above), and every field
+        // of it is plain integers, valid for any bit pattern (it was zeroed first anyway).
+        let info = unsafe { info.assume_init() };
+        let start = info
+            .pbi_start_tvsec
+            .checked_mul(1_000_000)?
+            .checked_add(info.pbi_start_tvusec)?;
+        Some(Facts {
+            zombie: info.pbi_status == libc::SZOMB,
+            start: Some(start),
+            start_unix: i64::try_from(info.pbi_start_tvsec).ok(),
+        })
+    }
+
+    #[cfg(not(target_vendor = "apple"))]
+    pub(super) fn facts(_pid: u32) -> Option<Facts> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The platform's own source, whatever the environment picked.
+    fn native_facts(pid: u32) -> Option<Facts> {
+        match Source::native() {
+            Source::Procfs => procfs::facts(pid),
+            Source::Darwin => darwin::facts(pid),
+            Source::Signal => None,
+        }
+    }
+
+    /// A child that has exited and that nobody has reaped yet: a zombie until dropped.
+    struct Zombie(std::process::Child);
+
+    impl Zombie {
+        fn new() -> Zombie {
+            let child = std::process::Command::new("true").spawn().unwrap();
+            let pid = child.id();
+            // Wait, without reaping, until it has exited and its source says so.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while native_facts(pid).is_some_and(|f| !f.zombie) {
+                assert!(std::time::Instant::now() < deadline, "child never exited");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Zombie(child)
+        }
+    }
+
+    impl Drop for Zombie {
+        fn drop(&mut self) {
+            let _ = self.0.wait();
+        }
+    }
+
+    #[cfg(any(target_os = "linux", target_vendor = "apple"))]
+    #[test]
+    fn an_unreaped_exited_process_is_dead_and_a_later_one_starts_later() {
+        let me = std::process::id();
+        let mine = native_facts(me).unwrap();
+        assert!(!mine.zombie);
+        assert!(mine.start.is_some() && mine.start_unix.is_some());
+        let z = Zombie::new();
+        let pid = z.0.id();
+        assert!(signal_alive(pid), "kill(pid, 0) still succeeds on a zombie");
+        let theirs = native_facts(pid).unwrap();
+        assert!(theirs.zombie);
+        assert!(mine.start <= theirs.start, "a later process starts later");
+        // The contract of `alive`: dead where the source can tell (the signal-only source
+        // cannot: its known weakness, which the child run of these tests pins down).
+        assert_eq!(alive(pid), Source::current() == Source::Signal);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn proc_stat_fields_are_numbered_as_in_proc5() {
+        let me = std::process::id();
+        assert_eq!(procfs::stat_field(me, 22), procfs::facts(me).unwrap().start);
+        // Field 4 is the parent's pid; fields 1 and 2 (pid, name) are not numeric fields here.
+        assert_eq!(
+            procfs::stat_field(me, 4),
+            Some(u64::from(std::os::unix::process::parent_id()))
+        );
+        assert_eq!(procfs::stat_field(me, 2), None);
+    }
+
+    #[test]
+    fn gone_pids_are_dead_and_ours_is_alive() {
+        assert!(alive(std::process::id()));
+        assert!(!alive(0));
+        assert!(!alive(u32::MAX));
+    }
+
+    #[test]
+    fn the_source_in_force_follows_the_environment() {
+        let want = match std::env::var(SOURCE_ENV).as_deref() {
+            Ok("signal") => Source::Signal,
+            Ok("procfs") => Source::Procfs,
+            Ok("darwin") => Source::Darwin,
+            _ => Source::native(),
+        };
+        assert_eq!(Source::current(), want);
+        let known = facts(std::process::id()).is_some();
+        assert_eq!(known, want != Source::Signal && want == Source::native());
+        assert_eq!(
+            darwin::facts(std::process::id()).is_some(),
+            cfg!(target_vendor = "apple")
+        );
+    }
+
+    /// The whole identity and lockfile test modules again, in a child of this test binary,
+    /// with the signal-only source: what a platform without `/proc` or `proc_pidinfo` runs.
+    #[test]
+    fn identity_and_lockfile_tests_pass_with_signal_only_process_facts() {
+        if std::env::var(SOURCE_ENV).is_ok() {
+            return; // already the child
+        }
+        for module in ["identity::", "lockfile::", "procinfo::"] {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([module, "--test-threads", "2"])
+                .env(SOURCE_ENV, "signal")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{module} with signal-only facts:\n{text}"
+            );
+            let passed = text
+                .lines()
+                .find_map(|l| l.strip_prefix("test result: ok. "))
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse::<u32>().ok());
+            assert!(
+                passed.is_some_and(|n| n > 0),
+                "{module} ran no test:\n{text}"
+            );
+        }
+    }
+}

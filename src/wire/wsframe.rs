@@ -1,0 +1,740 @@
+//! WebSocket framing (RFC 6455) after the upgrade, for every connection that carries calls.
+//!
+//! WebSocket framing (RFC 6455) on a socket whose HTTP upgrade is done: the reader and the
+//! writer of every broker-side connection that carries calls (editor links, native and compat
+//! sessions).
+//!
+//! Why not tungstenite's framing: frames borrowed from the read buffer and written as header +
+//! payload in one `writev` took the daemon from 21 k to 17.5 k instructions per call
+//! (`benches/README.md`, "Tried, kept and dropped").
+//!
+//! The reader hands out each frame borrowed from its own buffer (unmasked in place, a text
+//! frame checked as UTF-8 there), so a frame costs no allocation and no copy on its way in;
+//! only a fragmented message is put together in a buffer of its own. The writer sends each
+//! frame's payload from the sender's own buffer, behind its header, in one vectored write.
+//! Both work on split socket halves, so reading and writing never take a lock. No extension
+//! is ever agreed (the handshakes offer none), so a frame with a reserved bit set is refused.
+//!
+//! The handshakes are elsewhere: hyper's on the doors (`frontdoor`), `wsupgrade` on editor
+//! links. The test kit's peers are tungstenite, which checks this module against another
+//! implementation in every suite test.
+
+use futures_util::Sink;
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Which end of the connection this is: a client masks every frame it sends, a server
+/// requires every frame it reads to be masked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The broker dialled (an editor link).
+    Client,
+    /// The peer dialled (a session).
+    Server,
+}
+
+/// Why a connection's frames cannot be read any more.
+#[derive(Debug, thiserror::Error)]
+pub enum WsError {
+    /// The socket failed, or closed in the middle of a frame.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The peer broke the framing rules.
+    #[error("WebSocket protocol error: {0}")]
+    Protocol(&'static str),
+    /// A message longer than the cap (announced in a frame header: it is never read).
+    #[error("a message of {size} bytes is over the limit of {max} bytes (max_frame_bytes)")]
+    TooBig {
+        /// The size the frame header announced (with what came before it, when fragmented).
+        size: u64,
+        /// The cap.
+        max: usize,
+    },
+    /// A text message that is not UTF-8.
+    #[error("a text message is not valid UTF-8")]
+    NotUtf8,
+}
+
+impl WsError {
+    /// The close code owed to the peer (RFC 6455 §7.4.1), `None` when the socket itself failed.
+    pub fn close_code(&self) -> Option<u16> {
+        match self {
+            WsError::Io(_) => None,
+            WsError::Protocol(_) => Some(1002),
+            WsError::TooBig { .. } => Some(1009),
+            WsError::NotUtf8 => Some(1007),
+        }
+    }
+}
+
+/// One frame (or reassembled message), borrowed from the reader until its next read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A text message.
+    Text(&'a str),
+    /// A binary message.
+    Binary(&'a [u8]),
+    /// A ping; the owner answers it with [`Out::Pong`].
+    Ping(&'a [u8]),
+    /// A pong.
+    Pong(&'a [u8]),
+    /// The peer is closing, with its status code if it gave one.
+    Close(Option<u16>),
+}
+
+/// A frame to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Out {
+    /// A text message, in one frame.
+    Text(String),
+    /// A ping with this payload (at most 125 bytes).
+    Ping(Vec<u8>),
+    /// A pong echoing a ping's payload (at most 125 bytes).
+    Pong(Vec<u8>),
+    /// A close frame with this status code; nothing may follow it.
+    Close(u16),
+}
+
+const OP_CONTINUATION: u8 = 0;
+const OP_TEXT: u8 = 1;
+const OP_BINARY: u8 = 2;
+const OP_CLOSE: u8 = 8;
+const OP_PING: u8 = 9;
+const OP_PONG: u8 = 10;
+
+/// The read buffer a connection starts with (and returns to once a long frame is read):
+/// JSON-RPC frames are mostly a few hundred bytes, and 1000 sessions hold 1000 of these.
+const READ_CHUNK: usize = 2 * 1024;
+
+/// A frame header, parsed.
+#[derive(Debug, PartialEq, Eq)]
+struct Header {
+    fin: bool,
+    op: u8,
+    mask: Option<[u8; 4]>,
+    len: u64,
+    /// Bytes of the header itself.
+    size: usize,
+}
+
+/// Parses the header at the start of `b`: `Ok(None)` while it is incomplete.
+fn parse_header(b: &[u8], role: Role) -> Result<Option<Header>, WsError> {
+    let (Some(&b0), Some(&b1)) = (b.first(), b.get(1)) else {
+        return Ok(None);
+    };
+    if b0 & 0x70 != 0 {
+        return Err(WsError::Protocol(
+            "a reserved bit is set (no extension was agreed)",
+        ));
+    }
+    let fin = b0 & 0x80 != 0;
+    let op = b0 & 0x0f;
+    let masked = b1 & 0x80 != 0;
+    let len7 = b1 & 0x7f;
+    let ext = match len7 {
+        126 => 2,
+        127 => 8,
+        _ => 0,
+    };
+    let size = 2 + ext + if masked { 4 } else { 0 };
+    let Some(rest) = b.get(2..size) else {
+        return Ok(None);
+    };
+    let (len_bytes, mask_bytes) = rest.split_at(ext);
+    let len = match len7 {
+        126 => u64::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]])),
+        127 => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(len_bytes);
+            let len = u64::from_be_bytes(a);
+            if len >> 63 != 0 {
+                return Err(WsError::Protocol("a frame length has its top bit set"));
+            }
+            len
+        }
+        n => u64::from(n),
+    };
+    match op {
+        OP_CONTINUATION | OP_TEXT | OP_BINARY => {}
+        OP_CLOSE | OP_PING | OP_PONG => {
+            if !fin {
+                return Err(WsError::Protocol("a control frame is fragmented"));
+            }
+            if len > 125 {
+                return Err(WsError::Protocol(
+                    "a control frame is longer than 125 bytes",
+                ));
+            }
+        }
+        _ => return Err(WsError::Protocol("unknown opcode")),
+    }
+    let mask = match (role, masked) {
+        (Role::Server, false) => return Err(WsError::Protocol("a client frame is not masked")),
+        (Role::Client, true) => return Err(WsError::Protocol("a server frame is masked")),
+        (_, true) => Some([mask_bytes[0], mask_bytes[1], mask_bytes[2], mask_bytes[3]]),
+        (_, false) => None,
+    };
+    Ok(Some(Header {
+        fin,
+        op,
+        mask,
+        len,
+        size,
+    }))
+}
+
+/// XORs `data` with `key` repeated, eight bytes at a time (masking and unmasking alike).
+fn apply_mask(data: &mut [u8], key: [u8; 4]) {
+    let k = u64::from_ne_bytes([
+        key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3],
+    ]);
+    let mut chunks = data.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        c.copy_from_slice(&(u64::from_ne_bytes(w) ^ k).to_ne_bytes());
+    }
+    // The remainder starts at a multiple of 8, so the key's phase is 0 there.
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= key[i & 3];
+    }
+}
+
+/// Where the frame handed out last is, so the next read can drop it.
+#[derive(Debug, Clone, Copy)]
+enum Last {
+    Nothing,
+    /// In the read buffer: its payload at `start..end`; the frame ends at `end`.
+    InPlace {
+        op: u8,
+        start: usize,
+        end: usize,
+    },
+    /// Put together from fragments in `message`.
+    Assembled {
+        op: u8,
+    },
+}
+
+/// The read half: frames from `io`, each borrowed until the next read.
+pub struct FrameReader<R> {
+    io: R,
+    role: Role,
+    /// The longest message taken.
+    max: usize,
+    /// The bytes read (its length; a read fills its spare capacity, never zeroed first); the
+    /// unread ones are `head..`.
+    buf: Vec<u8>,
+    head: usize,
+    last: Last,
+    /// A fragmented message being put together: its opcode and its payload so far.
+    message: Option<(u8, Vec<u8>)>,
+    /// How much of a fragmented text message is known to be UTF-8 (checked as each fragment
+    /// comes, so a bad byte is refused at once, not after up to `max` bytes are buffered).
+    message_checked: usize,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// A reader over `io` for a connection in `role`, taking messages up to `max` bytes;
+    /// `read_ahead` are bytes already read from `io` past the handshake.
+    pub fn new(io: R, role: Role, max: usize, read_ahead: &[u8]) -> Self {
+        let mut buf = Vec::with_capacity(READ_CHUNK.max(read_ahead.len()));
+        buf.extend_from_slice(read_ahead);
+        FrameReader {
+            io,
+            role,
+            max,
+            buf,
+            head: 0,
+            last: Last::Nothing,
+            message: None,
+            message_checked: 0,
+        }
+    }
+
+    /// The next frame. `Ok(None)` once the peer closed the socket between frames. Cancel
+    /// safe: dropped before it is ready, it loses nothing.
+    pub async fn next(&mut self) -> Result<Option<Frame<'_>>, WsError> {
+        if !std::future::poll_fn(|cx| self.poll_frame(cx)).await? {
+            return Ok(None);
+        }
+        self.frame().map(Some)
+    }
+
+    /// True when bytes past the frame handed out last are already read (the next frame, or
+    /// part of it): the socket has not been drained.
+    pub fn more_buffered(&self) -> bool {
+        match self.last {
+            Last::InPlace { end, .. } => self.buf.len() > end,
+            _ => self.buf.len() > self.head,
+        }
+    }
+
+    /// The frame handed out last, as [`Frame`].
+    fn frame(&self) -> Result<Frame<'_>, WsError> {
+        let (op, payload) = match self.last {
+            Last::Nothing => return Err(WsError::Protocol("no frame")),
+            Last::InPlace { op, start, end } => (op, &self.buf[start..end]),
+            Last::Assembled { op } => (
+                op,
+                self.message.as_ref().map_or(&[][..], |(_, m)| m.as_slice()),
+            ),
+        };
+        Ok(match op {
+            OP_TEXT => Frame::Text(std::str::from_utf8(payload).map_err(|_| WsError::NotUtf8)?),
+            OP_BINARY => Frame::Binary(payload),
+            OP_PING => Frame::Ping(payload),
+            OP_PONG => Frame::Pong(payload),
+            _ => match payload {
+                [] => Frame::Close(None),
+                [hi, lo, reason @ ..] => {
+                    if std::str::from_utf8(reason).is_err() {
+                        return Err(WsError::NotUtf8);
+                    }
+                    let code = u16::from_be_bytes([*hi, *lo]);
+                    if !close_code_allowed(code) {
+                        return Err(WsError::Protocol("a close code that may not be sent"));
+                    }
+                    Frame::Close(Some(code))
+                }
+                [_] => return Err(WsError::Protocol("a close frame with a 1-byte payload")),
+            },
+        })
+    }
+
+    /// Drops the frame handed out last.
+    fn release(&mut self) {
+        match std::mem::replace(&mut self.last, Last::Nothing) {
+            Last::Nothing => {}
+            Last::InPlace { end, .. } => self.head = end,
+            Last::Assembled { .. } => self.message = None,
+        }
+        if self.head == self.buf.len() {
+            self.head = 0;
+            self.buf.clear();
+            // A long frame grew it: 1000 idle sessions should not each keep one.
+            self.buf.shrink_to(READ_CHUNK);
+        }
+    }
+
+    /// Reads until a whole frame (or message) is at hand and records it in `last`.
+    /// `Ready(Ok(false))` at a clean end of the stream.
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, WsError>> {
+        self.release();
+        loop {
+            let unread = &self.buf[self.head..];
+            let need = match parse_header(unread, self.role)? {
+                None => 14, // the longest header: read until it is all there
+                Some(h) => {
+                    let so_far = self.message.as_ref().map_or(0, |(_, m)| m.len() as u64);
+                    if matches!(h.op, OP_TEXT | OP_BINARY | OP_CONTINUATION)
+                        && so_far.saturating_add(h.len) > self.max as u64
+                    {
+                        return Poll::Ready(Err(WsError::TooBig {
+                            size: so_far.saturating_add(h.len),
+                            max: self.max,
+                        }));
+                    }
+                    // Within `max` (a data frame) or 125 bytes (a control frame): fits usize.
+                    let total = h.size + h.len as usize;
+                    if unread.len() >= total {
+                        if self.take(h)? {
+                            return Poll::Ready(Ok(true));
+                        }
+                        continue;
+                    }
+                    total
+                }
+            };
+            if !ready!(self.poll_fill(cx, need))? {
+                if self.head == self.buf.len() && self.message.is_none() {
+                    return Poll::Ready(Ok(false));
+                }
+                return Poll::Ready(Err(WsError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the connection closed in the middle of a message",
+                ))));
+            }
+        }
+    }
+
+    /// A whole frame is at `head`: unmasks it and either records it as the frame to hand out
+    /// (true) or adds it to the fragmented message (false).
+    fn take(&mut self, h: Header) -> Result<bool, WsError> {
+        let start = self.head + h.size;
+        let end = start + h.len as usize;
+        if let Some(key) = h.mask {
+            apply_mask(&mut self.buf[start..end], key);
+        }
+        let op = h.op;
+        if op >= OP_CLOSE || (h.fin && op != OP_CONTINUATION) {
+            if op < OP_CLOSE && self.message.is_some() {
+                return Err(WsError::Protocol("a new message inside a fragmented one"));
+            }
+            self.last = Last::InPlace { op, start, end };
+            return Ok(true);
+        }
+        let payload = &self.buf[start..end];
+        match (&mut self.message, op) {
+            (None, OP_CONTINUATION) => {
+                return Err(WsError::Protocol(
+                    "a continuation frame with no message to continue",
+                ))
+            }
+            (None, _) => {
+                self.message = Some((op, payload.to_vec()));
+                self.message_checked = 0;
+            }
+            (Some(_), OP_TEXT | OP_BINARY) => {
+                return Err(WsError::Protocol("a new message inside a fragmented one"))
+            }
+            (Some((_, m)), _) => m.extend_from_slice(payload),
+        }
+        self.head = end;
+        if let Some((OP_TEXT, m)) = &self.message {
+            self.message_checked = utf8_checked_up_to(m, self.message_checked)?;
+        }
+        if h.fin {
+            let op = self.message.as_ref().map_or(OP_BINARY, |(op, _)| *op);
+            self.last = Last::Assembled { op };
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Reads more from the socket, with room for `need` unread bytes at least. `Ok(false)` at
+    /// the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>, need: usize) -> Poll<io::Result<bool>> {
+        let room = self.buf.capacity();
+        if room - self.head < need || self.buf.len() == room {
+            self.buf.drain(..self.head);
+            self.head = 0;
+            if self.buf.len() == room {
+                // Grown as the bytes come, not to the size a header announces: a peer that
+                // announces 64 MiB and sends nothing costs nothing.
+                let grown = (room * 2).min(need).max(room + 1);
+                self.buf.reserve_exact(grown - self.buf.len());
+            }
+        }
+        // Into the spare capacity, uninitialised: a long frame's buffer is not zeroed first.
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.io),
+            cx,
+            &mut self.buf
+        ))?;
+        Poll::Ready(Ok(n > 0))
+    }
+}
+
+/// Close codes a peer may send (RFC 6455 §7.4, as tungstenite decides): the defined ones that
+/// may appear on the wire, 1012 and 1013 (registered since), and the ranges for libraries
+/// (3000–3999) and applications (4000–4999). 1005, 1006 and 1015 are for reporting only.
+pub fn close_code_allowed(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1013 | 3000..=4999)
+}
+
+/// Checks `text[from..]` as UTF-8, allowing it to end in the middle of a sequence (the next
+/// fragment completes it); returns how far it is known good.
+fn utf8_checked_up_to(text: &[u8], from: usize) -> Result<usize, WsError> {
+    match std::str::from_utf8(&text[from..]) {
+        Ok(_) => Ok(text.len()),
+        Err(e) if e.error_len().is_none() => Ok(from + e.valid_up_to()),
+        Err(_) => Err(WsError::NotUtf8),
+    }
+}
+
+/// A frame's header: final, opcode `op`, the payload's length, and the masking key if any.
+fn header(op: u8, len: usize, key: Option<[u8; 4]>) -> ([u8; 14], usize) {
+    let mask_bit = if key.is_some() { 0x80 } else { 0 };
+    let mut head = [0u8; 14];
+    head[0] = 0x80 | op;
+    let mut head_len = 2;
+    if len < 126 {
+        head[1] = mask_bit | len as u8;
+    } else if let Ok(l) = u16::try_from(len) {
+        head[1] = mask_bit | 126;
+        head[2..4].copy_from_slice(&l.to_be_bytes());
+        head_len = 4;
+    } else {
+        head[1] = mask_bit | 127;
+        head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        head_len = 10;
+    }
+    if let Some(key) = key {
+        head[head_len..head_len + 4].copy_from_slice(&key);
+        head_len += 4;
+    }
+    (head, head_len)
+}
+
+/// Masking keys for a client, drawn from the OS's CSPRNG 64 at a time (RFC 6455 §5.3 wants
+/// them unpredictable; a syscall per frame would cost more than the frame).
+struct Masks {
+    pool: [u8; 256],
+    at: usize,
+}
+
+impl Masks {
+    fn next(&mut self) -> io::Result<[u8; 4]> {
+        if self.at + 4 > self.pool.len() {
+            getrandom::fill(&mut self.pool).map_err(io::Error::other)?;
+            self.at = 0;
+        }
+        let k = &self.pool[self.at..self.at + 4];
+        self.at += 4;
+        Ok([k[0], k[1], k[2], k[3]])
+    }
+}
+
+/// Bytes the writer holds before `poll_ready` waits for the socket to take them.
+const HIGH_WATER: usize = 64 * 1024;
+/// Frames handed to one vectored write at most.
+const BATCH: usize = 16;
+
+/// A frame waiting to be written: its header, and its payload (the sender's own buffer, masked
+/// in place for a client).
+struct Queued {
+    head: [u8; 14],
+    head_len: usize,
+    payload: Vec<u8>,
+}
+
+impl Queued {
+    fn len(&self) -> usize {
+        self.head_len + self.payload.len()
+    }
+}
+
+/// The write half. A [`Sink`] of [`Out`]: each frame keeps its payload (a text frame's
+/// `String`, unmoved) and is written with its header in one vectored write, so nothing is
+/// copied and an idle connection holds no write buffer. Closing it sends a close frame (1000,
+/// unless one was sent) and shuts the socket's write side down.
+pub struct FrameWriter<W> {
+    io: W,
+    /// Only a client masks.
+    masks: Option<Box<Masks>>,
+    queue: VecDeque<Queued>,
+    /// Bytes of the front frame already written.
+    written: usize,
+    /// Bytes queued and not yet written.
+    queued: usize,
+    close_sent: bool,
+}
+
+impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    /// A writer over `io` for a connection in `role`.
+    pub fn new(io: W, role: Role) -> Self {
+        FrameWriter {
+            io,
+            masks: (role == Role::Client).then(|| {
+                Box::new(Masks {
+                    pool: [0; 256],
+                    at: 256,
+                })
+            }),
+            queue: VecDeque::new(),
+            written: 0,
+            queued: 0,
+            close_sent: false,
+        }
+    }
+
+    /// The socket (or buffer) underneath, with whatever was not flushed lost.
+    pub fn into_inner(self) -> W {
+        self.io
+    }
+
+    fn encode(&mut self, op: u8, mut payload: Vec<u8>) -> io::Result<()> {
+        let len = payload.len();
+        let key = match &mut self.masks {
+            Some(masks) => Some(masks.next()?),
+            None => None,
+        };
+        let (head, head_len) = header(op, len, key);
+        if let Some(key) = key {
+            apply_mask(&mut payload, key);
+        }
+        self.queued += head_len + len;
+        self.queue.push_back(Queued {
+            head,
+            head_len,
+            payload,
+        });
+        Ok(())
+    }
+
+    /// Writes every queued frame, up to [`BATCH`] of them per vectored write.
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.queue.is_empty() {
+            let mut slices = [io::IoSlice::new(&[]); 2 * BATCH];
+            let mut k = 0;
+            for (i, q) in self.queue.iter().take(BATCH).enumerate() {
+                let from = if i == 0 { self.written } else { 0 };
+                let head = &q.head[..q.head_len];
+                if from < head.len() {
+                    slices[k] = io::IoSlice::new(&head[from..]);
+                    slices[k + 1] = io::IoSlice::new(&q.payload);
+                } else {
+                    slices[k + 1] = io::IoSlice::new(&q.payload[from - head.len()..]);
+                }
+                k += 2;
+            }
+            let n = ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..k]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.queued -= n;
+            let mut n = self.written + n;
+            while let Some(q) = self.queue.front() {
+                if n < q.len() {
+                    break;
+                }
+                n -= q.len();
+                self.queue.pop_front();
+            }
+            self.written = n;
+        }
+        if self.queue.capacity() > BATCH {
+            // A burst grew it: idle sessions should not each keep one.
+            self.queue = VecDeque::new();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Parts a frame written from borrowed parts may have (with its header, one `writev`).
+const MAX_PARTS: usize = 15;
+
+impl<W: AsyncWrite + Unpin> crate::wire::shared_writer::WriteParts for FrameWriter<W> {
+    /// A server's frame with nothing queued before it is written from the parts themselves
+    /// (header and parts in one vectored write); only what the socket does not take is copied
+    /// and kept. Behind queued bytes, masked (a client), or in too many parts, it is declined
+    /// (the caller assembles it and sends it through [`Sink`]).
+    fn write_parts(
+        &mut self,
+        cx: &mut Context<'_>,
+        parts: &[&str],
+    ) -> Result<crate::wire::shared_writer::PartsWritten, String> {
+        self.text_parts(cx, parts).map_err(|e| e.to_string())
+    }
+}
+
+impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    fn text_parts(
+        &mut self,
+        cx: &mut Context<'_>,
+        parts: &[&str],
+    ) -> io::Result<crate::wire::shared_writer::PartsWritten> {
+        use crate::wire::shared_writer::PartsWritten;
+        let done = |r: Poll<io::Result<()>>| match r {
+            Poll::Ready(Ok(())) => Ok(PartsWritten::Done),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Ok(PartsWritten::Kept),
+        };
+        if !self.queue.is_empty() || self.masks.is_some() || parts.len() > MAX_PARTS {
+            return Ok(PartsWritten::Declined);
+        }
+        if self.close_sent {
+            return Err(closing());
+        }
+        let len = parts.iter().map(|p| p.len()).sum();
+        let (head, head_len) = header(OP_TEXT, len, None);
+        let mut slices = [io::IoSlice::new(&[]); MAX_PARTS + 1];
+        slices[0] = io::IoSlice::new(&head[..head_len]);
+        for (slice, part) in slices[1..].iter_mut().zip(parts) {
+            *slice = io::IoSlice::new(part.as_bytes());
+        }
+        let total = head_len + len;
+        let (n, pending) =
+            match Pin::new(&mut self.io).poll_write_vectored(cx, &slices[..=parts.len()]) {
+                Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(Ok(n)) => (n, false),
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => (0, true),
+            };
+        if n >= total {
+            return done(Pin::new(&mut self.io).poll_flush(cx));
+        }
+        // The socket took part of it, or none: the rest is kept (copied) and written when the
+        // socket wakes the task, before any later frame.
+        self.queue.push_back(Queued {
+            head,
+            head_len,
+            payload: parts.concat().into_bytes(),
+        });
+        self.written = n;
+        self.queued += total - n;
+        if pending {
+            // The socket has the task's waker already.
+            return Ok(PartsWritten::Kept);
+        }
+        // A short write registers no waker: write on until the socket says it is full (and
+        // so will wake the task), or takes the rest.
+        done(Pin::new(&mut *self).poll_flush(cx))
+    }
+}
+
+/// The error for a frame after the close frame.
+fn closing() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the WebSocket is closing: nothing may follow its close frame",
+    )
+}
+
+impl<W: AsyncWrite + Unpin> Sink<Out> for FrameWriter<W> {
+    type Error = io::Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if me.queued < HIGH_WATER {
+            return Poll::Ready(Ok(()));
+        }
+        me.poll_write_out(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Out) -> io::Result<()> {
+        let me = self.get_mut();
+        if me.close_sent {
+            return Err(closing());
+        }
+        match item {
+            Out::Text(t) => me.encode(OP_TEXT, t.into_bytes()),
+            Out::Ping(mut p) => {
+                p.truncate(125);
+                me.encode(OP_PING, p)
+            }
+            Out::Pong(mut p) => {
+                p.truncate(125);
+                me.encode(OP_PONG, p)
+            }
+            Out::Close(code) => {
+                me.close_sent = true;
+                me.encode(OP_CLOSE, code.to_be_bytes().to_vec())
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        ready!(me.poll_write_out(cx))?;
+        Pin::new(&mut me.io).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if !me.close_sent {
+            me.close_sent = true;
+            me.encode(OP_CLOSE, 1000u16.to_be_bytes().to_vec())?;
+        }
+        ready!(me.poll_write_out(cx))?;
+        ready!(Pin::new(&mut me.io).poll_flush(cx))?;
+        Pin::new(&mut me.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests;
