@@ -31,7 +31,7 @@ async fn pi_client_for(b: &TestBroker, cwd: &str) -> PiClient {
     PiClient::connect(&cand).await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_pi_client_uses_a_claude_family_editor() {
     let b = TestBroker::start().await;
     let (fe, _) = claude_editor(&b, "/vs").await;
@@ -128,7 +128,7 @@ async fn a_pi_client_uses_a_claude_family_editor() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_owner_cancels_with_its_own_tab_name() {
     let b = TestBroker::start().await;
     let (fe, _) = claude_editor(&b, "/vs").await;
@@ -152,7 +152,7 @@ async fn the_owner_cancels_with_its_own_tab_name() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn two_pi_sessions_with_the_same_tab_name_never_collide() {
     let b = TestBroker::start().await;
     let (fe, _) = claude_editor(&b, "/vs").await;
@@ -191,7 +191,7 @@ async fn two_pi_sessions_with_the_same_tab_name_never_collide() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn same_dialect_passes_through_untouched() {
     let b = TestBroker::start().await;
     let (_fe, _) = claude_editor(&b, "/vs").await;
@@ -216,7 +216,7 @@ async fn same_dialect_passes_through_untouched() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_claude_session_on_a_pi_editor_gets_the_claude_shapes() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/nv"]).await;
@@ -239,7 +239,7 @@ async fn a_claude_session_on_a_pi_editor_gets_the_claude_shapes() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_bridged_diff_is_rejected_never_saved_when_the_editor_dies() {
     let b = TestBroker::start().await;
     let (fe, _) = claude_editor(&b, "/vs").await;
@@ -263,7 +263,7 @@ async fn a_bridged_diff_is_rejected_never_saved_when_the_editor_dies() {
 /// claudecode's `close_tab` closes only marked names (✻ … ⧉): a Claude-dialect session that
 /// opens a diff under a plain name still gets it closed when it leaves or cancels, and still
 /// sees its own name in a rejection.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn plain_named_diffs_on_a_claude_editor_can_always_be_closed() {
     let b = TestBroker::start().await;
     let (fe, _) = claude_editor(&b, "/cc").await;
@@ -325,7 +325,7 @@ async fn plain_named_diffs_on_a_claude_editor_can_always_be_closed() {
 
 /// A Claude-dialect session on a pi-family editor gets Claude Code's selection and folder
 /// tools, answered by the broker in Claude Code's shapes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn claude_sessions_on_a_pi_editor_get_selection_and_folder_tools() {
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/pi-ed/proj"]).await;
@@ -389,7 +389,7 @@ async fn claude_sessions_on_a_pi_editor_get_selection_and_folder_tools() {
 }
 
 /// claudecode's `at_mentioned` paths are relative to its cwd: sessions get them absolute.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn at_mentioned_paths_reach_sessions_absolute() {
     let b = TestBroker::start().await;
     let (fe, _) = claude_editor(&b, "/cc-root").await;
@@ -421,7 +421,7 @@ async fn at_mentioned_paths_reach_sessions_absolute() {
 /// documented tools, PROTOCOL.md §11): diagnostics in pi's map with its severities renamed,
 /// the open files from `get_all_opened_file_paths`, and a write reviewed through its
 /// `openDiff` (accepted: the editor's text; rejected: `DIFF_REJECTED` with the session's tab).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_pi_client_uses_a_jetbrains_editor() {
     let b = TestBroker::start().await;
     let (fe, _) = b.start_editor(Options::jetbrains(&["/jb"])).await;

@@ -31,7 +31,7 @@ async fn status_without_a_daemon_explains_and_exits_3() {
 /// `stop` stops the daemon this machine runs, gracefully, and says so; with nothing running
 /// it says there is nothing to stop; a daemon its own record does not name (a socket
 /// forwarded from elsewhere reports a pid of another machine) is not signalled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn stop_stops_this_machines_daemon_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -299,7 +299,7 @@ async fn log_lines_at_the_default_level_name_their_session_and_editor() {
 /// 1 MiB calls pass through the daemon whole, one after another, on one session (the large
 /// buffers `allocator` keeps for the next call are reused, never shared: each answer carries
 /// its own call's payload). The page faults this saves are counted in `benches/` (memory).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn megabyte_calls_pass_whole_one_after_another() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -335,7 +335,7 @@ async fn megabyte_calls_pass_whole_one_after_another() {
 /// wrong token is refused with a log line that names the refusal, not the token; `status`,
 /// `doctor` (text and JSON) and the daemon's trace-level log never print the editor's token,
 /// the compat door's or the wrong one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn tokens_are_never_printed_or_logged() {
     use pi_ide_broker::testkit::pi_client::PiClient;
     let dir = tempfile::tempdir().unwrap();

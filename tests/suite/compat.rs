@@ -27,7 +27,7 @@ async fn one_candidate(b: &TestBroker, cwd: &str) -> pi_ide_broker::testkit::pi_
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_pi_ide_client_accepts_and_rejects_diffs_through_the_broker() {
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/home/u/proj"]).await;
@@ -77,7 +77,7 @@ async fn a_pi_ide_client_accepts_and_rejects_diffs_through_the_broker() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_connection_survives_an_editor_restart_on_a_new_port() {
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/w"]).await;
@@ -104,7 +104,7 @@ async fn the_connection_survives_an_editor_restart_on_a_new_port() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_editor_killed_mid_diff_gives_diff_rejected_not_a_closed_socket() {
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/w"]).await;
@@ -286,7 +286,7 @@ async fn symlinked_workspaces_are_published_in_both_forms() {
 /// arrive with the upgrade are lost to it. Modelled here as a client whose listener starts
 /// 5 ms after the upgrade and loses whatever came before. The broker must hold the attach
 /// notice and the selection replay until the client's `initialize` is answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_late_listener_gets_the_replayed_selection_200_times_in_a_row() {
     use futures_util::{FutureExt, SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -345,7 +345,7 @@ async fn a_late_listener_gets_the_replayed_selection_200_times_in_a_row() {
 
 /// A call and its answer of 5 MB cross the compat door whole: more than loopback TCP's send
 /// buffer (4 MiB at most) takes at once, so each side writes in turns, woken by the socket.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_multi_megabyte_echo_crosses_the_compat_door_whole() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/home/u/big"]).await;
@@ -364,7 +364,7 @@ async fn a_multi_megabyte_echo_crosses_the_compat_door_whole() {
 /// compat door hears of it (agents first, the door's file work after): the registry's `Ready`
 /// event, which the door waits for, finds every waiting session already on the editor, and so
 /// does the door's entry once it is there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn waiting_sessions_are_placed_before_the_compat_door_hears_of_the_editor() {
     use pi_ide_broker::registry::EditorEvent;
     let b = TestBroker::start().await;

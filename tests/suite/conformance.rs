@@ -441,7 +441,7 @@ async fn raw_session(b: &TestBroker) -> Raw<tokio::net::UnixStream> {
     raw
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_native_door_follows_rfc_6455_case_by_case() {
     let b = TestBroker::start_with(|c| c.max_frame_bytes = 1 << 20).await;
     let (_fe, _) = b.editor(&["/conformance"]).await;
@@ -536,7 +536,7 @@ async fn crafted_editor(
     (raw, lock)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_editor_link_follows_rfc_6455_case_by_case() {
     let b = TestBroker::start_with(|c| {
         c.max_frame_bytes = 1 << 20;

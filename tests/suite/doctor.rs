@@ -52,7 +52,7 @@ fn check<'a>(report: &'a Value, what: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no check about {what}: {report:#}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn every_refused_lockfile_is_explained_in_status_and_doctor() {
     let b = TestBroker::start().await;
     let dir = b.pi_dir.clone();
@@ -217,7 +217,7 @@ async fn every_refused_lockfile_is_explained_in_status_and_doctor() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_route_is_explained_nested_home_symlinked_and_ambiguous() {
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
@@ -310,7 +310,7 @@ async fn doctor_exits_1_without_a_daemon_and_with_a_broken_config() {
 }
 
 /// `status --watch` in a pipe: a line per change, as it happens, driven by `/v1/events`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn status_watch_prints_each_change_as_it_happens() {
     use crate::common::process::Proc;
     let b = TestBroker::start().await;
@@ -353,7 +353,7 @@ async fn status_watch_prints_each_change_as_it_happens() {
 
 /// A client that opens `/v1/events` and never reads costs nothing and blocks nobody: the
 /// daemon goes on answering, and the stalled client still gets the latest state later.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_events_stream_survives_a_client_that_stops_reading() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let b = TestBroker::start().await;
@@ -396,7 +396,7 @@ async fn the_events_stream_survives_a_client_that_stops_reading() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn doctor_says_an_editor_without_a_token_uses_none() {
     let b = TestBroker::start().await;
     let (fe, _) = b.start_editor(Options::emacs(&["/el"])).await;

@@ -6,7 +6,7 @@ use crate::common::*;
 use pi_ide_broker::testkit::text;
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_emacs_lockfile_without_a_token_links_without_the_header_and_serves_calls() {
     let b = TestBroker::start().await;
     let fe = FakeEditor::start_in(&b.claude_dir, Options::emacs(&["/emacs-proj"]))
@@ -64,7 +64,7 @@ async fn echo_works(a: &mut Agent) -> bool {
     text(&r).contains("hi")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_idle_broker_yields_a_single_client_editor_and_takes_it_back_when_the_other_leaves() {
     use pi_ide_broker::testkit::rival::Rival;
     let (b, fe, mut a) = one_client_setup(Default::default()).await;
@@ -119,7 +119,7 @@ async fn an_idle_broker_yields_a_single_client_editor_and_takes_it_back_when_the
 /// A call to a taken editor is answered on its first try: the broker links for it (one
 /// eviction of the other client), and once the other client has gone for good the broker,
 /// finding the editor free after its hand-back, keeps it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_call_to_a_taken_editor_is_answered_on_the_first_try() {
     use pi_ide_broker::testkit::rival::Rival;
     let (b, fe, mut a) = one_client_setup(Default::default()).await;
@@ -153,7 +153,7 @@ async fn a_call_to_a_taken_editor_is_answered_on_the_first_try() {
 /// it and told it is taken; each of its calls is answered on the first try (one eviction of the
 /// other client per call window), the editor is handed back between them, and the other
 /// client, which reconnects whenever closed, is left alone while the broker is idle.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_session_started_while_the_editor_is_taken_is_attached_and_answered() {
     use pi_ide_broker::testkit::rival::Rival;
     let b = TestBroker::start_with(|c| c.editors.taken_probe_ms = 50).await;
@@ -196,7 +196,7 @@ async fn a_session_started_while_the_editor_is_taken_is_attached_and_answered() 
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn with_the_take_policy_the_two_clients_fight_as_before() {
     // The contrast that shows the fake reproduces the fight the yield policy avoids.
     use pi_ide_broker::testkit::rival::Rival;
@@ -246,7 +246,7 @@ async fn diagnostics(a: &mut Agent) -> Result<(), serde_json::Value> {
 /// answered on its first try before the other client is back, here from an editor whose
 /// `tools/list` takes 10 ms (waiting for it, the call went out after the other client was
 /// back and was cut: `link lost`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_call_to_a_taken_editor_whose_other_client_is_back_within_2_ms_is_answered_first_try() {
     use pi_ide_broker::testkit::rival::Rival;
     let mut opts = Options::vscode(&["/vsc"]);
@@ -287,7 +287,7 @@ async fn a_call_to_a_taken_editor_whose_other_client_is_back_within_2_ms_is_answ
 /// client back mid-handshake). The Close is answered and the link is not used: the call
 /// parked for it, cut before any answer came, is sent once more by the next link and answered
 /// on the first try (it was sent on a dead link and timed out after 5 s).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_close_right_after_the_initialize_answer_does_not_lose_the_parked_call() {
     use pi_ide_broker::testkit::rival::Rival;
     let (b, fe, mut a) = one_client_with(Options::vscode(&["/vsc"])).await;
@@ -317,7 +317,7 @@ async fn a_close_right_after_the_initialize_answer_does_not_lose_the_parked_call
 /// is never declared ready on a `tools/list` that failed because the link died (it was, with
 /// no tools, and left open and silent). The dial is answered with its Close and tried again
 /// after the backoff; the editor is ready with its tools.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_close_during_the_handshake_fails_the_dial_and_the_link_is_never_ready_without_tools() {
     use pi_ide_broker::registry::EditorEvent;
     let b = TestBroker::start().await;
@@ -358,7 +358,7 @@ async fn a_close_during_the_handshake_fails_the_dial_and_the_link_is_never_ready
 /// behaviour, PROTOCOL.md §11) requires the `mcp` subprotocol Claude Code offers and drops a
 /// client that leaves its JSON-RPC `ping` unanswered for 3 s (here 300 ms, pinging every
 /// 400 ms). The broker dials as Claude Code does, answers every ping itself, and serves calls.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_jetbrains_editor_is_dialled_with_the_mcp_subprotocol_and_its_pings_answered() {
     let b = TestBroker::start().await;
     let mut opts = Options::jetbrains(&["/jb"]);

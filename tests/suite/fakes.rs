@@ -97,7 +97,7 @@ fn has_path(v: &Value, path: &str) -> bool {
     path.split('.').try_fold(v, |v, k| v.get(k)).is_some()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_fake_editor_answers_as_the_recorded_editors_did() {
     let rec = recorded();
     let mut checked = 0;
@@ -140,7 +140,7 @@ async fn the_fake_editor_answers_as_the_recorded_editors_did() {
     assert_eq!(checked, 15, "exchanges checked (7 pi, 8 claude)");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_fake_editor_refuses_bad_tokens_as_the_recorded_editors_did() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     for h in recorded()["handshakes"].as_array().unwrap() {
@@ -181,7 +181,7 @@ async fn the_fake_editor_refuses_bad_tokens_as_the_recorded_editors_did() {
 /// port is closed (nothing connects, another socket binds it). Tests that hold a dead editor's
 /// port (`hold_closed`) rely on it; with the listener closed later by its own task, the bind
 /// failed under load (issue 29's soak, `doctor::every_refused_lockfile_…`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_crashed_fake_editor_has_closed_its_port_when_crash_returns() {
     for _ in 0..20 {
         let fe = FakeEditor::start(Options::pi(&["/crash"])).await.unwrap();

@@ -41,7 +41,7 @@ fn diff_args(tab: &str) -> Value {
     pi_ide_broker::testkit::diff_args("/k/f", "x", tab)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_editor_killed_with_three_pending_diffs_then_restarted() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -100,7 +100,7 @@ async fn eventually_status(root: &Path, pred: impl Fn(&Value) -> bool) -> Value 
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_frozen_editor_turns_unhealthy_short_tools_fail_fast_and_it_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -155,7 +155,7 @@ async fn a_frozen_editor_turns_unhealthy_short_tools_fail_fast_and_it_recovers()
     assert!(daemon.wait_exit().await.success());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 #[cfg_attr(not(target_os = "linux"), ignore = "reads /proc")]
 async fn churning_sessions_leak_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -225,7 +225,7 @@ async fn churning_sessions_leak_nothing() {
     assert!(daemon.wait_exit().await.success());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn lockfile_flapping_does_not_disturb_working_sessions() {
     let b = TestBroker::start_with(|c| c.editor_grace_ms = 50).await;
     let (_stable, _) = b.editor(&["/stable"]).await;
@@ -256,7 +256,7 @@ async fn lockfile_flapping_does_not_disturb_working_sessions() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_broker_killed_under_load_restarts_with_sticky_targets_and_compat_entries() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();

@@ -62,7 +62,7 @@ fn diff_notes(c: &McpClient) -> Vec<&Value> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_discovery_file_appears_and_vanishes_with_its_editor_and_the_broker() {
     let b = TestBroker::start_with(|c| c.editor_grace_ms = 200).await;
     let dir = gemini_dir(&b);
@@ -128,7 +128,7 @@ async fn a_discovery_file_appears_and_vanishes_with_its_editor_and_the_broker() 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_missing_or_wrong_token_a_browser_origin_and_a_foreign_host_are_refused() {
     let Some(g) = find_gemini() else { return };
     let b = TestBroker::start().await;
@@ -193,7 +193,7 @@ async fn a_missing_or_wrong_token_a_browser_origin_and_a_foreign_host_are_refuse
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_accepted_diff_reaches_only_its_session_with_the_editors_text() {
     let Some(g) = find_gemini() else { return };
     let (b, fe, d, mut a) = setup(&g, "/g/w").await;
@@ -262,7 +262,7 @@ async fn an_accepted_diff_reaches_only_its_session_with_the_editors_text() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn close_diff_closes_the_tab_and_answers_the_proposed_text() {
     let Some(g) = find_gemini() else { return };
     let (b, fe, _d, mut a) = setup(&g, "/g/c").await;
@@ -293,7 +293,7 @@ async fn close_diff_closes_the_tab_and_answers_the_proposed_text() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_selection_becomes_context_and_a_new_session_gets_it_at_once() {
     let Some(g) = find_gemini() else { return };
     let b = TestBroker::start().await;
@@ -330,7 +330,7 @@ async fn a_selection_becomes_context_and_a_new_session_gets_it_at_once() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_killed_editor_rejects_the_pending_diff_at_once_and_its_restart_is_followed() {
     let Some(g) = find_gemini() else { return };
     let (b, fe, d, mut c) = setup(&g, "/g/k").await;
@@ -404,7 +404,7 @@ async fn a_killed_editor_rejects_the_pending_diff_at_once_and_its_restart_is_fol
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn editor_requests_never_go_to_a_gemini_session() {
     let Some(g) = find_gemini() else { return };
     let (b, fe, _d, mut c) = setup(&g, "/g/r").await;
@@ -445,7 +445,7 @@ async fn editor_requests_never_go_to_a_gemini_session() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_claude_family_editor_gets_a_marked_tab_and_its_accepted_diff_closed() {
     let Some(g) = find_gemini() else { return };
     let b = TestBroker::start().await;
@@ -484,7 +484,7 @@ async fn a_claude_family_editor_gets_a_marked_tab_and_its_accepted_diff_closed()
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_client_that_exits_without_ending_its_session_leaves_no_broker_session() {
     let Some(g) = find_gemini() else { return };
     let (b, _fe, d, gone) = setup(&g, "/g/x").await;
@@ -543,7 +543,7 @@ async fn raw_post(d: &Discovery, sid: &str, body: &str) -> (u16, String) {
     (status, body)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn bad_messages_get_clear_errors_and_the_session_keeps_working() {
     let Some(g) = find_gemini() else { return };
     let b = TestBroker::start().await;
@@ -598,7 +598,7 @@ async fn bad_messages_get_clear_errors_and_the_session_keeps_working() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_restarted_editor_process_gets_the_same_endpoint_under_its_new_pid() {
     use crate::common::process::start_editor;
     let b = TestBroker::start().await;
@@ -687,7 +687,7 @@ async fn keep_alive_request(
 /// HTTP clients keep theirs 4 s): the next request on it, 3 s later, is answered. The door
 /// used to close every connection 2 s after its last request, so a request sent as that close
 /// came failed in the client, which then counted the IDE as disconnected.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_kept_alive_connection_may_idle_between_requests() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/idle"]).await;

@@ -4,7 +4,7 @@
 use crate::common::fake_gemini::{all_text, FakeGemini, Reply};
 use crate::common::gemini::*;
 use crate::common::*;
-use pi_ide_broker::testkit::{eventually, within};
+use pi_ide_broker::testkit::eventually;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -314,7 +314,7 @@ async fn scene() -> (TestBroker, FakeEditor, PathBuf) {
     (b, fe, project)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_editor() {
     let Some(g) = find_gemini() else { return };
     if !have_script() {
@@ -329,7 +329,7 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
 
     let mut api = FakeGemini::start().await;
     let target = project.join("new.txt");
-    api.push(Reply::Call {
+    api.push(Reply::Tool {
         name: "write_file".into(),
         args: json!({"file_path": target.to_str(), "content": "proposed\n"}),
     });
@@ -366,12 +366,10 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
     // is written with the editor's text.
     let tab = diff_opened(&fe, &tui).await;
     assert!(fe.accept_diff(&tab, "proposed, edited in the editor\n"));
-    within("the file written", async {
-        while std::fs::read_to_string(&target).ok().as_deref()
-            != Some("proposed, edited in the editor\n")
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    eventually("the file written", || {
+        (std::fs::read_to_string(&target).ok().as_deref()
+            == Some("proposed, edited in the editor\n"))
+        .then_some(())
     })
     .await;
     // The function response goes back to the model, whose answer ends the turn: the next
@@ -385,7 +383,7 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
     // Rejected in the editor, a proposed change leaves the file untouched.
     let kept = project.join("kept.txt");
     std::fs::write(&kept, "original\n").expect("write");
-    api.push(Reply::Call {
+    api.push(Reply::Tool {
         name: "write_file".into(),
         args: json!({"file_path": kept.to_str(), "content": "changed\n"}),
     });
@@ -425,7 +423,7 @@ fn find_qwen() -> Option<PathBuf> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_real_qwen_code_finds_the_editor_without_an_exported_port_and_reviews_in_it() {
     use crate::common::fake_model::{self, FakeModel};
     let Some(g) = find_gemini() else { return };
@@ -492,12 +490,10 @@ async fn the_real_qwen_code_finds_the_editor_without_an_exported_port_and_review
     );
     let tab = diff_opened(&fe, &tui).await;
     assert!(fe.accept_diff(&tab, "proposed, edited in the editor\n"));
-    within("the file written", async {
-        while std::fs::read_to_string(&target).ok().as_deref()
-            != Some("proposed, edited in the editor\n")
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    eventually("the file written", || {
+        (std::fs::read_to_string(&target).ok().as_deref()
+            == Some("proposed, edited in the editor\n"))
+        .then_some(())
     })
     .await;
     tui.quit().await;

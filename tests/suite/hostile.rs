@@ -45,7 +45,7 @@ async fn still_serving(b: &TestBroker, cwd: &str) {
     assert!(r.get("result").is_some(), "{r}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
     let b = TestBroker::start().await;
     let (_good, good_id) = b.editor(&["/good"]).await;
@@ -192,7 +192,7 @@ async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn garbage_frames_on_the_native_and_compat_doors() {
     let b = TestBroker::start_with(|c| c.max_frame_bytes = 1024 * 1024).await;
     let (_fe, _) = b.editor(&["/h"]).await;
@@ -329,7 +329,7 @@ async fn garbage_frames_on_the_native_and_compat_doors() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn invalid_utf8_in_a_text_frame_closes_only_that_session() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/u"]).await;
@@ -346,7 +346,7 @@ async fn invalid_utf8_in_a_text_frame_closes_only_that_session() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_fragmented_message_is_reassembled_and_answered() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/frag"]).await;
@@ -362,7 +362,7 @@ async fn a_fragmented_message_is_reassembled_and_answered() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn another_uid_cannot_use_the_native_socket() {
     // The probe runs as uid 65534 and says exactly how far it got.
     if !crate::common::process::other_uid_or_skip("other-uid test").await {
@@ -427,7 +427,7 @@ proptest! {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn browser_origins_are_refused_on_the_native_socket_too() {
     use tokio::io::AsyncReadExt;
     let b = TestBroker::start().await;
@@ -499,7 +499,7 @@ fn door_fds(pid: &str, port: u16, socket: &std::path::Path) -> usize {
 /// 5,000 idle TCP connections to a compat port and 5,000 idle connections to the socket: the
 /// excess is closed (the oldest silent ones make room), a real session keeps working
 /// throughout, and once the flood goes, the fds come back to where they were.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 #[cfg_attr(not(target_os = "linux"), ignore = "reads /proc")]
 async fn connection_floods_are_capped_on_both_doors() {
     // 10,000 client sockets in this process: its soft fd limit raised to fit (as far as the
@@ -596,7 +596,7 @@ where
     seen
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/pipe"]).await;
@@ -641,7 +641,7 @@ async fn a_first_frame_sent_with_the_upgrade_request_is_not_lost() {
 /// share a runtime. (CI once saw a try take over 1 s: the accept queue, 1,024 deep then, was
 /// full, and a new client's SYN waited for TCP's 1 s retransmission; the kernel now holds the
 /// flood's silent connections for 30 s and the queue is as deep as it allows.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 #[cfg_attr(not(target_os = "linux"), ignore = "reads /proc")]
 async fn a_flood_that_reopens_its_connections_never_holds_out_a_new_client() {
     // Its 1 s bound measures the broker, not a release build or a browser beside it.
@@ -755,7 +755,7 @@ async fn compat_listeners_listen_on_loopback_only() {
 /// The broker dials editors on loopback alone, whatever a lockfile says of a host: an editor
 /// listening on every interface, whose lockfile names this machine's outward address (as a
 /// hostile or confused writer might), sees the broker's connection come from 127.0.0.1.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn editor_links_dial_loopback_only() {
     let b = TestBroker::start().await;
     let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0)).await.unwrap();

@@ -55,7 +55,7 @@ async fn editor_proc(b: &TestBroker, folder: &str) -> (Proc, u16) {
     start_editor(&b.pi_dir, &["--folder", folder, "--name", "Neovim"]).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn two_editors_on_one_folder_keep_their_ids_across_twenty_broker_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let proj = dir.path().join("proj");
@@ -95,7 +95,7 @@ async fn two_editors_on_one_folder_keep_their_ids_across_twenty_broker_restarts(
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_killed_editor_restarted_fast_or_slow_is_its_own_successor_and_a_later_one_is_not() {
     let b = patient_broker().await;
     let proj = "/ident/proj";
@@ -167,7 +167,7 @@ async fn a_killed_editor_restarted_fast_or_slow_is_its_own_successor_and_a_later
 /// terminal): a zombie is dead, so its restart is its successor at once, and its session
 /// follows. Before process facts read the process state, `kill(pid, 0)` found the zombie
 /// alive, the restart got a fresh id and the session stayed on the dead editor.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 #[cfg_attr(not(target_os = "linux"), ignore = "reads /proc to see the zombie")]
 async fn a_killed_editor_left_unreaped_is_dead_and_its_restart_is_its_successor() {
     let b = patient_broker().await;
@@ -211,7 +211,7 @@ async fn a_killed_editor_left_unreaped_is_dead_and_its_restart_is_its_successor(
 /// takes nothing. Before the fix, retiring the dead A after its id had passed to A2 marked
 /// A2's record lost, and C "succeeded" the running A2: A2 vanished from status and its session
 /// moved to C.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_fast_restart_keeps_its_id_when_a_second_window_opens_later() {
     let b = patient_broker().await;
     let proj = "/ident/second-window";

@@ -176,7 +176,7 @@ async fn pi_package_cmd(
     (out.status.success(), text, started.elapsed())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_remove_cleans_up() {
     let Some(pi) = find_pi() else { return };
     let Some((packages, verdaccio)) = find_tools() else {

@@ -64,7 +64,7 @@ fn offered_tools(body: &Value) -> Vec<String> {
 /// `opencode run` in a project an editor holds: the model is offered the editor's tools through
 /// the broker, its `editor_getDiagnostics` call reaches that editor, and the editor's answer is
 /// what the model gets back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn opencode_is_offered_the_editors_tools_and_its_call_reaches_the_editor() {
     let Some(opencode) = find_opencode() else {
         return;

@@ -106,7 +106,7 @@ fn read(p: &Path) -> Option<String> {
     std::fs::read_to_string(p).ok()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn autoconnect_context_and_reviewed_writes_and_edits() {
     let Some(mut w) = World::start().await else {
         return;
@@ -224,7 +224,7 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
 /// the plugin's documented behaviour: the `mcp` subprotocol, JSON-RPC pings, its tools and
 /// severities): it autoconnects, its prompt carries the IDE's errors in `<lsp_diagnostics>`,
 /// and its writes are reviewed there (accepted: written; rejected: untouched).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_pi_session_reviews_its_writes_in_a_jetbrains_ide() {
     let Some(mut w) = World::start().await else {
         return;
@@ -297,7 +297,7 @@ pub(crate) async fn attached_key(b: &TestBroker, key: &str) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn new_keeps_the_editor_and_a_resumed_session_comes_back_after_a_broker_restart() {
     let Some(mut w) = World::start().await else {
         return;
@@ -349,7 +349,7 @@ async fn new_keeps_the_editor_and_a_resumed_session_comes_back_after_a_broker_re
     w.broker.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_broker_restart_mid_session_reconnects_and_context_comes_back() {
     let Some(mut w) = World::start().await else {
         return;
@@ -393,7 +393,7 @@ async fn a_broker_restart_mid_session_reconnects_and_context_comes_back() {
     w.broker.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn suggestions_from_the_editor_reach_this_pi_session_only() {
     let Some(mut w) = World::start().await else {
         return;
@@ -471,7 +471,7 @@ async fn extension_unit_tests_pass() {
 
 /// With no broker running, the extension starts one (detached), says where it logs, and
 /// attaches through it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_extension_starts_a_daemon_when_none_runs() {
     let Some(install) = find_pi() else {
         return;
@@ -554,7 +554,7 @@ async fn picker(pi: &mut Pi, from: usize) -> Value {
 
 /// `/ide`: the picker lists the broker's candidates; choosing another switches (and becomes
 /// sticky), choosing the attached one detaches.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn ide_command_switches_and_toggles_off() {
     let Some(w) = World::start().await else {
         return;

@@ -26,7 +26,7 @@ fn tools() -> Option<PiInstall> {
     Some(pi)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn pi_install_from_git_autoconnects_and_pi_remove_removes_it() {
     let Some(pi) = tools() else { return };
     let server = GitServer::start().await;
@@ -80,7 +80,7 @@ async fn pi_install_from_git_autoconnects_and_pi_remove_removes_it() {
 }
 
 /// What `npm pack` would publish: the extension's sources, plus what npm always adds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn npm_pack_ships_only_the_extension() {
     let Some(pi) = find_pi() else { return };
     let out = tokio::process::Command::new("npm")

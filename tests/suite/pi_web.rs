@@ -137,7 +137,7 @@ fn saw_diff(ev: &mut tokio::sync::broadcast::Receiver<fake_editor::Event>) -> bo
         .any(|e| matches!(e, fake_editor::Event::Call { tool: Some(t), .. } if t == "openDiff"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn two_chats_two_editors_context_from_the_first_prompt_reviews_and_forks() {
     let Some(mut w) = World::start(0).await else {
         return;
@@ -247,7 +247,7 @@ async fn a_fork_keeps_the_editor(w: &mut World, a: &str) {
     drop(e2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn every_new_chat_sends_its_editor_with_its_first_prompt() {
     let Some(mut w) = World::start(0).await else {
         return;
@@ -278,7 +278,7 @@ async fn every_new_chat_sends_its_editor_with_its_first_prompt() {
     w.broker.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_idle_chat_leaves_the_broker_the_other_keeps_working_and_it_comes_back() {
     // pi-web shuts a chat down after this long idle.
     let Some(mut w) = World::start(3000).await else {

@@ -80,7 +80,7 @@ fn every_docs_link_in_the_readme_exists() {
 /// this repository: `cargo install` builds the release binary from it (minutes: only with
 /// `PI_IDE_BROKER_INSTALL_TEST=1`, which `.ci/run` sets), and its `setup` installs the pi
 /// extension of the very commit cargo built.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn install_block_as_written() {
     // A release build: the flood test's bound does not run beside it.
     let _heavy = crate::common::machine_heavy().await;

@@ -9,7 +9,7 @@ use pi_ide_broker::testkit::fake_editor::{next_answer, next_tool_call};
 use pi_ide_broker::testkit::text;
 use serde_json::{json, Value};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_remote_sessions_paths_are_mapped_both_ways() {
     let dir = tempfile::tempdir().unwrap();
     let host = std::fs::canonicalize(dir.path()).unwrap().join("src/app");
@@ -113,7 +113,7 @@ async fn a_remote_sessions_paths_are_mapped_both_ways() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn other_uids_get_in_only_when_listed() {
     if !crate::common::process::other_uid_or_skip("allow_uids test").await {
         return;
@@ -213,7 +213,7 @@ async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<S
 /// Through a real `ssh -R` forward: an agent whose cwd exists only on the "dev box" side is
 /// routed to the host folder's editor, its openDiff reaches the editor with host paths, and
 /// the editor's selection reaches it with its own paths.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_agent_over_ssh_reaches_the_hosts_editor_with_mapped_paths() {
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();

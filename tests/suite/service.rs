@@ -49,7 +49,7 @@ impl NotifySocket {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn notify_socket_sees_ready_status_watchdog_reload_and_stopping_in_order() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("pi-ide")).unwrap();
@@ -86,7 +86,7 @@ async fn notify_socket_sees_ready_status_watchdog_reload_and_stopping_in_order()
     assert!(daemon.wait_exit().await.success());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn socket_activation_uses_the_inherited_listener() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
@@ -128,7 +128,7 @@ async fn socket_activation_uses_the_inherited_listener() {
     assert!(daemon.wait_exit().await.success());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn sighup_adds_a_lock_dir_and_a_broken_config_keeps_the_old_one() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -184,7 +184,7 @@ async fn daemon_beside_editor(root: &std::path::Path, extra: &str) -> (Proc, Fak
     (daemon, fe)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -282,7 +282,7 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
 /// A link that owes the editor only an unanswered `close_tab` stops when its one-second drain
 /// ends, not at its next health check: a frozen editor holds a shutdown no longer than that,
 /// and the frame written before the link closed still reaches it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_frozen_editor_holds_a_shutdown_only_for_the_drain() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();

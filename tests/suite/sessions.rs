@@ -236,7 +236,7 @@ async fn suggestions_go_to_the_most_recently_active_session_and_cancels_follow()
 /// before the link task has finished handing the request over; the editor must know of the
 /// delegation by then, or the answer is dropped as one to a cancelled request. Answered at
 /// once, many times over, every answer reaches the editor.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_editor_request_answered_at_once_always_reaches_the_editor() {
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/p"]).await;
@@ -271,7 +271,7 @@ async fn an_editor_request_with_no_session_gets_an_error() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_session_that_stops_reading_does_not_slow_the_others() {
     let b = TestBroker::start().await;
     let (fe, id) = b.editor(&["/p"]).await;
@@ -597,7 +597,7 @@ async fn tool_schemas_reach_clients_as_valid_json_schema() {
 
 /// A client whose own timeout (1 s) is far shorter than the diff (3 s) keeps waiting:
 /// `notifications/progress` for its token (every 100 ms) arrive ten times as often as that.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
     let b = TestBroker::start_with(|c| c.timeouts.progress_ms = 100).await;
     let (fe, _) = b.editor(&["/prog"]).await;
@@ -649,7 +649,7 @@ async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
 
 /// `notifications/cancelled` from the client: the diff is closed in the editor, gone from
 /// the pending table and from status, and never answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_cancelled_diff_is_closed_and_never_answered() {
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/cancel"]).await;
@@ -698,7 +698,7 @@ async fn a_cancelled_diff_is_closed_and_never_answered() {
 /// Frames far larger than a socket's buffer (a diff's file contents, say) cross both ways
 /// whole, for several sessions at once: each side writes what the socket takes and is woken
 /// for the rest.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn megabyte_calls_and_answers_arrive_whole_for_every_session() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/big"]).await;
@@ -734,7 +734,7 @@ async fn megabyte_calls_and_answers_arrive_whole_for_every_session() {
 /// broker ran on worker threads and the replay went out one session turn after the notice.)
 /// Here the client pipelines `initialize` and a request the broker answers itself, so with
 /// the replay a turn behind the notice that answer comes between them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_selection_replay_follows_the_attach_notice_with_nothing_between() {
     let b = TestBroker::start().await;
     let (fe, id) = b.editor(&["/rp"]).await;
@@ -817,7 +817,7 @@ async fn a_witness_and_one_in_its_handshake(
 /// real VS Code: its extension sends `diagnostics_changed` as soon as a file opens, and a
 /// session that had connected a moment before got it ahead of its `initialize` answer.)
 /// Editor-initiated requests skip such a session: it cannot answer them yet.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_editor_notification_during_the_handshake_follows_the_initialize_answer() {
     let b = TestBroker::start().await;
     let (fe, mut witness, mut late) = a_witness_and_one_in_its_handshake(&b, "/hs").await;
@@ -858,7 +858,7 @@ async fn an_editor_notification_during_the_handshake_follows_the_initialize_answ
 /// The notices held for a session in its handshake are capped as its outbox is: a client that
 /// never sends its first request while its editor keeps notifying is dropped once 1,024 wait,
 /// and the editor's other sessions get every notification.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_session_that_never_finishes_its_handshake_holds_a_capped_backlog() {
     let b = TestBroker::start().await;
     let (fe, mut witness, mut mute) = a_witness_and_one_in_its_handshake(&b, "/mute").await;

@@ -152,7 +152,7 @@ fn json_of(text: &Option<String>) -> Value {
     serde_json::from_str(text.as_deref().unwrap_or("null")).expect("valid JSON")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn dry_run_write_again_and_undo_in_a_fresh_home() {
     let Some(pi) = tools() else { return };
     let server = GitServer::start().await;
@@ -274,7 +274,7 @@ async fn undo_takes_back_exactly_that(h: &Home, bin: &Path) {
     assert!(ok && out.contains("nothing to undo"), "{out}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_failed_step_says_why_and_the_others_still_run() {
     let Some(pi) = tools() else { return };
     let h = Home::new(&pi);
@@ -319,7 +319,7 @@ async fn a_failed_step_says_why_and_the_others_still_run() {
 /// A source pi installs but cannot load (the old trap: an extension whose import is missing,
 /// as `ws` was) is a ✗ with pi's own error, never a ✓; the carried extension, by default, is
 /// installed from the data dir and loads; `--undo` takes both back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_extension_pi_cannot_load_is_a_failure_with_pis_error_and_the_carried_one_loads() {
     let Some(pi) = find_pi() else { return };
     let h = Home::new(&pi);
@@ -378,7 +378,7 @@ async fn an_extension_pi_cannot_load_is_a_failure_with_pis_error_and_the_carried
 /// A binary npm installed (inside `node_modules`, which `pi update` replaces and `pi remove`
 /// deletes) is copied to the data dir, and what setup starts and writes runs the copy; `--undo`
 /// removes it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_npm_installed_binary_is_copied_out_of_node_modules_for_what_setup_starts() {
     let Some(pi) = find_pi() else { return };
     let h = Home::new(&pi);
@@ -446,7 +446,7 @@ fn find_claude() -> Option<PathBuf> {
 
 /// With the real `claude` on PATH: `--write` adds the server through `claude mcp add` beside
 /// one the user has, a second run leaves it, `--undo` removes only setup's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn claude_code_gets_the_server_through_its_own_cli_and_loses_only_that() {
     let Some(pi) = find_pi() else { return };
     let Some(claude) = find_claude() else { return };

@@ -87,7 +87,7 @@ fn tool_names(v: &Value) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_mcp_client_through_real_pipes() {
     let b = TestBroker::start().await;
     let (fe, id) = b.editor(&["/srv/app"]).await;
@@ -161,7 +161,7 @@ async fn an_mcp_client_through_real_pipes() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn without_an_editor_it_still_answers_and_says_why() {
     let b = TestBroker::start().await;
     let mut cmd = Command::new(broker_bin());
@@ -207,7 +207,7 @@ async fn no_daemon_and_no_spawn_is_a_clear_error() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn two_clients_starting_at_once_share_one_autostarted_daemon() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("pi-ide")).unwrap();
@@ -256,7 +256,7 @@ async fn two_clients_starting_at_once_share_one_autostarted_daemon() {
 
 /// MCP lifecycle on stdio: before the client's `notifications/initialized`, nothing but
 /// answers reaches stdout; the `list_changed` of an editor attached meanwhile follows it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn nothing_but_answers_before_the_client_is_initialized() {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/early"]).await;
@@ -318,7 +318,7 @@ async fn no_daemon_and_no_spawn_answers_every_request_with_the_reason() {
 /// A client that clears the environment (Codex does: no XDG_RUNTIME_DIR) still reaches the
 /// daemon running on the default socket, through the daemon's record in its state dir; and a
 /// second daemon for the same user refuses to start, whatever socket it would use.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_stripped_environment_finds_the_running_daemon_and_never_starts_a_second() {
     use crate::common::process::{start_editor, Proc};
     let dir = tempfile::tempdir().unwrap();
@@ -396,7 +396,7 @@ fn vm_hwm_kb(pid: u32) -> u64 {
 
 /// 400 MiB on stdin without a newline: discarded as it arrives (peak RSS stays far below the
 /// input), answered with -32600 once the line ends, and the next request works.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 #[cfg_attr(not(target_os = "linux"), ignore = "reads /proc")]
 async fn an_endless_line_on_stdin_is_discarded_with_bounded_memory() {
     let b = TestBroker::start().await;
@@ -441,7 +441,7 @@ async fn an_endless_line_on_stdin_is_discarded_with_bounded_memory() {
 /// The daemon restarts under a running `mcp` (an upgrade, `systemctl --user restart`): the
 /// diff in flight is answered DIFF_REJECTED with its tab, a request sent while the broker is
 /// away waits and is answered once it is back, and stdout carries nothing but JSON-RPC.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_stdio_door_survives_a_broker_restart() {
     use crate::common::process::{start_daemon, start_editor};
     let dir = tempfile::tempdir().unwrap();

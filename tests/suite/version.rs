@@ -150,7 +150,7 @@ fn extension_speaking(dir: &std::path::Path, revision: u32) -> std::path::PathBu
 
 /// The real pi with an extension a revision ahead: one toast naming the daemon's update, the
 /// session attached and working, and no second toast after a reconnect.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_real_extension_shows_a_skew_once_and_keeps_working() {
     let Some(pi) = crate::common::pi::find_pi() else {
         return;

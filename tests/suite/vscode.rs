@@ -164,7 +164,7 @@ async fn first_diagnostics(a: &mut Agent, uri: &str) -> Vec<Value> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_broker_links_to_the_extension_lists_its_tools_and_relays_a_real_diagnostic_and_selection(
 ) {
     let Some(install) = find_vscode() else { return };
@@ -280,7 +280,7 @@ async fn mcp_call(b: &TestBroker, vsc: &VsCode, tool: &str, args: Value) -> Valu
     .unwrap_or_else(|_| panic!("mcp did not answer {tool}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn diffs_accepted_edited_and_rejected_in_vs_code_reach_the_session() {
     let Some(install) = find_vscode() else { return };
     let root = tempfile::tempdir().unwrap();
@@ -374,7 +374,7 @@ async fn next_matching(a: &mut Agent, what: &str, pred: impl Fn(&Value) -> bool)
     .unwrap_or_else(|_| panic!("no {what}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_users_own_claude_code_keeps_the_extension_while_the_broker_is_idle() {
     let Some(install) = find_vscode() else { return };
     let idle = Duration::from_secs(
@@ -426,7 +426,7 @@ async fn the_users_own_claude_code_keeps_the_extension_while_the_broker_is_idle(
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_reloaded_window_is_followed_by_the_session() {
     let Some(install) = find_vscode() else { return };
     let root = tempfile::tempdir().unwrap();
@@ -459,7 +459,7 @@ async fn a_reloaded_window_is_followed_by_the_session() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_pi_session_gets_vs_codes_selection_and_its_writes_are_reviewed_in_vs_code() {
     use crate::common::fake_model::{all_text, FakeModel, Reply};
     use crate::common::pi::{find_pi, pi_home, Pi};
@@ -544,7 +544,7 @@ async fn a_pi_session_gets_vs_codes_selection_and_its_writes_are_reviewed_in_vs_
 /// 10 s. Every call of the session is answered, every call of the rival is answered (one cut by
 /// an eviction is sent again, as a client does), and the rival is closed at most once per
 /// session call, never while the session is idle.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_users_claude_code_and_a_broker_session_share_vs_code() {
     use pi_ide_broker::testkit::rival::Calling;
     let Some(install) = find_vscode() else { return };
