@@ -1,8 +1,7 @@
 //! `status` and `status --watch`: the daemon's editors, sessions and routes as a table.
 //!
-//! `status` and `status --watch`: the running daemon's editors, sessions and routes, as the
-//! table (or the change lines) printed from the document `GET /v1/status` answers
-//! (`frontdoor::status`).
+//! The running daemon's editors, sessions and routes, as the table (or the change lines)
+//! printed from the document `GET /v1/status` answers (`frontdoor::status`).
 
 use super::{client, not_running};
 use crate::editor::LinkState;

@@ -1,7 +1,8 @@
 //! The daemon's wiring: `serve` starts every task and holds the one stop order.
 //!
-//! Wiring: [`serve`] binds the socket, loads state, scans the lock dirs, runs every task,
-//! and stops gracefully (no diff left unanswered) when the shutdown token fires.
+//! [`serve`] binds the socket, loads state, scans the lock dirs, runs every task, and stops
+//! gracefully (no diff left unanswered) when the shutdown token fires; `supervisor` is what
+//! the `daemon` command tells a service manager. Uses every layer below the commands.
 
 pub mod supervisor;
 

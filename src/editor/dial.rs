@@ -1,7 +1,7 @@
 //! Dialling an editor: the WebSocket upgrade, then the MCP handshake.
 //!
-//! Dialling an editor: the WebSocket upgrade (`wsupgrade`), then the MCP handshake
-//! (`initialize`, `tools/list`), until the link is ready to carry calls.
+//! The WebSocket upgrade (`wsupgrade`), then the MCP handshake (`initialize`, `tools/list`),
+//! until the link is ready to carry calls.
 
 use super::handle::*;
 use super::inbound::handle_editor_frame;

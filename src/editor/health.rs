@@ -1,9 +1,8 @@
 //! The health of one editor link, as a value: when to ping, when to mark it unhealthy or drop it.
 //!
-//! The health of one editor link, as a value: when to ping, when a silence makes the link
-//! unhealthy, when it is dropped. The link task feeds it ticks and pongs and acts on what it
-//! says; it holds no socket and reads no clock (every call is given `now`), so it is tested
-//! with made-up instants.
+//! When to ping, when a silence makes the link unhealthy, when it is dropped. The link task
+//! feeds it ticks and pongs and acts on what it says; it holds no socket and reads no clock
+//! (every call is given `now`), so it is tested with made-up instants.
 
 use crate::sys::config::HealthConfig;
 use std::collections::VecDeque;

@@ -1,7 +1,7 @@
 //! What an editor sends: answers to their owners, notifications, editor-initiated requests.
 //!
-//! What an editor sends on its link: answers delivered to their owners (the hot path borrows
-//! the result bytes), notifications to sessions, editor-initiated requests to one session.
+//! Answers delivered to their owners (the hot path borrows the result bytes), notifications to
+//! sessions, editor-initiated requests to one session.
 
 use super::handle::*;
 use super::Editor;

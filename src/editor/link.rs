@@ -1,7 +1,7 @@
 //! The link task of one editor: the only reader of its socket, redialled with backoff.
 //!
-//! The link task of one editor: dial (`wsupgrade`), MCP handshake, health pings, frames in
-//! and out, and the redial with backoff; the only reader of the editor's socket.
+//! Dial (`wsupgrade`), MCP handshake, health pings, frames in and out, and the redial with
+//! backoff; the only reader of the editor's socket.
 
 use super::dial::{dial, frame_str, DialError, Dialled};
 use super::handle::*;

@@ -316,6 +316,8 @@ mod tests {
         for bad in [
             r#"{"pid":"12","authToken":"0123456789abcdef"}"#,
             r#"{"pid":-1,"authToken":"0123456789abcdef"}"#,
+            r#"{"pid":0,"authToken":"0123456789abcdef"}"#,
+            r#"{"pid":2147483648,"authToken":"0123456789abcdef"}"#,
             r#"{"pid":1.5,"authToken":"0123456789abcdef"}"#,
             r#"{"pid":12,"authToken":5}"#,
             r#"{"pid":12,"authToken":"short"}"#,
@@ -329,6 +331,17 @@ mod tests {
             let e = parse(bad, &p("1.lock"), Family::Pi, 1).unwrap_err();
             assert!(matches!(e, LockfileError::Malformed(_)), "{bad}: {e:?}");
         }
+        // A token of the wrong length is told apart from one of the wrong type.
+        let short = parse(
+            r#"{"pid":12,"authToken":"short"}"#,
+            &p("1.lock"),
+            Family::Pi,
+            1,
+        );
+        assert!(
+            matches!(&short, Err(LockfileError::Malformed(m)) if m.contains("10..500")),
+            "{short:?}"
+        );
         for half in ["", "  \n", r#"{"pid":12,"auth"#] {
             let e = parse(half, &p("1.lock"), Family::Pi, 1).unwrap_err();
             assert!(e.is_transient(), "{half}: {e:?}");
@@ -401,5 +414,145 @@ mod tests {
         assert!(crate::sys::procinfo::alive(std::process::id()));
         assert!(!crate::sys::procinfo::alive(0));
         assert!(!crate::sys::procinfo::alive(u32::MAX));
+    }
+
+    /// A lockfile of exactly 64 KiB (a long folder list) is read; one byte more is refused
+    /// unread, with its size.
+    #[test]
+    fn a_lockfile_is_read_up_to_64_kib_and_refused_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let body = |len: usize| {
+            let head =
+                format!(r#"{{"pid":{me},"authToken":"0123456789abcdef","ideName":"Neovim"}}"#);
+            // JSON whitespace before the closing brace pads it to `len` bytes.
+            format!(
+                "{}{}}}",
+                &head[..head.len() - 1],
+                " ".repeat(len - head.len())
+            )
+        };
+        let at_limit = dir.path().join("4242.lock");
+        std::fs::write(&at_limit, body(65_536)).unwrap();
+        let lock = read(&at_limit, Family::Pi).unwrap();
+        assert_eq!((lock.pid, lock.ide_name.as_str()), (me, "Neovim"));
+        let over = dir.path().join("4243.lock");
+        std::fs::write(&over, body(65_537)).unwrap();
+        assert!(matches!(
+            read(&over, Family::Pi),
+            Err(LockfileError::TooLarge(65_537))
+        ));
+    }
+
+    /// A FIFO named like a lockfile is refused at once: opening it must not wait for a writer
+    /// (the watcher's thread would hang on it forever).
+    #[test]
+    fn a_fifo_lockfile_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("4244.lock");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, Mode::from_raw_mode(0o600)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(matches!(
+                read(&fifo, Family::Pi),
+                Err(LockfileError::NotRegular)
+            ));
+        });
+        let refused = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("opening the FIFO blocked");
+        assert!(refused, "a FIFO is not a regular file");
+    }
+
+    /// A symlink named like a lockfile is refused, never followed, even to a valid lockfile.
+    #[test]
+    fn a_symlinked_lockfile_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let real = dir.path().join("4245.lock");
+        std::fs::write(
+            &real,
+            format!(r#"{{"pid":{me},"authToken":"0123456789abcdef"}}"#),
+        )
+        .unwrap();
+        assert!(read(&real, Family::Pi).is_ok());
+        let link = dir.path().join("4246.lock");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(matches!(
+            read(&link, Family::Pi),
+            Err(LockfileError::Symlink)
+        ));
+    }
+
+    /// The size refused is the file's own, however large (read from its metadata, not from
+    /// what was read), and a lockfile that is not UTF-8 is malformed, not an I/O error.
+    #[test]
+    fn a_huge_or_binary_lockfile_is_refused_with_its_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let huge = dir.path().join("4247.lock");
+        std::fs::write(&huge, vec![b' '; 1 << 20]).unwrap();
+        assert!(matches!(
+            read(&huge, Family::Pi),
+            Err(LockfileError::TooLarge(1_048_576))
+        ));
+        let binary = dir.path().join("4248.lock");
+        std::fs::write(&binary, b"{\"pid\":1,\"ideName\":\"\xff\xfe\"}").unwrap();
+        let r = read(&binary, Family::Pi);
+        assert!(
+            matches!(&r, Err(LockfileError::Malformed(m)) if m.contains("UTF-8")),
+            "{r:?}"
+        );
+    }
+
+    /// An editor writes its lockfile as it starts: a file written up to a second before its
+    /// process's start time (start times are whole seconds) belongs to it; one written
+    /// earlier than that names a recycled pid.
+    #[test]
+    fn a_lockfile_written_within_a_second_of_the_start_is_the_processs() {
+        let me = std::process::id();
+        let Some(started) = crate::sys::procinfo::start_unix(me) else {
+            return; // without start times (signal-only process facts) it cannot be told
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("4249.lock");
+        std::fs::write(
+            &path,
+            format!(r#"{{"pid":{me},"authToken":"0123456789abcdef"}}"#),
+        )
+        .unwrap();
+        let at = |secs: i64| {
+            let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.unsigned_abs());
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(t).unwrap();
+        };
+        for (written, ok) in [(started, true), (started - 1, true), (started - 2, false)] {
+            at(written);
+            let r = read(&path, Family::Pi);
+            assert_eq!(
+                r.is_ok(),
+                ok,
+                "written {}s before the start: {r:?}",
+                started - written
+            );
+            if !ok {
+                assert!(
+                    matches!(r, Err(LockfileError::RecycledPid(p)) if p == me),
+                    "{r:?}"
+                );
+            }
+        }
+    }
+
+    /// Up to 1,024 workspace folders are taken; one more is a malformed lockfile.
+    #[test]
+    fn at_most_1024_workspace_folders() {
+        let me = std::process::id();
+        let with = |n: usize| {
+            let folders: Vec<String> = (0..n).map(|i| format!("/w/{i}")).collect();
+            let text = serde_json::json!({"pid": me, "authToken": "0123456789abcdef", "workspaceFolders": folders});
+            parse(&text.to_string(), &p("1.lock"), Family::Pi, 1)
+        };
+        assert_eq!(with(1024).unwrap().workspace_folders.len(), 1024);
+        assert!(matches!(with(1025), Err(LockfileError::Malformed(_))));
     }
 }

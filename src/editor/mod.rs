@@ -1,7 +1,7 @@
 //! One editor: the handle the broker shares and the task that keeps its one link alive.
 //!
-//! One editor: the handle the broker shares (`handle`) and the task that keeps its one link
-//! alive (`link`), with the lockfiles that announce editors and the lock dir watcher.
+//! The handle the broker shares (`handle`) and the task that keeps its one link alive (`link`),
+//! with the lockfiles that announce editors and the lock dir watcher.
 //!
 //! The handle owns the link's outbound id space and its pending-request table; the link task
 //! alone reads the editor's socket (dial, MCP handshake, health pings, redial with backoff).

@@ -1,8 +1,8 @@
 //! The compat door: a virtual lockfile and a loopback listener per editor, for pi-ide.
 //!
-//! The compat door: for every live editor, a virtual lockfile `<port>.lock` in the broker's
-//! own lock dir and a loopback WebSocket listener on that port, so the unmodified pi-ide
-//! extension (with `PI_IDE_LOCK_DIR` pointed here) connects through the broker.
+//! For every live editor, a virtual lockfile `<port>.lock` in the broker's own lock dir and a
+//! loopback WebSocket listener on that port, so the unmodified pi-ide extension (with
+//! `PI_IDE_LOCK_DIR` pointed here) connects through the broker.
 //!
 //! An entry keeps its port and token across the editor's restarts (its id is stable), is
 //! withdrawn when the editor is gone for good, and every entry is removed on shutdown.

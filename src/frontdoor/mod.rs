@@ -1,6 +1,9 @@
 //! The ways in; every door ends in `session::run`.
 //!
-//! The ways in. Every door ends in [`crate::session::run`].
+//! The native socket (`socket`, `native`), the compat door and the gemini door (both an
+//! endpoint per editor, `per_editor`), the caps they share (`limits`) and the status document
+//! (`status`). Every door ends in [`crate::session::run`]. Uses `session`, `registry` and
+//! everything below them.
 
 pub mod compat;
 pub mod gemini;

@@ -1,11 +1,10 @@
 //! An endpoint published per live editor: the loop the compat and gemini doors share.
 //!
-//! An endpoint published per live editor, the skeleton the compat and gemini doors share: on
-//! an editor's `Ready` a loopback listener is bound and the door writes its discovery files;
-//! a successor (same id) keeps port and token and has its files rewritten; `Gone` withdraws
-//! the entry (listener stopped, files removed), as the broker's stop withdraws every one. A
-//! dead broker's leftovers carry our marker and its pid, and are cleaned at start; a file
-//! without the marker is never touched.
+//! On an editor's `Ready` a loopback listener is bound and the door writes its discovery files;
+//! a successor (same id) keeps port and token and has its files rewritten; `Gone` withdraws the
+//! entry (listener stopped, files removed), as the broker's stop withdraws every one. A dead
+//! broker's leftovers carry our marker and its pid, and are cleaned at start; a file without
+//! the marker is never touched.
 
 use crate::registry::{EditorEvent, Registry};
 use serde_json::Value;

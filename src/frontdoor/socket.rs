@@ -1,7 +1,7 @@
 //! The broker's Unix socket: private dir, 0600 socket, leftover probe, peer uid.
 //!
-//! The broker's Unix socket: a private dir (0700, ours), the socket made 0600 before
-//! `listen`, a leftover socket probed before it is replaced, peer uid checked on accept.
+//! A private dir (0700, ours), the socket made 0600 before `listen`, a leftover socket probed
+//! before it is replaced, peer uid checked on accept.
 
 use rustix::fs::{Mode, OFlags};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};

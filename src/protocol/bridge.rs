@@ -1,9 +1,8 @@
 //! Dialect bridging: a session of one family on an editor of the other.
 //!
-//! Dialect bridging: a pi-family session on a Claude-family editor (claudecode.nvim, VS Code,
-//! JetBrains) or the reverse. Requests are rewritten on the way out, answers on the way back,
-//! so each session sees its own dialect's tool names and result shapes. Same-dialect traffic
-//! never comes here.
+//! A pi-family session on a Claude-family editor (claudecode.nvim, VS Code, JetBrains) or the
+//! reverse. Requests are rewritten on the way out, answers on the way back, so each session
+//! sees its own dialect's tool names and result shapes. Same-dialect traffic never comes here.
 
 use crate::protocol::family::Family;
 use crate::protocol::jsonrpc;

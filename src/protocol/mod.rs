@@ -1,8 +1,7 @@
 //! What the peers' messages mean, as values; the bottom layer.
 //!
-//! What the peers' messages mean, as values: JSON-RPC shapes, editor families, tool schemas,
-//! the version rule, dialect translation, path maps and percent-coding. The bottom layer: uses
-//! nothing else of the crate.
+//! JSON-RPC shapes, editor families, tool schemas, the version rule, dialect translation, path
+//! maps and percent-coding. The bottom layer: uses nothing else of the crate.
 
 pub mod bridge;
 pub mod family;

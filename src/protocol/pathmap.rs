@@ -295,6 +295,19 @@ mod tests {
             m.to_host("/workspaces/app/docs/").unwrap().as_deref(),
             Some("/home/me/src/app/docs/")
         );
+        // The root itself has no trailing slash to keep: an agent whose `/` is a host folder
+        // sees that folder, not the folder with a slash.
+        let root = PathMap::for_remote(
+            &[RemoteConfig {
+                name: "box".into(),
+                agent: "/".into(),
+                host: "/srv/box".into(),
+            }],
+            "box",
+        )
+        .unwrap();
+        assert_eq!(root.to_host("/").unwrap().as_deref(), Some("/srv/box"));
+        assert_eq!(root.to_host("/a/").unwrap().as_deref(), Some("/srv/box/a/"));
     }
 
     #[test]

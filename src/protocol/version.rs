@@ -1,7 +1,6 @@
 //! The version rule between the broker and a native client (the pi extension).
 //!
-//! The version rule between the broker and a native client (the pi extension): the client
-//! names itself, its version and the native-door protocol revision it speaks on
+//! The client names itself, its version and the native-door protocol revision it speaks on
 //! `/v1/session` (`client`, `client_version`, `protocol`); `broker/attached` carries the
 //! broker's (`broker: {version, protocol}`). When the revisions differ the broker tells the
 //! session once (`broker/notice`), naming the command that updates the older side, and keeps

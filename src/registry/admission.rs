@@ -1,7 +1,7 @@
 //! Editors coming and going: admission in batches, successors, grace periods, retirement.
 //!
-//! Editors coming and going: lock dir events admitted in batches, ids from `identity`,
-//! successors inheriting their predecessor's id and sessions, grace periods, retirement.
+//! Lock dir events admitted in batches, ids from `identity`, successors inheriting their
+//! predecessor's id and sessions, grace periods, retirement.
 
 use super::identity::{Arrival, Assigned, Lineage, Process, Verdict};
 use super::router;

@@ -1,7 +1,7 @@
 //! The registry as a link's host: what an editor's link task tells the broker.
 //!
-//! The registry as a link's host: what an editor's link task tells the broker (ready, gone,
-//! notifications, editor-initiated requests) and where it runs.
+//! What an editor's link task tells the broker (ready, gone, notifications, editor-initiated
+//! requests) and where it runs.
 
 use crate::editor::lockdir::LockEvent;
 use crate::editor::lockfile::{self};

@@ -1,8 +1,9 @@
 //! The live editors and sessions, and every decision that changes them.
 //!
-//! The live set of editors and sessions, and every decision that changes it: editors
-//! appearing, restarting (successors) and vanishing; sessions attaching and detaching.
-//! DashMap guards are never held across an `.await`.
+//! Editors appearing, restarting (successors) and vanishing (`admission`, ids from
+//! `identity`); sessions placed, attached and detached (`router`); what survives a restart
+//! (`state`); the link task's host (`link_host`). DashMap guards are never held across an
+//! `.await`. Uses `editor`, `session::handle`, `frontdoor::limits` and everything below them.
 
 mod admission;
 pub mod identity;

@@ -1,8 +1,8 @@
 //! What a client sends: the hot path (no JSON tree) and the slow path, each to its editor.
 //!
-//! What a client sends: the hot path (`fast_forward`: a `tools/call` spliced upstream without
-//! a JSON tree), the slow path (`on_client_text`: validated, bridged, path-mapped), and the
-//! calls' pending entries and refusals.
+//! The hot path (`fast_forward`: a `tools/call` spliced upstream without a JSON tree), the slow
+//! path (`on_client_text`: validated, bridged, path-mapped), and the calls' pending entries and
+//! refusals.
 
 use crate::editor::{Editor, Owner, Pending};
 use crate::protocol::family::Family;

@@ -1,7 +1,6 @@
 //! A live session as the registry and the doors see it (`Session`, `Intro`, `Door`, `Control`).
 //!
-//! A live session as the rest of the broker sees it (the registry, the doors): who it is,
-//! what it is attached to, what it owes. The task that runs it is in `session`.
+//! Who it is, what it is attached to, what it owes. The task that runs it is in `session`.
 
 use crate::protocol::family::Family;
 use crate::sys::sync::lock;

@@ -1,7 +1,9 @@
 //! One connected agent session's task, whatever door it came through.
 //!
-//! One connected agent session, whatever door it came through: id rewriting both ways,
-//! the diffs and editor requests it owns, selection replay, notification fan-in.
+//! The task (here) reads the client's frames and the broker's notices: id rewriting both ways,
+//! the diffs and editor requests it owns, selection replay, notification fan-in; `calls` sends
+//! the client's requests on; `handle` is the session as everyone else sees it (below the
+//! registry). Uses `registry`, `editor` and everything below them.
 
 use crate::protocol::jsonrpc::{self};
 use crate::registry::Registry;

@@ -1,7 +1,7 @@
 //! The typed configuration: `config.example.toml` ⇄ `Config`, defaults and env overrides.
 //!
-//! The typed configuration: `config.example.toml` ⇄ [`Config`], with a default for every key
-//! and the environment overrides (`PI_IDE_LOCK_DIR`, `CLAUDE_CONFIG_DIR`, `PI_IDE_BROKER_SOCKET`).
+//! `config.example.toml` ⇄ [`Config`], with a default for every key and the environment
+//! overrides (`PI_IDE_LOCK_DIR`, `CLAUDE_CONFIG_DIR`, `PI_IDE_BROKER_SOCKET`).
 
 use crate::protocol::family::Family;
 use serde::Deserialize;

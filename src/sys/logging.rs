@@ -1,7 +1,7 @@
 //! Log setup: `tracing-subscriber` to stderr, text or JSON, a reloadable filter.
 //!
-//! Log setup: `tracing-subscriber` to stderr, filter from `RUST_LOG` or the config,
-//! text or JSON lines, no timestamps of our own under journald (`JOURNAL_STREAM`).
+//! `tracing-subscriber` to stderr, filter from `RUST_LOG` or the config, text or JSON lines, no
+//! timestamps of our own under journald (`JOURNAL_STREAM`).
 
 use crate::sys::config::{Config, LogFormat};
 use tracing_subscriber::layer::SubscriberExt;

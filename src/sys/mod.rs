@@ -1,8 +1,8 @@
 //! What every layer stands on: config, logging, allocator, the lock helper, secrets, OS facts.
 //!
-//! What every layer stands on: configuration and paths, logging, the allocator, the one lock
-//! helper, secrets, and what the OS says of processes and ports. Uses only `protocol` (the
-//! config's editor families and `[[remote]]` path maps).
+//! Configuration and paths, logging, the allocator, the one lock helper, secrets, and what the
+//! OS says of processes and ports. Uses only `protocol` (the config's editor families and
+//! `[[remote]]` path maps).
 
 pub mod allocator;
 pub mod config;

@@ -1,10 +1,10 @@
 //! Who else holds a loopback port, read from the kernel without connecting.
 //!
-//! Who else holds a loopback port: the established connections a local server has accepted,
-//! looked up without connecting (so a single-client editor's client is never disturbed by the
-//! look). Linux reads `/proc/net/tcp` and `/proc/net/tcp6`; macOS asks libproc for the editor
-//! process's sockets (`proc_pidinfo(PROC_PIDLISTFDS)`, then `proc_pidfdinfo` with
-//! `PROC_PIDFDSOCKETINFO` on each); `None` elsewhere.
+//! The established connections a local server has accepted, looked up without connecting (so a
+//! single-client editor's client is never disturbed by the look). Linux reads `/proc/net/tcp`
+//! and `/proc/net/tcp6`; macOS asks libproc for the editor process's sockets
+//! (`proc_pidinfo(PROC_PIDLISTFDS)`, then `proc_pidfdinfo` with `PROC_PIDFDSOCKETINFO` on
+//! each); `None` elsewhere.
 
 /// The TCP state number of ESTABLISHED in `/proc/net/tcp`.
 const ESTABLISHED: &str = "01";

@@ -1,7 +1,7 @@
 //! A fake agent client for the native door.
 //!
-//! A fake agent client for the native door: dials the Unix socket, upgrades at
-//! `/v1/session`, and speaks JSON-RPC with full control of ids.
+//! Dials the Unix socket, upgrades at `/v1/session`, and speaks JSON-RPC with full control of
+//! ids.
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};

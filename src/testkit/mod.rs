@@ -1,7 +1,8 @@
 //! Test support (the `testkit` feature): fake editors, agents and clients.
 //!
-//! Test support shared by the integration tests, the benches and the `fake-editor` example:
-//! a fake editor that follows PROTOCOL.md and a fake agent client. Real sockets, real frames.
+//! Shared by the integration tests, the benches and the `fake-editor` example: a fake editor
+//! that follows PROTOCOL.md and fake clients. Real sockets, real frames. May use every layer;
+//! nothing in the daemon uses it.
 
 pub mod agent;
 pub mod fake_editor;

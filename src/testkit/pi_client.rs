@@ -1,8 +1,7 @@
 //! A client that behaves like the published pi-ide extension (PROTOCOL.md §6).
 //!
-//! A client that behaves like the published pi-ide extension (PROTOCOL.md §6): it finds
-//! candidates by scanning a lock dir (cwd prefix match, pid alive, port listening), connects
-//! with `x-pi-ide-authorization`, sends `initialize` only, uses UUID string ids, calls
+//! It finds candidates by scanning a lock dir (cwd prefix match, pid alive, port listening),
+//! connects with `x-pi-ide-authorization`, sends `initialize` only, uses UUID string ids, calls
 //! `getDiagnostics` before each turn, and wraps writes in `openDiff` + `close_tab`.
 
 use futures_util::{SinkExt, StreamExt};

@@ -1,9 +1,8 @@
 //! A second client of a single-client editor, as the user's own Claude Code is one.
 //!
-//! A second client of a single-client editor, as the user's own Claude Code CLI is one: it
-//! connects to the editor's port with the token header, counts the times the editor closes it
-//! (evictions), and, like Claude Code 2.1, reconnects whenever it is closed if asked to. Asked
-//! to call, it also does what Claude Code does on each connection (`initialize`,
+//! It connects to the editor's port with the token header, counts the times the editor closes
+//! it (evictions), and, like Claude Code 2.1, reconnects whenever it is closed if asked to.
+//! Asked to call, it also does what Claude Code does on each connection (`initialize`,
 //! `notifications/initialized`) and then calls a tool at an interval, sending a call cut by an
 //! eviction again once it is back, and counts the calls answered.
 

@@ -1,8 +1,7 @@
 //! One validating pass over a JSON object, handing out its members as borrowed text.
 //!
-//! One validating pass over a JSON object that hands out its top-level members as borrowed
-//! text, for the hot paths: a call is forwarded and an answer returned by reading a few
-//! members and passing the rest on as bytes, without building a tree or copying a string.
+//! A call is forwarded and an answer returned by reading a few members and passing the rest on
+//! as bytes, without building a tree or copying a string.
 //!
 //! Kept, measured against the crate that would replace it: serde_json's borrowed
 //! deserialisation (`#[serde(borrow)]` structs of `&RawValue` members) reads the same call and

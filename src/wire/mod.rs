@@ -1,7 +1,7 @@
 //! Bytes on the wire, per call; uses only `sys`.
 //!
-//! Bytes on the wire, per call: the WebSocket frame codec and upgrade, the writers several
-//! tasks share, the waker and quick-ack helpers, one-pass JSON reading. Uses only `sys`.
+//! The WebSocket frame codec and upgrade, the writers several tasks share, the waker and
+//! quick-ack helpers, one-pass JSON reading. Uses only `sys`.
 
 pub mod jsonscan;
 pub mod outbox;

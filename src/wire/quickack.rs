@@ -1,7 +1,5 @@
 //! Prompt ACKs on an editor link while answers are owed.
 //!
-//! Prompt ACKs on an editor link.
-//!
 //! Editors built on libuv (the Lua ones: pi-ide.nvim, claudecode.nvim) leave Nagle's algorithm
 //! on. A direct client has one call in flight per connection, so that costs it nothing; the
 //! broker multiplexes many sessions onto one connection, and there the editor holds each small

@@ -1,8 +1,8 @@
 //! One way to write frames to a socket that several tasks send on.
 //!
-//! One way to write frames to a socket that several tasks send on: an editor link (every
-//! session's calls, the link's pings and pongs) and a session (every editor's answers and
-//! notices, the session's own replies) both write through a [`SharedWriter`].
+//! An editor link (every session's calls, the link's pings and pongs) and a session (every
+//! editor's answers and notices, the session's own replies) both write through a
+//! [`SharedWriter`].
 //!
 //! Why not one writer task fed by a channel (tokio-tungstenite's split sink): a sender that
 //! writes its frame itself when nothing is queued wakes no task; context switches per call

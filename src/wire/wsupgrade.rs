@@ -1,8 +1,8 @@
 //! The client side of an editor link's WebSocket upgrade.
 //!
-//! The client side of a WebSocket upgrade on a fresh connection to an editor: the request
-//! written byte for byte as tungstenite wrote it (Lua editors parse it by hand), the response
-//! read with `httparse` up to its end and no further, so the frames behind it are kept.
+//! The request written byte for byte as tungstenite wrote it (Lua editors parse it by hand),
+//! the response read with `httparse` up to its end and no further, so the frames behind it are
+//! kept.
 //!
 //! Why not tungstenite's client handshake: it reads the socket into a buffer of its own, past
 //! the response, and the broker's framing (`wsframe`) needs the bytes behind it; only its key

@@ -1,10 +1,10 @@
 //! The gemini door: Gemini CLI's and Qwen Code's IDE companion protocol, per editor.
 //!
-//! The gemini door: Gemini CLI's IDE companion protocol for every live editor. Per editor, a
-//! discovery file `gemini-ide-server-<EDITOR_PID>-<PORT>.json` in `os.tmpdir()/gemini/ide`
-//! (named with the editor's own pid, so a CLI started in that editor's terminal prefers it)
-//! and a loopback MCP endpoint over Streamable HTTP on that port (`gemini_http`), whose every
-//! MCP session is a broker session pinned to the editor (`gemini_session`).
+//! Gemini CLI's IDE companion protocol for every live editor. Per editor, a discovery file
+//! `gemini-ide-server-<EDITOR_PID>-<PORT>.json` in `os.tmpdir()/gemini/ide` (named with the
+//! editor's own pid, so a CLI started in that editor's terminal prefers it) and a loopback MCP
+//! endpoint over Streamable HTTP on that port (`gemini_http`), whose every MCP session is a
+//! broker session pinned to the editor (`gemini_session`).
 //!
 //! One endpoint per editor rather than one for all: Gemini CLI sends no cwd, so the file it
 //! picks (by workspace and pid) is the only routing signal there is.

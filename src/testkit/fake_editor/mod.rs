@@ -1,9 +1,9 @@
 //! A fake editor server following PROTOCOL.md, either family.
 //!
-//! A fake editor server following PROTOCOL.md: loopback WS, token checked before the upgrade
-//! (HTTP 400 otherwise), `initialize`/`tools/list`/`tools/call`, blocking `openDiff`,
-//! `close_tab`, `selection_changed` broadcasts, editor-initiated `getSuggestions`, server pings,
-//! and a switch that freezes it (stops reading, so pings go unanswered).
+//! Loopback WS, token checked before the upgrade (HTTP 400 otherwise),
+//! `initialize`/`tools/list`/`tools/call`, blocking `openDiff`, `close_tab`,
+//! `selection_changed` broadcasts, editor-initiated `getSuggestions`, server pings, and a
+//! switch that freezes it (stops reading, so pings go unanswered).
 
 mod answers;
 
