@@ -111,6 +111,7 @@ fn write_entry(
     let Some(editor) = reg.editor(id) else {
         return Ok(());
     };
+    let lock = editor.lockfile();
     let token = match token {
         Some(t) => t.expose().to_string(),
         None => {
@@ -124,8 +125,8 @@ fn write_entry(
     };
     let body = json!({
         "pid": std::process::id(),
-        "workspaceFolders": per_editor::folders(&editor),
-        "ideName": editor.lockfile().ide_name,
+        "workspaceFolders": per_editor::folders(&editor, &lock),
+        "ideName": lock.ide_name,
         "transport": "ws",
         "authToken": token,
         MARKER: {"editor": id, "family": editor.family},

@@ -114,10 +114,14 @@ fn withdraw<T>(e: &Entry<T>) {
     }
 }
 
-/// The folders to publish for editor `id`: as its lockfile wrote them, then resolved (pi-ide
-/// compares plain string prefixes; Gemini CLI realpaths).
-pub fn folders(editor: &crate::editor::Editor) -> Vec<String> {
-    let mut folders: Vec<String> = editor.lockfile().workspace_folders.clone();
+/// The folders to publish for `editor`, whose lockfile `lock` the caller has read: as the
+/// lockfile wrote them, then resolved (pi-ide compares plain string prefixes; Gemini CLI
+/// realpaths).
+pub fn folders(
+    editor: &crate::editor::Editor,
+    lock: &crate::editor::lockfile::Lockfile,
+) -> Vec<String> {
+    let mut folders: Vec<String> = lock.workspace_folders.clone();
     for f in &editor.folders {
         let s = f.display().to_string();
         if !folders.contains(&s) {

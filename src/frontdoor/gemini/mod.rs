@@ -200,7 +200,7 @@ fn discovery_body(reg: &Registry, id: &str, port: u16, token: &Token) -> Option<
     let editor = reg.editor(id)?;
     let lock = editor.lockfile();
     // The CLI realpaths each folder: the resolved forms are enough, the written ones kept too.
-    let folders = per_editor::folders(&editor);
+    let folders = per_editor::folders(&editor, &lock);
     let display = if lock.ide_name.is_empty() {
         "Editor".to_string()
     } else {
