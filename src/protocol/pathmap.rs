@@ -372,4 +372,54 @@ mod tests {
         assert_eq!(m.map_json(&mut args, true), 2);
         assert_eq!(args["new_file_contents"], "/workspaces/app");
     }
+
+    /// Arrays are walked (getOpenEditors' tabs, a folder list), and the count is the number
+    /// of values that changed, nested or not.
+    #[test]
+    fn arrays_are_walked_and_every_change_is_counted() {
+        let m = map();
+        let mut tabs = json!({"tabs": [
+            {"uri": "file:///home/me/src/app/a.rs", "label": "a.rs"},
+            {"uri": "file:///home/me/src/app/b.rs", "label": "b.rs"},
+            [{"path": "/home/me/src/app/c.rs"}],
+            {"uri": "file:///elsewhere/d.rs"}
+        ]});
+        assert_eq!(m.map_json(&mut tabs, false), 3);
+        assert_eq!(tabs["tabs"][0]["uri"], "file:///workspaces/app/a.rs");
+        assert_eq!(tabs["tabs"][2][0]["path"], "/workspaces/app/c.rs");
+        assert_eq!(tabs["tabs"][3]["uri"], "file:///elsewhere/d.rs");
+        let mut nested =
+            json!({"a": {"filePath": "/home/me/src/app/x"}, "b": {"cwd": "/home/me/src/app"}});
+        assert_eq!(m.map_json(&mut nested, false), 2);
+    }
+
+    /// Only a path key holding an absolute path or a file URI can be unmapped: text that
+    /// merely looks like a path, and relative paths, are not reported.
+    #[test]
+    fn only_absolute_paths_under_path_keys_are_reported_unmapped() {
+        let m = map();
+        for v in [
+            json!({"text": "/etc/passwd is mentioned"}),
+            json!({"label": "hello"}),
+            json!({"filePath": "src/relative.rs"}),
+            json!({"text": "file:///etc/x"}),
+        ] {
+            assert_eq!(m.first_unmapped(&v, true), None, "{v}");
+        }
+        assert_eq!(
+            m.first_unmapped(&json!({"label": "x", "path": "/etc/x"}), true)
+                .as_deref(),
+            Some("/etc/x")
+        );
+    }
+
+    /// A JSON text in which nothing maps is left byte for byte as the editor wrote it.
+    #[test]
+    fn a_json_text_with_nothing_to_map_is_left_as_written() {
+        let m = map();
+        let text = "{ \"tabs\": [ {\"label\": \"a\"} ] }";
+        let mut result = json!({"content": [{"type": "text", "text": text}]});
+        assert_eq!(m.map_result_texts(&mut result, false), 0);
+        assert_eq!(result["content"][0]["text"], text);
+    }
 }

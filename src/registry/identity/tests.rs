@@ -355,3 +355,133 @@ fn ids_are_stable_and_folder_boundaries_count() {
 /// The id of a Neovim (pi family) on `/proj/a`, as every build since ids became readable
 /// gives it.
 const GOLDEN_ID: &str = "neovim-f6c39d";
+
+/// A forgotten record is gone for good: a newcomer of its lineage does not inherit it.
+#[test]
+fn a_forgotten_record_is_not_inherited() {
+    let mut book = Book::default();
+    let a = admit(&mut book, arrival(0, 100), &[100], 1);
+    book.lost(&a, &arrival(0, 100).process, 10);
+    book.forget(&a);
+    assert!(book.get(&a).is_none());
+    let r = book.resolve(&[arrival(0, 101)], &alive_set(&[101]), 20);
+    assert_eq!(r.assigned[0].verdict, Verdict::New);
+}
+
+/// The window is "older than": a record lost exactly `window_ms` ago stays. The cap counts
+/// what the window left, and only the oldest lost records beyond it go.
+#[test]
+fn pruning_keeps_the_window_edge_and_trims_only_beyond_the_cap() {
+    let mut book = Book::default();
+    let a = admit(&mut book, arrival(0, 100), &[100], 1);
+    book.lost(&a, &arrival(0, 100).process, 10);
+    assert!(book.prune(10 + 5000, 5000, 16).is_empty(), "at the edge");
+    assert_eq!(book.prune(10 + 5001, 5000, 16), vec![a]);
+
+    // One expired record, four lost within the window, cap 3: the expired one and the
+    // oldest of the four go, nothing else.
+    let mut book = Book::default();
+    let expired = admit(&mut book, arrival(0, 100), &[100], 1);
+    book.lost(&expired, &arrival(0, 100).process, 10);
+    let mut recent = Vec::new();
+    for (i, pid) in (200..204).enumerate() {
+        let id = admit(&mut book, arrival(pid as u8, pid), &[pid], 1);
+        book.lost(&id, &arrival(pid as u8, pid).process, 9_000 + i as u64);
+        recent.push(id);
+    }
+    let mut gone = book.prune(9_100, 5_000, 3);
+    gone.sort();
+    let mut want = vec![expired.clone(), recent[0].clone()];
+    want.sort();
+    assert_eq!(gone, want);
+    assert_eq!(book.records().len(), 3);
+
+    // Within the cap once the window has done its work: nothing more goes.
+    let mut book = Book::default();
+    let expired = admit(&mut book, arrival(0, 100), &[100], 1);
+    book.lost(&expired, &arrival(0, 100).process, 10);
+    for pid in [200, 201] {
+        admit(&mut book, arrival(pid as u8, pid), &[pid], 1);
+    }
+    assert_eq!(book.prune(9_100, 5_000, 3), vec![expired]);
+    assert_eq!(book.records().len(), 2);
+}
+
+/// One server announced twice in one batch (two lockfiles of one process) gets one id for
+/// both arrivals.
+#[test]
+fn one_process_announced_twice_in_a_batch_gets_one_id_for_both() {
+    let mut book = Book::default();
+    let r = book.resolve(&[arrival(0, 100), arrival(0, 100)], &alive_set(&[100]), 1);
+    assert_eq!(r.assigned.len(), 2);
+    assert_eq!(r.assigned[0].id, r.assigned[1].id);
+}
+
+/// A process the OS facts call gone but that is announced again in this very batch did not
+/// die (a pid namespace the broker cannot see into): it keeps its id and is not reported
+/// died.
+#[test]
+fn a_process_announced_again_is_not_reported_died() {
+    let mut book = Book::default();
+    let id = admit(&mut book, arrival(0, 100), &[100], 1);
+    let r = book.resolve(&[arrival(0, 100)], &alive_set(&[]), 2);
+    assert!(r.died.is_empty(), "{:?}", r.died);
+    assert_eq!(r.assigned[0].id, id);
+    assert_eq!(r.assigned[0].verdict, Verdict::Same);
+}
+
+/// Two editors started within one clock tick share a start token: the second, in another
+/// folder, is not the first one "moved to a new port".
+#[test]
+fn a_shared_start_tick_is_not_a_move() {
+    let mut book = Book::default();
+    let tick = Some(5_000);
+    let mut a = arrival(0, 100);
+    a.process.start = tick;
+    let mut b = arrival(1, 200);
+    b.process.start = tick;
+    let first = admit(&mut book, a.clone(), &[100], 1);
+    book.lost(&first, &a.process, 10);
+    let r = book.resolve(&[b], &alive_set(&[200]), 20);
+    assert_ne!(r.assigned[0].id, first);
+    assert_eq!(r.assigned[0].verdict, Verdict::New);
+}
+
+/// The OS side of the facts, on a real child process: its start token is the one the OS
+/// tells, it is alive while it runs with that token and not with another (a recycled pid),
+/// and not once it has exited and been reaped; the clock is the wall clock.
+#[test]
+fn the_os_tells_a_running_process_from_a_recycled_or_dead_one() {
+    let os = Os;
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let token = os.start_token(pid);
+    assert_eq!(token, crate::sys::procinfo::start_token(pid));
+    let running = Process {
+        pid,
+        start: token,
+        port: 1,
+    };
+    assert!(os.alive(&running));
+    if let Some(t) = token {
+        let recycled = Process {
+            start: Some(t + 1),
+            ..running
+        };
+        assert!(
+            !os.alive(&recycled),
+            "another start time is another process"
+        );
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!os.alive(&running), "exited and reaped");
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(os.now_ms().abs_diff(wall) < 60_000, "{}", os.now_ms());
+}
