@@ -75,6 +75,16 @@ enum Command {
         #[arg(long, env = "PI_IDE_BROKER_NO_SPAWN", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0, default_missing_value = "true", default_value = "false")]
         no_spawn: bool,
     },
+    /// Serve the Agent Client Protocol on stdin/stdout: an ACP editor follows a running pi.
+    ///
+    /// For Zed (`agent_servers`), CodeCompanion.nvim, agentic.nvim and other ACP clients,
+    /// which spawn it. A new thread follows the pi session working in the editor's folder
+    /// (the most recently active; `session/load` picks another): pi's transcript streams
+    /// into the thread, a message typed there is sent to pi as if typed in its terminal, and
+    /// pi's writes are offered there for review while a turn is open. A first message
+    /// `follow` opens a turn that only watches. Needs a running daemon and a pi session with
+    /// the extension; it starts neither.
+    Acp,
     /// Set everything up after an install: the service, the pi extension, the MCP entries.
     ///
     /// Installs and starts the user service where systemd or launchd answers; installs the pi
@@ -263,6 +273,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             remote,
             no_spawn,
         } => cli::mcp::command(config, config_path, cwd, session, dialect, remote, no_spawn).await,
+        Command::Acp => cli::acp::command(config).await,
         Command::Service { action, manager } => service::command(
             match action {
                 ServiceAction::Install { dry_run, config } => {

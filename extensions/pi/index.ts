@@ -14,6 +14,7 @@ import { applySelection, diagnosticsBlock, editorBlock, emptyState, widgetText }
 import { FirstAttach } from "./src/first_attach.ts";
 import { applyEdits, parseDiffResult, tabName, toolPath, type Edit } from "./src/diff.ts";
 import { readOptions, resolvePaths, type Options } from "./src/options.ts";
+import * as follow from "./src/follow.ts";
 import { parseSuggestions, splitModel, SUGGESTION_SYSTEM_PROMPT, suggestionPrompt, type SuggestionParams } from "./src/suggest.ts";
 
 const WIDGET = "pi-ide-broker";
@@ -92,6 +93,18 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	/** The editor id of the last attachment. */
 	let lastEditor: string | null = null;
 	let lastName = "the editor";
+
+	/** ACP editors following this session through the broker (`pi-ide-broker acp`), and
+	 * the one that reviews diffs now (its turn is open), from `broker/followers`. */
+	let followers = 0;
+	let acpReviewer: string | null = null;
+	/** Prompts a follower sent, not mirrored back to it when pi starts them. */
+	const injected: string[] = [];
+	/** Follower prompts waiting for pi to settle. */
+	let settleWaiters: ((aborted: boolean) => void)[] = [];
+	const mirror = (update: follow.SessionUpdate | null) => {
+		if (update && followers > 0) link?.notify("pi/update", { update });
+	};
 
 	const notify = (text: string, kind: "info" | "warning" | "error" = "info") => ctx?.ui.notify(text, kind);
 	// Notices already shown in this pi session (a version skew is told once, not per reconnect).
@@ -185,10 +198,22 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 						() => firstAttach.settle(),
 					);
 				},
-				onDown: () => render(),
+				onDown: () => {
+					// The broker's followers went with the link; they follow again once it is back.
+					followers = 0;
+					acpReviewer = null;
+					render();
+				},
 				onUnreachable: () => firstAttach.settle(),
 				onNotification: (method, params) => {
 					if (method === "selection_changed" && applySelection(state, params, l.attached?.folders[0])) render();
+					if (method === "broker/followers") {
+						const p = (params ?? {}) as { count?: unknown; reviewer?: unknown };
+						const was = acpReviewer;
+						followers = typeof p.count === "number" ? p.count : 0;
+						acpReviewer = typeof p.reviewer === "string" ? p.reviewer : null;
+						if (acpReviewer && acpReviewer !== was) notify(`Diffs are reviewed in ${acpReviewer} while its turn is open`);
+					}
 				},
 				onSpawned: (log) => notify(`Started pi-ide-broker${log ? ` (log: ${log})` : ""}`),
 				onNotice: (message) => {
@@ -202,9 +227,28 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		);
 		l.handle("getSuggestions", (params, signal) => suggest((params ?? {}) as SuggestionParams, signal));
 		l.handle("listSuggestionModels", async () => listModels());
+		l.handle("pi/history", async () => ({ updates: follow.history(c.cwd, ctx?.sessionManager.getBranch() ?? []) }));
+		l.handle("pi/prompt", (params) => promptFromFollower(String((params as { text?: unknown })?.text ?? "")));
+		l.handle("pi/cancel", async () => {
+			ctx?.abort();
+			return {};
+		});
 		link = l;
 		l.start();
 		return l;
+	};
+
+	/** A prompt typed in a following ACP editor: sent to pi as the user's (queued behind a
+	 * running turn), answered when pi has settled. */
+	const promptFromFollower = async (text: string): Promise<{ stopReason: string }> => {
+		const c = ctx;
+		if (!c) throw new Error("session not yet started");
+		if (!text.trim()) throw new Error("empty prompt");
+		const settled = new Promise<boolean>((done) => settleWaiters.push(done));
+		injected.push(text);
+		if (c.isIdle()) pi.sendUserMessage(text);
+		else pi.sendUserMessage(text, { deliverAs: "followUp" });
+		return { stopReason: follow.stopReason(await settled) };
 	};
 
 	const suggest = async (params: SuggestionParams, signal: AbortSignal): Promise<{ suggestions: string[] }> => {
@@ -270,7 +314,25 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		await openLink(c, { session: sessionKey(c), inherit: inheritFrom(event, c) });
 	});
 
+	pi.on("message_start", (event) => {
+		const m = (event as { message?: { role?: unknown; content?: unknown } }).message;
+		if (m?.role !== "user") return;
+		const text = follow.contentText(m.content);
+		const at = injected.indexOf(text);
+		if (at >= 0) return void injected.splice(at, 1); // the follower shows its own prompt
+		mirror(follow.userMessage(m.content));
+	});
+	pi.on("message_update", (event) => mirror(follow.assistantDelta((event as { assistantMessageEvent?: unknown }).assistantMessageEvent)));
+	pi.on("tool_execution_start", (event) => mirror(follow.toolCallRunning(event.toolCallId)));
+	pi.on("tool_execution_end", (event) => mirror(follow.toolCallDone(event.toolCallId, event.result, event.isError)));
+	pi.on("agent_settled", (event) => {
+		const aborted = Boolean((event as { aborted?: unknown }).aborted);
+		for (const w of settleWaiters.splice(0)) w(aborted);
+	});
+
 	pi.on("session_shutdown", () => {
+		for (const w of settleWaiters.splice(0)) w(true);
+		injected.length = 0;
 		link?.close();
 		link = null;
 		reviewing = false;
@@ -372,11 +434,14 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	});
 
 	pi.on("tool_call", async (event, c) => {
+		mirror(follow.toolCallProposed(c.cwd, event.toolCallId, event.toolName, event.input));
 		if (event.toolName !== "write" && event.toolName !== "edit") return;
-		if (!reviewing) return;
+		// An ACP editor whose turn is open reviews (the broker sends it the diff); else the
+		// attached editor.
+		if (!reviewing && !acpReviewer) return;
 		const l = link;
 		if (!l) return;
-		if (!l.attached && !(await attachedWithin(REATTACH_WAIT_MS))) {
+		if (!l.attached && !acpReviewer && !(await attachedWithin(REATTACH_WAIT_MS))) {
 			return {
 				block: true,
 				reason: `The editor is not reachable right now (pi-ide-broker is reconnecting), so this ${event.toolName} was not reviewed and the file was NOT changed. Try the ${event.toolName} again in a moment.`,

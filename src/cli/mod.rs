@@ -2,8 +2,9 @@
 //!
 //! The commands, one module each (`daemon` runs the broker in this process; every other one
 //! is a client of it), the socket's HTTP client, and the stdio MCP door (`mcp`), which dials
-//! the daemon like any agent. May use every layer; nothing below uses it.
+//! the daemon like any agent, and the ACP door (`acp`), which follows a pi session through it. May use every layer; nothing below uses it.
 
+pub mod acp;
 pub mod client;
 pub mod daemon;
 pub mod doctor;

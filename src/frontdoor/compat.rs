@@ -199,7 +199,12 @@ async fn connection(
                         match up {
                             Ok(up) => {
                                 let intro = intro(&reg, id, dialect);
-                                super::run_upgraded::<TcpStream>(reg, up, intro).await;
+                                super::run_upgraded::<TcpStream>(
+                                    reg,
+                                    up,
+                                    super::Upgraded::Session(intro),
+                                )
+                                .await;
                             }
                             Err(e) => tracing::debug!(error = %e, "compat upgrade failed"),
                         }

@@ -48,13 +48,21 @@ impl IntoHalves for tokio::net::TcpStream {
     }
 }
 
-/// Runs a session on a connection hyper has upgraded. The session gets the socket itself back
-/// (with any bytes the client sent behind its request), so its reads and writes do not pass
-/// through hyper's upgrade layers.
+/// What an upgraded WebSocket on the native socket serves.
+pub enum Upgraded {
+    /// An agent session (`/v1/session`).
+    Session(crate::session::Intro),
+    /// A follower of this session, with its client's name (`/v1/follow`).
+    Follow(std::sync::Arc<crate::session::Session>, String),
+}
+
+/// Runs what `target` names on a connection hyper has upgraded. It gets the socket itself
+/// back (with any bytes the client sent behind its request), so its reads and writes do not
+/// pass through hyper's upgrade layers.
 pub async fn run_upgraded<S: IntoHalves>(
     reg: std::sync::Arc<crate::registry::Registry>,
     up: hyper::upgrade::Upgraded,
-    intro: crate::session::Intro,
+    target: Upgraded,
 ) {
     use crate::wire::wsframe::{FrameReader, FrameWriter, Role};
     use hyper_util::rt::TokioIo;
@@ -68,13 +76,29 @@ pub async fn run_upgraded<S: IntoHalves>(
             // read buffer alive (4 KiB a session).
             drop(read_buf);
             let writer = FrameWriter::new(Box::pin(wr) as _, Role::Server);
-            crate::session::run(reg, reader, writer, intro).await;
+            serve_upgraded(reg, reader, writer, target).await;
         }
         Err(up) => {
             let (rd, wr) = tokio::io::split(TokioIo::new(up));
             let reader = FrameReader::new(rd, Role::Server, max, &[]);
             let writer = FrameWriter::new(Box::pin(wr) as _, Role::Server);
-            crate::session::run(reg, reader, writer, intro).await;
+            serve_upgraded(reg, reader, writer, target).await;
+        }
+    }
+}
+
+async fn serve_upgraded<R>(
+    reg: std::sync::Arc<crate::registry::Registry>,
+    reader: crate::wire::wsframe::FrameReader<R>,
+    writer: crate::wire::outbox::SessionSink,
+    target: Upgraded,
+) where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    match target {
+        Upgraded::Session(intro) => crate::session::run(reg, reader, writer, intro).await,
+        Upgraded::Follow(session, name) => {
+            crate::session::follow::run(reg, reader, writer, session, name).await
         }
     }
 }

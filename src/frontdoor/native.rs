@@ -105,9 +105,11 @@ fn route(req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
         (&Method::GET, "/v1/events") => events(reg),
         (&Method::GET, "/v1/route") => explain(&req, &reg),
         (&Method::GET, "/v1/session") => session(req, reg),
+        (&Method::GET, "/v1/pi-sessions") => pi_sessions(&req, &reg),
+        (&Method::GET, "/v1/follow") => follow(req, reg),
         _ => error(
             StatusCode::NOT_FOUND,
-            "unknown endpoint; try GET /v1/status, GET /v1/events, GET /v1/route?cwd=<dir> or GET /v1/session?cwd=<dir>",
+            "unknown endpoint; try GET /v1/status, GET /v1/events, GET /v1/route?cwd=<dir>, GET /v1/session?cwd=<dir>, GET /v1/pi-sessions?cwd=<dir> or GET /v1/follow?session=<key>",
         ),
     }
 }
@@ -134,6 +136,86 @@ fn explain(req: &Request<Incoming>, reg: &Registry) -> Response<Body> {
     let body =
         serde_json::to_string_pretty(&reg.explain_route(&cwd, key.as_deref())).unwrap_or_default();
     text(StatusCode::OK, body, "application/json")
+}
+
+/// The query's pairs, percent-decoded (a pair that does not decode is left out).
+fn query_pairs(req: &Request<Incoming>) -> Vec<(String, String)> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((k.to_string(), crate::protocol::percent::decode_query(v)?))
+        })
+        .collect()
+}
+
+/// `GET /v1/pi-sessions?cwd=`: the pi sessions an ACP editor in `cwd` can follow, the most
+/// recently active first.
+fn pi_sessions(req: &Request<Incoming>, reg: &Registry) -> Response<Body> {
+    let pairs = query_pairs(req);
+    let Some((_, cwd)) = pairs.iter().find(|(k, v)| k == "cwd" && v.starts_with('/')) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "GET /v1/pi-sessions needs cwd=<absolute dir>",
+        );
+    };
+    let list: Vec<serde_json::Value> =
+        crate::session::follow::candidates(reg, std::path::Path::new(cwd))
+            .iter()
+            .map(|s| crate::session::follow::describe(s))
+            .collect();
+    let body = serde_json::json!({"sessions": list}).to_string();
+    text(StatusCode::OK, body, "application/json")
+}
+
+/// `GET /v1/follow?session=<key>[&client=<name>]`: a follower's upgrade (`session::follow`).
+fn follow(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
+    let pairs = query_pairs(&req);
+    let get = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let Some(key) = get("session").filter(|k| !k.is_empty()) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "GET /v1/follow needs session=<key> (GET /v1/pi-sessions?cwd=<dir> lists them)",
+        );
+    };
+    let Some(target) = crate::session::follow::by_key(&reg, &key) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("no pi session {key:?} runs with the pi-ide-broker extension (protocol {} or later)", crate::session::follow::FOLLOW_PROTOCOL),
+        );
+    };
+    let Some(place) = reg.limits.session("native") else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many sessions (max_sessions); close some or raise max_sessions",
+        );
+    };
+    let ws_key = match super::websocket_key(req.headers()) {
+        Ok(k) => k,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("/v1/follow: {e}")),
+    };
+    let name = get("client").unwrap_or_else(|| "an ACP editor".into());
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let reg2 = reg.clone();
+    reg.tracker.spawn(async move {
+        match on_upgrade.await {
+            Ok(up) => {
+                let target = super::Upgraded::Follow(target, name);
+                super::run_upgraded::<tokio::net::UnixStream>(reg2, up, target).await
+            }
+            Err(e) => tracing::info!(error = %e, "follower upgrade failed"),
+        }
+        drop(place);
+    });
+    super::switching_protocols(&ws_key, false)
 }
 
 /// `GET /v1/session?cwd=…`: a session's upgrade, its place among the sessions taken first.
@@ -169,7 +251,14 @@ fn session(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
     let reg2 = reg.clone();
     reg.tracker.spawn(async move {
         match on_upgrade.await {
-            Ok(up) => super::run_upgraded::<tokio::net::UnixStream>(reg2, up, intro).await,
+            Ok(up) => {
+                super::run_upgraded::<tokio::net::UnixStream>(
+                    reg2,
+                    up,
+                    super::Upgraded::Session(intro),
+                )
+                .await
+            }
             Err(e) => tracing::info!(error = %e, "session upgrade failed"),
         }
         drop(place);

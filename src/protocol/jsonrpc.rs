@@ -236,6 +236,35 @@ pub mod broker {
     pub const EDITOR_STATE: &str = "broker/editor_state";
 }
 
+/// The follow methods (protocol 2): an ACP door (`pi-ide-broker acp`) follows a pi session
+/// through the broker (`docs/protocol.md`, "Following a session").
+pub mod follow {
+    /// Broker → session: `{count, reviewer}`, how many followers it has and whether one of
+    /// them reviews its diffs now (its turn is open).
+    pub const FOLLOWERS: &str = "broker/followers";
+    /// Session → broker → followers: `{update}`, one ACP `SessionUpdate` of its transcript.
+    pub const UPDATE: &str = "pi/update";
+    /// Follower → broker → session, request: `{}` → `{updates: [SessionUpdate]}`, the
+    /// transcript so far.
+    pub const HISTORY: &str = "pi/history";
+    /// Follower → broker → session, request: `{text}` → `{stopReason}`, answered when the
+    /// turn the text started ends.
+    pub const PROMPT: &str = "pi/prompt";
+    /// Follower → broker → session, request: `{}` → `{}`: abort the running turn.
+    pub const CANCEL: &str = "pi/cancel";
+    /// Broker → follower, request: `{arguments}` (an `openDiff`'s) → the `openDiff` result
+    /// (`FILE_SAVED` with the contents, or `DIFF_REJECTED`).
+    pub const REVIEW: &str = "pi/review";
+    /// Broker → follower: `{session, cwd, client}`, the session it follows.
+    pub const ATTACHED: &str = "follow/attached";
+    /// Broker → follower: `{reason}`, the session ended.
+    pub const ENDED: &str = "follow/ended";
+    /// Follower → broker: `{ready}`, whether it can review diffs now (a turn is open).
+    pub const READY: &str = "follow/review";
+    /// The methods a follower may send on to its session.
+    pub const FORWARDED: [&str; 3] = [HISTORY, PROMPT, CANCEL];
+}
+
 /// The `DIFF_REJECTED` the broker answers itself when a diff cannot reach the user (editor
 /// lost, broker stopping, no editor): the same shape, plus `_meta."pi-ide-broker/undelivered"`
 /// with the reason, so a client that knows it can tell "not reviewed" from "the user said no".

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 /// The native-door protocol revision this broker speaks. Raise it when a native client could
 /// tell the difference (a `broker/*` method or notice added, changed or gone).
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// What a client says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

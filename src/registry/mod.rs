@@ -457,6 +457,7 @@ impl Registry {
     /// its other requests forgotten, the editor requests it owed answered with an error.
     pub fn end_session(&self, s: &Session) {
         self.sessions.remove(&s.id);
+        s.gone.cancel();
         self.changed();
         let editors: Vec<Arc<Editor>> = self.editors.iter().map(|e| e.clone()).collect();
         for e in editors {

@@ -25,7 +25,10 @@ pub(super) fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) ->
     let Some(call) = FastCall::read(text) else {
         return false;
     };
-    if s.map().is_some() {
+    // A diff an ACP follower reviews takes the slow path (`forward`).
+    if s.map().is_some()
+        || (call.tool == "openDiff" && s.reviewers.load(std::sync::atomic::Ordering::Acquire) > 0)
+    {
         return false;
     }
     let Some(editor) = current_editor(reg, s) else {
@@ -251,6 +254,10 @@ pub(super) fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) 
             match method.as_str() {
                 "notifications/initialized" => {}
                 "notifications/cancelled" => cancel_request(reg, s, &msg),
+                jsonrpc::follow::UPDATE => {
+                    s.touch(reg.stamp());
+                    super::follow::fan_out(s, text);
+                }
                 _ => {
                     if let Some(e) = current_editor(reg, s) {
                         let _ = e.send_raw(Value::Object(msg).to_string());
@@ -260,7 +267,11 @@ pub(super) fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) 
             false
         }
         Ok(Incoming::Response { id, msg }) => {
-            reg.answer_delegated(s, id, msg);
+            if super::follow::is_forwarded(&id) {
+                super::follow::answer_forwarded(s, &id, msg);
+            } else {
+                reg.answer_delegated(s, id, msg);
+            }
             false
         }
     }
@@ -345,6 +356,11 @@ pub(super) fn forward(
 ) {
     let tool = jsonrpc::tool_name(&msg).map(crate::protocol::family::tool_label);
     let tab_name = jsonrpc::diff_tab(&msg);
+    if let (Some(tab), Some(f)) = (&tab_name, s.reviewer()) {
+        s.touch(reg.stamp());
+        super::follow::review(s, &f, id, tab.clone(), msg.get("params"));
+        return;
+    }
     let Some(editor) = current_editor(reg, s) else {
         refuse_call(s, &id, tab_name.as_deref(), reg.unattached_reason(s));
         return;

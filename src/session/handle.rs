@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio::sync::mpsc;
@@ -112,6 +112,53 @@ pub struct Session {
     next_delegated: AtomicU64,
     /// Calls in flight that asked for progress: kept alive with `notifications/progress`.
     pub(crate) progress: Mutex<Vec<Progress>>,
+    /// ACP doors following it (`session::follow`).
+    pub followers: Mutex<Vec<Arc<Follower>>>,
+    /// How many followers review its diffs now: read on every call, so an atomic.
+    pub(crate) reviewers: AtomicUsize,
+    /// Follower requests sent on to the client: our id → (follower id, the follower's id).
+    pub(crate) follow_calls: Mutex<HashMap<String, (u64, Value)>>,
+    /// Cancelled when the session has ended: its followers are told and let go.
+    pub gone: tokio_util::sync::CancellationToken,
+}
+
+/// An ACP door (`pi-ide-broker acp`) following a session: it gets the session's transcript,
+/// may prompt it, and reviews its diffs while its turn is open.
+pub struct Follower {
+    /// Broker-assigned id (from the session counter).
+    pub id: u64,
+    /// What it says it is (the ACP client's name, e.g. `Zed`).
+    pub name: String,
+    /// Its frame queue.
+    pub outbox: Outbox,
+    /// It can review a diff now (an ACP turn is open, so every client shows the request).
+    pub reviewing: AtomicBool,
+    /// Diffs it reviews: our request id → (the session's call id, the diff's tab name).
+    pub reviews: Mutex<HashMap<String, (Value, String)>>,
+    /// Mints ids for review requests.
+    next_review: AtomicU64,
+}
+
+impl Follower {
+    /// A follower writing to `outbox`.
+    pub fn new(id: u64, name: String, outbox: Outbox) -> Self {
+        Follower {
+            id,
+            name,
+            outbox,
+            reviewing: AtomicBool::new(false),
+            reviews: Mutex::new(HashMap::new()),
+            next_review: AtomicU64::new(0),
+        }
+    }
+
+    /// A fresh id for a review request to this follower.
+    pub fn mint_review_id(&self) -> String {
+        format!(
+            "review-{}",
+            self.next_review.fetch_add(1, Ordering::Relaxed) + 1
+        )
+    }
 }
 
 /// A call in flight whose client asked for progress (`_meta.progressToken`).
@@ -162,6 +209,10 @@ impl Session {
             delegated: Mutex::new(HashMap::new()),
             next_delegated: AtomicU64::new(0),
             progress: Mutex::new(Vec::new()),
+            followers: Mutex::new(Vec::new()),
+            reviewers: AtomicUsize::new(0),
+            follow_calls: Mutex::new(HashMap::new()),
+            gone: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -210,6 +261,19 @@ impl Session {
     /// Ends the session (its task closes the connection and cleans up).
     pub fn close(&self) {
         self.outbox.drop_session();
+    }
+
+    /// The follower that reviews this session's diffs now, if any: the one whose turn opened
+    /// last (`docs/protocol.md`, "Who reviews a diff").
+    pub fn reviewer(&self) -> Option<Arc<Follower>> {
+        if self.reviewers.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        lock(&self.followers)
+            .iter()
+            .rev()
+            .find(|f| f.reviewing.load(Ordering::Acquire))
+            .cloned()
     }
 
     /// A fresh id for an editor-initiated request delivered to this session.

@@ -19,10 +19,11 @@ use std::time::Duration;
 use tokio::io::AsyncRead;
 use tokio::sync::{mpsc, watch};
 
-pub use handle::{Control, Door, Intro, Session};
+pub use handle::{Control, Door, Follower, Intro, Session};
 
 mod calls;
 use calls::{current_editor, on_client_text};
+pub mod follow;
 pub mod handle;
 
 /// Runs a session on an upgraded WebSocket (its two halves) until either side closes or the

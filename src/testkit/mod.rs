@@ -4,6 +4,7 @@
 //! that follows PROTOCOL.md and fake clients. Real sockets, real frames. May use every layer;
 //! nothing in the daemon uses it.
 
+pub mod acp_client;
 pub mod agent;
 pub mod fake_editor;
 pub mod pi_client;

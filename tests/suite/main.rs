@@ -4,6 +4,7 @@
 
 mod common;
 
+mod acp;
 mod bridge;
 mod broker_core;
 mod cli;

@@ -174,6 +174,12 @@ export class BrokerLink {
 		});
 	}
 
+	/** A JSON-RPC notification to the broker; dropped when not connected. */
+	notify(method: string, params: unknown): void {
+		const ws = this.ws;
+		if (ws && this.open) ws.send(JSON.stringify({ jsonrpc: "2.0", method, params }));
+	}
+
 	/** `tools/call` of an editor tool (always with `arguments`). */
 	callTool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<any> {
 		return this.request("tools/call", { name, arguments: args }, timeoutMs);

@@ -8,7 +8,7 @@ export const CLIENT_NAME = "pi-ide-broker-pi";
 /** This extension's version (the repository's; a test keeps it equal to Cargo.toml's). */
 export const CLIENT_VERSION = "0.1.0";
 /** The native-door protocol revision this extension speaks. */
-export const PROTOCOL = 1;
+export const PROTOCOL = 2;
 
 /** The notice for a daemon too old to say its version, or `undefined`. */
 export function olderDaemonNotice(attachedParams: unknown): string | undefined {

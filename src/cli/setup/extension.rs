@@ -31,6 +31,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../extensions/pi/src/first_attach.ts"),
     ),
     (
+        "src/follow.ts",
+        include_str!("../../../extensions/pi/src/follow.ts"),
+    ),
+    (
         "src/options.ts",
         include_str!("../../../extensions/pi/src/options.ts"),
     ),

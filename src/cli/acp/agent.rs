@@ -1,0 +1,585 @@
+//! The ACP agent's state, without I/O: what each client line or broker frame makes.
+//!
+//! The client is the editor (Zed, CodeCompanion, agentic.nvim) speaking ACP v1; each ACP
+//! session follows one pi session through the broker (`session::follow`). `mod.rs` does the
+//! I/O: it reads lines, performs the [`Out`]s and feeds the results back.
+
+use crate::protocol::jsonrpc::{self, follow, Incoming};
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+
+/// The ACP protocol version this agent speaks.
+pub const ACP_VERSION: u64 = 1;
+
+/// The prompt that opens a turn only to watch: it is not sent to pi, and ends on
+/// `session/cancel`. A client that shows updates only inside a turn (CodeCompanion,
+/// agent-shell, JetBrains) shows pi's terminal activity and asks its reviews in it.
+pub const FOLLOW_WORDS: [&str; 2] = ["follow", "/follow"];
+
+/// Something the I/O loop must do.
+#[derive(Debug, PartialEq)]
+pub enum Out {
+    /// A line to the client (stdout).
+    Client(String),
+    /// A frame to the broker, on the follow connection of this ACP session.
+    Broker(String, String),
+    /// List the followable pi sessions in `cwd` and call [`Agent::listed`] with them.
+    List {
+        /// The folder.
+        cwd: String,
+        /// What the list is for.
+        purpose: Purpose,
+    },
+    /// Open a follow connection to pi session `key`, then call [`Agent::connected`].
+    Connect {
+        /// The pi session's key (the ACP session id).
+        key: String,
+        /// The client's request that waits for it (`session/new` or `session/load`).
+        request: Value,
+        /// Replay the history once connected (`session/load`).
+        load: bool,
+    },
+    /// Close the follow connection of this ACP session.
+    Disconnect(String),
+}
+
+/// Why sessions are listed.
+#[derive(Debug, PartialEq, Clone)]
+pub enum Purpose {
+    /// `session/new`: the first (most recently active) is followed.
+    New(Value),
+    /// `session/list`: all of them, answered to this request.
+    List(Value),
+}
+
+/// A turn the client has open (its `session/prompt` is not answered yet).
+#[derive(Debug)]
+struct Turn {
+    /// The client's prompt id.
+    id: Value,
+    /// A watching turn (`follow`): nothing was sent to pi.
+    watching: bool,
+    /// `session/cancel` came: the turn's answer says `cancelled`.
+    cancelled: bool,
+}
+
+/// What a request of ours to the broker is waiting for.
+#[derive(Debug)]
+enum BrokerWait {
+    /// `pi/history` for `session/load` (the client's request id).
+    History(Value),
+    /// `pi/prompt`: ends the open turn.
+    Prompt,
+    /// `pi/cancel`: nothing to do with its answer.
+    Cancel,
+}
+
+/// One followed pi session.
+#[derive(Debug, Default)]
+struct Followed {
+    turn: Option<Turn>,
+    waits: HashMap<String, BrokerWait>,
+}
+
+/// A permission request of ours to the client, for a review the broker asked.
+#[derive(Debug)]
+struct Review {
+    session: String,
+    /// The broker's `pi/review` id.
+    broker_id: Value,
+    new_text: String,
+    tab: String,
+}
+
+/// The agent.
+#[derive(Debug, Default)]
+pub struct Agent {
+    /// The client's `fs` and `terminal` capabilities, as `initialize` gave them.
+    pub client_capabilities: Value,
+    /// The client's name (`clientInfo.name`), for `status`.
+    pub client_name: Option<String>,
+    sessions: HashMap<String, Followed>,
+    reviews: HashMap<String, Review>,
+    next_id: u64,
+}
+
+/// An ACP content block of text.
+fn text_block(text: &str) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+impl Agent {
+    fn mint(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}-{}", self.next_id)
+    }
+
+    /// One line from the client.
+    pub fn from_client(&mut self, line: &str) -> Vec<Out> {
+        match jsonrpc::classify(line) {
+            Err(r) => vec![Out::Client(jsonrpc::rejection(&r))],
+            Ok(Incoming::Request { id, method, msg }) => self.request(id, &method, &msg),
+            Ok(Incoming::Notification { method, msg }) => {
+                if method == "session/cancel" {
+                    self.cancel(param_str(&msg, "sessionId"))
+                } else {
+                    Vec::new()
+                }
+            }
+            Ok(Incoming::Response { id, msg }) => self.permission_answered(&id, &msg),
+        }
+    }
+
+    fn request(&mut self, id: Value, method: &str, msg: &Map<String, Value>) -> Vec<Out> {
+        let params = msg.get("params").cloned().unwrap_or(Value::Null);
+        match method {
+            "initialize" => {
+                self.client_capabilities = params
+                    .get("clientCapabilities")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                self.client_name = params
+                    .pointer("/clientInfo/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                vec![Out::Client(jsonrpc::result(&id, initialize_result()))]
+            }
+            "authenticate" => vec![Out::Client(jsonrpc::result(&id, json!({})))],
+            "session/new" => match params.get("cwd").and_then(Value::as_str) {
+                Some(cwd) if cwd.starts_with('/') => vec![Out::List {
+                    cwd: cwd.to_string(),
+                    purpose: Purpose::New(id),
+                }],
+                _ => vec![invalid(&id, "session/new needs an absolute cwd")],
+            },
+            "session/load" | "session/resume" => {
+                match params.get("sessionId").and_then(Value::as_str) {
+                    Some(key) => {
+                        let key = key.to_string();
+                        let mut out = self.forget(&key);
+                        out.push(Out::Connect {
+                            key,
+                            request: id,
+                            load: method == "session/load",
+                        });
+                        out
+                    }
+                    None => vec![invalid(&id, "session/load needs a sessionId")],
+                }
+            }
+            "session/list" => vec![Out::List {
+                cwd: params
+                    .get("cwd")
+                    .and_then(Value::as_str)
+                    .unwrap_or("/")
+                    .to_string(),
+                purpose: Purpose::List(id),
+            }],
+            "session/prompt" => self.prompt(id, &params),
+            _ => vec![Out::Client(jsonrpc::error(
+                &id,
+                jsonrpc::METHOD_NOT_FOUND,
+                &format!("pi-ide-broker acp does not offer {method}"),
+            ))],
+        }
+    }
+
+    /// The followable sessions, listed for `purpose`.
+    pub fn listed(&mut self, purpose: Purpose, found: Result<Vec<Value>, String>) -> Vec<Out> {
+        match (purpose, found) {
+            (Purpose::New(id) | Purpose::List(id), Err(why)) => {
+                vec![Out::Client(jsonrpc::error(
+                    &id,
+                    jsonrpc::SERVER_ERROR,
+                    &why,
+                ))]
+            }
+            (Purpose::New(id), Ok(list)) => {
+                match list.first().and_then(|s| s.get("session")).and_then(Value::as_str) {
+                    Some(key) => {
+                        let key = key.to_string();
+                        let mut out = self.forget(&key);
+                        out.push(Out::Connect {
+                            key,
+                            request: id,
+                            load: false,
+                        });
+                        out
+                    }
+                    None => vec![Out::Client(jsonrpc::error(
+                        &id,
+                        jsonrpc::SERVER_ERROR,
+                        "no pi session runs in this folder with the pi-ide-broker extension: start `pi` there (`pi-ide-broker setup` installs the extension), then open a new thread",
+                    ))],
+                }
+            }
+            (Purpose::List(id), Ok(list)) => {
+                let sessions: Vec<Value> = list
+                    .iter()
+                    .filter_map(|s| {
+                        let key = s.get("session")?.as_str()?;
+                        let cwd = s.get("cwd").and_then(Value::as_str).unwrap_or("");
+                        Some(json!({"sessionId": key, "cwd": cwd, "title": format!("pi in {cwd}")}))
+                    })
+                    .collect();
+                vec![Out::Client(jsonrpc::result(
+                    &id,
+                    json!({"sessions": sessions}),
+                ))]
+            }
+        }
+    }
+
+    /// The follow connection for `key` is open (or could not be): the client's request is
+    /// answered, after the history for a load.
+    pub fn connected(
+        &mut self,
+        key: &str,
+        request: Value,
+        load: bool,
+        ok: Result<(), String>,
+    ) -> Vec<Out> {
+        if let Err(why) = ok {
+            return vec![Out::Client(jsonrpc::error(
+                &request,
+                jsonrpc::SERVER_ERROR,
+                &why,
+            ))];
+        }
+        self.sessions.insert(key.to_string(), Followed::default());
+        if !load {
+            return vec![Out::Client(jsonrpc::result(
+                &request,
+                json!({"sessionId": key}),
+            ))];
+        }
+        let ours = self.mint("history");
+        if let Some(f) = self.sessions.get_mut(key) {
+            f.waits.insert(ours.clone(), BrokerWait::History(request));
+        }
+        vec![Out::Broker(
+            key.to_string(),
+            jsonrpc::request(&Value::String(ours), follow::HISTORY, json!({})),
+        )]
+    }
+
+    fn prompt(&mut self, id: Value, params: &Value) -> Vec<Out> {
+        let Some(key) = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            return vec![invalid(&id, "session/prompt needs a sessionId")];
+        };
+        let text = prompt_text(params.get("prompt"));
+        let ours = self.mint("prompt");
+        let Some(f) = self.sessions.get_mut(&key) else {
+            return vec![invalid(
+                &id,
+                &format!("no session {key:?}: open one with session/new"),
+            )];
+        };
+        let mut out = Vec::new();
+        // A client sends no second prompt while one is open; one that does ends the first.
+        if let Some(old) = f.turn.take() {
+            out.push(Out::Client(jsonrpc::result(
+                &old.id,
+                json!({"stopReason": "cancelled"}),
+            )));
+        }
+        let watching = FOLLOW_WORDS.contains(&text.trim().to_lowercase().as_str());
+        f.turn = Some(Turn {
+            id,
+            watching,
+            cancelled: false,
+        });
+        out.push(ready(&key, true));
+        if !watching {
+            f.waits.insert(ours.clone(), BrokerWait::Prompt);
+            out.push(Out::Broker(
+                key.clone(),
+                jsonrpc::request(&Value::String(ours), follow::PROMPT, json!({"text": text})),
+            ));
+        }
+        out
+    }
+
+    fn cancel(&mut self, key: Option<&str>) -> Vec<Out> {
+        let Some(key) = key.map(str::to_owned) else {
+            return Vec::new();
+        };
+        let ours = self.mint("cancel");
+        let Some(f) = self.sessions.get_mut(&key) else {
+            return Vec::new();
+        };
+        let Some(turn) = f.turn.as_mut() else {
+            return Vec::new();
+        };
+        if turn.watching {
+            let id = turn.id.clone();
+            f.turn = None;
+            return vec![
+                ready(&key, false),
+                Out::Client(jsonrpc::result(&id, json!({"stopReason": "cancelled"}))),
+            ];
+        }
+        turn.cancelled = true;
+        f.waits.insert(ours.clone(), BrokerWait::Cancel);
+        vec![Out::Broker(
+            key,
+            jsonrpc::request(&Value::String(ours), follow::CANCEL, json!({})),
+        )]
+    }
+
+    /// One frame from the broker on `key`'s follow connection.
+    pub fn from_broker(&mut self, key: &str, text: &str) -> Vec<Out> {
+        match jsonrpc::classify(text) {
+            Err(_) => Vec::new(),
+            Ok(Incoming::Notification { method, msg }) => match method.as_str() {
+                follow::UPDATE => match msg.get("params").and_then(|p| p.get("update")) {
+                    Some(update) => vec![session_update(key, update.clone())],
+                    None => Vec::new(),
+                },
+                follow::ENDED => {
+                    let why = param_str(&msg, "reason").unwrap_or("ended").to_string();
+                    self.ended(key, &why)
+                }
+                _ => Vec::new(),
+            },
+            Ok(Incoming::Request { id, method, msg }) if method == follow::REVIEW => {
+                self.review(key, id, msg.get("params"))
+            }
+            Ok(Incoming::Request { id, .. }) => vec![Out::Broker(
+                key.to_string(),
+                jsonrpc::error(
+                    &id,
+                    jsonrpc::METHOD_NOT_FOUND,
+                    "not offered by pi-ide-broker acp",
+                ),
+            )],
+            Ok(Incoming::Response { id, msg }) => self.broker_answered(key, &id, &msg),
+        }
+    }
+
+    fn broker_answered(&mut self, key: &str, id: &Value, msg: &Map<String, Value>) -> Vec<Out> {
+        let Some(f) = self.sessions.get_mut(key) else {
+            return Vec::new();
+        };
+        let Some(wait) = id.as_str().and_then(|k| f.waits.remove(k)) else {
+            return Vec::new();
+        };
+        match wait {
+            BrokerWait::Cancel => Vec::new(),
+            BrokerWait::History(request) => {
+                let mut out: Vec<Out> = msg
+                    .get("result")
+                    .and_then(|r| r.get("updates"))
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|u| session_update(key, u.clone()))
+                    .collect();
+                out.push(Out::Client(match msg.get("error") {
+                    Some(e) => jsonrpc::error(&request, jsonrpc::SERVER_ERROR, &error_text(e)),
+                    None => jsonrpc::result(&request, json!({})),
+                }));
+                out
+            }
+            BrokerWait::Prompt => {
+                let Some(turn) = f.turn.take() else {
+                    return Vec::new();
+                };
+                let stop = if turn.cancelled {
+                    "cancelled"
+                } else {
+                    msg.get("result")
+                        .and_then(|r| r.get("stopReason"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("end_turn")
+                };
+                let answer = match msg.get("error") {
+                    Some(e) if !turn.cancelled => {
+                        jsonrpc::error(&turn.id, jsonrpc::SERVER_ERROR, &error_text(e))
+                    }
+                    _ => jsonrpc::result(&turn.id, json!({"stopReason": stop})),
+                };
+                vec![ready(key, false), Out::Client(answer)]
+            }
+        }
+    }
+
+    /// The broker asks the client to review a diff: a `session/request_permission` whose tool
+    /// call carries the diff.
+    fn review(&mut self, key: &str, broker_id: Value, params: Option<&Value>) -> Vec<Out> {
+        let args = params
+            .and_then(|p| p.get("arguments"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let path = args
+            .get("new_file_path")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let new_text = args
+            .get("new_file_contents")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let tab = args
+            .get("tab_name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let old_text = args
+            .get("old_file_path")
+            .and_then(Value::as_str)
+            .and_then(|p| std::fs::read_to_string(p).ok());
+        // pi's tab names are `pi-<tool>:<toolCallId>`: the permission names pi's own call.
+        let tool_call_id = tab
+            .split_once(':')
+            .map_or(tab.as_str(), |(_, id)| id)
+            .to_string();
+        let verb = if old_text.is_some() { "Edit" } else { "Write" };
+        let ours = self.mint("permission");
+        self.reviews.insert(
+            ours.clone(),
+            Review {
+                session: key.to_string(),
+                broker_id,
+                new_text: new_text.clone(),
+                tab,
+            },
+        );
+        let request = json!({
+            "sessionId": key,
+            "toolCall": {
+                "toolCallId": tool_call_id,
+                "title": format!("{verb} {path}"),
+                "kind": "edit",
+                "status": "pending",
+                "content": [{"type": "diff", "path": path, "oldText": old_text, "newText": new_text}],
+                "locations": [{"path": path}],
+            },
+            "options": [
+                {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+            ],
+        });
+        vec![Out::Client(jsonrpc::request(
+            &Value::String(ours),
+            "session/request_permission",
+            request,
+        ))]
+    }
+
+    fn permission_answered(&mut self, id: &Value, msg: &Map<String, Value>) -> Vec<Out> {
+        let Some(r) = id.as_str().and_then(|k| self.reviews.remove(k)) else {
+            return Vec::new();
+        };
+        let outcome = msg.get("result").and_then(|r| r.get("outcome"));
+        let said = |k: &str| outcome.and_then(|o| o.get(k)).and_then(Value::as_str);
+        let allowed = said("outcome") == Some("selected") && said("optionId") == Some("allow");
+        let result = if allowed {
+            json!({"content": [text_block("FILE_SAVED"), text_block(&r.new_text)]})
+        } else {
+            jsonrpc::diff_rejected(&r.tab)
+        };
+        vec![Out::Broker(
+            r.session,
+            jsonrpc::result(&r.broker_id, result),
+        )]
+    }
+
+    /// The followed pi session ended (or its connection could not be kept): an open turn ends,
+    /// saying so, and the ACP session is forgotten.
+    pub fn ended(&mut self, key: &str, why: &str) -> Vec<Out> {
+        let Some(f) = self.sessions.remove(key) else {
+            return Vec::new();
+        };
+        self.reviews.retain(|_, r| r.session != key);
+        let mut out = Vec::new();
+        if let Some(turn) = f.turn {
+            out.push(session_update(
+                key,
+                json!({"sessionUpdate": "agent_message_chunk", "content": text_block(&format!("(pi-ide-broker: the pi session is gone: {why})"))}),
+            ));
+            out.push(Out::Client(jsonrpc::result(
+                &turn.id,
+                json!({"stopReason": "end_turn"}),
+            )));
+        }
+        out
+    }
+
+    /// Drops an ACP session about to be followed again (its turn ends, its connection closes).
+    fn forget(&mut self, key: &str) -> Vec<Out> {
+        let mut out = self.ended(key, "followed again");
+        if !out.is_empty() || self.sessions.contains_key(key) {
+            out.push(Out::Disconnect(key.to_string()));
+        }
+        out
+    }
+}
+
+/// What `initialize` answers: ACP v1, history loading, text prompts only.
+fn initialize_result() -> Value {
+    json!({
+        "protocolVersion": ACP_VERSION,
+        "agentCapabilities": {
+            "loadSession": true,
+            "promptCapabilities": {"image": false, "audio": false, "embeddedContext": false},
+            "mcpCapabilities": {"http": false, "sse": false},
+            "sessionCapabilities": {"list": {}},
+        },
+        "agentInfo": {"name": "pi-ide-broker", "title": "pi (via pi-ide-broker)", "version": env!("CARGO_PKG_VERSION")},
+        "authMethods": [],
+    })
+}
+
+/// `session/update` for ACP session `key`.
+fn session_update(key: &str, update: Value) -> Out {
+    Out::Client(jsonrpc::notification(
+        "session/update",
+        json!({"sessionId": key, "update": update}),
+    ))
+}
+
+/// `follow/review {ready}` on `key`'s connection.
+fn ready(key: &str, ready: bool) -> Out {
+    Out::Broker(
+        key.to_string(),
+        jsonrpc::notification(follow::READY, json!({"ready": ready})),
+    )
+}
+
+fn invalid(id: &Value, message: &str) -> Out {
+    Out::Client(jsonrpc::error(id, jsonrpc::INVALID_PARAMS, message))
+}
+
+fn param_str<'m>(msg: &'m Map<String, Value>, key: &str) -> Option<&'m str> {
+    msg.get("params")?.get(key)?.as_str()
+}
+
+fn error_text(e: &Value) -> String {
+    e.get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("the pi session answered an error")
+        .to_string()
+}
+
+/// A prompt's text: its text blocks, and the paths of its resource links as `@path`.
+pub fn prompt_text(blocks: Option<&Value>) -> String {
+    let mut parts = Vec::new();
+    for b in blocks.and_then(Value::as_array).into_iter().flatten() {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => parts.extend(b.get("text").and_then(Value::as_str).map(str::to_owned)),
+            Some("resource_link") => parts.extend(
+                b.get("uri")
+                    .and_then(Value::as_str)
+                    .map(|u| format!("@{}", u.strip_prefix("file://").unwrap_or(u))),
+            ),
+            _ => {}
+        }
+    }
+    parts.join(" ")
+}

@@ -1,0 +1,309 @@
+//! Followers: an ACP door watching, prompting and reviewing one pi session.
+//!
+//! `GET /v1/follow?session=<key>` upgrades to a WebSocket on which `pi-ide-broker acp` follows
+//! the pi session with that key (`GET /v1/pi-sessions?cwd=` lists the candidates). The broker
+//! relays: the session's `pi/update`s go to every follower; a follower's `pi/history`,
+//! `pi/prompt` and `pi/cancel` go to the session under ids of ours; while a follower's turn is
+//! open (`follow/review {ready}`) the session's diffs (`openDiff`) go to it as `pi/review`
+//! instead of to the editor. The session's extension learns who follows from
+//! `broker/followers`. Nothing here reads a transcript: the frames pass as they came.
+
+use super::handle::Follower;
+use super::Session;
+use crate::protocol::jsonrpc::{self, follow, Incoming};
+use crate::registry::Registry;
+use crate::sys::sync::lock;
+use crate::wire::outbox::{Outbox, SessionSink};
+use crate::wire::wsframe::{Frame, FrameReader};
+use serde_json::{json, Map, Value};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncRead;
+
+/// The native-protocol revision from which a client can be followed.
+pub const FOLLOW_PROTOCOL: u32 = 2;
+
+/// Whether `s` can be followed: a native session of a client that speaks the follow methods.
+pub fn followable(s: &Session) -> bool {
+    s.door == super::Door::Native
+        && s.client
+            .as_ref()
+            .and_then(|c| c.protocol)
+            .is_some_and(|p| p >= FOLLOW_PROTOCOL)
+}
+
+/// The followable sessions working in `cwd` (the same folder or one inside it), the most
+/// recently active first: what `GET /v1/pi-sessions?cwd=` lists and `acp` picks from.
+pub fn candidates(reg: &Registry, cwd: &Path) -> Vec<Arc<Session>> {
+    let cwd = crate::registry::router::normalize(cwd);
+    let mut found: Vec<Arc<Session>> = reg
+        .sessions()
+        .into_iter()
+        .filter(|s| followable(s) && s.cwd.starts_with(&cwd))
+        .collect();
+    found.sort_by_key(|s| std::cmp::Reverse((s.last_active.load(Ordering::Relaxed), s.since)));
+    found
+}
+
+/// The followable session whose sticky key is `key`.
+pub fn by_key(reg: &Registry, key: &str) -> Option<Arc<Session>> {
+    reg.sessions()
+        .into_iter()
+        .filter(|s| followable(s) && s.key.as_deref() == Some(key))
+        .max_by_key(|s| s.id)
+}
+
+/// One candidate as `GET /v1/pi-sessions` lists it.
+pub fn describe(s: &Session) -> Value {
+    let since = s
+        .since
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    json!({
+        "session": s.key,
+        "cwd": s.cwd_raw,
+        "since": since,
+        "editor": s.editor_id().as_deref(),
+        "followers": lock(&s.followers).len(),
+    })
+}
+
+/// Follows `session` on an upgraded WebSocket until the follower leaves, the session ends or
+/// the broker stops.
+pub async fn run<R>(
+    reg: Arc<Registry>,
+    mut reader: FrameReader<R>,
+    sink: SessionSink,
+    session: Arc<Session>,
+    name: String,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+{
+    let id = reg.next_session_id();
+    let kill = reg.cancel.child_token();
+    let follower = Arc::new(Follower::new(
+        id,
+        name,
+        Outbox::new(id, sink, kill.clone(), &reg.tracker),
+    ));
+    lock(&session.followers).push(follower.clone());
+    tracing::info!(follower = id, session = session.id, client = %follower.name, "a follower attached");
+    follower.outbox.deliver(jsonrpc::notification(
+        follow::ATTACHED,
+        json!({"session": session.key, "cwd": session.cwd_raw, "client": session.client}),
+    ));
+    tell_session(&session);
+    reg.changed();
+    let write_failed = follower.outbox.broken().failed();
+    tokio::pin!(write_failed);
+    let reason = loop {
+        tokio::select! {
+            biased;
+            _ = kill.cancelled() => break "broker stopping",
+            _ = session.gone.cancelled() => break "the pi session ended",
+            frame = reader.next() => match frame {
+                Ok(None) | Ok(Some(Frame::Close(_))) => break "closed by follower",
+                Err(e) => {
+                    tracing::info!(follower = id, error = %e, "follower connection error");
+                    break "connection error";
+                }
+                Ok(Some(Frame::Text(t))) => on_text(&session, &follower, t),
+                Ok(Some(Frame::Binary(b))) => match std::str::from_utf8(b) {
+                    Ok(t) => on_text(&session, &follower, t),
+                    Err(_) => _ = follower.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8")),
+                },
+                Ok(Some(Frame::Ping(p))) => follower.outbox.pong(p),
+                Ok(Some(Frame::Pong(_))) => {}
+            },
+            _ = &mut write_failed => break "write failed",
+        }
+    };
+    leave(&reg, &session, &follower, reason).await;
+}
+
+/// One frame from the follower.
+fn on_text(session: &Session, f: &Follower, text: &str) {
+    match jsonrpc::classify(text) {
+        Err(r) => {
+            tracing::info!(follower = f.id, error = %r.message, "invalid message from follower");
+            f.outbox.deliver(jsonrpc::rejection(&r));
+        }
+        Ok(Incoming::Request {
+            id,
+            method,
+            mut msg,
+        }) => {
+            if !follow::FORWARDED.contains(&method.as_str()) {
+                f.outbox.deliver(jsonrpc::error(
+                    &id,
+                    jsonrpc::METHOD_NOT_FOUND,
+                    &format!(
+                        "a follower may send {:?}, not {method:?}",
+                        follow::FORWARDED
+                    ),
+                ));
+                return;
+            }
+            let ours = format!("follow-{}-{}", f.id, session.mint_delegated_id());
+            lock(&session.follow_calls).insert(ours.clone(), (f.id, id.clone()));
+            msg.insert("id".into(), Value::String(ours.clone()));
+            if !session.outbox.deliver(Value::Object(msg).to_string()) {
+                lock(&session.follow_calls).remove(&ours);
+                f.outbox.deliver(jsonrpc::error(
+                    &id,
+                    jsonrpc::NO_EDITOR,
+                    "the pi session is gone",
+                ));
+            }
+        }
+        Ok(Incoming::Notification { method, msg }) => {
+            if method == follow::READY {
+                let ready = msg
+                    .get("params")
+                    .and_then(|p| p.get("ready"))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                set_reviewing(session, f, ready);
+            }
+        }
+        Ok(Incoming::Response { id, msg }) => answer_review(session, f, &id, msg),
+    }
+}
+
+/// Marks `f` ready (or not) to review; the latest to open its turn reviews first.
+fn set_reviewing(session: &Session, f: &Follower, ready: bool) {
+    if f.reviewing.swap(ready, Ordering::AcqRel) == ready {
+        return;
+    }
+    {
+        let mut list = lock(&session.followers);
+        if ready {
+            if let Some(at) = list.iter().position(|x| x.id == f.id) {
+                let me = list.remove(at);
+                list.push(me);
+            }
+            session.reviewers.fetch_add(1, Ordering::AcqRel);
+        } else {
+            session.reviewers.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    tell_session(session);
+}
+
+/// `broker/followers` to the session: how many follow it, and whether one reviews.
+fn tell_session(session: &Session) {
+    let count = lock(&session.followers).len();
+    let reviewer = session.reviewer().map(|f| f.name.clone());
+    session.notify(jsonrpc::notification(
+        follow::FOLLOWERS,
+        json!({"count": count, "reviewer": reviewer}),
+    ));
+}
+
+/// The follower's answer to a review: back to the session as its `openDiff` result. An error
+/// (or a malformed answer) is a diff nobody reviewed, never an error: on an error pi would
+/// write unreviewed.
+fn answer_review(session: &Session, f: &Follower, id: &Value, msg: Map<String, Value>) {
+    let key = id.as_str().unwrap_or_default();
+    let Some((call, tab)) = lock(&f.reviews).remove(key) else {
+        tracing::info!(follower = f.id, %id, "answer to no pending review; ignored");
+        return;
+    };
+    let answer = match msg.get("result") {
+        Some(r) if r.get("content").is_some_and(Value::is_array) => {
+            jsonrpc::result(&call, r.clone())
+        }
+        _ => {
+            let why = msg
+                .get("error")
+                .and_then(|e| e.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or("the ACP editor gave no verdict");
+            jsonrpc::result(&call, jsonrpc::diff_undelivered(&tab, why))
+        }
+    };
+    session.outbox.deliver(answer);
+}
+
+/// A session's `openDiff` (its call id, its params) offered to the follower `f` to review.
+pub fn review(session: &Session, f: &Follower, call: Value, tab: String, params: Option<&Value>) {
+    let ours = f.mint_review_id();
+    let arguments = params
+        .and_then(|p| p.get("arguments"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    lock(&f.reviews).insert(ours.clone(), (call.clone(), tab.clone()));
+    let sent = f.outbox.deliver(jsonrpc::request(
+        &Value::String(ours.clone()),
+        follow::REVIEW,
+        json!({"arguments": arguments}),
+    ));
+    if !sent {
+        lock(&f.reviews).remove(&ours);
+        session.outbox.deliver(jsonrpc::result(
+            &call,
+            jsonrpc::diff_undelivered(&tab, "the ACP editor is gone"),
+        ));
+    }
+    tracing::info!(
+        follower = f.id,
+        session = session.id,
+        "diff offered to the ACP editor"
+    );
+}
+
+/// A transcript update from the session: to every follower, as it came.
+pub fn fan_out(session: &Session, text: &str) {
+    for f in lock(&session.followers).iter() {
+        f.outbox.deliver(text.to_string());
+    }
+}
+
+/// Whether a session's answer carries an id of a follower's request sent on to it.
+pub fn is_forwarded(id: &Value) -> bool {
+    id.as_str().is_some_and(|k| k.starts_with("follow-"))
+}
+
+/// The session's answer to a follower's request: back to that follower under its own id.
+pub fn answer_forwarded(session: &Session, id: &Value, mut msg: Map<String, Value>) {
+    let key = id.as_str().unwrap_or_default();
+    let Some((fid, theirs)) = lock(&session.follow_calls).remove(key) else {
+        tracing::info!(session = session.id, %id, "answer to no follower's request; ignored");
+        return;
+    };
+    if let Some(f) = lock(&session.followers).iter().find(|f| f.id == fid) {
+        msg.insert("id".into(), theirs);
+        f.outbox.deliver(Value::Object(msg).to_string());
+    }
+}
+
+/// The follower's end: its reviews are answered (not reviewed), its forwarded calls
+/// forgotten, the session told; it hears why, if the session ended.
+async fn leave(reg: &Registry, session: &Session, f: &Arc<Follower>, reason: &str) {
+    set_reviewing(session, f, false);
+    lock(&session.followers).retain(|x| x.id != f.id);
+    lock(&session.follow_calls).retain(|_, (fid, _)| *fid != f.id);
+    for (_, (call, tab)) in lock(&f.reviews).drain() {
+        session.outbox.deliver(jsonrpc::result(
+            &call,
+            jsonrpc::diff_undelivered(&tab, "the ACP editor left before answering"),
+        ));
+    }
+    tell_session(session);
+    if session.gone.is_cancelled() {
+        f.outbox.deliver(jsonrpc::notification(
+            follow::ENDED,
+            json!({"reason": reason}),
+        ));
+    }
+    f.outbox.finish(Duration::from_secs(1)).await;
+    reg.changed();
+    tracing::info!(
+        follower = f.id,
+        session = session.id,
+        reason,
+        "a follower left"
+    );
+}

@@ -1,0 +1,317 @@
+//! The ACP door (`pi-ide-broker acp`, issue 43) between the fake ACP client of the test kit
+//! and a pi session. Here the pi session is a native client that speaks the follow methods as
+//! the pi extension does (protocol 2, `docs/protocol.md` "Following a session"); `acp_pi.rs`
+//! runs the real pi and `acp_nvim.rs` a real ACP client.
+
+use crate::common::process::{broker_bin, isolate};
+use crate::common::TestBroker;
+use pi_ide_broker::testkit::acp_client::AcpClient;
+use pi_ide_broker::testkit::agent::Agent;
+use pi_ide_broker::testkit::within;
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+/// The sticky key of the fake pi session (pi's session id).
+const KEY: &str = "pi-session-1";
+
+/// A pi session as the extension opens it: protocol 2, its session id as key.
+async fn pi_session(b: &TestBroker, cwd: &str, key: &str) -> Agent {
+    let q = format!(
+        "cwd={}&session={key}&client=pi-ide-broker-pi&client_version=0.1.0&protocol=2",
+        pi_ide_broker::protocol::percent::encode_query(cwd)
+    );
+    within("the pi session's connect", Agent::connect(&b.socket, &q))
+        .await
+        .expect("pi session")
+}
+
+/// `pi-ide-broker acp` dialling this broker, initialized.
+async fn acp(b: &TestBroker) -> AcpClient {
+    let mut cmd = Command::new(broker_bin());
+    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let mut c = AcpClient::spawn(&mut cmd);
+    let init = c.initialize(true, false).await;
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    assert_eq!(init["result"]["agentCapabilities"]["loadSession"], true);
+    c
+}
+
+/// The next `broker/followers` the pi session gets.
+async fn followers(pi: &mut Agent) -> Value {
+    pi.until("broker/followers", |m| m["method"] == "broker/followers")
+        .await["params"]
+        .clone()
+}
+
+/// The next request of `method` the pi session gets (from a follower, through the broker).
+async fn asked(pi: &mut Agent, method: &str) -> Value {
+    pi.until(method, |m| m["method"] == method && m.get("id").is_some())
+        .await
+}
+
+async fn reply(pi: &mut Agent, id: &Value, result: Value) {
+    pi.send_text(&json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
+        .await;
+}
+
+async fn update(pi: &mut Agent, update: Value) {
+    pi.send_text(
+        &json!({"jsonrpc": "2.0", "method": "pi/update", "params": {"update": update}}).to_string(),
+    )
+    .await;
+}
+
+fn chunk(kind: &str, text: &str) -> Value {
+    json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
+}
+
+/// A new ACP thread follows the pi session of its folder (and says so clearly where none
+/// runs); pi's transcript streams into it; a prompt typed there reaches pi and ends when pi's
+/// turn does; `follow` only watches, and `session/cancel` ends it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_thread_follows_the_pi_session_of_its_folder() {
+    let b = TestBroker::start().await;
+    let root = b.dir.path().join("proj");
+    let cwd = root.to_str().unwrap();
+    let mut c = acp(&b).await;
+    let none = c.new_session(cwd).await;
+    assert!(
+        none["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no pi session runs in this folder"),
+        "{none}"
+    );
+    // Two pi sessions there; the more recently active one is followed.
+    let mut pi = pi_session(&b, &format!("{cwd}/src"), KEY).await;
+    let _older = pi_session(&b, cwd, "older").await;
+    update(&mut pi, chunk("agent_message_chunk", "warming up")).await;
+    let new = c.new_session(cwd).await;
+    assert_eq!(new["result"]["sessionId"], KEY, "{new}");
+    assert_eq!(
+        followers(&mut pi).await,
+        json!({"count": 1, "reviewer": null})
+    );
+
+    // Out of any turn: streamed all the same (Zed shows it).
+    update(&mut pi, chunk("agent_message_chunk", "hello from pi")).await;
+    let u = c
+        .update("pi's chunk", |u| u["content"]["text"] == "hello from pi")
+        .await;
+    assert!(!u.in_turn);
+
+    // A prompt: it reaches pi; while it is open this client reviews; pi's turn streams; its
+    // end ends the prompt.
+    let p = c.prompt(KEY, "fix the bug").await;
+    assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
+    let asked_prompt = asked(&mut pi, "pi/prompt").await;
+    assert_eq!(asked_prompt["params"]["text"], "fix the bug");
+    update(&mut pi, chunk("agent_message_chunk", "on it")).await;
+    let u = c
+        .update("the turn's chunk", |u| u["content"]["text"] == "on it")
+        .await;
+    assert!(u.in_turn, "a turn's update comes while the prompt is open");
+    reply(
+        &mut pi,
+        &asked_prompt["id"],
+        json!({"stopReason": "end_turn"}),
+    )
+    .await;
+    assert_eq!(c.answer(&p).await["result"]["stopReason"], "end_turn");
+    assert_eq!(followers(&mut pi).await["reviewer"], Value::Null);
+
+    // `follow`: nothing goes to pi; cancel ends the turn.
+    let f = c.prompt(KEY, "follow").await;
+    assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
+    update(
+        &mut pi,
+        chunk("user_message_chunk", "typed in the terminal"),
+    )
+    .await;
+    assert!(
+        c.update("a terminal prompt", |u| u["sessionUpdate"]
+            == "user_message_chunk")
+            .await
+            .in_turn
+    );
+    c.cancel(KEY).await;
+    assert_eq!(c.answer(&f).await["result"]["stopReason"], "cancelled");
+    assert_eq!(followers(&mut pi).await["reviewer"], Value::Null);
+
+    // A prompt turn cancelled: pi is asked to abort; its answer ends the prompt `cancelled`.
+    let p = c.prompt(KEY, "long job").await;
+    followers(&mut pi).await;
+    let job = asked(&mut pi, "pi/prompt").await;
+    c.cancel(KEY).await;
+    let abort = asked(&mut pi, "pi/cancel").await;
+    reply(&mut pi, &abort["id"], json!({})).await;
+    reply(&mut pi, &job["id"], json!({"stopReason": "end_turn"})).await;
+    assert_eq!(c.answer(&p).await["result"]["stopReason"], "cancelled");
+
+    // The pi session ends: an open turn ends with a word, not a hang.
+    let p = c.prompt(KEY, "follow").await;
+    pi.until("the follow turn open", |m| {
+        m["method"] == "broker/followers" && m["params"]["reviewer"] == "fake-acp-client"
+    })
+    .await;
+    pi.close().await;
+    let end = c.answer(&p).await;
+    assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
+    assert!(
+        c.agent_text().contains("the pi session is gone"),
+        "{}",
+        c.agent_text()
+    );
+    c.close().await;
+}
+
+/// A diff pi proposes while the thread's turn is open is a permission request with the diff:
+/// allowed → FILE_SAVED with the text, rejected or cancelled → DIFF_REJECTED; a follower that
+/// leaves mid-review leaves a DIFF_REJECTED marked undelivered, never an unreviewed write.
+#[tokio::test(flavor = "current_thread")]
+async fn diffs_are_reviewed_in_the_thread_while_its_turn_is_open() {
+    let b = TestBroker::start().await;
+    let root = b.dir.path().join("proj");
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("a.txt");
+    std::fs::write(&file, "old\n").unwrap();
+    let (cwd, path) = (root.to_str().unwrap(), file.to_str().unwrap());
+    let mut pi = pi_session(&b, cwd, KEY).await;
+    let mut c = acp(&b).await;
+    assert_eq!(c.new_session(cwd).await["result"]["sessionId"], KEY);
+    followers(&mut pi).await;
+    let turn = c.prompt(KEY, "follow").await;
+    assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
+
+    for (n, decision, want) in [
+        (1, Some("allow"), "FILE_SAVED"),
+        (2, Some("reject"), "DIFF_REJECTED"),
+        (3, None, "DIFF_REJECTED"),
+    ] {
+        let tab = format!("pi-write:call_{n}");
+        pi.send_request(
+            json!(n),
+            "tools/call",
+            json!({"name": "openDiff", "arguments": pi_ide_broker::testkit::diff_args(path, "new\n", &tab)}),
+        )
+        .await;
+        let ask = c.permission().await;
+        assert!(ask.in_turn);
+        let call = &ask.msg["params"]["toolCall"];
+        assert_eq!(call["toolCallId"], format!("call_{n}"));
+        assert_eq!(
+            call["content"][0],
+            json!({"type": "diff", "path": path, "oldText": "old\n", "newText": "new\n"})
+        );
+        c.decide(&ask.msg, decision).await;
+        let answer = pi.answer(&json!(n)).await;
+        assert_eq!(pi_ide_broker::testkit::text(&answer), want, "{answer}");
+        if want == "FILE_SAVED" {
+            assert_eq!(answer["result"]["content"][1]["text"], "new\n");
+        }
+        assert!(
+            answer["result"].get("_meta").is_none(),
+            "reviewed: {answer}"
+        );
+    }
+
+    // The follower goes away with a diff in its hands.
+    pi.send_request(
+        json!(9),
+        "tools/call",
+        json!({"name": "openDiff", "arguments": pi_ide_broker::testkit::diff_args(path, "x\n", "pi-edit:call_9")}),
+    )
+    .await;
+    c.permission().await;
+    c.close().await;
+    let answer = pi.answer(&json!(9)).await;
+    assert_eq!(pi_ide_broker::testkit::text(&answer), "DIFF_REJECTED");
+    assert!(
+        answer["result"]["_meta"]["pi-ide-broker/undelivered"].is_string(),
+        "{answer}"
+    );
+    let _ = turn;
+    assert_eq!(
+        followers(&mut pi).await,
+        json!({"count": 0, "reviewer": null})
+    );
+    // Without a reviewer the diff goes where it always went: no editor here, so it is
+    // refused as undelivered.
+    let answer = pi
+        .call(
+            "openDiff",
+            pi_ide_broker::testkit::diff_args(path, "y\n", "pi-write:call_10"),
+        )
+        .await;
+    assert!(
+        answer["result"]["_meta"]["pi-ide-broker/undelivered"].is_string(),
+        "{answer}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "old\n");
+}
+
+/// `session/load` replays the pi session's history before its answer; `session/list` lists
+/// the sessions of a folder; a session that is not followable (an old extension, protocol 1)
+/// is neither listed nor followed.
+#[tokio::test(flavor = "current_thread")]
+async fn load_replays_history_and_old_clients_are_not_followed() {
+    let b = TestBroker::start().await;
+    let root = b.dir.path().join("proj");
+    let cwd = root.to_str().unwrap();
+    let mut pi = pi_session(&b, cwd, KEY).await;
+    let _old = Agent::connect(
+        &b.socket,
+        &format!("cwd={cwd}&session=old&client=pi-ide-broker-pi&protocol=1"),
+    )
+    .await
+    .expect("old client");
+    let mut c = acp(&b).await;
+    let list = c.request("session/list", json!({"cwd": cwd})).await;
+    let list = c.answer(&list).await;
+    let ids: Vec<&str> = list["result"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["sessionId"].as_str())
+        .collect();
+    assert_eq!(ids, vec![KEY], "{list}");
+
+    let load = c
+        .request(
+            "session/load",
+            json!({"sessionId": KEY, "cwd": cwd, "mcpServers": []}),
+        )
+        .await;
+    let h = asked(&mut pi, "pi/history").await;
+    reply(
+        &mut pi,
+        &h["id"],
+        json!({"updates": [chunk("user_message_chunk", "earlier question"), chunk("agent_message_chunk", "earlier answer")]}),
+    )
+    .await;
+    let done = c.answer(&load).await;
+    assert!(done.get("result").is_some(), "{done}");
+    let texts: Vec<&str> = c
+        .updates
+        .iter()
+        .filter_map(|s| s.msg["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(texts, vec!["earlier question", "earlier answer"]);
+
+    let old = c
+        .request(
+            "session/load",
+            json!({"sessionId": "old", "cwd": cwd, "mcpServers": []}),
+        )
+        .await;
+    let refused = c.answer(&old).await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("protocol 2"),
+        "{refused}"
+    );
+    c.close().await;
+}
