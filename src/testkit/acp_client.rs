@@ -204,6 +204,22 @@ impl AcpClient {
             .collect()
     }
 
+    /// Reads until the agent message text streamed so far contains `needle` (bounded); other
+    /// messages wait for later waits.
+    pub async fn until_agent_text(&mut self, needle: &str) {
+        let mut skipped = Vec::new();
+        while !self.agent_text().contains(needle) {
+            match self.read().await {
+                Some(s) if s.msg["method"] == "session/update" => {}
+                Some(s) => skipped.push(s),
+                None => panic!("the ACP agent ended before it streamed {needle:?}"),
+            }
+        }
+        for s in skipped.into_iter().rev() {
+            self.backlog.push_front(s);
+        }
+    }
+
     /// Ends the agent: stdin closed, then its exit awaited (bounded).
     pub async fn close(mut self) {
         drop(self.stdin);

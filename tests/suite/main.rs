@@ -5,6 +5,7 @@
 mod common;
 
 mod acp;
+mod acp_pi;
 mod bridge;
 mod broker_core;
 mod cli;

@@ -1,0 +1,143 @@
+//! The ACP door against the real pi (RPC mode, offline against the fake model) with this
+//! repo's extension: the test kit's ACP client spawns `pi-ide-broker acp`, follows the pi
+//! session of the folder, sees pi's turns, prompts it, reviews its writes and cancels it.
+//! Skipped where pi is not installed; `.ci/run` installs it.
+
+use crate::common::fake_model::{all_text, FakeModel, Reply};
+use crate::common::pi::{find_pi, pi_home, Pi};
+use crate::common::process::{broker_bin, isolate};
+use crate::common::TestBroker;
+use pi_ide_broker::testkit::acp_client::AcpClient;
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+fn is_chunk(u: &Value, kind: &str, text: &str) -> bool {
+    u["sessionUpdate"] == kind
+        && u["content"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(text))
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
+    let Some(install) = find_pi() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proj = dir.path().join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir proj");
+    let proj = std::fs::canonicalize(&proj).expect("canonical proj");
+    let mut model = FakeModel::start().await;
+    let home = pi_home(dir.path(), &model.models_json());
+    let b = TestBroker::start_in(dir, |_| {}).await;
+    let mut pi = Pi::start(&install, &home, &proj, &b.socket, &[]).await;
+    let key = pi.command("get_state", json!({})).await["data"]["sessionId"]
+        .as_str()
+        .expect("sessionId")
+        .to_string();
+    b.wait_status("the pi session, followable", |st| {
+        st["sessions"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["door"] == "native" && s["client"]["protocol"] == 2)
+        })
+    })
+    .await;
+
+    let mut cmd = Command::new(broker_bin());
+    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let mut c = AcpClient::spawn(&mut cmd);
+    c.initialize(true, true).await;
+    let cwd = proj.display().to_string();
+    let new = c.new_session(&cwd).await;
+    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+
+    // Mirror: a turn typed in pi's terminal shows in the thread's open (watching) turn.
+    let watch = c.prompt(&key, "follow").await;
+    let from = pi.mark();
+    pi.toast(from, "Diffs are reviewed in fake-acp-client")
+        .await;
+    model.push(Reply::Text("the terminal's answer".into()));
+    pi.prompt("typed in the terminal").await;
+    let u = c
+        .update("the terminal prompt", |u| {
+            is_chunk(u, "user_message_chunk", "typed in the terminal")
+        })
+        .await;
+    assert!(u.in_turn);
+    c.until_agent_text("the terminal's answer").await;
+
+    // Review: pi's write is a diff permission in the thread; allowed → written, rejected →
+    // untouched.
+    let file = proj.join("notes.txt");
+    let path = file.display().to_string();
+    for (decision, content) in [("reject", "rejected\n"), ("allow", "allowed\n")] {
+        model.push(Reply::Tool {
+            name: "write".into(),
+            args: json!({"path": "notes.txt", "content": content}),
+        });
+        model.push(Reply::Text("done".into()));
+        let from = pi.mark();
+        let r = pi
+            .command("prompt", json!({"message": format!("write {content}")}))
+            .await;
+        assert_eq!(r["success"], true, "{r}");
+        let ask = c.permission().await;
+        assert!(ask.in_turn, "asked inside the open turn");
+        let diff = &ask.msg["params"]["toolCall"]["content"][0];
+        assert_eq!(diff["type"], "diff");
+        assert_eq!(diff["path"], path.as_str());
+        assert_eq!(diff["newText"], content);
+        c.decide(&ask.msg, Some(decision)).await;
+        pi.until("agent_settled", from, |v| v["type"] == "agent_settled")
+            .await;
+        let on_disk = std::fs::read_to_string(&file).ok();
+        if decision == "allow" {
+            assert_eq!(on_disk.as_deref(), Some("allowed\n"));
+        } else {
+            assert_eq!(on_disk, None, "a rejected write leaves the file untouched");
+        }
+    }
+    c.cancel(&key).await;
+    assert_eq!(c.answer(&watch).await["result"]["stopReason"], "cancelled");
+
+    // Steer: a prompt typed in the editor reaches pi as the user's, and pi's turn streams
+    // back into that prompt's turn.
+    model.received();
+    model.push(Reply::Text("answer for the editor".into()));
+    let before = pi.mark();
+    let asked = c.prompt(&key, "question from the editor").await;
+    let chat = model.next_chat().await;
+    assert!(
+        all_text(&chat).contains("question from the editor"),
+        "{chat}"
+    );
+    c.until_agent_text("answer for the editor").await;
+    let end = c.answer(&asked).await;
+    assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
+    // pi's log is read as it is waited on: read this turn's end before marking the next.
+    pi.until("the editor's turn settled", before, |v| {
+        v["type"] == "agent_settled"
+    })
+    .await;
+
+    // Cancel: session/cancel stops pi's running turn (a 30 s command), well before its end.
+    model.push(Reply::Tool {
+        name: "bash".into(),
+        args: json!({"command": "sleep 30"}),
+    });
+    model.push(Reply::Text("never".into()));
+    let from = pi.mark();
+    let long = c.prompt(&key, "run the long job").await;
+    c.update("the command running", |u| {
+        u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress"
+    })
+    .await;
+    c.cancel(&key).await;
+    let end = c.answer(&long).await;
+    assert_eq!(end["result"]["stopReason"], "cancelled", "{end}");
+    let settled = pi
+        .until("agent_settled", from, |v| v["type"] == "agent_settled")
+        .await;
+    assert_eq!(settled["aborted"], true, "{settled}");
+    c.close().await;
+    pi.quit().await;
+}
