@@ -20,4 +20,4 @@ for f in "${files[@]}"; do args+=(-f "$f"); done
 mkdir -p target # cargo-mutants writes its report under target/mutants, even on a fresh clone
 # No debug info: linking each mutant's test binary is most of its time.
 CARGO_PROFILE_TEST_DEBUG=0 CARGO_PROFILE_DEV_DEBUG=0 \
-  "$root/bin/cargo-mutants" mutants "${args[@]}" --timeout 300 --build-timeout 900 -o target/mutants -- --lib
+  "$root/bin/cargo-mutants" mutants "${args[@]}" --timeout 60 --build-timeout 900 -o target/mutants -- --lib

@@ -373,6 +373,14 @@ fn session_line(sess: &SessionStatus, now: u64) -> String {
         let _ = write!(l, " · in flight: {}", items.join(", "));
     }
     l.push('\n');
+    for f in &sess.followers {
+        let role = if f.reviewing {
+            "reviews its diffs"
+        } else {
+            "watching"
+        };
+        let _ = writeln!(l, "    · followed by {} (ACP, {role})", f.client);
+    }
     l
 }
 
@@ -400,7 +408,8 @@ mod tests {
             ],
             "sessions": [
                 {"id": 3, "door": "native", "dialect": "pi", "cwd": "/home/u/proj/src", "key": "999", "editor": "neovim-3fa2c1", "client": {"name": "pi-ide-broker-pi", "version": "0.1.0", "protocol": 1},
-                 "since": 1100, "in_flight": [{"method": "tools/call", "tool": "openDiff", "age_s": 12}]},
+                 "since": 1100, "in_flight": [{"method": "tools/call", "tool": "openDiff", "age_s": 12}],
+                 "followers": [{"id": 9, "client": "Zed", "reviewing": true}]},
                 {"id": 4, "door": "compat", "dialect": "pi", "cwd": "/tmp", "key": null, "editor": null, "since": 1190, "in_flight": []}
             ],
             "sticky": []
@@ -411,6 +420,7 @@ pi-ide-broker 0.1.0 · pid 42 · up 3m12s · socket /run/user/1000/pi-ide-broker
 EDITOR         FAMILY  PORT   PID   STATE    RTT    UP     RESTARTS  SESSIONS  WORKSPACE
 neovim-3fa2c1  pi      41234  5678  ready    0.4ms  3m20s  1         1         /home/u/proj
   └ session 3 · native · pi · cwd /home/u/proj/src · key 999 · pi-ide-broker-pi 0.1.0 · for 1m40s · in flight: openDiff (12s)
+    · followed by Zed (ACP, reviews its diffs)
 code-00aa11    claude  5      77    backoff  -      -      0         0         -
 
 Unattached sessions:

@@ -151,6 +151,20 @@ pub struct SessionStatus {
     /// What the client says it is (name, version, protocol revision), if it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<crate::protocol::version::ClientInfo>,
+    /// ACP editors following it (`pi-ide-broker acp`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub followers: Vec<FollowerStatus>,
+}
+
+/// An ACP editor following a session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FollowerStatus {
+    /// Broker-assigned id.
+    pub id: u64,
+    /// The ACP client's name.
+    pub client: String,
+    /// It reviews the session's diffs now (its turn is open).
+    pub reviewing: bool,
 }
 
 /// One call waiting for an editor.
@@ -290,6 +304,14 @@ fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> Sessi
         host_cwd: s.remote.as_ref().map(|_| s.cwd.display().to_string()),
         in_flight: in_flight.into_iter().map(|(_, v)| v).collect(),
         client: s.client.clone(),
+        followers: crate::sys::sync::lock(&s.followers)
+            .iter()
+            .map(|f| FollowerStatus {
+                id: f.id,
+                client: f.name.clone(),
+                reviewing: f.reviewing.load(std::sync::atomic::Ordering::Acquire),
+            })
+            .collect(),
     }
 }
 
