@@ -86,6 +86,19 @@ async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
         assert_eq!(diff["type"], "diff");
         assert_eq!(diff["path"], path.as_str());
         assert_eq!(diff["newText"], content);
+        // The permission names the tool call the thread was shown as pi proposed it.
+        let id = &ask.msg["params"]["toolCall"]["toolCallId"];
+        assert!(
+            c.updates.iter().any(
+                |u| u.msg["params"]["update"]["sessionUpdate"] == "tool_call"
+                    && &u.msg["params"]["update"]["toolCallId"] == id
+            ),
+            "no tool_call {id} before its permission: {:?}",
+            c.updates
+                .iter()
+                .map(|u| u.msg["params"]["update"]["sessionUpdate"].to_string())
+                .collect::<Vec<_>>()
+        );
         c.decide(&ask.msg, Some(decision)).await;
         pi.until("agent_settled", from, |v| v["type"] == "agent_settled")
             .await;

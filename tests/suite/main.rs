@@ -5,6 +5,7 @@
 mod common;
 
 mod acp;
+mod acp_nvim;
 mod acp_pi;
 mod bridge;
 mod broker_core;

