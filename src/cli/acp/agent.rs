@@ -8,6 +8,12 @@ use crate::protocol::jsonrpc::{self, follow, Incoming};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 
+/// ACP's "internal error": -32000 is ACP's "authentication required", which a client answers
+/// with an auth flow, so the broker's own -32000 is never used here.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// ACP's "resource not found": no pi session to follow.
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
+
 /// The ACP protocol version this agent speaks.
 pub const ACP_VERSION: u64 = 1;
 
@@ -188,11 +194,7 @@ impl Agent {
     pub fn listed(&mut self, purpose: Purpose, found: Result<Vec<Value>, String>) -> Vec<Out> {
         match (purpose, found) {
             (Purpose::New(id) | Purpose::List(id), Err(why)) => {
-                vec![Out::Client(jsonrpc::error(
-                    &id,
-                    jsonrpc::SERVER_ERROR,
-                    &why,
-                ))]
+                vec![Out::Client(jsonrpc::error(&id, INTERNAL_ERROR, &why))]
             }
             (Purpose::New(id), Ok(list)) => {
                 match list.first().and_then(|s| s.get("session")).and_then(Value::as_str) {
@@ -208,7 +210,7 @@ impl Agent {
                     }
                     None => vec![Out::Client(jsonrpc::error(
                         &id,
-                        jsonrpc::SERVER_ERROR,
+                        RESOURCE_NOT_FOUND,
                         "no pi session runs in this folder with the pi-ide-broker extension: start `pi` there (`pi-ide-broker setup` installs the extension), then open a new thread",
                     ))],
                 }
@@ -240,11 +242,7 @@ impl Agent {
         ok: Result<(), String>,
     ) -> Vec<Out> {
         if let Err(why) = ok {
-            return vec![Out::Client(jsonrpc::error(
-                &request,
-                jsonrpc::SERVER_ERROR,
-                &why,
-            ))];
+            return vec![Out::Client(jsonrpc::error(&request, INTERNAL_ERROR, &why))];
         }
         self.sessions.insert(key.to_string(), Followed::default());
         if !load {
@@ -380,7 +378,7 @@ impl Agent {
                     .map(|u| session_update(key, u.clone()))
                     .collect();
                 out.push(Out::Client(match msg.get("error") {
-                    Some(e) => jsonrpc::error(&request, jsonrpc::SERVER_ERROR, &error_text(e)),
+                    Some(e) => jsonrpc::error(&request, INTERNAL_ERROR, &error_text(e)),
                     None => jsonrpc::result(&request, json!({})),
                 }));
                 out
@@ -399,7 +397,7 @@ impl Agent {
                 };
                 let answer = match msg.get("error") {
                     Some(e) if !turn.cancelled => {
-                        jsonrpc::error(&turn.id, jsonrpc::SERVER_ERROR, &error_text(e))
+                        jsonrpc::error(&turn.id, INTERNAL_ERROR, &error_text(e))
                     }
                     _ => jsonrpc::result(&turn.id, json!({"stopReason": stop})),
                 };
