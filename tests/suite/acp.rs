@@ -179,7 +179,11 @@ async fn diffs_are_reviewed_in_the_thread_while_its_turn_is_open() {
     let file = root.join("a.txt");
     std::fs::write(&file, "old\n").unwrap();
     let (cwd, path) = (root.to_str().unwrap(), file.to_str().unwrap());
+    // The session is attached to an editor too: the reviewing thread wins over it.
+    let (editor, _) = b.editor(&[cwd]).await;
+    let mut editor_events = editor.events();
     let mut pi = pi_session(&b, cwd, KEY).await;
+    pi.attached().await;
     let mut c = acp(&b).await;
     assert_eq!(c.new_session(cwd).await["result"]["sessionId"], KEY);
     followers(&mut pi).await;
@@ -238,18 +242,20 @@ async fn diffs_are_reviewed_in_the_thread_while_its_turn_is_open() {
         followers(&mut pi).await,
         json!({"count": 0, "reviewer": null})
     );
-    // Without a reviewer the diff goes where it always went: no editor here, so it is
-    // refused as undelivered.
-    let answer = pi
-        .call(
-            "openDiff",
-            pi_ide_broker::testkit::diff_args(path, "y\n", "pi-write:call_10"),
-        )
-        .await;
+    // None of those reached the editor; without a reviewer the next one does, as always.
+    use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+    let is_diff = |e: &Event| matches!(e, Event::Call { tool: Some(t), .. } if t == "openDiff");
     assert!(
-        answer["result"]["_meta"]["pi-ide-broker/undelivered"].is_string(),
-        "{answer}"
+        !std::iter::from_fn(|| editor_events.try_recv().ok()).any(|e| is_diff(&e)),
+        "a diff the thread reviewed also reached the editor"
     );
+    pi.call_tool(
+        json!(10),
+        "openDiff",
+        pi_ide_broker::testkit::diff_args(path, "y\n", "pi-write:call_10"),
+    )
+    .await;
+    wait_for(&mut editor_events, "the diff at the editor", is_diff).await;
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "old\n");
 }
 
