@@ -124,6 +124,16 @@ async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
         "{chat}"
     );
     c.until_agent_text("answer for the editor").await;
+    // The editor shows its own prompt: pi does not echo it back into the thread.
+    assert!(
+        !c.updates
+            .iter()
+            .any(
+                |u| u.msg["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+                    && u.msg.to_string().contains("question from the editor")
+            ),
+        "the editor's prompt came back as a user message"
+    );
     let end = c.answer(&asked).await;
     assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
     // pi's log is read as it is waited on: read this turn's end before marking the next.
