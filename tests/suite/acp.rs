@@ -323,3 +323,34 @@ async fn load_replays_history_and_old_clients_are_not_followed() {
     );
     c.close().await;
 }
+
+/// A broker restart: the thread's follow connection is dialled again once the pi session is
+/// back; an open prompt turn ends saying so (its answer went with the old broker); the next
+/// prompt reaches pi.
+#[tokio::test(flavor = "current_thread")]
+async fn a_broker_restart_is_followed_through() {
+    let b = TestBroker::start().await;
+    let root = b.dir.path().join("proj");
+    let cwd = root.to_str().unwrap().to_string();
+    let mut pi = pi_session(&b, &cwd, KEY).await;
+    let mut c = acp(&b).await;
+    assert_eq!(c.new_session(&cwd).await["result"]["sessionId"], KEY);
+    followers(&mut pi).await;
+    let p = c.prompt(KEY, "long job").await;
+    asked(&mut pi, "pi/prompt").await;
+
+    let dir = b.stop_keep_dir().await;
+    let b = TestBroker::start_in(dir, |_| {}).await;
+    let mut pi = pi_session(&b, &cwd, KEY).await;
+    let end = c.answer(&p).await;
+    assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
+    assert!(c.agent_text().contains("restarted"), "{}", c.agent_text());
+    assert_eq!(followers(&mut pi).await["count"], 1);
+
+    let p = c.prompt(KEY, "after the restart").await;
+    let again = asked(&mut pi, "pi/prompt").await;
+    assert_eq!(again["params"]["text"], "after the restart");
+    reply(&mut pi, &again["id"], json!({"stopReason": "end_turn"})).await;
+    assert_eq!(c.answer(&p).await["result"]["stopReason"], "end_turn");
+    c.close().await;
+}

@@ -509,6 +509,40 @@ impl Agent {
         out
     }
 
+    /// The follow connection of `key` was dialled again after a broker restart: what the old
+    /// broker was asked is lost with it. An open prompt turn ends, saying so (pi's turn goes
+    /// on in pi); a watching turn stays open; a history wait is answered with an error.
+    pub fn relinked(&mut self, key: &str) -> Vec<Out> {
+        let Some(f) = self.sessions.get_mut(key) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (_, wait) in f.waits.drain() {
+            match wait {
+                BrokerWait::History(request) => out.push(Out::Client(jsonrpc::error(
+                    &request,
+                    INTERNAL_ERROR,
+                    "pi-ide-broker restarted while the history was read; load the session again",
+                ))),
+                BrokerWait::Prompt => {
+                    if let Some(turn) = f.turn.take() {
+                        out.push(session_update(
+                            key,
+                            json!({"sessionUpdate": "agent_message_chunk", "content": text_block("(pi-ide-broker restarted: pi's turn goes on in pi, and this thread follows it again)")}),
+                        ));
+                        out.push(ready(key, false));
+                        out.push(Out::Client(jsonrpc::result(
+                            &turn.id,
+                            json!({"stopReason": "end_turn"}),
+                        )));
+                    }
+                }
+                BrokerWait::Cancel => {}
+            }
+        }
+        out
+    }
+
     /// Drops an ACP session about to be followed again (its turn ends, its connection closes).
     fn forget(&mut self, key: &str) -> Vec<Out> {
         let mut out = self.ended(key, "followed again");
