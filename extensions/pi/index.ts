@@ -98,6 +98,8 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	 * the one that reviews diffs now (its turn is open), from `broker/followers`. */
 	let followers = 0;
 	let acpReviewer: string | null = null;
+	/** A following ACP editor offers its buffers (`fs.readTextFile`). */
+	let followedBuffers = false;
 	/** Prompts a follower sent, not mirrored back to it when pi starts them. */
 	const injected: string[] = [];
 	/** Follower prompts waiting for pi to settle. */
@@ -202,6 +204,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 					// The broker's followers went with the link; they follow again once it is back.
 					followers = 0;
 					acpReviewer = null;
+					followedBuffers = false;
 					render();
 				},
 				onUnreachable: () => firstAttach.settle(),
@@ -212,6 +215,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 						const was = acpReviewer;
 						followers = typeof p.count === "number" ? p.count : 0;
 						acpReviewer = typeof p.reviewer === "string" ? p.reviewer : null;
+						followedBuffers = (p as { buffers?: unknown }).buffers === true;
 						if (acpReviewer && acpReviewer !== was) notify(`Diffs are reviewed in ${acpReviewer} while its turn is open`);
 					}
 				},
@@ -231,6 +235,8 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		l.handle("pi/prompt", (params) => promptFromFollower(String((params as { text?: unknown })?.text ?? "")));
 		l.handle("pi/cancel", async () => {
 			ctx?.abort();
+			// A prompt cancelled before its run began leaves no run to settle: answer it now.
+			if (ctx?.isIdle()) for (const w of settleWaiters.splice(0)) w(true);
 			return {};
 		});
 		link = l;
@@ -325,6 +331,27 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	pi.on("message_update", (event) => mirror(follow.assistantDelta((event as { assistantMessageEvent?: unknown }).assistantMessageEvent)));
 	pi.on("tool_execution_start", (event) => mirror(follow.toolCallRunning(event.toolCallId)));
 	pi.on("tool_execution_end", (event) => mirror(follow.toolCallDone(event.toolCallId, event.result, event.isError)));
+	// A `read` of a file a following ACP editor holds with unsaved changes: the editor's text
+	// is given to the model too (the client's `fs/read_text_file`, through the broker).
+	pi.on("tool_result", async (event, c) => {
+		if (event.toolName !== "read" || event.isError || !followedBuffers) return;
+		const input = event.input as { path?: unknown; offset?: unknown; limit?: unknown };
+		if (typeof input?.path !== "string") return;
+		const path = toolPath(c.cwd, input.path);
+		let buffer: unknown;
+		try {
+			buffer = (await link?.request("broker/read", { path }, 1000))?.content;
+		} catch {
+			return;
+		}
+		if (typeof buffer !== "string") return;
+		const disk = await readFile(path, "utf8").catch(() => null);
+		if (buffer === disk) return;
+		const text = follow.bufferNote(acpReviewer ?? "the ACP editor", buffer, input.offset, input.limit);
+		const shown = follow.contentText(event.content);
+		const whole = input.offset === undefined && input.limit === undefined && shown === disk;
+		return { content: whole ? [{ type: "text", text }] : [...(event.content as object[]), { type: "text", text }] } as never;
+	});
 	pi.on("agent_settled", (event) => {
 		const aborted = Boolean((event as { aborted?: unknown }).aborted);
 		for (const w of settleWaiters.splice(0)) w(aborted);

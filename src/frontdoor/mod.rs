@@ -52,8 +52,9 @@ impl IntoHalves for tokio::net::TcpStream {
 pub enum Upgraded {
     /// An agent session (`/v1/session`).
     Session(crate::session::Intro),
-    /// A follower of this session, with its client's name (`/v1/follow`).
-    Follow(std::sync::Arc<crate::session::Session>, String),
+    /// A follower of this session, with its client's name and whether its editor's buffers
+    /// can be read (`/v1/follow`).
+    Follow(std::sync::Arc<crate::session::Session>, String, bool),
 }
 
 /// Runs what `target` names on a connection hyper has upgraded. It gets the socket itself
@@ -97,8 +98,8 @@ async fn serve_upgraded<R>(
 {
     match target {
         Upgraded::Session(intro) => crate::session::run(reg, reader, writer, intro).await,
-        Upgraded::Follow(session, name) => {
-            crate::session::follow::run(reg, reader, writer, session, name).await
+        Upgraded::Follow(session, name, buffers) => {
+            crate::session::follow::run(reg, reader, writer, session, name, buffers).await
         }
     }
 }

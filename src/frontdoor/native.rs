@@ -171,7 +171,7 @@ fn pi_sessions(req: &Request<Incoming>, reg: &Registry) -> Response<Body> {
     text(StatusCode::OK, body, "application/json")
 }
 
-/// `GET /v1/follow?session=<key>[&client=<name>]`: a follower's upgrade (`session::follow`).
+/// `GET /v1/follow?session=<key>[&client=<name>][&buffers=1]`: a follower's upgrade (`session::follow`).
 fn follow(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
     let pairs = query_pairs(&req);
     let get = |name: &str| {
@@ -203,12 +203,13 @@ fn follow(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
         Err(e) => return error(StatusCode::BAD_REQUEST, &format!("/v1/follow: {e}")),
     };
     let name = get("client").unwrap_or_else(|| "an ACP editor".into());
+    let buffers = get("buffers").is_some_and(|v| v == "1");
     let on_upgrade = hyper::upgrade::on(&mut req);
     let reg2 = reg.clone();
     reg.tracker.spawn(async move {
         match on_upgrade.await {
             Ok(up) => {
-                let target = super::Upgraded::Follow(target, name);
+                let target = super::Upgraded::Follow(target, name, buffers);
                 super::run_upgraded::<tokio::net::UnixStream>(reg2, up, target).await
             }
             Err(e) => tracing::info!(error = %e, "follower upgrade failed"),

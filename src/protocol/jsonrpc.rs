@@ -261,6 +261,11 @@ pub mod follow {
     pub const ENDED: &str = "follow/ended";
     /// Follower → broker: `{ready}`, whether it can review diffs now (a turn is open).
     pub const READY: &str = "follow/review";
+    /// Session → broker, request: `{path}` → `{content}`, the text of `path` as the editor of
+    /// a follower that offers `fs.readTextFile` holds it (unsaved changes included).
+    pub const READ: &str = "broker/read";
+    /// Broker → follower, request: `{path}` → `{content}` (the client's `fs/read_text_file`).
+    pub const READ_BUFFER: &str = "pi/read";
     /// The methods a follower may send on to its session.
     pub const FORWARDED: [&str; 3] = [HISTORY, PROMPT, CANCEL];
 }

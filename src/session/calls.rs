@@ -339,6 +339,7 @@ pub(super) fn on_request(
                 Err(e) => reply(jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &e)),
             }
         }
+        jsonrpc::follow::READ => super::follow::read(s, id, msg.get("params")),
         jsonrpc::broker::DETACH => {
             reg.detach(s, "detached by client", true);
             reply(jsonrpc::result(&id, json!({})));

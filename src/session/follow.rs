@@ -78,6 +78,7 @@ pub async fn run<R>(
     sink: SessionSink,
     session: Arc<Session>,
     name: String,
+    reads_buffers: bool,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
 {
@@ -87,6 +88,7 @@ pub async fn run<R>(
         id,
         name,
         Outbox::new(id, sink, kill.clone(), &reg.tracker),
+        reads_buffers,
     ));
     lock(&session.followers).push(follower.clone());
     tracing::info!(follower = id, session = session.id, client = %follower.name, "a follower attached");
@@ -168,7 +170,13 @@ fn on_text(session: &Session, f: &Follower, text: &str) {
                 set_reviewing(session, f, ready);
             }
         }
-        Ok(Incoming::Response { id, msg }) => answer_review(session, f, &id, msg),
+        Ok(Incoming::Response { id, msg }) => {
+            if id.as_str().is_some_and(|k| k.starts_with("read-")) {
+                answer_read(session, f, &id, msg)
+            } else {
+                answer_review(session, f, &id, msg)
+            }
+        }
     }
 }
 
@@ -194,11 +202,14 @@ fn set_reviewing(session: &Session, f: &Follower, ready: bool) {
 
 /// `broker/followers` to the session: how many follow it, and whether one reviews.
 fn tell_session(session: &Session) {
-    let count = lock(&session.followers).len();
+    let (count, buffers) = {
+        let list = lock(&session.followers);
+        (list.len(), list.iter().any(|f| f.reads_buffers))
+    };
     let reviewer = session.reviewer().map(|f| f.name.clone());
     session.notify(jsonrpc::notification(
         follow::FOLLOWERS,
-        json!({"count": count, "reviewer": reviewer}),
+        json!({"count": count, "reviewer": reviewer, "buffers": buffers}),
     ));
 }
 
@@ -229,7 +240,7 @@ fn answer_review(session: &Session, f: &Follower, id: &Value, msg: Map<String, V
 
 /// A session's `openDiff` (its call id, its params) offered to the follower `f` to review.
 pub fn review(session: &Session, f: &Follower, call: Value, tab: String, params: Option<&Value>) {
-    let ours = f.mint_review_id();
+    let ours = f.mint_id("review");
     let arguments = params
         .and_then(|p| p.get("arguments"))
         .cloned()
@@ -252,6 +263,59 @@ pub fn review(session: &Session, f: &Follower, call: Value, tab: String, params:
         session = session.id,
         "diff offered to the ACP editor"
     );
+}
+
+/// The follower's answer to a buffer read: back to the session as it came (a result or an
+/// error), under the session's id.
+fn answer_read(session: &Session, f: &Follower, id: &Value, mut msg: Map<String, Value>) {
+    let Some(call) = lock(&f.reads).remove(id.as_str().unwrap_or_default()) else {
+        return;
+    };
+    msg.insert("id".into(), call);
+    session.outbox.deliver(Value::Object(msg).to_string());
+}
+
+/// A session's `broker/read {path}`: asked of a follower whose client reads buffers (the
+/// reviewer first), or refused when none does.
+pub fn read(session: &Session, call: Value, params: Option<&Value>) {
+    let Some(path) = params.and_then(|p| p.get("path")).and_then(Value::as_str) else {
+        session.outbox.deliver(jsonrpc::error(
+            &call,
+            jsonrpc::INVALID_PARAMS,
+            "broker/read needs {\"path\": \"<absolute path>\"}",
+        ));
+        return;
+    };
+    let reviewer = session.reviewer().filter(|f| f.reads_buffers);
+    let reader = reviewer.or_else(|| {
+        lock(&session.followers)
+            .iter()
+            .rev()
+            .find(|f| f.reads_buffers)
+            .cloned()
+    });
+    let Some(f) = reader else {
+        session.outbox.deliver(jsonrpc::error(
+            &call,
+            jsonrpc::NO_EDITOR,
+            "no following ACP editor reads buffers",
+        ));
+        return;
+    };
+    let ours = f.mint_id("read");
+    lock(&f.reads).insert(ours.clone(), call.clone());
+    if !f.outbox.deliver(jsonrpc::request(
+        &Value::String(ours.clone()),
+        follow::READ_BUFFER,
+        json!({"path": path}),
+    )) {
+        lock(&f.reads).remove(&ours);
+        session.outbox.deliver(jsonrpc::error(
+            &call,
+            jsonrpc::NO_EDITOR,
+            "the ACP editor is gone",
+        ));
+    }
 }
 
 /// A transcript update from the session: to every follower, as it came.
@@ -285,6 +349,13 @@ async fn leave(reg: &Registry, session: &Session, f: &Arc<Follower>, reason: &st
     set_reviewing(session, f, false);
     lock(&session.followers).retain(|x| x.id != f.id);
     lock(&session.follow_calls).retain(|_, (fid, _)| *fid != f.id);
+    for (_, call) in lock(&f.reads).drain() {
+        session.outbox.deliver(jsonrpc::error(
+            &call,
+            jsonrpc::NO_EDITOR,
+            "the ACP editor left",
+        ));
+    }
     for (_, (call, tab)) in lock(&f.reviews).drain() {
         session.outbox.deliver(jsonrpc::result(
             &call,
@@ -292,7 +363,9 @@ async fn leave(reg: &Registry, session: &Session, f: &Arc<Follower>, reason: &st
         ));
     }
     tell_session(session);
-    if session.gone.is_cancelled() {
+    // A broker that stops says nothing: the session comes back with the broker, and the
+    // follower redials it.
+    if session.gone.is_cancelled() && !reg.accepting.is_cancelled() {
         f.outbox.deliver(jsonrpc::notification(
             follow::ENDED,
             json!({"reason": reason}),

@@ -135,27 +135,33 @@ pub struct Follower {
     pub reviewing: AtomicBool,
     /// Diffs it reviews: our request id → (the session's call id, the diff's tab name).
     pub reviews: Mutex<HashMap<String, (Value, String)>>,
+    /// Its editor's buffers can be read (the ACP client offers `fs.readTextFile`).
+    pub reads_buffers: bool,
+    /// Buffer reads it answers: our request id → the session's call id.
+    pub reads: Mutex<HashMap<String, Value>>,
     /// Mints ids for review requests.
     next_review: AtomicU64,
 }
 
 impl Follower {
     /// A follower writing to `outbox`.
-    pub fn new(id: u64, name: String, outbox: Outbox) -> Self {
+    pub fn new(id: u64, name: String, outbox: Outbox, reads_buffers: bool) -> Self {
         Follower {
             id,
             name,
             outbox,
+            reads_buffers,
+            reads: Mutex::new(HashMap::new()),
             reviewing: AtomicBool::new(false),
             reviews: Mutex::new(HashMap::new()),
             next_review: AtomicU64::new(0),
         }
     }
 
-    /// A fresh id for a review request to this follower.
-    pub fn mint_review_id(&self) -> String {
+    /// A fresh id for a request to this follower (`review-…`, `read-…`).
+    pub fn mint_id(&self, kind: &str) -> String {
         format!(
-            "review-{}",
+            "{kind}-{}",
             self.next_review.fetch_add(1, Ordering::Relaxed) + 1
         )
     }

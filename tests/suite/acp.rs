@@ -93,7 +93,7 @@ async fn a_thread_follows_the_pi_session_of_its_folder() {
     assert_eq!(new["result"]["sessionId"], KEY, "{new}");
     assert_eq!(
         followers(&mut pi).await,
-        json!({"count": 1, "reviewer": null})
+        json!({"count": 1, "reviewer": null, "buffers": true})
     );
 
     // Out of any turn: streamed all the same (Zed shows it).
@@ -240,7 +240,7 @@ async fn diffs_are_reviewed_in_the_thread_while_its_turn_is_open() {
     let _ = turn;
     assert_eq!(
         followers(&mut pi).await,
-        json!({"count": 0, "reviewer": null})
+        json!({"count": 0, "reviewer": null, "buffers": false})
     );
     // None of those reached the editor; without a reviewer the next one does, as always.
     use pi_ide_broker::testkit::fake_editor::{wait_for, Event};

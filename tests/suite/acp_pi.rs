@@ -142,6 +142,40 @@ async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
     })
     .await;
 
+    // Buffers: pi's read of a file the editor holds with unsaved changes sees them (this
+    // client offers fs.readTextFile).
+    let buf = proj.join("buf.txt");
+    std::fs::write(&buf, "saved on disk\n").expect("write buf.txt");
+    model.received();
+    model.push(Reply::Tool {
+        name: "read".into(),
+        args: json!({"path": "buf.txt"}),
+    });
+    model.push(Reply::Text("read it".into()));
+    let from = pi.mark();
+    let r = pi
+        .command("prompt", json!({"message": "read buf.txt"}))
+        .await;
+    assert_eq!(r["success"], true, "{r}");
+    let ask = c
+        .until("fs/read_text_file", |m| m["method"] == "fs/read_text_file")
+        .await;
+    assert_eq!(ask.msg["params"]["path"], buf.display().to_string());
+    assert_eq!(ask.msg["params"]["sessionId"], key.as_str());
+    c.send(json!({"jsonrpc": "2.0", "id": ask.msg["id"], "result": {"content": "unsaved in the editor\n"}}))
+        .await;
+    model.next_chat().await;
+    let after_read = model.next_chat().await;
+    let seen = all_text(&after_read);
+    assert!(
+        seen.contains("unsaved in the editor") && seen.contains("unsaved changes in"),
+        "{seen}"
+    );
+    pi.until("the read's turn settled", from, |v| {
+        v["type"] == "agent_settled"
+    })
+    .await;
+
     // Cancel: session/cancel stops pi's running turn (a 30 s command), well before its end.
     model.push(Reply::Tool {
         name: "bash".into(),
@@ -150,8 +184,16 @@ async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
     model.push(Reply::Text("never".into()));
     let from = pi.mark();
     let long = c.prompt(&key, "run the long job").await;
+    let bash = c
+        .update("the command proposed", |u| {
+            u["sessionUpdate"] == "tool_call" && u["kind"] == "execute"
+        })
+        .await;
+    let id = bash.msg["params"]["update"]["toolCallId"].clone();
     c.update("the command running", |u| {
-        u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress"
+        u["sessionUpdate"] == "tool_call_update"
+            && u["status"] == "in_progress"
+            && u["toolCallId"] == id
     })
     .await;
     c.cancel(&key).await;

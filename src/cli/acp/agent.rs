@@ -106,6 +106,8 @@ pub struct Agent {
     pub client_name: Option<String>,
     sessions: HashMap<String, Followed>,
     reviews: HashMap<String, Review>,
+    /// Buffer reads asked of the client: our id → (ACP session, the broker's `pi/read` id).
+    reads: HashMap<String, (String, Value)>,
     next_id: u64,
 }
 
@@ -347,6 +349,20 @@ impl Agent {
             Ok(Incoming::Request { id, method, msg }) if method == follow::REVIEW => {
                 self.review(key, id, msg.get("params"))
             }
+            Ok(Incoming::Request { id, method, msg }) if method == follow::READ_BUFFER => {
+                let path = msg
+                    .get("params")
+                    .and_then(|p| p.get("path"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let ours = self.mint("fsread");
+                self.reads.insert(ours.clone(), (key.to_string(), id));
+                vec![Out::Client(jsonrpc::request(
+                    &Value::String(ours),
+                    "fs/read_text_file",
+                    json!({"sessionId": key, "path": path}),
+                ))]
+            }
             Ok(Incoming::Request { id, .. }) => vec![Out::Broker(
                 key.to_string(),
                 jsonrpc::error(
@@ -471,6 +487,14 @@ impl Agent {
     }
 
     fn permission_answered(&mut self, id: &Value, msg: &Map<String, Value>) -> Vec<Out> {
+        if let Some((key, broker_id)) = id.as_str().and_then(|k| self.reads.remove(k)) {
+            let answer = match (msg.get("result"), msg.get("error")) {
+                (Some(r), _) => jsonrpc::result(&broker_id, r.clone()),
+                (None, Some(e)) => jsonrpc::error(&broker_id, INTERNAL_ERROR, &error_text(e)),
+                _ => jsonrpc::error(&broker_id, INTERNAL_ERROR, "the editor gave no buffer"),
+            };
+            return vec![Out::Broker(key, answer)];
+        }
         let Some(r) = id.as_str().and_then(|k| self.reviews.remove(k)) else {
             return Vec::new();
         };
@@ -488,6 +512,15 @@ impl Agent {
         )]
     }
 
+    /// Whether the client offered `fs.readTextFile` (its buffers can be read).
+    pub fn reads_buffers(&self) -> bool {
+        self.client_capabilities
+            .get("fs")
+            .and_then(|f| f.get("readTextFile"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
     /// The followed pi session ended (or its connection could not be kept): an open turn ends,
     /// saying so, and the ACP session is forgotten.
     pub fn ended(&mut self, key: &str, why: &str) -> Vec<Out> {
@@ -495,6 +528,7 @@ impl Agent {
             return Vec::new();
         };
         self.reviews.retain(|_, r| r.session != key);
+        self.reads.retain(|_, (s, _)| s != key);
         let mut out = Vec::new();
         if let Some(turn) = f.turn {
             out.push(session_update(

@@ -53,6 +53,8 @@ enum Event {
     },
     /// A follow connection ended for good, and why.
     Closed(String, u64, String),
+    /// A follow connection was dialled again after the broker dropped it (a restart).
+    Relinked(String, u64),
     /// A session list is in.
     Listed(Purpose, Result<Vec<Value>, String>),
 }
@@ -117,10 +119,14 @@ where
                         },
                     );
                     let name = agent.client_name.clone();
-                    tokio::spawn(follow_task(
-                        opts.socket.clone(),
+                    let target = Dial {
+                        socket: opts.socket.clone(),
                         key,
-                        name,
+                        client: name,
+                        buffers: agent.reads_buffers(),
+                    };
+                    tokio::spawn(follow_task(
+                        target,
                         generation,
                         request,
                         load,
@@ -145,6 +151,7 @@ fn on_event(agent: &mut Agent, conns: &mut HashMap<String, Conn>, ev: Event) -> 
             conns.remove(&key);
             agent.ended(&key, &why)
         }
+        Event::Relinked(key, g) if current(conns, &key, g) => agent.relinked(&key),
         Event::Connected {
             key,
             generation,
@@ -186,12 +193,40 @@ async fn list(socket: &std::path::Path, cwd: &str) -> Result<Vec<Value>, String>
 
 type Ws = tokio_tungstenite::WebSocketStream<UnixStream>;
 
-/// Dials `/v1/follow?session=<key>` and waits for `follow/attached`.
-async fn dial(socket: &std::path::Path, key: &str, client: Option<&str>) -> Result<Ws, String> {
+/// Where a follow connection goes: the daemon's socket, the pi session's key, and what the
+/// client says of itself.
+struct Dial {
+    socket: PathBuf,
+    key: String,
+    client: Option<String>,
+    /// The client offers `fs.readTextFile`.
+    buffers: bool,
+}
+
+impl Dial {
+    /// Dials `/v1/follow?session=<key>` and waits for `follow/attached`.
+    async fn open(&self) -> Result<Ws, String> {
+        dial(
+            &self.socket,
+            &self.key,
+            self.client.as_deref(),
+            self.buffers,
+        )
+        .await
+    }
+}
+
+async fn dial(
+    socket: &std::path::Path,
+    key: &str,
+    client: Option<&str>,
+    buffers: bool,
+) -> Result<Ws, String> {
     let url = format!(
-        "ws://localhost/v1/follow?session={}&client={}",
+        "ws://localhost/v1/follow?session={}&client={}{}",
         encode_query(key),
-        encode_query(client.unwrap_or("an ACP editor"))
+        encode_query(client.unwrap_or("an ACP editor")),
+        if buffers { "&buffers=1" } else { "" }
     );
     let open = async {
         let stream = UnixStream::connect(socket).await.map_err(|e| {
@@ -239,15 +274,14 @@ async fn dial(socket: &std::path::Path, key: &str, client: Option<&str>) -> Resu
 /// One follow connection: opened, pumped both ways, redialled for a while when the broker
 /// drops it without saying the session ended (a broker restart).
 async fn follow_task(
-    socket: PathBuf,
-    key: String,
-    client: Option<String>,
+    target: Dial,
     generation: u64,
     request: Value,
     load: bool,
     events: mpsc::UnboundedSender<Event>,
 ) {
-    let mut ws = match dial(&socket, &key, client.as_deref()).await {
+    let key = target.key.clone();
+    let mut ws = match target.open().await {
         Ok(ws) => ws,
         Err(why) => {
             let _ = events.send(Event::Connected {
@@ -284,7 +318,7 @@ async fn follow_task(
         let until = tokio::time::Instant::now() + REDIAL_FOR;
         let mut delay = Duration::from_millis(100);
         let redialled = loop {
-            if let Ok(w) = dial(&socket, &key, client.as_deref()).await {
+            if let Ok(w) = target.open().await {
                 break Some(w);
             }
             if tokio::time::Instant::now() + delay > until {
@@ -300,6 +334,12 @@ async fn follow_task(
         ws = w;
         if let Some(r) = &last_ready {
             let _ = ws.send(Message::text(r.clone())).await;
+        }
+        if events
+            .send(Event::Relinked(key.clone(), generation))
+            .is_err()
+        {
+            return;
         }
     };
     let _ = events.send(Event::Closed(key, generation, why));
