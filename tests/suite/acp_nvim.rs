@@ -13,10 +13,8 @@
 //! f1afd02537c68b3dd6e0d41d4adda5ef538e0473, nvim-lua/plenary.nvim at
 //! b9fd5226c2f76c951fc8ed5923d85e4de065e509); without them a test says so and passes.
 
-use crate::common::fake_model::{FakeModel, Reply};
-use crate::common::pi::{find_pi, pi_home, Pi};
+use crate::common::fake_model::Reply;
 use crate::common::process::broker_bin;
-use crate::common::TestBroker;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -117,26 +115,16 @@ async fn codecompanion_follows_reviews_steers_and_cancels_a_real_pi_session() {
 /// The whole story with one client; `live_user_chunks`: the client shows a user message
 /// pi's terminal sent while it watches.
 async fn scenario(nvim: &Path, rtp: &[PathBuf], driver: &str, live_user_chunks: bool) {
-    let Some(install) = find_pi() else { return };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let proj = dir.path().join("proj");
-    std::fs::create_dir_all(&proj).expect("mkdir proj");
-    let proj = std::fs::canonicalize(&proj).expect("canonical proj");
-    let mut model = FakeModel::start().await;
-    let home = pi_home(dir.path(), &model.models_json());
-    let b = TestBroker::start_in(dir, |_| {}).await;
-    let mut pi = Pi::start(&install, &home, &proj, &b.socket, &[]).await;
-    let key = pi.command("get_state", json!({})).await["data"]["sessionId"]
-        .as_str()
-        .expect("sessionId")
-        .to_string();
-    b.wait_status("the pi session, followable", |st| {
-        st["sessions"].as_array().is_some_and(|s| {
-            s.iter()
-                .any(|s| s["door"] == "native" && s["client"]["protocol"] == 2)
-        })
-    })
-    .await;
+    let Some(crate::acp_pi::FollowedPi {
+        b,
+        mut pi,
+        mut model,
+        proj,
+        key,
+    }) = crate::acp_pi::followed_pi().await
+    else {
+        return;
+    };
 
     // Neovim in the project folder, agentic.nvim on its runtime path.
     let server = b.dir.path().join("nvim.sock");

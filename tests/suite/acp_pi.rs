@@ -18,14 +18,25 @@ fn is_chunk(u: &Value, kind: &str, text: &str) -> bool {
             .is_some_and(|t| t.contains(text))
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
-    let Some(install) = find_pi() else { return };
+/// A real pi (RPC mode, the fake model, this repo's extension) in a fresh project folder,
+/// connected to a broker and followable there.
+pub(crate) struct FollowedPi {
+    pub b: TestBroker,
+    pub pi: Pi,
+    pub model: FakeModel,
+    pub proj: std::path::PathBuf,
+    /// pi's session id: the ACP session id that follows it.
+    pub key: String,
+}
+
+/// [`FollowedPi`] started, or `None` (said) where pi is not installed.
+pub(crate) async fn followed_pi() -> Option<FollowedPi> {
+    let install = find_pi()?;
     let dir = tempfile::tempdir().expect("tempdir");
     let proj = dir.path().join("proj");
     std::fs::create_dir_all(&proj).expect("mkdir proj");
     let proj = std::fs::canonicalize(&proj).expect("canonical proj");
-    let mut model = FakeModel::start().await;
+    let model = FakeModel::start().await;
     let home = pi_home(dir.path(), &model.models_json());
     let b = TestBroker::start_in(dir, |_| {}).await;
     let mut pi = Pi::start(&install, &home, &proj, &b.socket, &[]).await;
@@ -40,6 +51,27 @@ async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
         })
     })
     .await;
+    Some(FollowedPi {
+        b,
+        pi,
+        model,
+        proj,
+        key,
+    })
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        mut model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
 
     let mut cmd = Command::new(broker_bin());
     cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);

@@ -429,21 +429,17 @@ impl Agent {
             .and_then(|p| p.get("arguments"))
             .cloned()
             .unwrap_or(Value::Null);
-        let path = args
-            .get("new_file_path")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let new_text = args
-            .get("new_file_contents")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let tab = args
-            .get("tab_name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let arg = |k: &str| {
+            args.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let (path, new_text, tab) = (
+            arg("new_file_path"),
+            arg("new_file_contents"),
+            arg("tab_name"),
+        );
         let old_text = args
             .get("old_file_path")
             .and_then(Value::as_str)
