@@ -1,7 +1,7 @@
 //! The README is the user's guide: its user path stays short, and its install block is what a
 //! test runs (`install_block_as_written` in `setup`'s tests).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The README's text.
 pub fn readme() -> String {
@@ -100,8 +100,10 @@ async fn install_block_as_written() {
     // The build's target dir is kept between runs, so a rerun compiles only this crate. Cargo
     // takes a git package's artifacts for fresh whatever commit they were built from (a
     // commit is assumed never to change), so this crate's own are removed first.
-    let target = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target")
+    // (Under CARGO_TARGET_DIR when one is set: `.ci/run` keeps it in its cache.)
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
         .join("readme-install");
     forget_this_crate(&target.join("release"));
     let cargo_home = std::env::var_os("CARGO_HOME")
