@@ -259,6 +259,68 @@ async fn diffs_are_reviewed_in_the_thread_while_its_turn_is_open() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "old\n");
 }
 
+/// Two threads follow one session: the one whose turn opened last reviews, whichever followed
+/// first; when its turn ends, the other's turn (still open) reviews again; with neither open,
+/// nobody does (docs/protocol.md, "Who reviews a diff").
+#[tokio::test(flavor = "current_thread")]
+async fn of_two_threads_the_latest_turn_reviews() {
+    let b = TestBroker::start().await;
+    let root = b.dir.path().join("proj");
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("a.txt");
+    std::fs::write(&file, "old\n").unwrap();
+    let (cwd, path) = (root.to_str().unwrap(), file.to_str().unwrap());
+    let mut pi = pi_session(&b, cwd, KEY).await;
+    let mut first = acp(&b).await;
+    assert_eq!(first.new_session(cwd).await["result"]["sessionId"], KEY);
+    assert_eq!(followers(&mut pi).await["count"], 1);
+    let mut second = acp(&b).await;
+    assert_eq!(second.new_session(cwd).await["result"]["sessionId"], KEY);
+    assert_eq!(followers(&mut pi).await["count"], 2);
+
+    // The second thread opens its turn, then the first: the first is the latest.
+    let _second_turn = second.prompt(KEY, "follow").await;
+    assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
+    let first_turn = first.prompt(KEY, "follow").await;
+    assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
+    let diff = |n: u64, text: &str| json!({"name": "openDiff", "arguments": pi_ide_broker::testkit::diff_args(path, text, &format!("pi-write:call_{n}"))});
+    pi.send_request(json!(1), "tools/call", diff(1, "one\n"))
+        .await;
+    let ask = first.permission().await;
+    assert_eq!(ask.msg["params"]["toolCall"]["toolCallId"], "call_1");
+    first.decide(&ask.msg, Some("allow")).await;
+    let answer = pi.answer(&json!(1)).await;
+    assert_eq!(
+        pi_ide_broker::testkit::text(&answer),
+        "FILE_SAVED",
+        "{answer}"
+    );
+
+    // The first thread's turn ends: the second's is open still, and reviews the next diff.
+    first.cancel(KEY).await;
+    assert_eq!(
+        first.answer(&first_turn).await["result"]["stopReason"],
+        "cancelled"
+    );
+    assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
+    pi.send_request(json!(2), "tools/call", diff(2, "two\n"))
+        .await;
+    let ask = second.permission().await;
+    assert_eq!(ask.msg["params"]["toolCall"]["toolCallId"], "call_2");
+    second.decide(&ask.msg, Some("reject")).await;
+    let answer = pi.answer(&json!(2)).await;
+    assert_eq!(
+        pi_ide_broker::testkit::text(&answer),
+        "DIFF_REJECTED",
+        "{answer}"
+    );
+
+    second.cancel(KEY).await;
+    assert_eq!(followers(&mut pi).await["reviewer"], Value::Null);
+    first.close().await;
+    second.close().await;
+}
+
 /// `session/load` replays the pi session's history before its answer; `session/list` lists
 /// the sessions of a folder; a session that is not followable (an old extension, protocol 1)
 /// is neither listed nor followed.
