@@ -259,6 +259,30 @@ async fn diffs_are_reviewed_in_the_thread_while_its_turn_is_open() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "old\n");
 }
 
+/// pi proposes diff `n` of `path`; `thread` must be the one asked, and decides; pi's answer.
+async fn reviewed_by(
+    pi: &mut Agent,
+    thread: &mut AcpClient,
+    path: &str,
+    n: u64,
+    decision: Option<&str>,
+) -> Value {
+    let args = pi_ide_broker::testkit::diff_args(path, "new\n", &format!("pi-write:call_{n}"));
+    pi.send_request(
+        json!(n),
+        "tools/call",
+        json!({"name": "openDiff", "arguments": args}),
+    )
+    .await;
+    let ask = thread.permission().await;
+    assert_eq!(
+        ask.msg["params"]["toolCall"]["toolCallId"],
+        format!("call_{n}")
+    );
+    thread.decide(&ask.msg, decision).await;
+    pi.answer(&json!(n)).await
+}
+
 /// Two threads follow one session: the one whose turn opened last reviews, whichever followed
 /// first; when its turn ends, the other's turn (still open) reviews again; with neither open,
 /// nobody does (docs/protocol.md, "Who reviews a diff").
@@ -283,13 +307,7 @@ async fn of_two_threads_the_latest_turn_reviews() {
     assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
     let first_turn = first.prompt(KEY, "follow").await;
     assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
-    let diff = |n: u64, text: &str| json!({"name": "openDiff", "arguments": pi_ide_broker::testkit::diff_args(path, text, &format!("pi-write:call_{n}"))});
-    pi.send_request(json!(1), "tools/call", diff(1, "one\n"))
-        .await;
-    let ask = first.permission().await;
-    assert_eq!(ask.msg["params"]["toolCall"]["toolCallId"], "call_1");
-    first.decide(&ask.msg, Some("allow")).await;
-    let answer = pi.answer(&json!(1)).await;
+    let answer = reviewed_by(&mut pi, &mut first, path, 1, Some("allow")).await;
     assert_eq!(
         pi_ide_broker::testkit::text(&answer),
         "FILE_SAVED",
@@ -303,12 +321,7 @@ async fn of_two_threads_the_latest_turn_reviews() {
         "cancelled"
     );
     assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
-    pi.send_request(json!(2), "tools/call", diff(2, "two\n"))
-        .await;
-    let ask = second.permission().await;
-    assert_eq!(ask.msg["params"]["toolCall"]["toolCallId"], "call_2");
-    second.decide(&ask.msg, Some("reject")).await;
-    let answer = pi.answer(&json!(2)).await;
+    let answer = reviewed_by(&mut pi, &mut second, path, 2, Some("reject")).await;
     assert_eq!(
         pi_ide_broker::testkit::text(&answer),
         "DIFF_REJECTED",
