@@ -147,13 +147,21 @@ enum Command {
     Man,
     /// Print how to reach this broker from a container or another machine.
     ///
-    /// The `ssh -R` forward of this socket, the `docker run -v` bind mount, the devcontainer.json
-    /// mount, and the PI_IDE_BROKER_SOCKET to set on the other side; the [[remote]] path maps
-    /// configured. See the README, "Agents in containers, WSL and over SSH".
+    /// Each [[remote]] has a socket of its own that carries an agent's rights only (its own
+    /// sessions, on the editor of its own folder): this prints it, with the `ssh -R` forward,
+    /// the `docker run -v` mount of its dir, the devcontainer.json mount and the
+    /// PI_IDE_BROKER_SOCKET to set on the other side. The main socket is never for another host
+    /// or a container. Exit status 2 when no such [[remote]] is configured. See
+    /// docs/configuration.md, "Agents in containers, WSL and over SSH".
     Remote {
-        /// The socket path on the other side.
+        /// Only this `[[remote]]` (default: every one).
+        name: Option<String>,
+        /// The forwarded socket's path on the other host (`ssh -R`).
         #[arg(long, value_name = "PATH", default_value = "/tmp/pi-ide-broker.sock")]
         remote_socket: PathBuf,
+        /// Where a container mounts the socket's dir.
+        #[arg(long, value_name = "DIR", default_value = "/run/pi-ide-broker")]
+        mount_dir: PathBuf,
     },
     /// Print where this configuration puts the socket, the state and the daemon log.
     ///
@@ -302,7 +310,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             cli::setup::command(&opts, &config, config_path).await
         }
-        Command::Remote { remote_socket } => Ok(cli::remote::command(&config, &remote_socket)),
+        Command::Remote {
+            name,
+            remote_socket,
+            mount_dir,
+        } => Ok(cli::remote::command(
+            &config,
+            config_path.as_deref(),
+            name.as_deref(),
+            cli::remote::There {
+                ssh: &remote_socket,
+                mount: &mount_dir,
+            },
+        )),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "pi-ide-broker", &mut std::io::stdout());

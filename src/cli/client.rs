@@ -1,4 +1,4 @@
-//! The CLI's HTTP client of the daemon's socket (`status`, `status --watch`, `stop`).
+//! The CLI's HTTP client of the daemon's socket (`status`, `doctor`, `acp`, `mcp`).
 //!
 //! The client side of the native socket, for the CLI: `GET /v1/status`.
 
@@ -16,6 +16,28 @@ pub enum ClientError {
     /// It answered, but not as expected.
     #[error("the daemon gave a bad answer: {0}")]
     Protocol(String),
+    /// It refused the request, and said why (e.g. the connection's rights do not reach it).
+    #[error("the daemon refused: {0}")]
+    Refused(String),
+}
+
+/// The broker's reason in an error body (`{"error": "…"}`), if it gave one.
+fn said(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.get("error")?.as_str().map(String::from)
+}
+
+/// Why a WebSocket upgrade on the daemon's socket failed: the broker's own reason where it
+/// refused with one (`HTTP 403: …`), else the error.
+pub fn upgrade_refusal(e: &tokio_tungstenite::tungstenite::Error) -> String {
+    if let tokio_tungstenite::tungstenite::Error::Http(resp) = e {
+        let status = resp.status();
+        return match resp.body().as_deref().and_then(said) {
+            Some(why) => format!("HTTP {status}: {why}"),
+            None => format!("HTTP {status}"),
+        };
+    }
+    e.to_string()
 }
 
 /// Fetches `path` (e.g. `/v1/status`) from the daemon at `socket` and parses it as JSON.
@@ -29,10 +51,12 @@ pub async fn get_json(socket: &Path, path: &str) -> Result<serde_json::Value, Cl
         .map_err(|e| ClientError::Protocol(e.to_string()))?
         .to_bytes();
     if !status.is_success() {
-        return Err(ClientError::Protocol(format!(
-            "HTTP {status}: {}",
-            String::from_utf8_lossy(&body)
-        )));
+        return Err(match said(&body) {
+            Some(why) if status.is_client_error() => ClientError::Refused(why),
+            _ => {
+                ClientError::Protocol(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)))
+            }
+        });
     }
     serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))
 }

@@ -90,6 +90,44 @@ impl Builder {
     }
 }
 
+/// What the daemon says of rights: this connection's own (an agent's, when doctor runs in a
+/// container that mounts the main socket) and the agents it saw on the main socket (a user
+/// who mounts the main socket into a container, from before remotes had sockets of their own).
+fn check_rights(b: &mut Builder, st: &Status) {
+    if let Some(c) = st.connection.as_ref().filter(|c| c.realm.is_some()) {
+        b.fix(
+            "rights",
+            Level::Warn,
+            format!(
+                "this connection has an agent's rights only: {}; its own sessions are all it sees",
+                c.why
+            ),
+            c.hint.clone(),
+        );
+    }
+    for a in &st.agents_on_main_socket {
+        b.fix(
+            "main socket",
+            Level::Warn,
+            format!(
+                "{} connection{} on the main socket got an agent's rights only: {}",
+                a.connections,
+                if a.connections == 1 { "" } else { "s" },
+                a.why
+            ),
+            a.hint.clone(),
+        );
+    }
+    for r in st.broker.remote_sockets.iter().filter(|r| !r.listening) {
+        b.fix(
+            "remote sockets",
+            Level::Warn,
+            format!("[[remote]] {:?} has no socket at {}", r.name, r.path.display()),
+            "restart the broker after adding a [[remote]] (pi-ide-broker stop; it starts again on the next use)",
+        );
+    }
+}
+
 /// Runs every check.
 pub async fn run(opts: &Options) -> Report {
     let mut b = Builder(Vec::new());
@@ -109,10 +147,13 @@ pub async fn run(opts: &Options) -> Report {
             "allow_uids",
             Level::Ok,
             format!(
-                "besides you, uids {:?} may use the socket",
+                "besides you, uids {:?} may use the socket, with an agent's rights only",
                 config.allow_uids
             ),
         );
+    }
+    if let Some(st) = &status {
+        check_rights(&mut b, st);
     }
     for dir in config.lock_dirs() {
         check_lock_dir(&mut b, &dir, status.as_ref()).await;

@@ -225,6 +225,26 @@ pub fn render(status: &Status, now: u64) -> String {
         age(b.uptime_s),
         b.socket.display()
     );
+    if let Some(c) = status.connection.as_ref().filter(|c| c.realm.is_some()) {
+        let _ = writeln!(
+            out,
+            "This connection has an agent's rights only ({}): its own sessions are shown, nothing else; {}.",
+            c.why, c.hint
+        );
+    }
+    for r in &b.remote_sockets {
+        let _ = writeln!(
+            out,
+            "remote {} · socket {}{}",
+            r.name,
+            r.path.display(),
+            if r.listening {
+                ""
+            } else {
+                " (not listening: restart the broker)"
+            }
+        );
+    }
     if status.editors.is_empty() {
         out.push_str("\nNo editors found. Start an editor with pi-ide or Claude Code integration; its lockfile appears in ~/.pi/ide or ~/.claude/ide.\n");
     } else {
@@ -246,6 +266,16 @@ pub fn render(status: &Status, now: u64) -> String {
         for f in &status.gemini_files {
             let _ = writeln!(out, "  {} → {}", f.editor, f.path.display());
         }
+    }
+    for a in &status.agents_on_main_socket {
+        let _ = writeln!(
+            out,
+            "\n{} connection{} on the main socket got an agent's rights only: {}; {}.",
+            a.connections,
+            if a.connections == 1 { "" } else { "s" },
+            a.why,
+            a.hint
+        );
     }
     match status.lockfiles_rejected.len() {
         0 => {}

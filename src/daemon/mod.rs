@@ -76,6 +76,7 @@ pub async fn serve(
     let _user_claim = frontdoor::socket::claim_user(&config.state_dir(), &socket, &record)?;
     // The socket's claim is held until we return: no second daemon can take it meanwhile.
     let (listener, claim) = listen(&socket).await?;
+    let remotes = bind_remotes(&config, &socket).await;
     let state = StateStore::load(&config.state_dir());
     let state_file = state.path().to_path_buf();
     let reg = Registry::new(
@@ -87,7 +88,7 @@ pub async fn serve(
     // Every task runs on the registry's tracker and stops on its tokens; [`stop`] is the only
     // place they are stopped.
     let lockdir = watch(&reg, &config).await?;
-    start_doors(&reg, &config, listener);
+    start_doors(&reg, &config, listener, remotes);
     // Clients whose environment points elsewhere (no XDG_RUNTIME_DIR) find us through this.
     let running = serde_json::json!({"socket": socket, "pid": std::process::id()});
     if let Err(e) =
@@ -109,7 +110,8 @@ pub async fn serve(
     );
     shutdown.cancelled().await;
     stop(&reg, &config).await;
-    // Last, the socket and the running record go, then the claims (on return).
+    // Last, the sockets and the running record go, then the claims (on return).
+    remove_remote_sockets(&reg, &config);
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(&record);
     drop(claim);
@@ -159,8 +161,14 @@ async fn watch(
     Ok(cmd_tx)
 }
 
-/// The compat and Gemini doors (when enabled), the state saver and the native door.
-fn start_doors(reg: &Arc<Registry>, config: &Config, listener: tokio::net::UnixListener) {
+/// The compat and Gemini doors (when enabled), the state saver, the native door and each
+/// remote's socket (the same door, with agent rights only).
+fn start_doors(
+    reg: &Arc<Registry>,
+    config: &Config,
+    listener: tokio::net::UnixListener,
+    remotes: Vec<(String, tokio::net::UnixListener)>,
+) {
     let tasks = &reg.tracker;
     if config.compat.enabled {
         let compat_dir = config.compat_dir();
@@ -178,7 +186,58 @@ fn start_doors(reg: &Arc<Registry>, config: &Config, listener: tokio::net::UnixL
     }
     let reg_save = reg.clone();
     tasks.spawn(async move { reg_save.state.saver(&reg_save.cancel).await });
-    tasks.spawn(frontdoor::native::serve(listener, reg.clone()));
+    let seen = Arc::new(frontdoor::rights::Seen::default());
+    tasks.spawn(frontdoor::native::serve(
+        listener,
+        reg.clone(),
+        frontdoor::rights::Socket::Main,
+        seen.clone(),
+    ));
+    for (name, l) in remotes {
+        tasks.spawn(frontdoor::native::serve(
+            l,
+            reg.clone(),
+            frontdoor::rights::Socket::Remote(name),
+            seen.clone(),
+        ));
+    }
+}
+
+/// Each `[[remote]]`'s socket, bound in a private dir of its own (0700, the socket 0600) beside
+/// the main socket. One that cannot be bound is logged and left out: the others and the main
+/// socket still serve.
+async fn bind_remotes(
+    config: &Config,
+    main: &std::path::Path,
+) -> Vec<(String, tokio::net::UnixListener)> {
+    let mut bound = Vec::new();
+    for name in config.remote_names() {
+        let path = Config::remote_socket(main, &name);
+        let listener = match path.parent() {
+            Some(dir) => match frontdoor::socket::secure_dir(dir) {
+                Ok(()) => frontdoor::socket::bind(&path).await,
+                Err(e) => Err(e),
+            },
+            None => continue,
+        };
+        match listener {
+            Ok(l) => {
+                tracing::info!(remote = %name, socket = %path.display(), "listening for the remote (agent rights only)");
+                bound.push((name, l));
+            }
+            Err(e) => {
+                tracing::error!(remote = %name, error = %e, "cannot listen on the remote's socket; its agents cannot connect until this is fixed and the broker restarted")
+            }
+        }
+    }
+    bound
+}
+
+/// Removes the remote sockets this configuration binds (at stop: they name no daemon then).
+fn remove_remote_sockets(reg: &Registry, config: &Config) {
+    for name in config.remote_names() {
+        let _ = std::fs::remove_file(Config::remote_socket(&reg.socket, &name));
+    }
 }
 
 /// The stop order, written once:

@@ -241,6 +241,7 @@ fn intro(reg: &Registry, id: String, dialect: Family) -> Intro {
         remote: None,
         dialect,
         client: None,
+        realm: None,
     }
 }
 

@@ -10,6 +10,7 @@ pub mod gemini;
 pub mod limits;
 pub mod native;
 pub mod per_editor;
+pub mod rights;
 pub mod socket;
 pub mod status;
 

@@ -2,6 +2,8 @@
 //! `GET /v1/status` answers the status JSON; `GET /v1/session?cwd=…` upgrades to a
 //! WebSocket that speaks MCP JSON-RPC as an editor would, with the broker in between.
 
+use super::rights::{Origin, OwnerAct, Peer, Seen, Socket};
+use super::status;
 use crate::protocol::family::Family;
 use crate::registry::Registry;
 use crate::session::{Door, Intro};
@@ -15,8 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::UnixListener;
 
-/// Accepts connections until the broker stops accepting. Peers of another uid are refused.
-pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
+/// Accepts connections on one of the broker's sockets until the broker stops accepting.
+/// Each peer's rights are decided here, once, from where it came (`rights::decide`); peers
+/// of another uid that the config does not list are refused.
+pub async fn serve(listener: UnixListener, reg: Arc<Registry>, socket: Socket, seen: Arc<Seen>) {
     loop {
         let accepted = tokio::select! {
             _ = reg.accepting.cancelled() => return,
@@ -24,13 +28,23 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
         };
         match accepted {
             Ok((stream, _)) => {
-                if let Err(why) = super::socket::peer_allowed(&stream, &reg.config().allow_uids) {
-                    tracing::warn!(reason = %why, "refused a connection on the broker socket");
-                    continue;
-                }
+                let peer = match admit(&stream, &reg, &socket) {
+                    Ok(p) => p,
+                    Err(why) => {
+                        tracing::warn!(reason = %why, "refused a connection on the broker socket");
+                        continue;
+                    }
+                };
+                seen.note(&peer);
                 let permit = reg.limits.handshake("native").await;
                 let reg2 = reg.clone();
-                reg.tracker.spawn(connection(stream, reg2, permit));
+                reg.tracker.spawn(connection(
+                    stream,
+                    reg2,
+                    permit,
+                    Arc::new(peer),
+                    seen.clone(),
+                ));
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -41,10 +55,25 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>) {
     }
 }
 
+/// The peer's rights on `socket`, or why it may not connect.
+fn admit(stream: &tokio::net::UnixStream, reg: &Registry, socket: &Socket) -> Result<Peer, String> {
+    let facts = crate::sys::peer::of_stream(stream)
+        .map_err(|e| format!("cannot read peer credentials: {e}"))?;
+    let config = reg.config();
+    let grants = super::rights::Grants {
+        allow_uids: &config.allow_uids,
+        owner_uids: &config.owner_uids,
+    };
+    let me = rustix::process::getuid().as_raw();
+    super::rights::decide(socket, &facts, me, crate::sys::peer::own_place(), grants)
+}
+
 async fn connection(
     stream: tokio::net::UnixStream,
     reg: Arc<Registry>,
     permit: super::limits::HandshakeSlot,
+    peer: Arc<Peer>,
+    seen: Arc<Seen>,
 ) {
     // Closed if it still holds its place at the deadline, or a newer connection took it.
     let closer = permit.closer();
@@ -58,7 +87,8 @@ async fn connection(
         if req.uri().path() == "/v1/events" {
             crate::sys::sync::lock(&place).take();
         }
-        async move { Ok::<_, Infallible>(route(req, reg)) }
+        let (peer, seen) = (peer.clone(), seen.clone());
+        async move { Ok::<_, Infallible>(route(req, reg, &peer, &seen)) }
     });
     // A peer that opens the socket and sends nothing gets a second, not a task forever.
     let conn = super::serve_http(stream, &heard, svc);
@@ -88,7 +118,12 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
     )
 }
 
-fn route(req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
+fn route(
+    req: Request<Incoming>,
+    reg: Arc<Registry>,
+    peer: &Peer,
+    seen: &Arc<Seen>,
+) -> Response<Body> {
     if req.headers().contains_key(header::ORIGIN) {
         tracing::warn!("refused a request carrying an Origin header on the broker socket");
         return error(
@@ -98,20 +133,34 @@ fn route(req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
     }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/v1/status") => {
-            let body =
-                serde_json::to_string_pretty(&crate::frontdoor::status::status(&reg)).unwrap_or_default();
+            let body = serde_json::to_string_pretty(&status::seen_by(&reg, peer, &seen.all()))
+                .unwrap_or_default();
             text(StatusCode::OK, body, "application/json")
         }
-        (&Method::GET, "/v1/events") => events(reg),
-        (&Method::GET, "/v1/route") => explain(&req, &reg),
-        (&Method::GET, "/v1/session") => session(req, reg),
-        (&Method::GET, "/v1/pi-sessions") => pi_sessions(&req, &reg),
-        (&Method::GET, "/v1/follow") => follow(req, reg),
+        (&Method::GET, "/v1/events") => events(reg, peer.clone(), seen.clone()),
+        (&Method::GET, "/v1/session") => session(req, reg, peer),
+        (&Method::GET, "/v1/route") => owner_only(peer, OwnerAct::ExplainRoute)
+            .unwrap_or_else(|| explain(&req, &reg)),
+        (&Method::GET, "/v1/pi-sessions") => owner_only(peer, OwnerAct::ListPiSessions)
+            .unwrap_or_else(|| pi_sessions(&req, &reg)),
+        (&Method::GET, "/v1/follow") => {
+            owner_only(peer, OwnerAct::Follow).unwrap_or_else(|| follow(req, reg))
+        }
         _ => error(
             StatusCode::NOT_FOUND,
             "unknown endpoint; try GET /v1/status, GET /v1/events, GET /v1/route?cwd=<dir>, GET /v1/session?cwd=<dir>, GET /v1/pi-sessions?cwd=<dir> or GET /v1/follow?session=<key>",
         ),
     }
+}
+
+/// `None` when `peer` is the owner; else the 403 that says why not and what to do.
+fn owner_only(peer: &Peer, act: OwnerAct) -> Option<Response<Body>> {
+    let why = peer.owner_only(act).err()?;
+    tracing::info!(
+        origin = peer.realm().as_deref().unwrap_or("-"),
+        "refused: {why}"
+    );
+    Some(error(StatusCode::FORBIDDEN, &why))
 }
 
 /// `GET /v1/route?cwd=&session=`: which editor a session there would get, and why.
@@ -220,24 +269,20 @@ fn follow(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
 }
 
 /// `GET /v1/session?cwd=…`: a session's upgrade, its place among the sessions taken first.
-fn session(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
+fn session(mut req: Request<Incoming>, reg: Arc<Registry>, peer: &Peer) -> Response<Body> {
     let Some(place) = reg.limits.session("native") else {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "too many sessions (max_sessions); close some or raise max_sessions",
         );
     };
-    let intro = match parse_intro(req.uri().query().unwrap_or("")) {
+    let mut intro = match parse_intro(req.uri().query().unwrap_or("")) {
         Ok(i) => i,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
-    if let Some(r) = &intro.remote {
-        if !reg.config().remote.iter().any(|x| &x.name == r) {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("no [[remote]] named {r:?} in the broker's config; add one (name, agent, host) or drop remote="),
-            );
-        }
+    if let Err((status, why)) = scope_intro(&mut intro, peer, &reg.config().remote) {
+        tracing::info!(origin = peer.realm().as_deref().unwrap_or("-"), cwd = %intro.cwd, "session refused: {why}");
+        return error(status, &why);
     }
     let key = match super::websocket_key(req.headers()) {
         Ok(k) => k,
@@ -267,27 +312,83 @@ fn session(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
     super::switching_protocols(&key, wants_mcp)
 }
 
+/// A session's introduction held to its peer's rights: on a remote's socket the remote is
+/// the socket's (whatever `remote=` says) and the cwd must map into one of its folders; an
+/// agent's session keys are its realm's alone (`<realm>/<key>`), so it can neither take nor
+/// inherit the owner's sticky targets, nor pass for the owner's session to a follower.
+fn scope_intro(
+    intro: &mut Intro,
+    peer: &Peer,
+    remotes: &[crate::protocol::pathmap::RemoteConfig],
+) -> Result<(), (StatusCode, String)> {
+    if let Origin::Remote(name) = &peer.origin {
+        if let Some(said) = intro.remote.as_ref().filter(|r| *r != name) {
+            return Err((
+                StatusCode::FORBIDDEN,
+                format!("this is the socket of [[remote]] {name:?}, not {said:?}: its sessions are {name:?}'s (drop remote=, or use {said:?}'s own socket)"),
+            ));
+        }
+        intro.remote = Some(name.clone());
+        let map = crate::protocol::pathmap::PathMap::for_remote(remotes, name);
+        if !map.is_some_and(|m| matches!(m.to_host(&intro.cwd), Ok(Some(_)))) {
+            let folders: Vec<String> = remotes
+                .iter()
+                .filter(|r| &r.name == name)
+                .map(|r| format!("{} (here {})", r.agent.display(), r.host.display()))
+                .collect();
+            return Err((
+                StatusCode::FORBIDDEN,
+                format!(
+                    "cwd {} is outside every folder of [[remote]] {name:?} ({}); add a [[remote]] with name = {name:?} that maps it, in the host's broker config",
+                    intro.cwd,
+                    if folders.is_empty() { "none configured now".into() } else { folders.join(", ") }
+                ),
+            ));
+        }
+    } else if let Some(r) = &intro.remote {
+        if !remotes.iter().any(|x| &x.name == r) {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!("no [[remote]] named {r:?} in the broker's config; add one (name, agent, host) or drop remote="),
+            ));
+        }
+    }
+    if let Some(realm) = peer.realm() {
+        let own = |k: &mut Option<String>| {
+            if let Some(v) = k.as_mut() {
+                *v = format!("{realm}/{v}");
+            }
+        };
+        own(&mut intro.key);
+        own(&mut intro.inherit);
+        intro.realm = Some(realm);
+    }
+    Ok(())
+}
+
 /// `GET /v1/events`: newline-delimited JSON, one line per change of what `status` shows
 /// (`{"seq": n, "status": {…}}`), the first at once. Changes coalesce: a client that reads
 /// slowly (or not at all) gets the latest state when it reads again, and costs nothing
 /// meanwhile.
-fn events(reg: Arc<Registry>) -> Response<Body> {
+fn events(reg: Arc<Registry>, peer: Peer, seen: Arc<Seen>) -> Response<Body> {
     let changes = reg.subscribe_changes();
     let cancel = reg.cancel.clone();
     let stream = futures_util::stream::unfold(
         (reg, changes, cancel, true),
-        |(reg, mut changes, cancel, first)| async move {
-            if !first {
-                tokio::select! {
-                    _ = cancel.cancelled() => return None,
-                    r = changes.changed() => r.ok()?,
+        move |(reg, mut changes, cancel, first)| {
+            let (peer, seen) = (peer.clone(), seen.clone());
+            async move {
+                if !first {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return None,
+                        r = changes.changed() => r.ok()?,
+                    }
                 }
+                let seq = *changes.borrow_and_update();
+                let line = serde_json::json!({"seq": seq, "status": status::seen_by(&reg, &peer, &seen.all())});
+                let frame = hyper::body::Frame::data(Bytes::from(format!("{line}\n")));
+                Some((Ok::<_, Infallible>(frame), (reg, changes, cancel, false)))
             }
-            let seq = *changes.borrow_and_update();
-            let line =
-                serde_json::json!({"seq": seq, "status": crate::frontdoor::status::status(&reg)});
-            let frame = hyper::body::Frame::data(Bytes::from(format!("{line}\n")));
-            Some((Ok::<_, Infallible>(frame), (reg, changes, cancel, false)))
         },
     );
     let mut r = Response::new(StreamBody::new(stream).boxed());
@@ -319,6 +420,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
         remote: None,
         dialect: Family::Pi,
         client: None,
+        realm: None,
     };
     let mut client = ClientQuery::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {

@@ -36,6 +36,39 @@ pub struct Status {
     /// The gemini door's discovery files (Gemini CLI reads them), one per editor.
     #[serde(default)]
     pub gemini_files: Vec<GeminiFile>,
+    /// The asking connection's rights, and why (absent from daemons before rights existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<ConnectionStatus>,
+    /// Connections on the main socket that got an agent's rights only (a container, an ssh
+    /// forward): shown to the owner, who should hand such agents a remote's socket.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents_on_main_socket: Vec<crate::frontdoor::rights::AgentSeen>,
+}
+
+/// What the connection asking for the status may do, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConnectionStatus {
+    /// `owner` or `agent`.
+    pub rights: crate::frontdoor::rights::Rights,
+    /// An agent's realm (`remote:box`, `container:mnt:[…]`, …): it sees only its realm's sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realm: Option<String>,
+    /// Why it has these rights.
+    pub why: String,
+    /// What to do about an agent's limits (empty for the owner).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hint: String,
+}
+
+/// A `[[remote]]`'s own socket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemoteSocket {
+    /// The remote's name.
+    pub name: String,
+    /// Its socket (in a dir of its own, to mount into a container).
+    pub path: PathBuf,
+    /// The socket exists (remotes are bound when the daemon starts).
+    pub listening: bool,
 }
 
 /// A discovery file the gemini door published.
@@ -72,6 +105,12 @@ pub struct BrokerStatus {
     /// Other uids allowed on the socket (`allow_uids`).
     #[serde(default)]
     pub allow_uids: Vec<u32>,
+    /// Other uids with the owner's rights (`owner_uids`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_uids: Vec<u32>,
+    /// Each `[[remote]]`'s socket (the owner's status only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remote_sockets: Vec<RemoteSocket>,
 }
 
 /// One editor.
@@ -154,6 +193,9 @@ pub struct SessionStatus {
     /// ACP editors following it (`pi-ide-broker acp`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub followers: Vec<FollowerStatus>,
+    /// An agent's session: the realm it came from (`remote:box`, `container:mnt:[…]`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// An ACP editor following a session.
@@ -220,6 +262,8 @@ pub fn status(reg: &Registry) -> Status {
             socket: reg.socket.clone(),
             uptime_s: reg.started_at.elapsed().map(|d| d.as_secs()).unwrap_or(0),
             allow_uids: reg.config().allow_uids.clone(),
+            owner_uids: reg.config().owner_uids.clone(),
+            remote_sockets: Vec::new(),
         },
         editors,
         sessions,
@@ -234,7 +278,64 @@ pub fn status(reg: &Registry) -> Status {
             })
             .collect(),
         gemini_files: gemini_files(reg),
+        connection: None,
+        agents_on_main_socket: Vec::new(),
     }
+}
+
+/// The status document as `peer` may see it. The owner sees everything, the remote sockets
+/// and the agents `seen` on the main socket; an agent sees its realm's sessions, their
+/// editors and its realm's sticky keys, and nothing else of the host (other sessions, other
+/// editors' folders, rejected lockfiles, discovery files).
+pub fn seen_by(
+    reg: &Registry,
+    peer: &crate::frontdoor::rights::Peer,
+    seen: &[crate::frontdoor::rights::AgentSeen],
+) -> Status {
+    let mut st = status(reg);
+    let realm = peer.realm();
+    st.connection = Some(ConnectionStatus {
+        rights: peer.rights,
+        realm: realm.clone(),
+        why: peer.why(),
+        hint: peer.hint().into(),
+    });
+    let Some(realm) = realm else {
+        st.agents_on_main_socket = seen.to_vec();
+        st.broker.remote_sockets = reg
+            .config()
+            .remote_names()
+            .into_iter()
+            .map(|name| {
+                let path = crate::sys::config::Config::remote_socket(&reg.socket, &name);
+                let listening = path.exists();
+                RemoteSocket {
+                    name,
+                    path,
+                    listening,
+                }
+            })
+            .collect();
+        return st;
+    };
+    let mine: std::collections::HashSet<u64> = reg
+        .sessions()
+        .iter()
+        .filter(|s| s.realm.as_deref() == Some(realm.as_str()))
+        .map(|s| s.id)
+        .collect();
+    st.sessions.retain(|s| mine.contains(&s.id));
+    let editors: std::collections::HashSet<&str> = st
+        .sessions
+        .iter()
+        .filter_map(|s| s.editor.as_deref())
+        .collect();
+    st.editors.retain(|e| editors.contains(e.id.as_str()));
+    let prefix = format!("{realm}/");
+    st.sticky.retain(|k| k.key.starts_with(&prefix));
+    st.lockfiles_rejected.clear();
+    st.gemini_files.clear();
+    st
 }
 
 /// One editor's entry: its lockfile, its link, and how many of `sessions` are on it.
@@ -312,6 +413,7 @@ fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> Sessi
                 reviewing: f.reviewing.load(std::sync::atomic::Ordering::Acquire),
             })
             .collect(),
+        origin: s.realm.clone(),
     }
 }
 

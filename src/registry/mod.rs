@@ -379,14 +379,31 @@ impl Registry {
     }
 
     /// `broker/attach`: switch to a named editor (which becomes the sticky target).
+    /// An agent's session (`Session::realm`) may choose only among the editors whose folders
+    /// hold its cwd (those `broker/editors` lists): its rights reach no other editor.
     pub fn attach_explicit(&self, s: &Session, id: &str) -> Result<(), String> {
         if !self.editors.contains_key(id) {
             return Err(format!(
                 "no editor with id {id:?}; call broker/editors for the list"
             ));
         }
+        if s.realm.is_some() && !self.holds(id, &s.cwd) {
+            return Err(format!(
+                "editor {id:?} has no workspace folder containing {}: an agent's session attaches only to an editor of its own folder (broker/editors lists them)",
+                s.cwd_raw
+            ));
+        }
         self.attach(s, id);
         Ok(())
+    }
+
+    /// True when editor `id` has a workspace folder containing `cwd` (a weak match counts,
+    /// as routing counts it).
+    fn holds(&self, id: &str, cwd: &std::path::Path) -> bool {
+        self.views()
+            .iter()
+            .find(|v| v.id == id)
+            .is_some_and(|v| router::best_folder(cwd, &v.folders, &self.home).is_some())
     }
 
     /// Detaches a session; `by_client` keeps it from being auto-attached again.

@@ -45,6 +45,9 @@ fn key(k: usize) -> String {
     format!("k{k}")
 }
 
+/// The realm of the model's agent sessions, as the native door names a remote's.
+const AGENT_REALM: &str = "remote:m";
+
 /// Process facts from a table the test writes: pid → (start token, running), and its clock.
 #[derive(Default)]
 struct Table {
@@ -89,11 +92,13 @@ enum Op {
     NewPort(usize),
     /// The broker stops (state saved) and starts again, reading the lock dir anew.
     BrokerRestart(u64),
-    /// A session connects, with a key or not, inheriting another key's target or not.
+    /// A session connects, with a key or not, inheriting another key's target or not; the
+    /// owner's or an agent's (whose keys are its realm's: `AGENT_REALM/<key>`).
     Open {
         key: Option<usize>,
         folder: usize,
         inherit: Option<usize>,
+        agent: bool,
     },
     /// `/ide`: a session chooses an editor.
     Choose { session: usize, editor: usize },
@@ -118,9 +123,10 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (
             prop::option::weighted(0.8, 0..KEYS),
             0usize..2,
-            prop::option::weighted(0.3, 0..KEYS)
+            prop::option::weighted(0.3, 0..KEYS),
+            prop::bool::weighted(0.3),
         )
-            .prop_map(|(key, folder, inherit)| Op::Open { key, folder, inherit }),
+            .prop_map(|(key, folder, inherit, agent)| Op::Open { key, folder, inherit, agent }),
         2 => (0usize..8, 0usize..8).prop_map(|(session, editor)| Op::Choose { session, editor }),
         1 => (0usize..8).prop_map(Op::Off),
         1 => (0usize..8).prop_map(Op::Close),
@@ -155,6 +161,9 @@ struct Sess {
     editor: Option<String>,
     /// Switched off by its client (`/ide` off): never placed again until it chooses.
     off: bool,
+    /// An agent's session (`frontdoor::rights`): its keys are its realm's, and it may choose
+    /// only an editor of its own folder.
+    agent: bool,
 }
 
 /// The reference model: identity, succession, routing and sticky targets, as the rules say.
@@ -564,6 +573,7 @@ impl Harness {
             inherit,
             dialect: Family::Pi,
             client: None,
+            realm: m.agent.then(|| AGENT_REALM.to_string()),
         };
         let id = self.reg.next_session_id();
         let sink = FrameWriter::new(
@@ -693,12 +703,21 @@ impl Harness {
                 key: k,
                 folder,
                 inherit,
+                agent,
             } => {
                 let sid = self.next_sid;
                 self.next_sid += 1;
-                let key_s = k.map(key);
+                // An agent's keys are its realm's, as `frontdoor::native` makes them.
+                let scoped = |k: usize| {
+                    if agent {
+                        format!("{AGENT_REALM}/{}", key(k))
+                    } else {
+                        key(k)
+                    }
+                };
+                let key_s = k.map(scoped);
                 let folder = k.map_or(folder, |k| k % 2);
-                let from = inherit.map(key).filter(|_| key_s.is_some());
+                let from = inherit.map(scoped).filter(|_| key_s.is_some());
                 self.model.sessions.insert(
                     sid,
                     Sess {
@@ -706,6 +725,7 @@ impl Harness {
                         folder,
                         editor: None,
                         off: false,
+                        agent,
                     },
                 );
                 if let (Some(k), Some(f)) = (&key_s, &from) {
@@ -726,8 +746,13 @@ impl Harness {
                     ids.get(editor % ids.len().max(1)),
                 ) {
                     let r = self.reg.attach_explicit(&self.sessions[&sid], id);
-                    assert!(r.is_ok(), "choosing a live editor: {r:?}");
-                    self.model.attach(sid, id);
+                    let s = &self.model.sessions[&sid];
+                    // An agent reaches only an editor of its own folder; the owner any.
+                    let allowed = !s.agent || LINEAGES[self.model.live[id].2].0 == s.folder;
+                    assert_eq!(r.is_ok(), allowed, "choosing {id} for {s:?}: {r:?}");
+                    if allowed {
+                        self.model.attach(sid, id);
+                    }
                 }
             }
             Op::Off(i) => {

@@ -51,6 +51,9 @@ pub struct Intro {
     pub dialect: Family,
     /// What the client says it is (`client`, `client_version`, `protocol` on the native door).
     pub client: Option<crate::protocol::version::ClientInfo>,
+    /// An agent's realm (`frontdoor::rights`): where its connection came from when that gives
+    /// an agent's rights only; `None` for the owner's sessions.
+    pub realm: Option<String>,
 }
 
 /// Attachment changes, told to the session task (which resubscribes and tells its client).
@@ -83,6 +86,9 @@ pub struct Session {
     pub dialect: Family,
     /// What the client says it is (name, version, protocol revision), if it said.
     pub client: Option<crate::protocol::version::ClientInfo>,
+    /// See [`Intro::realm`]: set, the session is an agent's and attaches only to an editor
+    /// of its own folder.
+    pub realm: Option<String>,
     /// When it connected.
     pub since: SystemTime,
     /// The attached editor id (shared: every call reads it).
@@ -202,6 +208,7 @@ impl Session {
             key: intro.key.clone(),
             dialect: intro.dialect,
             client: intro.client.clone(),
+            realm: intro.realm.clone(),
             since: SystemTime::now(),
             editor: Mutex::new(None),
             pinned: intro.pinned,

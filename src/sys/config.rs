@@ -49,11 +49,15 @@ pub struct Config {
     /// At most this many sessions may be connected at once; more are refused. Read at start.
     pub max_sessions: usize,
     /// Agents that run elsewhere (a container, a dev box over `ssh -R`): each `[[remote]]`
-    /// maps an agent-side prefix to a host folder; a session says which remote it is.
+    /// maps an agent-side prefix to a host folder. Each remote name gets a socket of its own
+    /// ([`Config::remote_socket`]) that carries agent rights only.
     pub remote: Vec<crate::protocol::pathmap::RemoteConfig>,
-    /// Other uids allowed on the socket (a container's root reaching a bind-mounted socket).
-    /// Default: only the owner.
+    /// Other uids allowed on the sockets (a container's root reaching a bind-mounted
+    /// socket), with an agent's rights. Default: only the owner.
     pub allow_uids: Vec<u32>,
+    /// Other uids allowed on the main socket with the owner's rights (follow, prompt and
+    /// review any session; the status of all). Default: none.
+    pub owner_uids: Vec<u32>,
     /// A graceful stop (pending diffs rejected, sessions told, state flushed) takes at most this long.
     pub shutdown_timeout_ms: u64,
     /// The user's home, where an editor's workspace that is the home itself is a weak match;
@@ -236,6 +240,7 @@ impl Default for Config {
             max_sessions: 4096,
             remote: Vec::new(),
             allow_uids: Vec::new(),
+            owner_uids: Vec::new(),
         }
     }
 }
@@ -332,7 +337,35 @@ impl Config {
         if self.max_frame_bytes < 1024 {
             return Err("max_frame_bytes must be at least 1024".into());
         }
+        if let Some(r) = self.remote.iter().find(|r| !remote_name_ok(&r.name)) {
+            return Err(format!(
+                "[[remote]] name {:?} must be 1 to 32 letters, digits, '-', '_' or '.' (it names the remote's socket dir)",
+                r.name
+            ));
+        }
         Ok(())
+    }
+
+    /// The remote names, each once, in the order first given.
+    pub fn remote_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for r in &self.remote {
+            if !names.contains(&r.name) {
+                names.push(r.name.clone());
+            }
+        }
+        names
+    }
+
+    /// The socket of the `[[remote]]` named `name`, beside the main socket `main`:
+    /// `<main's dir>/remote/<name>/sock`, in a dir of its own so a container can mount the
+    /// dir (which outlives a broker restart) without seeing the main socket.
+    pub fn remote_socket(main: &Path, name: &str) -> PathBuf {
+        main.parent()
+            .unwrap_or(Path::new("/"))
+            .join("remote")
+            .join(name)
+            .join("sock")
     }
 
     /// The default config file: `$XDG_CONFIG_HOME/pi-ide-broker/config.toml` (or the OS equivalent).
@@ -502,6 +535,16 @@ fn user_dir(var: &str, mac: fn(&directories::ProjectDirs) -> &Path, local: &str)
         }
     }
     home_dir().join(".local").join(local).join("pi-ide-broker")
+}
+
+/// A `[[remote]]` name that can name a dir: 1–32 of `[A-Za-z0-9._-]`, not `.` or `..`.
+pub fn remote_name_ok(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// The user's home dir (`$HOME`, else the OS's idea of it, else `/`).

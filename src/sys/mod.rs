@@ -7,6 +7,7 @@
 pub mod allocator;
 pub mod config;
 pub mod logging;
+pub mod peer;
 pub mod portpeers;
 pub mod procinfo;
 pub mod secret;

@@ -183,7 +183,10 @@ async fn list(socket: &std::path::Path, cwd: &str) -> Result<Vec<Value>, String>
     let path = format!("/v1/pi-sessions?cwd={}", encode_query(cwd));
     let doc = crate::cli::client::get_json(socket, &path)
         .await
-        .map_err(|e| format!("{e}; pi starts it when a pi session with the pi-ide-broker extension runs (`pi-ide-broker setup`)"))?;
+        .map_err(|e| match e {
+            crate::cli::client::ClientError::Refused(why) => why,
+            e => format!("{e}; pi starts it when a pi session with the pi-ide-broker extension runs (`pi-ide-broker setup`)"),
+        })?;
     Ok(doc
         .get("sessions")
         .and_then(Value::as_array)
@@ -238,17 +241,8 @@ async fn dial(
         let (mut ws, _) = tokio_tungstenite::client_async(url.as_str(), stream)
             .await
             .map_err(|e| match e {
-                tokio_tungstenite::tungstenite::Error::Http(r) => {
-                    let body = r
-                        .body()
-                        .as_deref()
-                        .map(String::from_utf8_lossy)
-                        .unwrap_or_default();
-                    let why = serde_json::from_str::<Value>(&body)
-                        .ok()
-                        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
-                        .unwrap_or_else(|| format!("HTTP {}", r.status()));
-                    why
+                tokio_tungstenite::tungstenite::Error::Http(_) => {
+                    crate::cli::client::upgrade_refusal(&e)
                 }
                 other => format!("the follow connection failed: {other}"),
             })?;

@@ -97,7 +97,10 @@ pub async fn connect(
                     .map(|(ws, _)| ws)
                     .map_err(|e| StdioError::Unreachable {
                         socket: opts.socket.display().to_string(),
-                        why: format!("session upgrade failed: {e}"),
+                        why: format!(
+                            "session upgrade failed: {}",
+                            crate::cli::client::upgrade_refusal(&e)
+                        ),
                     });
             }
             Err(e) => {

@@ -225,6 +225,7 @@ fn intro(reg: &Registry, editor: &str) -> Intro {
         remote: None,
         dialect: Family::Pi,
         client: None,
+        realm: None,
     }
 }
 
