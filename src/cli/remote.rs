@@ -36,61 +36,10 @@ pub fn command(
         .filter(|n| only.is_none_or(|o| o == n))
         .collect();
     if names.is_empty() {
-        match only {
-            Some(name) => eprintln!(
-                "pi-ide-broker remote: no [[remote]] named {name:?} in {file}; add one (below) and restart the broker"
-            ),
-            None => eprintln!(
-                "pi-ide-broker remote: no [[remote]] in {file}; add one per folder the agent sees, then restart the broker:"
-            ),
-        }
-        eprintln!("  [[remote]]\n  name = \"box\"\n  agent = \"/workspaces/app\"   # the folder as the agent sees it\n  host = \"/home/me/src/app\"    # the same folder here");
-        eprintln!("Each remote gets a socket of its own, with an agent's rights only.");
-        return ExitCode::from(2);
+        return no_remote(&file, only);
     }
     for name in &names {
-        let sock = Config::remote_socket(&main, name);
-        let dir = sock.parent().unwrap_or(Path::new("/"));
-        println!("# [[remote]] {name:?}");
-        for r in config.remote.iter().filter(|r| &r.name == name) {
-            println!(
-                "#   {} (the agent's) = {} (here)",
-                r.agent.display(),
-                r.host.display()
-            );
-        }
-        println!(
-            "# Its socket, with an agent's rights only (its own sessions, on the editor of its own folder):"
-        );
-        println!("#   {}", sock.display());
-        if !sock.exists() {
-            println!("#   (not there yet: the broker makes it when it starts; restart it after adding a remote)");
-        }
-        println!("# Over SSH (the agent runs on devbox, the editor here):");
-        println!(
-            "ssh -R {}:{} user@devbox",
-            there.ssh.display(),
-            sock.display()
-        );
-        println!(
-            "#   then, on devbox: export PI_IDE_BROKER_SOCKET={}   (sshd: StreamLocalBindUnlink yes)",
-            there.ssh.display()
-        );
-        let inside = there.mount.join("sock");
-        println!("# Docker (mount the socket's dir: it outlives a broker restart, the socket file does not):");
-        println!(
-            "docker run -v {}:{} -e PI_IDE_BROKER_SOCKET={} …",
-            dir.display(),
-            there.mount.display(),
-            inside.display()
-        );
-        println!("# devcontainer.json:");
-        println!(
-            "\"mounts\": [\"source={},target={},type=bind\"], \"containerEnv\": {{\"PI_IDE_BROKER_SOCKET\": \"{}\"}}",
-            dir.display(),
-            there.mount.display(),
-            inside.display()
-        );
+        print_remote(config, &main, name, &there);
         println!();
     }
     println!(
@@ -102,4 +51,65 @@ pub fn command(
         main.display()
     );
     ExitCode::SUCCESS
+}
+
+/// What a user without the `[[remote]]` asked for is told (exit status 2).
+fn no_remote(file: &str, only: Option<&str>) -> ExitCode {
+    match only {
+        Some(name) => eprintln!(
+            "pi-ide-broker remote: no [[remote]] named {name:?} in {file}; add one (below) and restart the broker"
+        ),
+        None => eprintln!(
+            "pi-ide-broker remote: no [[remote]] in {file}; add one per folder the agent sees, then restart the broker:"
+        ),
+    }
+    eprintln!("  [[remote]]\n  name = \"box\"\n  agent = \"/workspaces/app\"   # the folder as the agent sees it\n  host = \"/home/me/src/app\"    # the same folder here");
+    eprintln!("Each remote gets a socket of its own, with an agent's rights only.");
+    return ExitCode::from(2);
+}
+
+/// One remote's socket and the lines that hand it over.
+fn print_remote(config: &Config, main: &Path, name: &str, there: &There<'_>) {
+    let sock = Config::remote_socket(main, name);
+    let dir = sock.parent().unwrap_or(Path::new("/"));
+    println!("# [[remote]] {name:?}");
+    for r in config.remote.iter().filter(|r| r.name == name) {
+        println!(
+            "#   {} (the agent's) = {} (here)",
+            r.agent.display(),
+            r.host.display()
+        );
+    }
+    println!(
+        "# Its socket, with an agent's rights only (its own sessions, on the editor of its own folder):"
+    );
+    println!("#   {}", sock.display());
+    if !sock.exists() {
+        println!("#   (not there yet: the broker makes it when it starts; restart it after adding a remote)");
+    }
+    println!("# Over SSH (the agent runs on devbox, the editor here):");
+    println!(
+        "ssh -R {}:{} user@devbox",
+        there.ssh.display(),
+        sock.display()
+    );
+    println!(
+        "#   then, on devbox: export PI_IDE_BROKER_SOCKET={}   (sshd: StreamLocalBindUnlink yes)",
+        there.ssh.display()
+    );
+    let inside = there.mount.join("sock");
+    println!("# Docker (mount the socket's dir: it outlives a broker restart, the socket file does not):");
+    println!(
+        "docker run -v {}:{} -e PI_IDE_BROKER_SOCKET={} …",
+        dir.display(),
+        there.mount.display(),
+        inside.display()
+    );
+    println!("# devcontainer.json:");
+    println!(
+        "\"mounts\": [\"source={},target={},type=bind\"], \"containerEnv\": {{\"PI_IDE_BROKER_SOCKET\": \"{}\"}}",
+        dir.display(),
+        there.mount.display(),
+        inside.display()
+    );
 }

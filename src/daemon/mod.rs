@@ -77,6 +77,9 @@ pub async fn serve(
     // The socket's claim is held until we return: no second daemon can take it meanwhile.
     let (listener, claim) = listen(&socket).await?;
     let remotes = bind_remotes(&config, &socket).await;
+    if let crate::sys::peer::Place::Unreadable(why) = crate::sys::peer::own_place() {
+        tracing::warn!("cannot read the broker's own namespaces ({why}): a container on the main socket cannot be told from a local process; give containers a [[remote]]'s socket");
+    }
     let state = StateStore::load(&config.state_dir());
     let state_file = state.path().to_path_buf();
     let reg = Registry::new(

@@ -1,8 +1,8 @@
 //! The ways in; every door ends in `session::run`.
 //!
-//! The native socket (`socket`, `native`), the compat door and the gemini door (both an
-//! endpoint per editor, `per_editor`), the caps they share (`limits`) and the status document
-//! (`status`). Every door ends in [`crate::session::run`]. Uses `session`, `registry` and
+//! The native socket and each remote's (`socket`, `native`, with the rights each peer gets:
+//! `rights`), the compat door and the gemini door (both an endpoint per editor,
+//! `per_editor`), the caps they share (`limits`) and the status document (`status`). Every door ends in [`crate::session::run`]. Uses `session`, `registry` and
 //! everything below them.
 
 pub mod compat;

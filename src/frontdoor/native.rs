@@ -1,6 +1,7 @@
-//! The native door: HTTP/1.1 (hyper) on the broker's Unix socket.
+//! The native door: HTTP/1.1 (hyper) on the broker's Unix sockets (the main one, each remote's).
 //! `GET /v1/status` answers the status JSON; `GET /v1/session?cwd=…` upgrades to a
-//! WebSocket that speaks MCP JSON-RPC as an editor would, with the broker in between.
+//! WebSocket that speaks MCP JSON-RPC as an editor would, with the broker in between. Each
+//! endpoint says who may call it; the peer's rights come from `rights`, decided at accept.
 
 use super::rights::{Origin, OwnerAct, Peer, Seen, Socket};
 use super::status;

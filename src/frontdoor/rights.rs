@@ -1,6 +1,7 @@
-//! Rights per connection: what a peer of the broker's sockets may do, decided once when it
-//! connects by where it came from (which socket, uid, namespaces, program), never by what it
-//! says. docs/security.md is the threat model these rules serve.
+//! Rights per connection: owner or agent, by where a peer comes from, never by what it says.
+//!
+//! Decided once when it connects, from which socket, uid, namespaces and program it has.
+//! docs/security.md is the threat model these rules serve.
 //!
 //! Two rights. The **owner** (the user's own local processes on the main socket) sees
 //! everything and may follow, prompt and review any pi session. An **agent** (a `[[remote]]`'s

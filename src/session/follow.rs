@@ -111,9 +111,9 @@ pub async fn run<R>(
                     tracing::info!(follower = id, error = %e, "follower connection error");
                     break "connection error";
                 }
-                Ok(Some(Frame::Text(t))) => on_text(&session, &follower, t),
+                Ok(Some(Frame::Text(t))) => on_follower_text(&session, &follower, t),
                 Ok(Some(Frame::Binary(b))) => match std::str::from_utf8(b) {
-                    Ok(t) => on_text(&session, &follower, t),
+                    Ok(t) => on_follower_text(&session, &follower, t),
                     Err(_) => _ = follower.outbox.deliver(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, "Parse error: binary frame is not UTF-8")),
                 },
                 Ok(Some(Frame::Ping(p))) => follower.outbox.pong(p),
@@ -125,8 +125,10 @@ pub async fn run<R>(
     leave(&reg, &session, &follower, reason).await;
 }
 
-/// One frame from the follower.
-fn on_text(session: &Session, f: &Follower, text: &str) {
+/// One text frame from follower `f` of `session`: a forwarded request goes on to the session
+/// under a `follow-…` id, `follow/review` sets its readiness, an answer settles its review or
+/// buffer read; anything else gets its JSON-RPC error. Public for the fuzz target.
+pub fn on_follower_text(session: &Session, f: &Follower, text: &str) {
     match jsonrpc::classify(text) {
         Err(r) => {
             tracing::info!(follower = f.id, error = %r.message, "invalid message from follower");

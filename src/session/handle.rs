@@ -289,6 +289,16 @@ impl Session {
             .cloned()
     }
 
+    /// How many followers review its diffs now.
+    pub fn reviewers(&self) -> usize {
+        self.reviewers.load(Ordering::Acquire)
+    }
+
+    /// The followers it owes an answer to a forwarded call, one entry per call.
+    pub fn forwarded_to(&self) -> Vec<u64> {
+        lock(&self.follow_calls).values().map(|(f, _)| *f).collect()
+    }
+
     /// A fresh id for an editor-initiated request delivered to this session.
     pub fn mint_delegated_id(&self) -> String {
         format!(

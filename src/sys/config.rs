@@ -583,6 +583,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_remote_name_names_a_dir_beside_the_main_socket_and_nothing_else() {
+        assert!(remote_name_ok("box") && remote_name_ok("dev-box_1.x"));
+        for bad in ["", ".", "..", "a/b", "a b", "é", &"x".repeat(33)] {
+            assert!(!remote_name_ok(bad), "{bad:?}");
+        }
+        assert_eq!(
+            Config::remote_socket(Path::new("/run/u/pi-ide-broker/sock"), "box"),
+            PathBuf::from("/run/u/pi-ide-broker/remote/box/sock")
+        );
+        let c: Config =
+            toml::from_str("[[remote]]\nname = \"../x\"\nagent = \"/a\"\nhost = \"/b\"\n").unwrap();
+        assert!(c.check().unwrap_err().contains("\"../x\""));
+        let c: Config = toml::from_str(
+            "[[remote]]\nname = \"b\"\nagent = \"/a\"\nhost = \"/b\"\n[[remote]]\nname = \"b\"\nagent = \"/c\"\nhost = \"/d\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.remote_names(), vec!["b".to_string()]);
+    }
+
+    #[test]
     fn example_config_parses_and_equals_defaults() {
         let text = include_str!("../../config.example.toml");
         let parsed: Config = toml::from_str(text).unwrap();

@@ -31,6 +31,13 @@ pub(crate) struct FollowedPi {
 
 /// [`FollowedPi`] started, or `None` (said) where pi is not installed.
 pub(crate) async fn followed_pi() -> Option<FollowedPi> {
+    followed_pi_with(|_, _| {}).await
+}
+
+/// [`followed_pi`] with the broker's config tweaked first (given the project folder).
+pub(crate) async fn followed_pi_with(
+    tweak: impl FnOnce(&mut pi_ide_broker::sys::config::Config, &std::path::Path),
+) -> Option<FollowedPi> {
     let install = find_pi()?;
     let dir = tempfile::tempdir().expect("tempdir");
     let proj = dir.path().join("proj");
@@ -38,7 +45,8 @@ pub(crate) async fn followed_pi() -> Option<FollowedPi> {
     let proj = std::fs::canonicalize(&proj).expect("canonical proj");
     let model = FakeModel::start().await;
     let home = pi_home(dir.path(), &model.models_json());
-    let b = TestBroker::start_in(dir, |_| {}).await;
+    let p = proj.clone();
+    let b = TestBroker::start_in(dir, move |c| tweak(c, &p)).await;
     let mut pi = Pi::start(&install, &home, &proj, &b.socket, &[]).await;
     let key = pi.command("get_state", json!({})).await["data"]["sessionId"]
         .as_str()

@@ -32,5 +32,6 @@ mod service;
 mod sessions;
 mod setup;
 mod stdio;
+mod trust;
 mod version;
 mod vscode;

@@ -210,9 +210,11 @@ async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<S
     Some(SshForward { _ssh: ssh, remote })
 }
 
-/// Through a real `ssh -R` forward: an agent whose cwd exists only on the "dev box" side is
-/// routed to the host folder's editor, its openDiff reaches the editor with host paths, and
-/// the editor's selection reaches it with its own paths.
+/// Through a real `ssh -R` forward of the remote's own socket (what `pi-ide-broker remote`
+/// prints): an agent whose cwd exists only on the "dev box" side is routed to the host
+/// folder's editor, its openDiff reaches the editor with host paths, and the editor's
+/// selection reaches it with its own paths; its remote is the socket's, unsaid. The main
+/// socket forwarded the same way gives an agent's rights only (ssh forwards it).
 #[tokio::test]
 async fn an_agent_over_ssh_reaches_the_hosts_editor_with_mapped_paths() {
     let dir = tempfile::tempdir().unwrap();
@@ -231,17 +233,15 @@ async fn an_agent_over_ssh_reaches_the_hosts_editor_with_mapped_paths() {
         }];
     })
     .await;
-    let Some(fwd) = ssh_forward(&ssh_dir, &b.socket).await else {
+    let remote_sock = pi_ide_broker::sys::config::Config::remote_socket(&b.socket, "devbox");
+    let Some(fwd) = ssh_forward(&ssh_dir, &remote_sock).await else {
         return;
     };
     let (fe, id) = b.editor(&[&host_s]).await;
     let mut ev = fe.events();
-    let mut a = Agent::connect(
-        &fwd.remote,
-        "cwd=/home/dev/app/src&remote=devbox&session=ssh",
-    )
-    .await
-    .expect("a session through the ssh forward");
+    let mut a = Agent::connect(&fwd.remote, "cwd=/home/dev/app/src&session=ssh")
+        .await
+        .expect("a session through the ssh forward");
     let att = a.attached().await;
     assert_eq!(att["params"]["editor"], id.as_str());
     a.call_tool(
@@ -261,6 +261,39 @@ async fn an_agent_over_ssh_reaches_the_hosts_editor_with_mapped_paths() {
         .until("selection", |v| v["method"] == "selection_changed")
         .await;
     assert_eq!(sel["params"]["filePath"], "/home/dev/app/src/main.rs");
+    let st = b.status().await;
+    assert_eq!(st["sessions"][0]["remote"], "devbox", "{st}");
+    drop(fwd);
+
+    // The main socket over ssh: the forwarder is ssh, so an agent's rights.
+    let main_dir = root.join("ssh-main");
+    std::fs::create_dir_all(&main_dir).unwrap();
+    let Some(fwd) = ssh_forward(&main_dir, &b.socket).await else {
+        return;
+    };
+    let st = pi_ide_broker::cli::client::get_json(&fwd.remote, "/v1/status")
+        .await
+        .expect("status through the forward");
+    assert_eq!(st["connection"]["rights"], "agent", "{st}");
+    assert!(
+        st["connection"]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("ssh")),
+        "{st}"
+    );
+    assert_eq!(
+        st["sessions"],
+        json!([]),
+        "the host's sessions are hidden: {st}"
+    );
+    let refused = pi_ide_broker::cli::client::get_json(&fwd.remote, "/v1/pi-sessions?cwd=/").await;
+    assert!(
+        matches!(
+            refused,
+            Err(pi_ide_broker::cli::client::ClientError::Refused(_))
+        ),
+        "{refused:?}"
+    );
     drop(fwd);
     b.stop().await;
 }

@@ -630,3 +630,78 @@ async fn the_users_claude_code_and_a_broker_session_share_vs_code() {
     s.close().await;
     b.stop().await;
 }
+
+/// An agent in a "container" (its `[[remote]]`'s own socket, its project at
+/// `/workspaces/app`): routed to VS Code by its mapped cwd, the extension's tools listed, a
+/// real diagnostic relayed with the agent's paths, and a diff it proposes accepted in VS Code.
+#[tokio::test]
+async fn a_remote_agents_diff_is_accepted_in_vs_code() {
+    let Some(install) = find_vscode() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let mut vsc = VsCode::start(
+        &install,
+        root.path(),
+        &[("notes.txt", "old line\n"), ("bad.json", BAD_JSON)],
+    )
+    .await;
+    let dir = vsc.lock_dir.clone();
+    let host = vsc.workspace.clone();
+    let b = TestBroker::start_with(|c| {
+        c.lock_dirs = Some(vec![LockDirConfig {
+            path: dir,
+            family: Family::Claude,
+        }]);
+        c.remote = vec![pi_ide_broker::protocol::pathmap::RemoteConfig {
+            name: "box".into(),
+            agent: "/workspaces/app".into(),
+            host,
+        }];
+    })
+    .await;
+    let (_, lock) = vsc.wait_lockfile(None).await;
+    let e = b
+        .wait_editor(lock_port(&vsc.lock_dir, &lock), "ready")
+        .await;
+    let remote = pi_ide_broker::sys::config::Config::remote_socket(&b.socket, "box");
+    let mut a = Agent::connect(&remote, "cwd=/workspaces/app&dialect=claude")
+        .await
+        .expect("a session on the remote's socket");
+    let att = a.attached().await;
+    assert_eq!(att["params"]["editor"], e["id"], "{att:#}");
+    assert_lists_the_extensions_tools(&e, &mut a).await;
+    // The agent names its own paths; VS Code opens and validates the host's file.
+    let opened = call(
+        &mut a,
+        1,
+        "openFile",
+        json!({"filePath": "/workspaces/app/bad.json", "preview": false, "startText": "\"b\"", "endText": "2", "makeFrontmost": true}),
+    )
+    .await;
+    assert!(opened.get("result").is_some(), "{opened:#}");
+    let diagnostics = first_diagnostics(&mut a, "file:///workspaces/app/bad.json").await;
+    assert!(
+        diagnostics.iter().any(|d| d["source"] == "json"),
+        "{diagnostics:?}"
+    );
+    let tab = "✻ [Claude Code] notes.txt (r) ⧉";
+    a.call_tool(
+        json!(5),
+        "openDiff",
+        json!({"old_file_path": "/workspaces/app/notes.txt", "new_file_path": "/workspaces/app/notes.txt",
+               "new_file_contents": "from the container\n", "tab_name": tab}),
+    )
+    .await;
+    click_when_shown(&mut vsc, "Claude Code: Accept Proposed Changes").await;
+    let r = next_with_id(&mut a, 5).await;
+    assert_eq!(r["result"]["content"][0]["text"], "FILE_SAVED", "{r:#}");
+    assert_eq!(r["result"]["content"][1]["text"], "from the container\n");
+    let _ = call(&mut a, 6, "close_tab", json!({"tab_name": tab})).await;
+    // What the remote sees of the host: its own session only.
+    let st = pi_ide_broker::cli::client::get_json(&remote, "/v1/status")
+        .await
+        .expect("status");
+    assert_eq!(st["connection"]["rights"], "agent");
+    assert_eq!(st["sessions"].as_array().map(Vec::len), Some(1), "{st:#}");
+    a.close().await;
+    b.stop().await;
+}
