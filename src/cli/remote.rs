@@ -65,7 +65,7 @@ fn no_remote(file: &str, only: Option<&str>) -> ExitCode {
     }
     eprintln!("  [[remote]]\n  name = \"box\"\n  agent = \"/workspaces/app\"   # the folder as the agent sees it\n  host = \"/home/me/src/app\"    # the same folder here");
     eprintln!("Each remote gets a socket of its own, with an agent's rights only.");
-    return ExitCode::from(2);
+    ExitCode::from(2)
 }
 
 /// One remote's socket and the lines that hand it over.
