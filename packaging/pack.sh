@@ -35,7 +35,7 @@ build_linux() {
   env "$var=rust-lld" cargo build --locked --profile dist --target "$triple" --bin pi-ide-broker
   rm -rf "${stage:?}/$key"
   mkdir -p "$stage/$key/vendor/$triple/bin"
-  cp "packaging/npm/$key/package.json" "$stage/$key/"
+  cp "packaging/npm/$key/package.json" LICENSE "$stage/$key/"
   cp "$target_dir/$triple/dist/pi-ide-broker" "$stage/$key/vendor/$triple/bin/pi-ide-broker"
   (cd "$stage/$key" && npm pack --silent --pack-destination "$out" >/dev/null)
 }

@@ -433,6 +433,11 @@ impl Editor {
             .collect()
     }
 
+    /// How many calls wait for this editor's answer (every session's, and the broker's own).
+    pub fn pending_calls(&self) -> usize {
+        self.pending.len()
+    }
+
     /// What `session` has in flight on this editor, for status.
     pub fn calls_of(&self, session: u64) -> Vec<CallInFlight> {
         self.pending

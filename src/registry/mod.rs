@@ -154,6 +154,19 @@ impl Registry {
         self.sessions.iter().map(|s| s.clone()).collect()
     }
 
+    /// Calls that still wait for an answer: editors' pending calls and diffs that followers
+    /// review. A daemon that means to stop cleanly waits until this is 0.
+    pub fn calls_pending(&self) -> usize {
+        let editors: usize = self.editors().iter().map(|e| e.pending_calls()).sum();
+        let reviews: usize = self
+            .sessions()
+            .iter()
+            .flat_map(|s| lock(&s.followers).clone())
+            .map(|f| lock(&f.reviews).len())
+            .sum();
+        editors + reviews
+    }
+
     /// Files refused as lockfiles, with why and since when (unix seconds).
     pub fn rejected_lockfiles(&self) -> Vec<(PathBuf, String, u64)> {
         lock(&self.rejected)

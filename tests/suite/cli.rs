@@ -412,3 +412,66 @@ async fn tokens_are_never_printed_or_logged() {
         assert!(!log.contains(s), "the daemon logged a token:\n{log}");
     }
 }
+
+/// `pi remove` deletes the binary a running daemon was started from (an upgrade replaces
+/// it): the daemon notices, keeps serving while a diff is open in the editor, and stops
+/// by itself once it is answered, saying why (issue 52).
+#[tokio::test]
+async fn a_daemon_whose_binary_is_removed_stops_once_nothing_is_pending() {
+    use pi_ide_broker::testkit::agent::Agent;
+    use pi_ide_broker::testkit::fake_editor::{FakeEditor, Options};
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let cfg = write_config(&root, "");
+    let bin_dir = root.join("pkg");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let copy = bin_dir.join("pi-ide-broker");
+    std::fs::copy(broker_bin(), &copy).expect("copy the binary");
+    let mut cmd = tokio::process::Command::new(&copy);
+    cmd.arg("--config")
+        .arg(&cfg)
+        .arg("daemon")
+        .env("RUST_LOG", "info")
+        .env_remove("PI_IDE_BROKER_SOCKET");
+    isolate(&mut cmd, &root);
+    let mut d = Proc::spawn(&mut cmd);
+    d.wait_line(&["pi-ide-broker ready"]).await;
+    let proj = root.join("proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::create_dir_all(root.join("pi-ide")).unwrap();
+    let fe = FakeEditor::start_in(
+        &root.join("pi-ide"),
+        Options::pi(&[&proj.display().to_string()]),
+    )
+    .await
+    .expect("editor");
+    let mut a = Agent::open(&root.join("run/sock"), &proj.display().to_string(), None).await;
+    a.attached().await;
+    let file = proj.join("a.rs").display().to_string();
+    a.call_tool(
+        serde_json::json!("d"),
+        "openDiff",
+        pi_ide_broker::testkit::diff_args(&file, "new\n", "t"),
+    )
+    .await;
+    pi_ide_broker::testkit::eventually("the diff open in the editor", || {
+        fe.pending_diffs().contains(&"t".to_string()).then_some(())
+    })
+    .await;
+    std::fs::remove_file(&copy).expect("remove the binary");
+    d.wait_line(&["was removed", "stopping once no call is pending"])
+        .await;
+    assert!(
+        d.child.try_wait().expect("try_wait").is_none(),
+        "it must wait for the open diff"
+    );
+    assert!(fe.accept_diff("t", "new\n"));
+    assert_eq!(text(&a.answer(&serde_json::json!("d")).await), "FILE_SAVED");
+    let status = d.wait_exit().await;
+    assert!(status.success(), "{status:?}\n{}", d.seen.join("\n"));
+    assert!(
+        d.seen.iter().any(|l| l.contains("was removed: stopping")),
+        "{}",
+        d.seen.join("\n")
+    );
+}

@@ -133,6 +133,11 @@ async fn npm_pack_ships_only_the_extension() {
     for n in &needed {
         assert!(files.contains(n), "npm pack leaves out {n}: {files:?}");
     }
+    // The license package.json declares ships with it (issue 52).
+    assert!(
+        files.iter().any(|f| f == "LICENSE"),
+        "no LICENSE: {files:?}"
+    );
 }
 
 /// The root manifest and the extension's own agree on what they ship and need.
@@ -161,6 +166,12 @@ fn root_manifest_matches_the_extension() {
         assert!(name.starts_with("@earendil-works/"), "{name}");
         assert_eq!(range, "*");
         assert!(root["dependencies"].get(name).is_none(), "{name} bundled");
+        // Optional: `npx pi-ide-broker setup` must not fetch (and prompt for) all of pi
+        // (issue 52); pi itself is there whenever pi loads the extension.
+        assert_eq!(
+            root["peerDependenciesMeta"][name]["optional"], true,
+            "{name} must be an optional peer"
+        );
     }
 }
 
