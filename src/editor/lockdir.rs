@@ -8,10 +8,11 @@
 //!   (`/private/var/...` for `/var/...`, a symlink's target), inotify the spelling it was given;
 //!   each dir's canonical form is kept and event paths are mapped back, so the `known` and
 //!   `rejected` tables and every event the registry hears use the configured spelling.
-//! - **Only the lock dirs themselves are watched.** A missing dir is created (0700); if it
-//!   cannot be, it is polled every [`MISSING_DIR_POLL`] until it appears. Its ancestor is never
-//!   watched: FSEvents streams are recursive, so watching `$HOME` would wake the daemon on
-//!   every change under it.
+//! - **Only the lock dirs themselves are watched, and never created.** They are the editors'
+//!   (`~/.claude/ide` is Claude Code's, and a HOME that never had Claude must not get one): a
+//!   missing dir is polled every [`MISSING_DIR_POLL`] until an editor makes it. Its ancestor
+//!   is never watched: FSEvents streams are recursive, so watching `$HOME` would wake the
+//!   daemon on every change under it.
 
 use crate::editor::lockfile::{self, Lockfile, LockfileError};
 use crate::sys::config::LockDirConfig;
@@ -213,15 +214,17 @@ impl LockDirWatcher {
         }
     }
 
-    /// Makes sure each dir exists (created 0700 if it did not), registers it with the OS
-    /// watcher, and records its canonical form; a dir that cannot be created is polled.
+    /// Registers each dir that exists with the OS watcher and records its canonical form; a
+    /// missing one is polled (never created: it is the editors').
     fn refresh_watches(&mut self) {
         self.missing.clear();
         self.canonical.clear();
         let mut wanted = HashMap::new();
         for d in &self.dirs {
-            let identity = dir_identity(&d.path)
-                .or_else(|| ensure_dir(&d.path).then(|| dir_identity(&d.path))?);
+            let identity = dir_identity(&d.path);
+            if identity.is_none() {
+                tracing::debug!(dir = %d.path.display(), "lock dir not there (yet); polling for it");
+            }
             match identity {
                 Some(identity) => {
                     if let Ok(real) = std::fs::canonicalize(&d.path) {
@@ -382,30 +385,6 @@ fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
     Some((m.dev(), m.ino()))
 }
 
-/// True if `dir` is a directory now: it was, or it has just been created (mode 0700, with any
-/// missing parents). A dir that cannot be created is told once per refresh at debug level (the
-/// poll finds it when something else creates it).
-fn ensure_dir(dir: &Path) -> bool {
-    use std::os::unix::fs::DirBuilderExt;
-    if dir.is_dir() {
-        return true;
-    }
-    match std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
-        Ok(()) => {
-            tracing::info!(dir = %dir.display(), "created missing lock dir (mode 0700)");
-            true
-        }
-        Err(e) => {
-            tracing::debug!(dir = %dir.display(), error = %e, "lock dir missing and cannot be created; polling for it");
-            false
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,38 +488,26 @@ mod tests {
         assert!(matches!(rx.try_recv(), Ok(LockEvent::Vanished(p)) if p == configured));
     }
 
+    /// Another program's lock dir (`~/.claude/ide` in a HOME that never had Claude) is never
+    /// created: it is polled, with no ancestor watched, and taken once an editor makes it.
     #[test]
-    fn a_missing_lock_dir_is_created_private_and_watched_itself() {
-        use std::os::unix::fs::PermissionsExt;
+    fn a_missing_lock_dir_is_not_created_but_polled_and_taken_when_it_appears() {
         let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("a/b/ide");
+        let dir = root.path().join("home/.claude/ide");
         let (mut w, _rx) = watcher(&dir);
         w.refresh_watches();
-        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o700);
+        assert!(!root.path().join("home").exists(), "nothing created");
+        assert!(w.watched.is_empty(), "nothing watched: {:?}", w.watched);
+        assert_eq!(w.missing, HashSet::from([dir.clone()]));
+        // An editor makes it: the next refresh takes the dir itself.
+        std::fs::create_dir_all(&dir).unwrap();
+        w.refresh_watches();
+        assert!(w.missing.is_empty());
         assert_eq!(
             w.watched.keys().collect::<Vec<_>>(),
             vec![&dir],
             "the dir, no ancestor"
         );
-        assert!(w.missing.is_empty());
-    }
-
-    #[test]
-    fn a_lock_dir_that_cannot_be_created_is_polled_and_no_ancestor_is_watched() {
-        let root = tempfile::tempdir().unwrap();
-        let blocker = root.path().join("file");
-        std::fs::write(&blocker, "").unwrap();
-        let dir = blocker.join("ide");
-        let (mut w, _rx) = watcher(&dir);
-        w.refresh_watches();
-        assert!(w.watched.is_empty(), "nothing watched: {:?}", w.watched);
-        assert_eq!(w.missing, HashSet::from([dir.clone()]));
-        // Once something makes it possible, the next refresh takes the dir.
-        std::fs::remove_file(&blocker).unwrap();
-        w.refresh_watches();
-        assert!(w.missing.is_empty());
-        assert_eq!(w.watched.keys().collect::<Vec<_>>(), vec![&dir]);
     }
 
     #[test]

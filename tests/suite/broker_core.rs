@@ -102,23 +102,28 @@ async fn a_lockfile_written_in_two_steps_is_picked_up_once_complete() {
     b.stop().await;
 }
 
+/// A HOME that never had Claude Code gets no `~/.claude/ide` from the broker (issue 52); the
+/// editor that makes it later is found (the dir is polled, its parent never watched: see
+/// lockdirs.rs for the events-only checks).
 #[tokio::test]
-async fn a_missing_lock_dir_is_created_and_its_editors_picked_up() {
-    let b = TestBroker::start().await;
-    // The test config's claude dir did not exist: the daemon made it (never watching its
-    // parent instead; see lockdirs.rs for the events-only checks).
-    let mode = std::fs::metadata(&b.claude_dir)
-        .unwrap()
-        .permissions()
-        .mode()
-        & 0o777;
-    assert_eq!(mode, 0o700);
+async fn a_missing_lock_dir_is_not_created_and_its_editors_picked_up_once_it_appears() {
+    let dir = tempfile::tempdir().unwrap();
+    let claude = dir.path().join("home/.claude/ide");
+    let c2 = claude.clone();
+    let b = TestBroker::start_in(dir, move |c| {
+        if let Some(dirs) = c.lock_dirs.as_mut() {
+            dirs[1].path = c2.clone();
+        }
+    })
+    .await;
+    assert!(
+        !b.dir.path().join("home/.claude").exists(),
+        "the broker made another program's dir"
+    );
     let mut opts = Options::pi(&["/c"]);
     opts.family = pi_ide_broker::protocol::family::Family::Claude;
     opts.ide_name = "Visual Studio Code".into();
-    let fe = FakeEditor::start_in(&b.claude_dir.join("..").join("claude-ide"), opts)
-        .await
-        .unwrap();
+    let fe = FakeEditor::start_in(&claude, opts).await.unwrap();
     let e = b.wait_editor(fe.port, "ready").await;
     assert_eq!(e["family"], "claude");
     b.stop().await;

@@ -706,3 +706,24 @@ async fn a_kept_alive_connection_may_idle_between_requests() {
     assert!(body.contains("protocolVersion"), "{body}");
     b.stop().await;
 }
+
+/// A HOME that never had Qwen Code (no `~/.qwen`) gets no `~/.qwen/ide` from the broker: the
+/// gemini door serves, and writes no Qwen lock file (issue 52).
+#[tokio::test]
+async fn no_qwen_dir_is_made_where_qwen_code_never_ran() {
+    let b = TestBroker::start_with(|c| {
+        let home = c.home.clone().expect("test home");
+        c.gemini.qwen_dir = Some(home.join(".qwen").join("ide"));
+    })
+    .await;
+    let dir = gemini_dir(&b);
+    let (_fe, _) = b.editor(&["/g/q"]).await;
+    one_discovery(&dir, "/g/q").await;
+    let qwen_home = b.dir.path().join("home").join(".qwen");
+    assert!(
+        !qwen_home.exists(),
+        "the broker made {}",
+        qwen_home.display()
+    );
+    b.stop().await;
+}

@@ -113,16 +113,20 @@ pub async fn run(reg: Arc<Registry>, dir: PathBuf, qwen_dir: Option<PathBuf>) {
         return;
     }
     clean_leftovers(&dir, is_gemini_name);
-    let qwen = qwen_dir.filter(|q| match super::socket::secure_dir(q) {
-        Ok(()) => {
-            clean_leftovers(q, qwen::is_lock_name);
-            true
-        }
-        Err(e) => {
-            tracing::warn!(dir = %q.display(), error = %e, "Qwen Code lock files disabled");
-            false
-        }
-    });
+    // Qwen Code's dir is made only where Qwen Code has a home already (`~/.qwen`): a HOME that
+    // never had it gets none.
+    let qwen = qwen_dir
+        .filter(|q| q.parent().is_some_and(Path::is_dir))
+        .filter(|q| match super::socket::secure_dir(q) {
+            Ok(()) => {
+                clean_leftovers(q, qwen::is_lock_name);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(dir = %q.display(), error = %e, "Qwen Code lock files disabled");
+                false
+            }
+        });
     per_editor::run(reg, Gemini { gemini: dir, qwen }).await;
 }
 

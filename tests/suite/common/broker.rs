@@ -62,7 +62,9 @@ impl TestBroker {
     pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestBroker {
         let mut config = test_config(dir.path());
         tweak(&mut config);
+        // The editors' lock dirs, as editors that ran before make them (the broker never does).
         std::fs::create_dir_all(dir.path().join("pi-ide")).expect("mkdir");
+        std::fs::create_dir_all(dir.path().join("claude-ide")).expect("mkdir");
         let socket = config.socket.clone().expect("socket");
         let state_dir = config.state_dir.clone().expect("state");
         let shutdown = CancellationToken::new();
