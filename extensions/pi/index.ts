@@ -14,6 +14,8 @@ import { applySelection, diagnosticsBlock, editorBlock, emptyState, widgetText }
 import { FirstAttach } from "./src/first_attach.ts";
 import { applyEdits, parseDiffResult, tabName, toolPath, type Edit } from "./src/diff.ts";
 import { readOptions, resolvePaths, type Options } from "./src/options.ts";
+import { platformBinary } from "./src/binary.js";
+import { brokerCommand, spawnFailure } from "./src/install.js";
 import * as follow from "./src/follow.ts";
 import { parseSuggestions, splitModel, SUGGESTION_SYSTEM_PROMPT, suggestionPrompt, type SuggestionParams } from "./src/suggest.ts";
 
@@ -78,6 +80,8 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	let ctx: ExtensionContext | null = null;
 	let options: Options | null = null;
 	let link: BrokerLink | null = null;
+	// Why the daemon could not be started, once a spawn failed (what `/ide` then says).
+	let spawnFailed: string | undefined;
 	let state = emptyState();
 	let lastDiagnostics: string | null = null;
 	/** Set once attached; cleared only when the broker says the editor is gone or we detach:
@@ -220,6 +224,10 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 					}
 				},
 				onSpawned: (log) => notify(`Started pi-ide-broker${log ? ` (log: ${log})` : ""}`),
+				onSpawnFailed: (command, code) => {
+					spawnFailed = spawnFailure(command, code, { installed: platformBinary() !== null });
+					notify(spawnFailed, "error");
+				},
 				onNotice: (message) => {
 					if (told.has(message)) return;
 					told.add(message);
@@ -388,7 +396,10 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 				}, 50);
 			});
 			if (!up) {
-				notify(`Failed to connect: pi-ide-broker is not answering on ${l.socket}; start it with \`pi-ide-broker daemon\``, "error");
+				notify(
+					spawnFailed ?? `Failed to connect: pi-ide-broker is not answering on ${l.socket}; start it with \`${brokerCommand("daemon")}\``,
+					"error",
+				);
 				return;
 			}
 			type Choice = { id: string; ide_name: string; matched_folder: string; state: string };

@@ -523,6 +523,64 @@ async fn the_extension_starts_a_daemon_when_none_runs() {
     drop(ed);
 }
 
+/// A daemon binary that is not there (`--omit=optional`, a platform without a package): the
+/// extension says it could not start it, why and what to do, and never "Started"; `/ide`
+/// repeats the reason instead of naming a command that is not there (issue 52).
+#[tokio::test]
+async fn a_daemon_that_cannot_start_is_reported_with_what_to_do_and_never_started() {
+    let Some(install) = find_pi() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(dir.path()).expect("canonical");
+    let proj = root.join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir");
+    let model = FakeModel::start().await;
+    let home = pi_home(&root, &model.models_json());
+    let socket = root.join("run").join("sock");
+    let missing = root.join("nowhere").join("pi-ide-broker");
+    let mut pi = Pi::start_with(
+        &install,
+        &home,
+        &proj,
+        &[
+            ("PI_IDE_BROKER_SOCKET", socket.as_os_str()),
+            ("PI_IDE_BROKER_NO_SPAWN", std::ffi::OsStr::new("0")),
+            ("PI_IDE_BROKER_BIN", missing.as_os_str()),
+            ("XDG_STATE_HOME", home.join("state").as_os_str()),
+        ],
+        &[],
+    )
+    .await;
+    let t = pi
+        .toast(0, "Could not start the pi-ide-broker daemon")
+        .await;
+    let said = t["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        said.contains("ENOENT") && said.contains("PI_IDE_BROKER_BIN"),
+        "{said}"
+    );
+    let from = pi.mark();
+    pi.send_raw(json!({"type": "prompt", "id": "ide-missing", "message": "/ide"}))
+        .await;
+    let t = pi.toast(from, "Could not start").await;
+    assert!(
+        !t["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("`pi-ide-broker daemon`"),
+        "names a command that is not there: {t}"
+    );
+    let started = pi.log.iter().any(|v| {
+        v["method"] == "notify"
+            && v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Started pi-ide-broker"))
+    });
+    assert!(!started, "said Started over a daemon that never ran");
+    pi.quit().await;
+}
+
 /// Stops a daemon started by the extension (found through its socket), even when the test
 /// fails half-way: it runs detached and would outlive the test otherwise.
 struct StopDaemonOnDrop(PathBuf);

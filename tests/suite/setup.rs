@@ -423,12 +423,78 @@ async fn an_npm_installed_binary_is_copied_out_of_node_modules_for_what_setup_st
     // its package.json), and setup installs no second copy beside it.
     let (ok, out) = h.run(&in_npm, &["setup"]).await;
     assert!(ok && out.contains("left as it is"), "{out}");
+    // A hint to switch names a folder that is there (issue 52).
+    for hint in out
+        .lines()
+        .filter_map(|l| l.split(" && pi install ").nth(1))
+    {
+        let dir = hint.split_whitespace().next().unwrap_or_default();
+        assert!(
+            Path::new(dir).is_dir(),
+            "the hint names {dir}, which is not there:\n{out}"
+        );
+    }
     let (ok, out) = h.run(&in_npm, &["setup", "--undo"]).await;
     assert!(ok, "{out}");
     assert!(
         !copy.exists(),
         "setup --undo left {}:\n{out}",
         copy.display()
+    );
+}
+
+/// An npm user's `npx pi-ide-broker setup`, with pi already loading `npm:pi-ide-broker`: the
+/// same package, left as it is, and no hint to remove it (issue 52: following the old hint
+/// removed the working extension and then failed on a folder the npm flow never writes).
+#[tokio::test]
+async fn setup_from_npm_leaves_the_npm_extension_alone_and_hints_nothing_that_breaks_it() {
+    let Some(pi) = find_pi() else { return };
+    let h = Home::new(&pi);
+    let in_npm = h.home.join(
+        ".npm/_npx/1a2b/node_modules/pi-ide-broker-linux-x64/vendor/x86_64-unknown-linux-musl/bin/pi-ide-broker",
+    );
+    std::fs::create_dir_all(in_npm.parent().expect("parent")).expect("mkdir");
+    std::fs::copy(broker_bin(), &in_npm).expect("copy the binary");
+    h.write(
+        ".pi/agent/settings.json",
+        r#"{"packages": ["npm:pi-ide-broker"]}"#,
+    );
+    let (ok, out) = h.run(&in_npm, &["setup"]).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("npm:pi-ide-broker; left as it is"), "{out}");
+    assert!(!out.contains("pi remove npm:pi-ide-broker"), "{out}");
+    assert_eq!(h.pi_packages(), serde_json::json!(["npm:pi-ide-broker"]));
+    // The README's bare `pi-ide-broker` exists now: linked in ~/.local/bin to setup's copy,
+    // with the PATH line to add where that dir is not on PATH.
+    let link = h.home.join(".local/bin/pi-ide-broker");
+    let copy = h.home.join(".local/share/pi-ide-broker/bin/pi-ide-broker");
+    assert_eq!(std::fs::read_link(&link).ok(), Some(copy.clone()), "{out}");
+    assert!(out.contains("export PATH=\""), "{out}");
+    // A daemon setup did not start (pi's extension starts one so): setup's own stopped, then
+    // one started in the background as pi starts it.
+    let setups = json_of(&h.read(".local/state/pi-ide-broker/running.json"))["pid"].as_u64();
+    let (ok, out) = h.run(&link, &["stop"]).await;
+    assert!(ok, "{out}");
+    let start = format!("'{}' daemon >/dev/null 2>&1 </dev/null &", in_npm.display());
+    let (ok, out) = h.run(Path::new("/bin/sh"), &["-c", &start]).await;
+    assert!(ok, "{out}");
+    let running = pi_ide_broker::testkit::eventually("the daemon pi would start", || {
+        json_of(&h.read(".local/state/pi-ide-broker/running.json"))["pid"]
+            .as_u64()
+            .filter(|p| Some(*p) != setups && pi_ide_broker::sys::procinfo::alive(*p as u32))
+    })
+    .await;
+    let (ok, out) = h.run(&in_npm, &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+    assert!(
+        std::fs::symlink_metadata(&link).is_err(),
+        "setup --undo left {}:\n{out}",
+        link.display()
+    );
+    // And nothing of the daemon runs after the uninstall.
+    assert!(
+        !pi_ide_broker::sys::procinfo::alive(running as u32),
+        "the daemon (pid {running}) still runs after setup --undo:\n{out}"
     );
 }
 

@@ -57,8 +57,10 @@ export type LinkEvents = {
 	/** Something the user should know once (the broker's `broker/notice`, a daemon too old
 	 * to say its version); the owner shows each text once. */
 	onNotice?: (message: string) => void;
-	/** The daemon was started by us; where it logs. */
+	/** The daemon we started answers; where it logs. */
 	onSpawned?: (log: string | undefined) => void;
+	/** The daemon could not be started with `command` (its errno name, when there is one). */
+	onSpawnFailed?: (command: string, code: string | undefined) => void;
 };
 
 /** Answers an editor-initiated request; throw to answer with an error. */
@@ -194,6 +196,8 @@ export class BrokerLink {
 			this.open = true;
 			this.attempt = 0;
 			const reconnected = this.everOpen;
+			// "Started" only now that the daemon this link spawned answers.
+			if (!this.everOpen && this.spawned) this.events.onSpawned?.(this.logPath);
 			this.everOpen = true;
 			// A proper MCP client: initialize first (answered by the broker, which also holds
 			// back notifications until then).
@@ -252,11 +256,12 @@ export class BrokerLink {
 				out = openSync(this.logPath, "a", 0o600);
 			}
 			const child = spawn(command, ["daemon"], { detached: true, stdio: ["ignore", out, out] });
-			child.on("error", () => {});
+			// Not installed, not executable: said once, with what to do (the reconnect loop
+			// keeps trying, for a daemon started another way).
+			child.on("error", (err: NodeJS.ErrnoException) => this.events.onSpawnFailed?.(command, err.code));
 			child.unref();
-			this.events.onSpawned?.(this.logPath);
-		} catch {
-			// Not installed: the reconnect loop keeps trying; the widget says why.
+		} catch (err) {
+			this.events.onSpawnFailed?.(command, (err as NodeJS.ErrnoException).code);
 		}
 	}
 

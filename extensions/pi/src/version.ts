@@ -3,6 +3,8 @@
 // `broker` field predates the version rule. Every other skew the broker reports once, in a
 // `broker/notice` (docs/protocol.md, "Versions").
 
+import { updateHint } from "./install.js";
+
 /** This extension's name, as `pi-ide-broker status` shows it. */
 export const CLIENT_NAME = "pi-ide-broker-pi";
 /** This extension's version (the repository's; a test keeps it equal to Cargo.toml's). */
@@ -16,7 +18,7 @@ export function olderDaemonNotice(attachedParams: unknown): string | undefined {
 	if (p.broker !== undefined) return undefined;
 	return (
 		`The pi-ide-broker daemon is older than this extension (${CLIENT_NAME} ${CLIENT_VERSION}, protocol ${PROTOCOL}); ` +
-		"update the daemon: `cargo install --locked --git <this repository> pi-ide-broker`, then `pi-ide-broker setup`. " +
+		`${updateHint()}. ` +
 		"Until then what both speak keeps working."
 	);
 }

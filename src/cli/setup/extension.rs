@@ -54,6 +54,10 @@ pub const FILES: &[(&str, &str)] = &[
         "src/binary.js",
         include_str!("../../../extensions/pi/src/binary.js"),
     ),
+    (
+        "src/install.js",
+        include_str!("../../../extensions/pi/src/install.js"),
+    ),
 ];
 
 /// The folder `setup` installs into pi.

@@ -7,6 +7,7 @@
 //! so that `setup --undo` takes back exactly that. A failed step says why and what to do; the
 //! others still run.
 
+mod command;
 mod daemon;
 pub mod extension;
 mod jsonedit;

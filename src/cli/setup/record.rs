@@ -23,6 +23,9 @@ pub struct Record {
     /// (a path no package update or `pi remove` touches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary_copy: Option<PathBuf>,
+    /// The `pi-ide-broker` symlink setup put on the user's PATH (`~/.local/bin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_link: Option<PathBuf>,
     /// The MCP entries setup added to config files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_files: Vec<McpFile>,

@@ -70,6 +70,7 @@ pub fn apply(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(
         }
         None => env,
     };
+    emit(super::command::step(opts, env, rec));
     emit(service_step(opts, env, rec));
     emit(pi_step(opts, env, rec));
     emit(claude_step(opts, env, rec));
@@ -83,11 +84,7 @@ pub fn apply(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(
 /// background daemon and the MCP entries run the copy; each setup run refreshes it. `None`
 /// for a binary anywhere else (cargo's, a package manager's): it is used where it is.
 fn binary_step(opts: &Options, env: &Env, rec: &mut Record) -> Option<(Line, PathBuf)> {
-    if !env
-        .exe
-        .components()
-        .any(|c| c.as_os_str() == "node_modules")
-    {
+    if !from_npm(&env.exe) {
         return None;
     }
     let copy = env.data_dir.join("bin").join("pi-ide-broker");
@@ -133,6 +130,11 @@ fn binary_step(opts: &Options, env: &Env, rec: &mut Record) -> Option<(Line, Pat
         ),
     );
     Some((line, copy))
+}
+
+/// True for a binary npm installed (inside a `node_modules` folder).
+fn from_npm(exe: &Path) -> bool {
+    exe.components().any(|c| c.as_os_str() == "node_modules")
 }
 
 /// Copies `from` to `to` atomically (a running daemon keeps its old file), mode 0755.
@@ -287,12 +289,25 @@ fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
     let installed = pi::installed(&pi::settings_file(&env.home));
     let target = source.arg();
     if let Some(other) = installed.iter().find(|s| pi::is_ours(s) && **s != target) {
-        return Line::new(
+        let line = Line::new(
             Level::Ok,
             "pi",
             format!("pi loads the extension from {other}; left as it is"),
-        )
-        .fix(format!(
+        );
+        // This binary came with the package pi installed from npm: it is the same one, and
+        // nothing is to switch (issue 52: the hint broke a working npm install).
+        // (`env.exe` is setup's copy by now: `binary_copy` says it came from npm.)
+        let npm_binary = from_npm(&env.exe) || rec.binary_copy.is_some();
+        if npm_binary && other.starts_with("npm:") {
+            return line;
+        }
+        // The folder the hint names exists before the hint is printed.
+        if let Source::Bundled(dir) = &source {
+            if opts.dry_run || extension::write(dir).is_err() {
+                return line;
+            }
+        }
+        return line.fix(format!(
             "to switch to this build's: pi remove {other} && {by_hand}"
         ));
     }
@@ -556,6 +571,9 @@ pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(L
         ));
         rec.claude_mcp = flag.is_some();
     }
+    if let Some(link) = rec.command_link.clone() {
+        emit(super::command::undo(opts, &link, rec));
+    }
     if let Some(copy) = rec.binary_copy.clone() {
         emit(undo_binary(opts, &copy, rec));
     }
@@ -566,6 +584,34 @@ pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(L
         if keep {
             rec.mcp_files.push(f);
         }
+    }
+    if let Some(line) = undo_running(opts, env) {
+        emit(line);
+    }
+}
+
+/// The daemon still running (pi or an `mcp` door started it) is stopped too: nothing of
+/// the broker keeps running after an uninstall (issue 52).
+fn undo_running(opts: &Options, env: &Env) -> Option<Line> {
+    let record = std::fs::read_to_string(env.state_dir.join("running.json")).ok()?;
+    let pid = serde_json::from_str::<serde_json::Value>(&record).ok()?["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())?;
+    if opts.dry_run {
+        return Some(Line::new(
+            Level::Info,
+            "daemon",
+            format!("would stop the running daemon (pid {pid})"),
+        ));
+    }
+    match daemon::stop(pid) {
+        Ok(true) => Some(Line::new(
+            Level::Ok,
+            "daemon",
+            format!("stopped the running daemon (pid {pid})"),
+        )),
+        Ok(false) => None,
+        Err(e) => Some(Line::new(Level::Fail, "daemon", e).fix(format!("kill {pid}"))),
     }
 }
 
