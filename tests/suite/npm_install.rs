@@ -2,7 +2,10 @@
 //! published to a real local registry (verdaccio, `PI_IDE_BROKER_VERDACCIO`), then, in a fresh
 //! HOME whose `PATH` has no Rust toolchain, `pi install npm:pi-ide-broker` against it: the
 //! extension autoconnects to an editor, the daemon it starts is the platform package's binary,
-//! `pi-ide-broker doctor` through the npm launcher is green, and `pi remove` takes it all away.
+//! `pi-ide-broker doctor` through the npm launcher is green, and `pi remove` takes it all away
+//! (the daemon stops by itself). Then issue 52's npm path, as the README says it: `pi install`,
+//! `npx pi-ide-broker setup` (timed, pi not fetched), `pi-ide-broker status`, the README's
+//! uninstall, and nothing left but what the README names.
 
 use crate::common::fake_model::FakeModel;
 use crate::common::pi::{find_pi, pi_home, Pi, PiInstall};
@@ -135,6 +138,77 @@ async fn add_user(port: u16) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("no token: {answer}"))
         .to_string()
+}
+
+/// `npx <args>` in `home` against `registry`, with stdin closed (a prompt would hang or fail);
+/// (success, output, how long it took).
+async fn npx(
+    home: &Path,
+    registry: &str,
+    path: &OsString,
+    tmp: &Path,
+    args: &[&str],
+) -> (bool, String, Duration) {
+    let started = Instant::now();
+    let out = Command::new("npx")
+        .args(args)
+        .current_dir(home)
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", path)
+        .env("TMPDIR", tmp)
+        .env("npm_config_registry", registry)
+        .env("npm_config_update_notifier", "false")
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(300), out)
+        .await
+        .expect("npx timed out")
+        .expect("run npx");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text, started.elapsed())
+}
+
+/// Every file and dir under `dir` (none when it is not there).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// What of the broker is left in `home` (and its `tmp`): the top entries whose name says
+/// pi-ide-broker, and the editors' and Qwen's dirs (pi's own files and the test's are not).
+fn leftovers(home: &Path, tmp: &Path) -> Vec<PathBuf> {
+    let mut left: Vec<PathBuf> = walk(home)
+        .into_iter()
+        .filter(|p| {
+            let rel = p.strip_prefix(home).unwrap_or(p).display().to_string();
+            let ours = rel.contains("pi-ide-broker") || rel.starts_with(".pi/ide-broker");
+            let others = rel.starts_with(".claude") || rel.starts_with(".qwen");
+            let pis = rel.starts_with(".pi/agent") || rel.starts_with(".npm/_cacache");
+            (ours || others) && !pis
+        })
+        .collect();
+    left.extend(
+        walk(tmp)
+            .into_iter()
+            .filter(|p| p.display().to_string().contains("pi-ide-broker")),
+    );
+    left.sort();
+    left
 }
 
 /// `PATH` with pi's node and the system's tools, and no Rust toolchain.
@@ -270,15 +344,16 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
     assert!(out.status.success(), "doctor is not green:\n{report}");
     assert!(report.contains("Everything an agent needs"), "{report}");
     drop(session);
+    // The license package.json declares ships in both packages (issue 52).
+    for pkg in ["pi-ide-broker", "pi-ide-broker-linux-x64"] {
+        assert!(
+            npm_root.join(pkg).join("LICENSE").exists(),
+            "{pkg} has no LICENSE"
+        );
+    }
 
-    let out = within("stop through the launcher", launch(&["stop"]).output())
-        .await
-        .expect("stop");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // `pi remove` while the daemon runs from the package it deletes: the daemon notices and
+    // stops by itself (issue 52: it ran on from a deleted file).
     let (ok, out, _) = pi_package_cmd(
         &pi,
         &home,
@@ -296,5 +371,109 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
     for left in ["pi-ide-broker", "pi-ide-broker-linux-x64"] {
         assert!(!npm_root.join(left).exists(), "pi remove left {left}");
     }
+    let gone = tokio::time::timeout(pi_ide_broker::testkit::START, async {
+        while pi_ide_broker::sys::procinfo::alive(pid as u32) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        gone.is_ok(),
+        "the daemon (pid {pid}) runs on after pi remove deleted its binary"
+    );
+
+    // The README's npm path again, verbatim: `pi install npm:pi-ide-broker`, then
+    // `npx pi-ide-broker setup` (timed; no prompt, and pi is not fetched again).
+    let (ok, out, took) = pi_package_cmd(
+        &pi,
+        &home,
+        &registry.url,
+        &path,
+        &["install", "npm:pi-ide-broker"],
+    )
+    .await;
+    assert!(ok, "pi install again: {out}");
+    eprintln!(
+        "pi install npm:pi-ide-broker (again) took {} ms",
+        took.as_millis()
+    );
+    let (ok, out, took) = npx(
+        &home,
+        &registry.url,
+        &path,
+        &tmp,
+        &["pi-ide-broker", "setup"],
+    )
+    .await;
+    assert!(ok, "npx pi-ide-broker setup: {out}");
+    eprintln!("npx pi-ide-broker setup took {} ms", took.as_millis());
+    assert!(!out.contains("Ok to proceed"), "npx asked: {out}");
+    let fetched_pi = walk(&home.join(".npm/_npx"))
+        .iter()
+        .any(|p| p.ends_with("@earendil-works/pi-coding-agent/package.json"));
+    assert!(!fetched_pi, "npx fetched pi for setup:\n{out}");
+    assert!(
+        out.contains("left as it is") && !out.contains("pi remove npm:"),
+        "{out}"
+    );
+    // The command the README uses from here on is there (setup linked it).
+    let command = home.join(".local/bin/pi-ide-broker");
+    let readme = |args: &'static [&'static str]| {
+        let mut c = Command::new(&command);
+        c.args(args)
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", &path)
+            .env("TMPDIR", &tmp)
+            .current_dir(&project);
+        c
+    };
+    let out = within("status", readme(&["status"]).output())
+        .await
+        .expect("status");
+    assert!(
+        out.status.success(),
+        "pi-ide-broker status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The README's uninstall, then what is left: only what it names.
+    let out = within("setup --undo", readme(&["setup", "--undo"]).output())
+        .await
+        .expect("setup --undo");
+    assert!(
+        out.status.success(),
+        "setup --undo: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let (ok, out, _) = pi_package_cmd(
+        &pi,
+        &home,
+        &registry.url,
+        &path,
+        &["remove", "npm:pi-ide-broker"],
+    )
+    .await;
+    assert!(ok, "pi remove: {out}");
+    let left = leftovers(&home, &tmp);
+    eprintln!("left after the README's uninstall: {left:#?}");
+    let named = [
+        ".local/state/pi-ide-broker",
+        ".local/share/pi-ide-broker",
+        ".config/pi-ide-broker",
+        ".pi/ide-broker",
+        ".npm/_npx",
+        "tmp/pi-ide-broker-",
+    ];
+    for p in &left {
+        let rel = p.strip_prefix(&home).unwrap_or(p).display().to_string();
+        assert!(
+            named.iter().any(|n| rel.starts_with(n)),
+            "{rel} is left after the README's uninstall, and the README does not name it"
+        );
+    }
+    assert!(!home.join(".claude").exists(), "the broker made ~/.claude");
+    assert!(!home.join(".qwen").exists(), "the broker made ~/.qwen");
+    assert!(!command.exists(), "setup --undo left {}", command.display());
     drop(registry.child);
 }
