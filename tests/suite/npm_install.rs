@@ -208,7 +208,12 @@ fn leftovers(home: &Path, tmp: &Path) -> Vec<PathBuf> {
             .filter(|p| p.display().to_string().contains("pi-ide-broker")),
     );
     left.sort();
-    left
+    left.dedup();
+    // The top of each: what a user would delete.
+    left.iter()
+        .filter(|p| !left.iter().any(|q| q != *p && p.starts_with(q)))
+        .cloned()
+        .collect()
 }
 
 /// `PATH` with pi's node and the system's tools, and no Rust toolchain.
@@ -383,7 +388,27 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
     );
 
     // The README's npm path again, verbatim: `pi install npm:pi-ide-broker`, then
-    // `npx pi-ide-broker setup` (timed; no prompt, and pi is not fetched again).
+    // `npx pi-ide-broker setup` (timed; no prompt, and pi is not fetched again). A user has
+    // `pi` on PATH: a shim stands for pi's own launcher.
+    let shim = home.join("shim");
+    std::fs::create_dir_all(&shim).expect("mkdir shim");
+    let pi_shim = shim.join("pi");
+    std::fs::write(
+        &pi_shim,
+        format!(
+            "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
+            pi.node.display(),
+            pi.cli.display()
+        ),
+    )
+    .expect("write the pi shim");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pi_shim, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let path =
+        std::env::join_paths(std::iter::once(shim.clone()).chain(std::env::split_paths(&path)))
+            .expect("PATH");
     let (ok, out, took) = pi_package_cmd(
         &pi,
         &home,
@@ -468,7 +493,7 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
     for p in &left {
         let rel = p.strip_prefix(&home).unwrap_or(p).display().to_string();
         assert!(
-            named.iter().any(|n| rel.starts_with(n)),
+            named.iter().any(|n| rel.starts_with(n)) || rel.starts_with("shim"),
             "{rel} is left after the README's uninstall, and the README does not name it"
         );
     }

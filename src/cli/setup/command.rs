@@ -14,8 +14,12 @@ pub fn bin_dir(home: &Path) -> PathBuf {
 /// Makes `pi-ide-broker` on `PATH` run `env.exe`: nothing when it already does; else a
 /// symlink in [`bin_dir`], recorded for `--undo`, and a word when that dir is not on `PATH`.
 pub fn step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
+    // npx (and npm's scripts) put the package's own `node_modules/.bin` in front of PATH
+    // while setup runs: that is no command the user's shell will find later.
     let on_path = env
-        .which("pi-ide-broker")
+        .which_all("pi-ide-broker")
+        .into_iter()
+        .find(|p| !p.components().any(|c| c.as_os_str() == "node_modules"))
         .and_then(|p| std::fs::canonicalize(p).ok());
     let exe = std::fs::canonicalize(&env.exe).unwrap_or_else(|_| env.exe.clone());
     if on_path.as_deref() == Some(exe.as_path()) {
@@ -76,6 +80,8 @@ pub fn step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
         .path
         .as_ref()
         .is_some_and(|p| std::env::split_paths(p).any(|d| d == dir));
+    // Another command first, unless it is the link itself.
+    let on_path = on_path.filter(|p| *p != exe);
     if dir_on_path && on_path.is_none() {
         return line;
     }

@@ -85,10 +85,18 @@ impl Env {
 
     /// `name` resolved on `PATH`.
     pub fn which(&self, name: &str) -> Option<PathBuf> {
-        let path = self.path.as_ref()?;
+        self.which_all(name).into_iter().next()
+    }
+
+    /// Every executable `name` on `$PATH`, in `$PATH`'s order.
+    pub fn which_all(&self, name: &str) -> Vec<PathBuf> {
+        let Some(path) = self.path.as_ref() else {
+            return Vec::new();
+        };
         std::env::split_paths(path)
             .map(|d| d.join(name))
-            .find(|p| is_executable(p))
+            .filter(|p| is_executable(p))
+            .collect()
     }
 
     /// The command an MCP entry runs: `pi-ide-broker` when that is this binary on `PATH`,
