@@ -4,6 +4,7 @@
 //! maps and percent-coding. The bottom layer: uses nothing else of the crate.
 
 pub mod bridge;
+pub mod era;
 pub mod family;
 pub mod jsonrpc;
 pub mod pathmap;

@@ -727,3 +727,92 @@ async fn no_qwen_dir_is_made_where_qwen_code_never_ran() {
     );
     b.stop().await;
 }
+
+/// One raw POST of `body` to the gemini door: (status, the JSON answer).
+async fn post_raw(port: u16, token: &str, body: &Value) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.to_string();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer {token}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    within("an HTTP answer", s.read_to_string(&mut out))
+        .await
+        .expect("read");
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let json = out.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(json.trim()).unwrap_or(Value::Null),
+    )
+}
+
+/// MCP 2026-07-28 on the gemini door (issue 54): with no session, `server/discover` and
+/// `tools/list` are answered by their era (`resultType`, cache hints); a version the broker
+/// does not speak is HTTP 400 with the error that names the versions; a tool call, whose
+/// outcome needs a session's stream, says to initialize.
+#[tokio::test]
+async fn stateless_requests_are_answered_by_their_era() {
+    use pi_ide_broker::protocol::era;
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/g/modern"]).await;
+    let d = one_discovery(&gemini_dir(&b), "/g/modern").await;
+    let meta =
+        json!({era::VERSION_KEY: era::MODERN, "io.modelcontextprotocol/clientCapabilities": {}});
+    let req = |id: u64, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let (status, v) = post_raw(
+        d.port,
+        &d.token,
+        &req(1, "server/discover", json!({"_meta": meta})),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    assert_eq!(v["result"]["supportedVersions"][0], era::MODERN);
+    let (status, v) = post_raw(
+        d.port,
+        &d.token,
+        &req(2, "tools/list", json!({"_meta": meta})),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    assert!(v["result"]["ttlMs"].is_u64(), "{v}");
+    assert_eq!(v["result"]["tools"][0]["name"], "openDiff");
+    let mut future = meta.clone();
+    future[era::VERSION_KEY] = json!("2099-01-01");
+    let (status, v) = post_raw(
+        d.port,
+        &d.token,
+        &req(3, "tools/list", json!({"_meta": future})),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["code"], era::UNSUPPORTED_VERSION, "{v}");
+    assert_eq!(v["error"]["data"]["requested"], "2099-01-01");
+    let (_, v) = post_raw(
+        d.port,
+        &d.token,
+        &req(4, "tools/call", json!({"name": "openDiff", "arguments": {"filePath": "/g/modern/a", "newContent": "x"}, "_meta": meta})),
+    )
+    .await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("initialize")),
+        "{v}"
+    );
+    // The 2025 era on the same endpoint is as before: no session, no answer but the refusal.
+    let (status, _) = post_raw(d.port, &d.token, &req(5, "tools/list", json!({}))).await;
+    assert_eq!(status, 400);
+    b.stop().await;
+}

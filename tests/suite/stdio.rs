@@ -514,3 +514,131 @@ async fn answer_to(m: &mut Mcp, id: &str) -> Value {
         }
     }
 }
+
+/// MCP 2026-07-28 through real pipes, beside the 2025 era on the same stream (issue 54):
+/// `server/discover` answered by the broker (never the editor), stateless `tools/list` and
+/// `tools/call` with no `initialize` answered with `resultType` (a list with its cache
+/// hints), a long diff's progress reaching a client that never initialized, an unknown
+/// version an error that names the versions (not -32601), the removed `ping` refused in the
+/// modern era and answered in the legacy one.
+#[tokio::test]
+async fn a_stateless_2026_client_and_a_2025_handshake_share_the_door() {
+    use pi_ide_broker::protocol::era;
+    let b = TestBroker::start_with(|c| c.timeouts.progress_ms = 100).await;
+    let (fe, _) = b.editor(&["/srv/modern"]).await;
+    let mut ev = fe.events();
+    let mut cmd = Command::new(broker_bin());
+    cmd.args(["mcp", "--cwd", "/srv/modern", "--no-spawn"])
+        .env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let mut m = Mcp::spawn(&mut cmd);
+    let meta = json!({
+        era::VERSION_KEY: era::MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "1"},
+    });
+    let d = m
+        .request(json!("d"), "server/discover", json!({"_meta": meta}))
+        .await;
+    let r = &d["result"];
+    assert_eq!(r["resultType"], "complete", "{d}");
+    let versions = r["supportedVersions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        versions.contains(&json!("2026-07-28")) && versions.contains(&json!("2025-11-25")),
+        "{d}"
+    );
+    assert_eq!(r["serverInfo"]["name"], "pi-ide-broker");
+    assert!(r["capabilities"]["tools"].is_object(), "{d}");
+    // No initialize: a tools/list and a tools/call, each saying its era.
+    let list = m
+        .request(json!(1), "tools/list", json!({"_meta": meta}))
+        .await;
+    assert_eq!(list["result"]["resultType"], "complete", "{list}");
+    assert!(
+        list["result"]["ttlMs"].is_u64() && list["result"]["cacheScope"] == "private",
+        "{list}"
+    );
+    assert!(
+        tool_names(&list).contains(&"getDiagnostics".to_string()),
+        "{list}"
+    );
+    let diag = m
+        .request(
+            json!(2),
+            "tools/call",
+            json!({"name": "getDiagnostics", "arguments": {}, "_meta": meta}),
+        )
+        .await;
+    assert_eq!(diag["result"]["resultType"], "complete", "{diag}");
+    assert!(diag["result"]["content"].is_array(), "{diag}");
+    let own = m
+        .request(
+            json!(3),
+            "tools/call",
+            json!({"name": "list_editors", "arguments": {}, "_meta": meta}),
+        )
+        .await;
+    assert_eq!(own["result"]["resultType"], "complete", "{own}");
+    // The editor never heard of server/discover.
+    let mut editor_saw = Vec::new();
+    while let Ok(e) = ev.try_recv() {
+        editor_saw.push(format!("{e:?}"));
+    }
+    assert!(
+        !editor_saw.iter().any(|e| e.contains("server/discover")),
+        "{editor_saw:?}"
+    );
+    // A long diff: progress reaches the modern client, which never initialized.
+    let mut with_token = meta.clone();
+    with_token["progressToken"] = json!("p1");
+    m.send(json!({"jsonrpc": "2.0", "id": "diff", "method": "tools/call", "params": {"name": "openDiff", "arguments": pi_ide_broker::testkit::diff_args("/srv/modern/a.rs", "x\n", "m-tab"), "_meta": with_token}}))
+        .await;
+    let p = loop {
+        let v = m.next().await;
+        if v["method"] == "notifications/progress" {
+            break v;
+        }
+    };
+    assert_eq!(p["params"]["progressToken"], "p1", "{p}");
+    assert!(fe.accept_diff("m-tab", "x\n"));
+    let ans = answer_to(&mut m, "diff").await;
+    assert_eq!(text(&ans), "FILE_SAVED");
+    assert_eq!(ans["result"]["resultType"], "complete", "{ans}");
+    // An unknown version: the error names the versions.
+    let mut future = meta.clone();
+    future[era::VERSION_KEY] = json!("2099-01-01");
+    let e = m
+        .request(json!(4), "tools/list", json!({"_meta": future}))
+        .await;
+    assert_eq!(e["error"]["code"], era::UNSUPPORTED_VERSION, "{e}");
+    assert_eq!(e["error"]["data"]["requested"], "2099-01-01");
+    assert!(
+        e["error"]["data"]["supported"]
+            .as_array()
+            .is_some_and(|s| s.contains(&json!("2026-07-28"))),
+        "{e}"
+    );
+    // Removed in the modern era; the legacy one still has it.
+    let ping = m.request(json!(5), "ping", json!({"_meta": meta})).await;
+    assert_eq!(ping["error"]["code"], -32601, "{ping}");
+    // The 2025 handshake on the same stream, unchanged: no resultType there.
+    let init = m
+        .request(
+            json!(6),
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "legacy", "version": "1"}}),
+        )
+        .await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let legacy = m.request(json!(7), "tools/list", json!({})).await;
+    assert!(legacy["result"].get("resultType").is_none(), "{legacy}");
+    let pong = m.request(json!(8), "ping", json!({})).await;
+    assert!(pong.get("result").is_some(), "{pong}");
+    drop(m.stdin.take());
+    b.stop().await;
+}

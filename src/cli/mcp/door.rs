@@ -2,7 +2,7 @@
 //! `editor_context`), the answers it rewrites, and the requests in flight it answers itself
 //! when the broker goes away.
 
-use crate::protocol::jsonrpc;
+use crate::protocol::{era, jsonrpc};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -51,6 +51,13 @@ pub(super) struct Door {
     /// Client requests sent to the broker and not answered yet: the id sent (as JSON text) →
     /// the client's id and, for `openDiff`, its tab name.
     pub(super) inflight: HashMap<String, (Value, Option<String>)>,
+    /// Ids sent (as JSON text) of requests of the 2026-07-28 era: their answers carry
+    /// `resultType` (and a list's cache hints: `true`).
+    pub(super) modern: HashMap<String, bool>,
+    /// The client has sent a 2026-07-28 request.
+    pub(super) speaks_modern: bool,
+    /// The client has sent `initialize` (the 2025 era's handshake).
+    pub(super) speaks_legacy: bool,
 }
 
 impl Door {
@@ -59,13 +66,20 @@ impl Door {
     /// Our own requests are forgotten.
     pub(super) fn fail_in_flight(&mut self) -> Vec<String> {
         self.intercepts.clear();
+        let modern = std::mem::take(&mut self.modern);
         self.inflight
             .drain()
-            .map(|(_, (id, tab))| match tab {
-                Some(tab) => jsonrpc::result(
-                    &id,
-                    jsonrpc::diff_undelivered(&tab, "pi-ide-broker restarted"),
-                ),
+            .map(|(sent, (id, tab))| match tab {
+                Some(tab) => {
+                    let answer = jsonrpc::result(
+                        &id,
+                        jsonrpc::diff_undelivered(&tab, "pi-ide-broker restarted"),
+                    );
+                    match modern.get(&sent) {
+                        Some(list) => era::modernize(&answer, *list),
+                        None => answer,
+                    }
+                }
                 None => jsonrpc::error(
                     &id,
                     jsonrpc::SERVER_ERROR,
@@ -79,6 +93,7 @@ impl Door {
     pub(super) fn forget_sent(&mut self, line: &str) {
         if let Ok(jsonrpc::Incoming::Request { id, .. }) = jsonrpc::classify(line) {
             self.inflight.remove(&id.to_string());
+            self.modern.remove(&id.to_string());
         }
     }
 
@@ -98,6 +113,9 @@ impl Door {
 pub(super) enum Out {
     Broker(String),
     Client(String),
+    /// For the client at once, even before a 2025-era client is initialized (a modern
+    /// request's progress: that era has no handshake to wait for).
+    ClientNow(String),
     /// The client sent `notifications/initialized`: held notifications may go out.
     ClientReady,
 }
@@ -123,10 +141,64 @@ pub(super) fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
         }
         Err(r) => return vec![Out::Client(jsonrpc::rejection(&r))],
     };
-    // Everything below but `initialize` goes to the broker: remember it until answered.
+    // What belongs to the broker itself in the modern era is answered here.
+    let modern = match era::of(&msg) {
+        era::Era::Unsupported(v) => return vec![Out::Client(era::unsupported(&id, &v))],
+        era::Era::Modern => true,
+        era::Era::Legacy => false,
+    };
+    if method == "server/discover" {
+        return vec![Out::Client(era::discover(
+            &id,
+            "pi-ide-broker",
+            INSTRUCTIONS,
+        ))];
+    }
+    if modern {
+        if era::REMOVED.contains(&method.as_str()) {
+            return vec![Out::Client(era::removed(&id, &method))];
+        }
+        door.speaks_modern = true;
+    }
+    let outs = route_request(door, id, method, msg, line);
+    if modern {
+        // The id each request went to the broker under (the client's, or our own for the
+        // door's tools): its answer is made a modern one.
+        for out in &outs {
+            if let Out::Broker(t) = out {
+                if let Ok(jsonrpc::Incoming::Request { id, method, .. }) = jsonrpc::classify(t) {
+                    let list = method == "tools/list";
+                    door.modern.insert(id.to_string(), list);
+                }
+            }
+        }
+        return outs
+            .into_iter()
+            .map(|o| match o {
+                Out::Client(t) => Out::Client(era::modernize(&t, false)),
+                o => o,
+            })
+            .collect();
+    }
+    outs
+}
+
+/// What the door's tools are for, said in `initialize` and `server/discover`.
+const INSTRUCTIONS: &str = "Tools of the editor that has this working directory open (diffs, diagnostics, open files), plus list_editors and editor_context.";
+
+/// A client request of either era, past the broker's own: answered here (`initialize`) or sent
+/// to the broker, remembered until answered.
+fn route_request(
+    door: &mut Door,
+    id: Value,
+    method: String,
+    msg: serde_json::Map<String, Value>,
+    line: &str,
+) -> Vec<Out> {
     let tab = jsonrpc::diff_tab(&msg);
     match method.as_str() {
         "initialize" => {
+            door.speaks_legacy = true;
             let version = msg
                 .get("params")
                 .and_then(|p| p.get("protocolVersion"))
@@ -138,7 +210,7 @@ pub(super) fn from_client(door: &mut Door, line: &str) -> Vec<Out> {
                     "protocolVersion": version,
                     "capabilities": {"tools": {"listChanged": true}},
                     "serverInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
-                    "instructions": "Tools of the editor that has this working directory open (diffs, diagnostics, open files), plus list_editors and editor_context.",
+                    "instructions": INSTRUCTIONS,
                 }),
             ))]
         }
@@ -187,6 +259,24 @@ pub(super) fn text_result(id: &Value, text: String) -> String {
 }
 
 pub(super) fn from_broker(door: &mut Door, text: &str) -> Vec<Out> {
+    let outs = from_broker_any_era(door, text);
+    let modern = match jsonrpc::classify(text) {
+        Ok(jsonrpc::Incoming::Response { id, .. }) => door.modern.remove(&id.to_string()),
+        _ => None,
+    };
+    match modern {
+        Some(list) => outs
+            .into_iter()
+            .map(|o| match o {
+                Out::Client(t) => Out::Client(era::modernize(&t, list)),
+                o => o,
+            })
+            .collect(),
+        None => outs,
+    }
+}
+
+fn from_broker_any_era(door: &mut Door, text: &str) -> Vec<Out> {
     match jsonrpc::classify(text) {
         Ok(jsonrpc::Incoming::Response { id, mut msg }) => match door.answered(&id) {
             None => vec![Out::Client(text.to_string())],
@@ -225,7 +315,11 @@ pub(super) fn from_broker(door: &mut Door, text: &str) -> Vec<Out> {
                 door.selection = msg.get("params").cloned();
                 vec![]
             }
-            // Keeps the client's request timeout from cutting a diff the user still reads.
+            // Keeps the client's request timeout from cutting a diff the user still reads. A
+            // modern client has no handshake to wait for: it gets it at once.
+            "notifications/progress" if door.speaks_modern => {
+                vec![Out::ClientNow(text.to_string())]
+            }
             "notifications/progress" => vec![Out::Client(text.to_string())],
             jsonrpc::broker::ATTACHED | jsonrpc::broker::DETACHED => {
                 if method == jsonrpc::broker::DETACHED {
@@ -234,8 +328,15 @@ pub(super) fn from_broker(door: &mut Door, text: &str) -> Vec<Out> {
                 }
                 let iid = door.internal_id();
                 door.intercepts.insert(iid.to_string(), Intercept::Refresh);
+                let refresh =
+                    Out::Broker(jsonrpc::request(&iid, jsonrpc::broker::EDITORS, json!({})));
+                // The modern era has no free-floating change notification: a modern-only
+                // client learns of new tools when its list's `ttlMs` runs out.
+                if door.speaks_modern && !door.speaks_legacy {
+                    return vec![refresh];
+                }
                 vec![
-                    Out::Broker(jsonrpc::request(&iid, jsonrpc::broker::EDITORS, json!({}))),
+                    refresh,
                     Out::Client(jsonrpc::notification(
                         "notifications/tools/list_changed",
                         json!({}),

@@ -324,7 +324,7 @@ async fn to_broker<W: AsyncWrite + Unpin>(
                     return Ok(false);
                 }
             }
-            Out::Client(t) => write_line(stdout, &t).await?,
+            Out::Client(t) | Out::ClientNow(t) => write_line(stdout, &t).await?,
             Out::ClientReady => release(held, stdout).await?,
         }
     }
@@ -349,6 +349,7 @@ async fn to_client<W: AsyncWrite + Unpin>(
                 Some(h) if !is_response(&t) => h.push(t),
                 _ => write_line(stdout, &t).await?,
             },
+            Out::ClientNow(t) => write_line(stdout, &t).await?,
             Out::ClientReady => {}
         }
     }

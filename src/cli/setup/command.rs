@@ -71,6 +71,11 @@ pub fn step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
         ));
     }
     rec.command_link = Some(link.clone());
+    linked(env, &link, &dir, on_path.filter(|p| *p != exe))
+}
+
+/// The link is made: said so, with the `PATH` line to add when the shell would not find it.
+fn linked(env: &Env, link: &Path, dir: &Path, other_first: Option<PathBuf>) -> Line {
     let line = Line::new(
         Level::Ok,
         "command",
@@ -80,12 +85,8 @@ pub fn step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
         .path
         .as_ref()
         .is_some_and(|p| std::env::split_paths(p).any(|d| d == dir));
-    // Another command first, unless it is the link itself.
-    let on_path = on_path.filter(|p| *p != exe);
-    if dir_on_path && on_path.is_none() {
-        return line;
-    }
-    let why = match on_path {
+    let why = match other_first {
+        None if dir_on_path => return line,
         Some(other) => format!(
             "another pi-ide-broker comes first on your PATH ({})",
             other.display()

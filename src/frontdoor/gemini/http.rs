@@ -9,6 +9,7 @@
 
 use super::session::{Command, McpSession};
 use crate::frontdoor::limits::HandshakeSlot;
+use crate::protocol::era;
 use crate::registry::Registry;
 use crate::sys::secret::Token;
 use http_body_util::combinators::BoxBody;
@@ -261,6 +262,11 @@ async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
     };
     let method = msg.get("method").and_then(Value::as_str);
     let id = msg.get("id").unwrap_or(&Value::Null);
+    if let (Some(m), false) = (method, id.is_null()) {
+        if let Some(answered) = stateless(&session, m, id, &msg).await {
+            return answered;
+        }
+    }
     match (session, method) {
         (None, Some("initialize")) if !id.is_null() => initialize(ep, id, msg.get("params")),
         (None, _) => plain(
@@ -272,6 +278,62 @@ async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
         (Some(_), None) => empty(StatusCode::ACCEPTED),
         (Some(s), Some(m)) => rpc_response(id, request(&s, m, msg.get("params")).await),
     }
+}
+
+/// A request the broker answers by its era (MCP 2026-07-28, `protocol::era`): discovery, a
+/// version it does not speak (HTTP 400, as the revision says), a removed method, and a modern
+/// request, with or without a session. `None`: a 2025-era request, served as before.
+async fn stateless(
+    session: &Option<Arc<McpSession>>,
+    method: &str,
+    id: &Value,
+    msg: &Value,
+) -> Option<Response<Body>> {
+    let era = match msg {
+        Value::Object(m) => era::of(m),
+        _ => era::Era::Legacy,
+    };
+    if let era::Era::Unsupported(v) = &era {
+        return Some(json_text(StatusCode::BAD_REQUEST, era::unsupported(id, v)));
+    }
+    if method == "server/discover" {
+        let text = era::discover(id, "pi-ide-broker", "Gemini CLI's IDE companion for the editor this endpoint stands for: openDiff and closeDiff, with the outcome as ide/diffAccepted or ide/diffRejected on the session's stream (initialize for a session).");
+        return Some(json_text(StatusCode::OK, text));
+    }
+    if era != era::Era::Modern {
+        return None;
+    }
+    if era::REMOVED.contains(&method) {
+        return Some(json_text(StatusCode::OK, era::removed(id, method)));
+    }
+    let outcome = match (session, method) {
+        (_, "tools/list") => Ok(json!({"tools": tools()})),
+        (Some(s), m) => request(s, m, msg.get("params")).await,
+        // A diff's outcome comes on the session's event stream: there is none without one.
+        (None, _) => Err((
+            crate::protocol::jsonrpc::INVALID_REQUEST,
+            "this door's tools report on a session's event stream: initialize first (Mcp-Session-Id)".to_string(),
+        )),
+    };
+    let body = match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err((code, message)) => {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+        }
+    };
+    let text = era::modernize(&body.to_string(), method == "tools/list");
+    Some(json_text(StatusCode::OK, text))
+}
+
+/// A JSON body with `status`.
+fn json_text(status: StatusCode, text: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 /// True for a request without a session header (which must be `initialize`).
