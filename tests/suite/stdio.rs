@@ -642,3 +642,77 @@ async fn a_stateless_2026_client_and_a_2025_handshake_share_the_door() {
     drop(m.stdin.take());
     b.stop().await;
 }
+
+/// The official MCP Python SDK (2.x, `PI_IDE_BROKER_MCP_PYTHON`, installed pinned by
+/// `.ci/run`) in its default mode, which probes `server/discover` and adopts 2026-07-28 where
+/// the server answers it: through the door it is modern (no `initialize`), lists the editor's
+/// tools and the door's own, and calls both (issue 54).
+#[tokio::test]
+async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
+    let Some(python) = std::env::var_os("PI_IDE_BROKER_MCP_PYTHON").map(std::path::PathBuf::from)
+    else {
+        crate::common::cannot_run(
+            "the MCP Python SDK: set PI_IDE_BROKER_MCP_PYTHON (bash .ci/run does)",
+        );
+        return;
+    };
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/srv/sdk"]).await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/suite/common/mcp_sdk_client.py");
+    let mut cmd = Command::new(&python);
+    cmd.arg(&script)
+        .arg(broker_bin())
+        .arg("/srv/sdk")
+        .arg(&b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let out = tokio::time::timeout(pi_ide_broker::testkit::START, cmd.output())
+        .await
+        .expect("the SDK client within 60 s")
+        .expect("run the SDK client");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let step = |name: &str| {
+        steps
+            .iter()
+            .find(|s| s["step"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} step: {text}"))
+    };
+    let c = step("connected");
+    assert_eq!(c["protocol"], "2026-07-28", "{c}");
+    assert_eq!(
+        (c["discovered"].clone(), c["initialized"].clone()),
+        (json!(true), json!(false)),
+        "{c}"
+    );
+    assert_eq!(c["server"], "pi-ide-broker");
+    let tools = step("tools")["names"].clone();
+    for t in [
+        "openDiff",
+        "getDiagnostics",
+        "list_editors",
+        "editor_context",
+    ] {
+        assert!(
+            tools.as_array().is_some_and(|l| l.contains(&json!(t))),
+            "{t}: {tools}"
+        );
+    }
+    assert_eq!(step("diagnostics")["is_error"], false);
+    assert!(
+        step("context")["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Editor: Neovim")),
+        "{text}"
+    );
+    b.stop().await;
+}
