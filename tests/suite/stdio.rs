@@ -716,3 +716,92 @@ async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
     );
     b.stop().await;
 }
+
+/// The real Claude Code (2.1.332, `PI_IDE_BROKER_CLAUDE`, pinned by `.ci/run`) starting with
+/// `pi-ide-broker mcp` as its MCP server: its transcript (what crossed the door, teed) opens
+/// with `server/discover` at 2026-07-28, is answered by the broker, and goes on in the modern
+/// era: no `initialize` fallback, no -32601 (issue 54). Its model is unreachable on purpose:
+/// Claude Code connects its MCP servers at start, before any model call.
+#[tokio::test]
+async fn claude_code_speaks_the_modern_era_through_the_door_with_no_fallback() {
+    let Some(claude) = std::env::var_os("PI_IDE_BROKER_CLAUDE").map(std::path::PathBuf::from)
+    else {
+        crate::common::cannot_run("Claude Code: set PI_IDE_BROKER_CLAUDE (bash .ci/run does)");
+        return;
+    };
+    let b = TestBroker::start().await;
+    let (_fe, _) = b.editor(&["/srv/cc"]).await;
+    let root = b.dir.path().to_path_buf();
+    let (input, output) = (root.join("door-in.log"), root.join("door-out.log"));
+    let door = root.join("door.sh");
+    std::fs::write(
+        &door,
+        format!(
+            "#!/bin/sh\ntee -a '{}' | '{}' mcp --cwd /srv/cc --no-spawn --dialect claude | tee -a '{}'\n",
+            input.display(),
+            broker_bin().display(),
+            output.display()
+        ),
+    )
+    .expect("write the door wrapper");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&door, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let config = root.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"editor": {"command": door, "args": []}}}).to_string(),
+    )
+    .expect("write the MCP config");
+    let home = root.join("claude-home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let (_hold, port) = crate::common::ports::closed_port();
+    let mut cmd = Command::new(&claude);
+    cmd.args(["-p", "hi", "--strict-mcp-config", "--mcp-config"])
+        .arg(&config)
+        .current_dir(&root)
+        .env("HOME", &home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .env("ANTHROPIC_API_KEY", "sk-test-not-a-key")
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("PI_IDE_BROKER_SOCKET", &b.socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("start Claude Code");
+    // Its tools/list answered is the end of what this test looks at.
+    let sent = tokio::time::timeout(pi_ide_broker::testkit::START, async {
+        loop {
+            let out = std::fs::read_to_string(&output).unwrap_or_default();
+            if out.lines().any(|l| l.contains("\"tools\"")) {
+                return std::fs::read_to_string(&input).unwrap_or_default();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("Claude Code listed the door's tools within 60 s");
+    let _ = child.kill().await;
+    let answers = std::fs::read_to_string(&output).unwrap_or_default();
+    let first: Value = serde_json::from_str(sent.lines().next().unwrap_or_default()).expect("JSON");
+    assert_eq!(first["method"], "server/discover", "{sent}");
+    assert_eq!(
+        first["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+        "2026-07-28"
+    );
+    assert!(
+        !sent.contains("\"initialize\""),
+        "Claude Code fell back:\n{sent}\n{answers}"
+    );
+    assert!(!answers.contains("-32601"), "{answers}");
+    let listed: Value = answers
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["result"]["tools"].is_array())
+        .expect("the tools/list answer");
+    assert_eq!(listed["result"]["resultType"], "complete", "{listed}");
+    b.stop().await;
+}
