@@ -643,25 +643,13 @@ async fn a_stateless_2026_client_and_a_2025_handshake_share_the_door() {
     b.stop().await;
 }
 
-/// The official MCP Python SDK (2.x, `PI_IDE_BROKER_MCP_PYTHON`, installed pinned by
-/// `.ci/run`) in its default mode, which probes `server/discover` and adopts 2026-07-28 where
-/// the server answers it: through the door it is modern (no `initialize`), lists the editor's
-/// tools and the door's own, and calls both (issue 54).
-#[tokio::test]
-async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
-    let Some(python) = std::env::var_os("PI_IDE_BROKER_MCP_PYTHON").map(std::path::PathBuf::from)
-    else {
-        crate::common::cannot_run(
-            "the MCP Python SDK: set PI_IDE_BROKER_MCP_PYTHON (bash .ci/run does)",
-        );
-        return;
-    };
+/// Runs an SDK client script (`tests/suite/common/<script>`) with `program` against a broker
+/// with an editor on `/srv/sdk`; its JSON lines, by step.
+async fn sdk_client_steps(program: &std::path::Path, script: &std::path::Path) -> Vec<Value> {
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/srv/sdk"]).await;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/suite/common/mcp_sdk_client.py");
-    let mut cmd = Command::new(&python);
-    cmd.arg(&script)
+    let mut cmd = Command::new(program);
+    cmd.arg(script)
         .arg(broker_bin())
         .arg("/srv/sdk")
         .arg(&b.socket);
@@ -676,18 +664,78 @@ async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let steps: Vec<Value> = text
-        .lines()
+    b.stop().await;
+    text.lines()
         .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let step = |name: &str| {
-        steps
-            .iter()
-            .find(|s| s["step"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no {name} step: {text}"))
+        .collect()
+}
+
+/// The step `name` of an SDK client's run.
+fn step(steps: &[Value], name: &str) -> Value {
+    steps
+        .iter()
+        .find(|s| s["step"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {name} step: {steps:?}"))
+}
+
+/// The official MCP TypeScript SDK's client (`@modelcontextprotocol/client` 2.4.0,
+/// `PI_IDE_BROKER_MCP_TS`, pinned by `.ci/run`) with `versionNegotiation: {mode: 'auto'}`:
+/// through the door it negotiates the modern era and lists and calls the editor's tools.
+#[tokio::test]
+async fn the_official_typescript_sdk_negotiates_the_modern_era_through_the_door() {
+    let (Some(sdk), Some(node)) = (
+        std::env::var_os("PI_IDE_BROKER_MCP_TS").map(std::path::PathBuf::from),
+        std::env::var_os("PI_IDE_BROKER_PI_NODE").map(std::path::PathBuf::from),
+    ) else {
+        crate::common::cannot_run("the MCP TypeScript SDK: set PI_IDE_BROKER_MCP_TS and PI_IDE_BROKER_PI_NODE (bash .ci/run does)");
+        return;
     };
-    let c = step("connected");
+    // The script resolves the SDK from a node_modules beside it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("mcp_ts_client.mjs");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/suite/common/mcp_ts_client.mjs"),
+        &script,
+    )
+    .expect("copy the script");
+    std::os::unix::fs::symlink(sdk.join("node_modules"), dir.path().join("node_modules"))
+        .expect("link node_modules");
+    let steps = sdk_client_steps(&node, &script).await;
+    let c = step(&steps, "connected");
+    assert_eq!(
+        (c["era"].clone(), c["version"].clone()),
+        (json!("modern"), json!("2026-07-28")),
+        "{c}"
+    );
+    let names = step(&steps, "tools")["names"].clone();
+    assert!(
+        names
+            .as_array()
+            .is_some_and(|l| l.contains(&json!("getDiagnostics"))),
+        "{names}"
+    );
+    assert_eq!(step(&steps, "diagnostics")["is_error"], false);
+}
+
+/// The official MCP Python SDK (2.x, `PI_IDE_BROKER_MCP_PYTHON`, installed pinned by
+/// `.ci/run`) in its default mode, which probes `server/discover` and adopts 2026-07-28 where
+/// the server answers it: through the door it is modern (no `initialize`), lists the editor's
+/// tools and the door's own, and calls both (issue 54).
+#[tokio::test]
+async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
+    let Some(python) = std::env::var_os("PI_IDE_BROKER_MCP_PYTHON").map(std::path::PathBuf::from)
+    else {
+        crate::common::cannot_run(
+            "the MCP Python SDK: set PI_IDE_BROKER_MCP_PYTHON (bash .ci/run does)",
+        );
+        return;
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/suite/common/mcp_sdk_client.py");
+    let steps = sdk_client_steps(&python, &script).await;
+    let c = step(&steps, "connected");
     assert_eq!(c["protocol"], "2026-07-28", "{c}");
     assert_eq!(
         (c["discovered"].clone(), c["initialized"].clone()),
@@ -695,7 +743,7 @@ async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
         "{c}"
     );
     assert_eq!(c["server"], "pi-ide-broker");
-    let tools = step("tools")["names"].clone();
+    let tools = step(&steps, "tools")["names"].clone();
     for t in [
         "openDiff",
         "getDiagnostics",
@@ -707,14 +755,13 @@ async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
             "{t}: {tools}"
         );
     }
-    assert_eq!(step("diagnostics")["is_error"], false);
+    assert_eq!(step(&steps, "diagnostics")["is_error"], false);
     assert!(
-        step("context")["text"]
+        step(&steps, "context")["text"]
             .as_str()
             .is_some_and(|t| t.contains("Editor: Neovim")),
-        "{text}"
+        "{steps:?}"
     );
-    b.stop().await;
 }
 
 /// The real Claude Code (2.1.332, `PI_IDE_BROKER_CLAUDE`, pinned by `.ci/run`) starting with
