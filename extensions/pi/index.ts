@@ -337,7 +337,12 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		mirror(follow.userMessage(m.content));
 	});
 	pi.on("message_update", (event) => mirror(follow.assistantDelta((event as { assistantMessageEvent?: unknown }).assistantMessageEvent)));
-	pi.on("tool_execution_start", (event) => mirror(follow.toolCallRunning(event.toolCallId)));
+	// pi runs `tool_execution_start` before `tool_call` (its docs, "tool call hooks"): the
+	// thread hears of the call here, pending (a review may follow in `tool_call`), and that it
+	// runs once `tool_call` has let it through.
+	pi.on("tool_execution_start", (event) =>
+		mirror(follow.toolCallProposed(ctx?.cwd ?? process.cwd(), event.toolCallId, event.toolName, event.args)),
+	);
 	pi.on("tool_execution_end", (event) => mirror(follow.toolCallDone(event.toolCallId, event.result, event.isError)));
 	// A `read` of a file a following ACP editor holds with unsaved changes: the editor's text
 	// is given to the model too (the client's `fs/read_text_file`, through the broker).
@@ -472,7 +477,17 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	});
 
 	pi.on("tool_call", async (event, c) => {
-		mirror(follow.toolCallProposed(c.cwd, event.toolCallId, event.toolName, event.input));
+		const verdict = await reviewToolCall(event, c);
+		if (!verdict?.block) mirror(follow.toolCallRunning(event.toolCallId));
+		return verdict;
+	});
+
+	/** A write or edit reviewed where a reviewer is (a following ACP editor whose turn is
+	 * open, else the attached editor): `{block}` unless it was accepted. */
+	const reviewToolCall = async (
+		event: { toolCallId: string; toolName: string; input: unknown },
+		c: ExtensionContext,
+	): Promise<{ block: true; reason: string } | undefined> => {
 		if (event.toolName !== "write" && event.toolName !== "edit") return;
 		// An ACP editor whose turn is open reviews (the broker sends it the diff); else the
 		// attached editor.
@@ -529,5 +544,5 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		if (event.toolName === "write") input.content = verdict.text;
 		else input.edits = [{ oldText: original, newText: verdict.text }];
 		return undefined;
-	});
+	};
 }

@@ -99,11 +99,10 @@ pub fn program(pid: u32) -> Option<String> {
     Some(comm.trim_end_matches('\n').to_string()).filter(|c| !c.is_empty())
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
-    #[cfg(target_os = "linux")]
     #[test]
     fn a_child_shares_our_namespaces_and_has_its_own_program_name() {
         let mut child = std::process::Command::new("sleep")
@@ -124,7 +123,6 @@ mod tests {
         assert!(matches!(place(u32::MAX), Place::Unreadable(_)));
     }
 
-    #[cfg(target_os = "linux")]
     #[tokio::test(flavor = "current_thread")]
     async fn a_socket_peer_in_this_process_is_us() {
         let (a, _b) = tokio::net::UnixStream::pair().expect("pair");

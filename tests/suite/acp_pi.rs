@@ -149,6 +149,26 @@ async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
             assert_eq!(on_disk, None, "a rejected write leaves the file untouched");
         }
     }
+    // F1 (issue 53): a tool call's updates never come before the call itself.
+    let seen: Vec<(String, String)> = c
+        .updates
+        .iter()
+        .map(|u| {
+            let up = &u.msg["params"]["update"];
+            (
+                up["sessionUpdate"].as_str().unwrap_or_default().to_string(),
+                up["toolCallId"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    for (i, (kind, id)) in seen.iter().enumerate() {
+        if kind == "tool_call_update" {
+            assert!(
+                seen[..i].iter().any(|(k, x)| k == "tool_call" && x == id),
+                "tool_call_update {id} before its tool_call: {seen:?}"
+            );
+        }
+    }
     c.cancel(&key).await;
     assert_eq!(c.answer(&watch).await["result"]["stopReason"], "cancelled");
 
