@@ -435,6 +435,8 @@ async fn the_real_qwen_code_finds_the_editor_without_an_exported_port_and_review
     let qwen_home = std::fs::canonicalize(dir.path())
         .expect("canonical")
         .join("qwen-home");
+    // Qwen Code has run here before (its home exists): the broker makes its `ide` dir.
+    std::fs::create_dir_all(&qwen_home).expect("qwen home");
     let qh = qwen_home.clone();
     let b = TestBroker::start_in(dir, |c| c.gemini.qwen_dir = Some(qh.join("ide"))).await;
     let project = qwen_home.parent().expect("root").join("project");
