@@ -475,3 +475,44 @@ async fn a_daemon_whose_binary_is_removed_stops_once_nothing_is_pending() {
         d.seen.join("\n")
     );
 }
+
+/// `remote` hands out each `[[remote]]`'s own socket for Docker, devcontainers and `ssh -R`,
+/// never the main one (issue 51); with no remote it says what to add and exits 2.
+#[tokio::test]
+async fn remote_prints_the_remotes_socket_never_the_main_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let none = write_config(dir.path(), "");
+    let out = run_cli(&none, &["remote"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no [[remote]]") && err.contains("name = \"box\""),
+        "{err}"
+    );
+    let cfg = write_config(
+        dir.path(),
+        "[[remote]]\nname = \"box\"\nagent = \"/workspaces/app\"\nhost = \"/home/me/src/app\"\n",
+    );
+    let out = run_cli(&cfg, &["remote"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let main = dir.path().join("run/sock").display().to_string();
+    let own = dir.path().join("run/remote/box").display().to_string();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(!line.contains(&main), "hands out the main socket: {line}");
+    }
+    assert!(
+        text.contains(&format!("docker run -v {own}:/run/pi-ide-broker")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("ssh -R /tmp/pi-ide-broker.sock:{own}/sock")),
+        "{text}"
+    );
+    let out = run_cli(&cfg, &["remote", "nope"]).await;
+    assert_eq!(out.status.code(), Some(2));
+}

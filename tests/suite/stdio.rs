@@ -819,12 +819,17 @@ async fn claude_code_speaks_the_modern_era_through_the_door_with_no_fallback() {
         .stderr(Stdio::null())
         .kill_on_drop(true);
     let mut child = cmd.spawn().expect("start Claude Code");
-    // Its tools/list answered is the end of what this test looks at.
-    let sent = tokio::time::timeout(pi_ide_broker::testkit::START, async {
+    // Its tools/list answered (a whole line: tee writes as it reads) is the end of what this
+    // test looks at.
+    let whole_list = |text: &str| {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["result"]["tools"].is_array())
+    };
+    let listed = tokio::time::timeout(pi_ide_broker::testkit::START, async {
         loop {
-            let out = std::fs::read_to_string(&output).unwrap_or_default();
-            if out.lines().any(|l| l.contains("\"tools\"")) {
-                return std::fs::read_to_string(&input).unwrap_or_default();
+            if let Some(v) = whole_list(&std::fs::read_to_string(&output).unwrap_or_default()) {
+                return v;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
@@ -832,6 +837,7 @@ async fn claude_code_speaks_the_modern_era_through_the_door_with_no_fallback() {
     .await
     .expect("Claude Code listed the door's tools within 60 s");
     let _ = child.kill().await;
+    let sent = std::fs::read_to_string(&input).unwrap_or_default();
     let answers = std::fs::read_to_string(&output).unwrap_or_default();
     let first: Value = serde_json::from_str(sent.lines().next().unwrap_or_default()).expect("JSON");
     assert_eq!(first["method"], "server/discover", "{sent}");
@@ -844,11 +850,6 @@ async fn claude_code_speaks_the_modern_era_through_the_door_with_no_fallback() {
         "Claude Code fell back:\n{sent}\n{answers}"
     );
     assert!(!answers.contains("-32601"), "{answers}");
-    let listed: Value = answers
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["result"]["tools"].is_array())
-        .expect("the tools/list answer");
     assert_eq!(listed["result"]["resultType"], "complete", "{listed}");
     b.stop().await;
 }
