@@ -49,6 +49,9 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
         tokio::select! {
             r = &mut serving => {
                 return match r {
+                    Ok(Ok(())) if crate::daemon::own_binary::stopped_for_it() => {
+                        Ok(ExitCode::from(crate::daemon::own_binary::EXIT_REPLACED))
+                    }
                     Ok(Ok(())) => Ok(ExitCode::SUCCESS),
                     Ok(Err(crate::daemon::ServeError::Socket(e @ crate::frontdoor::socket::SocketError::AlreadyRunning { .. }))) => {
                         eprintln!("error: {e}");

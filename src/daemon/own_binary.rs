@@ -15,6 +15,19 @@ use tokio_util::sync::CancellationToken;
 /// How often the binary's path is looked at.
 pub const EVERY: Duration = Duration::from_secs(2);
 
+/// The exit status of a daemon that stopped because its binary went (EX_TEMPFAIL): not a
+/// success, so a service manager that restarts on failure (the systemd unit's
+/// `Restart=on-failure`) starts the binary installed now.
+pub const EXIT_REPLACED: u8 = 75;
+
+/// Set once this process stops because its binary went.
+static GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// True when this process stopped (or is stopping) because its binary went.
+pub fn stopped_for_it() -> bool {
+    GONE.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// The binary this process runs, as it was on disk at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnBinary {
@@ -78,6 +91,7 @@ pub async fn watch(reg: Arc<Registry>, own: OwnBinary, shutdown: CancellationTok
         }
     }
     tracing::info!("{why}: stopping");
+    GONE.store(true, std::sync::atomic::Ordering::Release);
     shutdown.cancel();
 }
 
