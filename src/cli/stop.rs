@@ -7,7 +7,9 @@ use anyhow::Context as _;
 use std::process::ExitCode;
 
 /// `stop`: asks the daemon that answers on the socket for its pid, sends it SIGTERM (the
-/// graceful stop: pending diffs answered, sessions told), and waits until nothing answers.
+/// graceful stop: pending diffs answered, sessions told), and waits until nothing answers and
+/// the process is gone: its socket closes before its `daemon.lock` is released, and a daemon
+/// started right after `stop` returns must find the claim free.
 pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
     let socket = config.socket_to_dial();
     let status = match client::get_json(&socket, "/v1/status").await {
@@ -41,11 +43,13 @@ pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
     rustix::process::kill_process(pid, rustix::process::Signal::TERM)
         .with_context(|| format!("cannot signal the daemon (pid {})", pid.as_raw_nonzero()))?;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let raw = pid.as_raw_nonzero().get().unsigned_abs();
     while tokio::time::Instant::now() < deadline {
         if matches!(
             client::get_json(&socket, "/v1/status").await,
             Err(client::ClientError::NotRunning(_))
-        ) {
+        ) && !crate::sys::procinfo::alive(raw)
+        {
             println!("stopped the daemon (pid {})", pid.as_raw_nonzero());
             let home = crate::sys::config::home_dir();
             let env = crate::cli::setup::Env::from_process(config, None);
@@ -64,7 +68,7 @@ pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     anyhow::bail!(
-        "the daemon (pid {}) is still answering 20 s after SIGTERM; see its log (`pi-ide-broker paths`), or `kill -9 {}`",
+        "the daemon (pid {}) is still running 20 s after SIGTERM; see its log (`pi-ide-broker paths`), or `kill -9 {}`",
         pid.as_raw_nonzero(),
         pid.as_raw_nonzero()
     )
