@@ -344,26 +344,28 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		mirror(follow.toolCallProposed(ctx?.cwd ?? process.cwd(), event.toolCallId, event.toolName, event.args)),
 	);
 	pi.on("tool_execution_end", (event) => mirror(follow.toolCallDone(event.toolCallId, event.result, event.isError)));
-	// A `read` of a file a following ACP editor holds with unsaved changes: the editor's text
-	// is given to the model too (the client's `fs/read_text_file`, through the broker).
+	// A `read` of a file a following ACP editor holds with unsaved changes: the model gets the
+	// editor's text instead of the disk's (the client's `fs/read_text_file`, through the
+	// broker), cut as pi's own `read` cuts a file: its offset/limit, its line and byte limits.
 	pi.on("tool_result", async (event, c) => {
 		if (event.toolName !== "read" || event.isError || !followedBuffers) return;
+		if (event.content.some((b) => b.type !== "text")) return; // an image: no text to swap
 		const input = event.input as { path?: unknown; offset?: unknown; limit?: unknown };
 		if (typeof input?.path !== "string") return;
 		const path = toolPath(c.cwd, input.path);
-		let buffer: unknown;
+		let read: { content?: unknown; editor?: unknown } | undefined;
 		try {
-			buffer = (await link?.request("broker/read", { path }, 1000))?.content;
+			read = await link?.request("broker/read", { path }, 1000);
 		} catch {
 			return;
 		}
+		const buffer = read?.content;
 		if (typeof buffer !== "string") return;
 		const disk = await readFile(path, "utf8").catch(() => null);
 		if (buffer === disk) return;
-		const text = follow.bufferNote(acpReviewer ?? "the ACP editor", buffer, input.offset, input.limit);
-		const shown = follow.contentText(event.content);
-		const whole = input.offset === undefined && input.limit === undefined && shown === disk;
-		return { content: whole ? [{ type: "text", text }] : [...(event.content as object[]), { type: "text", text }] } as never;
+		const note = follow.bufferNote(typeof read?.editor === "string" ? read.editor : "the following ACP editor");
+		const shown = await readAsPiWould(c.cwd, event.toolCallId, event.input, buffer);
+		return { content: [{ type: "text", text: `${note}\n${shown.text}` }], details: shown.details, isError: shown.isError };
 	});
 	pi.on("agent_settled", (event) => {
 		const aborted = Boolean((event as { aborted?: unknown }).aborted);
@@ -545,4 +547,27 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		else input.edits = [{ oldText: original, newText: verdict.text }];
 		return undefined;
 	};
+}
+
+/** `text` as pi's own `read` tool gives a file to the model (its `offset`/`limit`, its line and
+ * byte limits and their "[Showing lines …]" notes), run on that text instead of the disk. */
+async function readAsPiWould(
+	cwd: string,
+	toolCallId: string,
+	input: Record<string, unknown>,
+	text: string,
+): Promise<{ text: string; details: unknown; isError: boolean }> {
+	// Imported here, not at the top: pi provides the module to its extensions, and the unit
+	// tests load this file without pi.
+	const { createReadTool } = await import("@earendil-works/pi-coding-agent");
+	const bytes = Buffer.from(text, "utf8");
+	const tool = createReadTool(cwd, {
+		operations: { readFile: async () => bytes, access: async () => {}, detectImageMimeType: async () => null },
+	});
+	try {
+		const r = await tool.execute(toolCallId, input as never);
+		return { text: follow.contentText(r.content), details: r.details, isError: false };
+	} catch (err) {
+		return { text: err instanceof Error ? err.message : String(err), details: undefined, isError: true };
+	}
 }

@@ -268,12 +268,15 @@ pub fn review(session: &Session, f: &Follower, call: Value, tab: String, params:
 }
 
 /// The follower's answer to a buffer read: back to the session as it came (a result or an
-/// error), under the session's id.
+/// error), under the session's id; a result names the follower (`editor`), whose buffer it is.
 fn answer_read(session: &Session, f: &Follower, id: &Value, mut msg: Map<String, Value>) {
     let Some(call) = lock(&f.reads).remove(id.as_str().unwrap_or_default()) else {
         return;
     };
     msg.insert("id".into(), call);
+    if let Some(Value::Object(result)) = msg.get_mut("result") {
+        result.insert("editor".into(), Value::String(f.name.clone()));
+    }
     session.outbox.deliver(Value::Object(msg).to_string());
 }
 

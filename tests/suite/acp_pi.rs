@@ -266,3 +266,86 @@ async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
     c.close().await;
     pi.quit().await;
 }
+
+/// Issue 53 F2: a 300,000-line file with unsaved changes in the following editor reaches the
+/// model within pi's own read limit (its first 2000 lines and its "[Showing lines …]" note,
+/// not 6 MB), and a read with `offset`/`limit` gets the buffer's lines in place of the disk's,
+/// not after them.
+#[tokio::test(flavor = "current_thread")]
+async fn a_huge_file_with_unsaved_changes_is_read_within_pis_limit() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        mut model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
+    let mut cmd = Command::new(broker_bin());
+    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let mut c = AcpClient::spawn(&mut cmd);
+    c.initialize(true, true).await;
+    let new = c.new_session(&proj.display().to_string()).await;
+    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let numbered =
+        |word: &str, n: usize| -> String { (1..=n).map(|i| format!("{word} {i}\n")).collect() };
+    let big = proj.join("big.txt");
+    std::fs::write(&big, numbered("disk", 300_000)).expect("write big.txt");
+    let buffer = numbered("editor", 300_000);
+
+    for (args, want) in [
+        (
+            json!({"path": "big.txt"}),
+            "editor 2000\n\n[Showing lines 1-2000 of 300001. Use offset=2001 to continue.]",
+        ),
+        (
+            json!({"path": "big.txt", "offset": 150_000, "limit": 3}),
+            "editor 150000\neditor 150001\neditor 150002\n\n[",
+        ),
+    ] {
+        model.received();
+        model.push(Reply::Tool {
+            name: "read".into(),
+            args: args.clone(),
+        });
+        model.push(Reply::Text("read it".into()));
+        let from = pi.mark();
+        let r = pi.command("prompt", json!({"message": "look at it"})).await;
+        assert_eq!(r["success"], true, "{r}");
+        let ask = c
+            .until("fs/read_text_file", |m| m["method"] == "fs/read_text_file")
+            .await;
+        c.send(json!({"jsonrpc": "2.0", "id": ask.msg["id"], "result": {"content": buffer}}))
+            .await;
+        model.next_chat().await;
+        let seen = all_text(&model.next_chat().await);
+        assert!(
+            seen.len() < 120_000,
+            "{args}: the model got {} chars of a 300,000-line buffer",
+            seen.len()
+        );
+        assert!(
+            seen.contains(want),
+            "{args}: {}",
+            &seen[..seen.len().min(4000)]
+        );
+        assert!(
+            seen.contains("unsaved changes in fake-acp-client"),
+            "{args}: the note names the editor whose buffer it is"
+        );
+        assert!(
+            !seen.contains("disk "),
+            "{args}: the disk's lines came along: {}",
+            &seen[..seen.len().min(4000)]
+        );
+        pi.until("the read's turn settled", from, |v| {
+            v["type"] == "agent_settled"
+        })
+        .await;
+    }
+    c.close().await;
+    pi.quit().await;
+}

@@ -130,17 +130,10 @@ export function history(cwd: string, entries: readonly unknown[]): SessionUpdate
 	return out;
 }
 
-/** The text a `read` gives the model when the editor's buffer differs from the file: the
- * buffer (the lines `offset`/`limit` ask for, 1-based as pi's read), marked as unsaved. */
-export function bufferNote(editor: string, buffer: string, offset?: unknown, limit?: unknown): string {
-	let text = buffer;
-	if (typeof offset === "number" || typeof limit === "number") {
-		const lines = buffer.split("\n");
-		const from = typeof offset === "number" && offset > 0 ? offset - 1 : 0;
-		const to = typeof limit === "number" && limit > 0 ? from + limit : lines.length;
-		text = lines.slice(from, to).join("\n");
-	}
-	return `(unsaved changes in ${editor}: this is the editor's buffer, not the file on disk)\n${text}`;
+/** The line put before a `read`'s result when it shows the editor's buffer (unsaved changes)
+ * instead of the file on disk. */
+export function bufferNote(editor: string): string {
+	return `(unsaved changes in ${editor}: this is the editor's buffer, not the file on disk)`;
 }
 
 /** How a follower's prompt turn ended: ACP's `stopReason`. */
