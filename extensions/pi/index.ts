@@ -9,7 +9,7 @@
 import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
 import { readFile } from "node:fs/promises";
 import { basename } from "node:path";
-import { BrokerLink, LinkLost, type Attached } from "./src/broker.ts";
+import { BrokerLink, LinkLost, RequestAborted, type Attached } from "./src/broker.ts";
 import { applySelection, diagnosticsBlock, editorBlock, emptyState, widgetText } from "./src/context.ts";
 import { FirstAttach } from "./src/first_attach.ts";
 import { applyEdits, parseDiffResult, tabName, toolPath, type Edit } from "./src/diff.ts";
@@ -524,8 +524,14 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		const tab = tabName(event.toolName, event.toolCallId);
 		let result: unknown;
 		try {
-			result = await l.callTool("openDiff", { old_file_path: path, new_file_path: path, new_file_contents: proposed, tab_name: tab });
+			const args = { old_file_path: path, new_file_path: path, new_file_contents: proposed, tab_name: tab };
+			result = await l.callTool("openDiff", args, undefined, c.signal);
 		} catch (err) {
+			// pi stopped the turn (Esc, a follower's cancel) while the diff waited: the review is
+			// taken back (the broker closes it where it was shown) and the turn can end.
+			if (err instanceof RequestAborted) {
+				return { block: true, reason: `pi stopped before the ${event.toolName} of ${input.path} was reviewed; the file was NOT changed.` };
+			}
 			const why = err instanceof LinkLost ? "the connection to the editor was lost" : err instanceof Error ? err.message : String(err);
 			notify(`IDE diff failed: ${why}`, "warning");
 			return {

@@ -21,6 +21,9 @@ pub const TIMEOUT: i64 = -32002;
 /// The broker is overloaded for this peer (queue full).
 pub const BUSY: i64 = -32003;
 
+/// MCP's notification that a request is taken back (`{requestId, reason?}`): no answer is owed.
+pub const CANCELLED: &str = "notifications/cancelled";
+
 /// A client's request id, kept until its answer goes back: a plain non-negative integer
 /// without an allocation (the common case; with `arbitrary_precision`, `serde_json` keeps
 /// every number as its text), any other id as the JSON value it was.

@@ -253,7 +253,7 @@ pub(super) fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) 
         Ok(Incoming::Notification { method, msg }) => {
             match method.as_str() {
                 "notifications/initialized" => {}
-                "notifications/cancelled" => cancel_request(reg, s, &msg),
+                jsonrpc::CANCELLED => cancel_request(reg, s, &msg),
                 jsonrpc::follow::UPDATE => {
                     s.touch(reg.stamp());
                     super::follow::fan_out(s, text);

@@ -267,6 +267,36 @@ pub fn review(session: &Session, f: &Follower, call: Value, tab: String, params:
     );
 }
 
+/// The session took back its diff (`notifications/cancelled {requestId}`: pi aborted while a
+/// follower reviewed it): the review is forgotten (no answer is owed, as MCP says) and the
+/// follower told under our id, so its ACP door withdraws the permission. Whether a follower
+/// held it.
+pub fn withdraw(session: &Session, call: &Value) -> bool {
+    for f in lock(&session.followers).iter() {
+        let ours = {
+            let mut reviews = lock(&f.reviews);
+            let found = reviews
+                .iter()
+                .find(|(_, (c, _))| c == call)
+                .map(|(k, _)| k.clone());
+            found.inspect(|k| _ = reviews.remove(k))
+        };
+        if let Some(ours) = ours {
+            tracing::info!(
+                follower = f.id,
+                session = session.id,
+                "diff withdrawn by the session"
+            );
+            f.outbox.deliver(jsonrpc::notification(
+                jsonrpc::CANCELLED,
+                json!({"requestId": ours, "reason": "pi stopped the call"}),
+            ));
+            return true;
+        }
+    }
+    false
+}
+
 /// The follower's answer to a buffer read: back to the session as it came (a result or an
 /// error), under the session's id; a result names the follower (`editor`), whose buffer it is.
 fn answer_read(session: &Session, f: &Follower, id: &Value, mut msg: Map<String, Value>) {

@@ -379,12 +379,15 @@ fn keep_alive(reg: &Registry, s: &Session) {
 }
 
 /// A client's `notifications/cancelled {requestId}`: the call is forgotten (no answer is sent,
-/// as MCP says); a cancelled diff is closed in the editor; the editor is told, under the id
-/// the broker used.
+/// as MCP says); a diff a follower reviews is withdrawn from it; a cancelled diff is closed in
+/// the editor; the editor is told, under the id the broker used.
 pub(super) fn cancel_request(reg: &Registry, s: &Session, msg: &Map<String, Value>) {
     let Some(request) = msg.get("params").and_then(|p| p.get("requestId")) else {
         return;
     };
+    if follow::withdraw(s, request) {
+        return;
+    }
     let Some(editor) = current_editor(reg, s) else {
         return;
     };
@@ -404,7 +407,7 @@ pub(super) fn cancel_request(reg: &Registry, s: &Session, msg: &Map<String, Valu
     }
     let mut params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
     params["requestId"] = json!(upstream);
-    let _ = editor.send_raw(jsonrpc::notification("notifications/cancelled", params));
+    let _ = editor.send_raw(jsonrpc::notification(jsonrpc::CANCELLED, params));
 }
 
 /// Ends the handshake hold: the notices held so far are queued behind the answer just queued;

@@ -349,3 +349,222 @@ async fn a_huge_file_with_unsaved_changes_is_read_within_pis_limit() {
     c.close().await;
     pi.quit().await;
 }
+
+/// Issue 53 F3: a permission nobody answers never wedges the turn. A client that cancels its
+/// turn without answering the permission (agentic.nvim does) gets `cancelled` and
+/// `$/cancel_request` for it, and pi settles; pi's own abort (Esc; here its RPC `abort`) while
+/// a follower's permission waits takes the diff back the same way. The file stays untouched.
+#[tokio::test(flavor = "current_thread")]
+async fn a_permission_left_unanswered_never_wedges_a_cancel_or_pis_abort() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
+    let mut cmd = Command::new(broker_bin());
+    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let mut c = AcpClient::spawn(&mut cmd);
+    c.initialize(true, true).await;
+    let new = c.new_session(&proj.display().to_string()).await;
+    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let file = proj.join("never.txt");
+
+    // The client's cancel, the permission unanswered.
+    model.push(Reply::Tool {
+        name: "write".into(),
+        args: json!({"path": "never.txt", "content": "no\n"}),
+    });
+    let from = pi.mark();
+    let turn = c.prompt(&key, "write never.txt").await;
+    let ask = c.permission().await;
+    let t0 = std::time::Instant::now();
+    c.cancel(&key).await;
+    let end = c.answer(&turn).await;
+    assert_eq!(end["result"]["stopReason"], "cancelled", "{end}");
+    let took = t0.elapsed();
+    let withdrawn = c
+        .until("$/cancel_request", |m| m["method"] == "$/cancel_request")
+        .await;
+    assert_eq!(withdrawn.msg["params"]["requestId"], ask.msg["id"]);
+    pi.until("pi settled after the cancel", from, |v| {
+        v["type"] == "agent_settled"
+    })
+    .await;
+    eprintln!("session/cancel with a permission pending: answered after {took:?}");
+    assert!(!file.exists(), "the cancelled write reached the disk");
+
+    // pi's own abort while a watching follower's permission waits.
+    let watch = c.prompt(&key, "follow").await;
+    model.push(Reply::Tool {
+        name: "write".into(),
+        args: json!({"path": "never.txt", "content": "no\n"}),
+    });
+    let from = pi.mark();
+    let r = pi
+        .command("prompt", json!({"message": "write never.txt"}))
+        .await;
+    assert_eq!(r["success"], true, "{r}");
+    let ask = c.permission().await;
+    let r = pi.command("abort", json!({})).await;
+    assert_eq!(r["success"], true, "{r}");
+    let withdrawn = c
+        .until("$/cancel_request after pi's abort", |m| {
+            m["method"] == "$/cancel_request"
+        })
+        .await;
+    assert_eq!(withdrawn.msg["params"]["requestId"], ask.msg["id"]);
+    let settled = pi
+        .until("pi settled after its abort", from, |v| {
+            v["type"] == "agent_settled"
+        })
+        .await;
+    assert_eq!(settled["aborted"], true, "{settled}");
+    assert!(!file.exists(), "the aborted write reached the disk");
+    // A late answer to the withdrawn permission finds nothing, and the thread goes on.
+    c.decide(&ask.msg, Some("allow")).await;
+    c.cancel(&key).await;
+    let end = c.answer(&watch).await;
+    assert_eq!(end["result"]["stopReason"], "cancelled", "{end}");
+    assert!(!file.exists(), "a late Allow wrote the withdrawn diff");
+    c.close().await;
+    pi.quit().await;
+}
+
+/// Issue 53 F4, the rule of docs/protocol.md ("Who reviews a diff"): with a follower that has
+/// no turn open and no editor attached, nobody reviews, so pi writes as it does alone, and the
+/// thread sees the write as a tool call that completed; the next write, with the thread's
+/// turn open, is the thread's to review.
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_with_a_follower_but_no_turn_and_no_editor_is_pis_own() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
+    let mut cmd = Command::new(broker_bin());
+    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let mut c = AcpClient::spawn(&mut cmd);
+    c.initialize(true, true).await;
+    let new = c.new_session(&proj.display().to_string()).await;
+    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    model.push(Reply::Tool {
+        name: "write".into(),
+        args: json!({"path": "free.txt", "content": "written\n"}),
+    });
+    model.push(Reply::Text("done".into()));
+    let from = pi.mark();
+    let r = pi
+        .command("prompt", json!({"message": "write free.txt"}))
+        .await;
+    assert_eq!(r["success"], true, "{r}");
+    let call = c
+        .update("the write proposed", |u| {
+            u["sessionUpdate"] == "tool_call" && u["kind"] == "edit"
+        })
+        .await;
+    assert!(!call.in_turn);
+    let id = call.msg["params"]["update"]["toolCallId"].clone();
+    c.update("the write completed", |u| {
+        u["sessionUpdate"] == "tool_call_update"
+            && u["toolCallId"] == id
+            && u["status"] == "completed"
+    })
+    .await;
+    pi.until("agent_settled", from, |v| v["type"] == "agent_settled")
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(proj.join("free.txt"))
+            .ok()
+            .as_deref(),
+        Some("written\n")
+    );
+    // (A permission asked outside the turn would have held the write: nobody answers here.)
+    c.close().await;
+    pi.quit().await;
+}
+
+/// Issue 53 F5: a client that re-sends an unfinished message with the next one (CodeCompanion
+/// after a cancel) has pi run only the new one: the cancelled job does not run again and the
+/// `follow` word does not ride along.
+#[tokio::test(flavor = "current_thread")]
+async fn a_resent_unfinished_message_is_not_run_again() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        mut model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
+    let mut cmd = Command::new(broker_bin());
+    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let mut c = AcpClient::spawn(&mut cmd);
+    c.initialize(true, true).await;
+    let new = c.new_session(&proj.display().to_string()).await;
+    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let watch = c.prompt(&key, "follow").await;
+    c.cancel(&key).await;
+    c.answer(&watch).await;
+    model.push(Reply::Tool {
+        name: "bash".into(),
+        args: json!({"command": "sleep 30"}),
+    });
+    let from = pi.mark();
+    let long = c.prompt(&key, "run the long job").await;
+    c.update("the command running", |u| {
+        u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress"
+    })
+    .await;
+    c.cancel(&key).await;
+    c.answer(&long).await;
+    pi.until("agent_settled", from, |v| v["type"] == "agent_settled")
+        .await;
+    model.received();
+    model.push(Reply::Text("made".into()));
+    let from = pi.mark();
+    let id = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": key, "prompt": [
+                {"type": "text", "text": "follow"},
+                {"type": "text", "text": "run the long job"},
+                {"type": "text", "text": "create the file please"},
+            ]}),
+        )
+        .await;
+    let started = pi
+        .until("the user message", from, |v| {
+            v["type"] == "message_start" && v["message"]["role"] == "user"
+        })
+        .await;
+    let content = &started["message"]["content"];
+    let text = match content {
+        Value::String(s) => s.clone(),
+        _ => content
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b["text"].as_str())
+            .collect(),
+    };
+    assert_eq!(text, "create the file please", "{started}");
+    let end = c.answer(&id).await;
+    assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
+    c.close().await;
+    pi.quit().await;
+}

@@ -25,6 +25,13 @@ export class RpcError extends Error {
 /** Raised for calls in flight when the link drops: the answer will never come. */
 export class LinkLost extends Error {}
 
+/** A request taken back because its caller's signal aborted (pi stopped the turn). */
+export class RequestAborted extends Error {
+	constructor(method: string) {
+		super(`${method} aborted`);
+	}
+}
+
 /** Who the session is, for the broker's routing. */
 export type Intro = {
 	cwd: string;
@@ -151,15 +158,24 @@ export class BrokerLink {
 		this.down("closed by pi", false);
 	}
 
-	/** A JSON-RPC request to the broker (or through it, the editor). */
-	request(method: string, params: unknown, timeoutMs?: number): Promise<any> {
+	/** A JSON-RPC request to the broker (or through it, the editor). An abort of `signal` takes
+	 * it back (`notifications/cancelled`: the broker forgets it, and a diff is withdrawn from
+	 * whoever reviews it) and rejects with {@link RequestAborted}. */
+	request(method: string, params: unknown, timeoutMs?: number, signal?: AbortSignal): Promise<any> {
 		const ws = this.ws;
 		if (!ws || !this.open) return Promise.reject(new LinkLost("not connected to pi-ide-broker"));
+		if (signal?.aborted) return Promise.reject(new RequestAborted(method));
 		const id = this.nextId++;
 		return new Promise((resolve, reject) => {
 			let timer: ReturnType<typeof setTimeout> | undefined;
+			const onAbort = () => {
+				this.notify("notifications/cancelled", { requestId: id, reason: "aborted in pi" });
+				this.pending.get(id)?.reject(new RequestAborted(method));
+			};
+			signal?.addEventListener("abort", onAbort, { once: true });
 			const done = (f: () => void) => {
 				if (timer) clearTimeout(timer);
+				signal?.removeEventListener("abort", onAbort);
 				this.pending.delete(id);
 				f();
 			};
@@ -183,8 +199,8 @@ export class BrokerLink {
 	}
 
 	/** `tools/call` of an editor tool (always with `arguments`). */
-	callTool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<any> {
-		return this.request("tools/call", { name, arguments: args }, timeoutMs);
+	callTool(name: string, args: Record<string, unknown>, timeoutMs?: number, signal?: AbortSignal): Promise<any> {
+		return this.request("tools/call", { name, arguments: args }, timeoutMs, signal);
 	}
 
 	private dial(): void {

@@ -107,6 +107,13 @@ export function toolCallDone(toolCallId: string, result: unknown, isError: boole
 /** The session so far (its current branch's entries), as the updates that replay it. */
 export function history(cwd: string, entries: readonly unknown[]): SessionUpdate[] {
 	const out: SessionUpdate[] = [];
+	// A replayed call carries its final status from the start: a failed one never shows
+	// `completed` before its result says `failed`.
+	const failed = new Set<unknown>();
+	for (const entry of entries) {
+		const m = (entry as { type?: unknown; message?: Record<string, unknown> })?.message;
+		if (m?.role === "toolResult" && m.isError === true) failed.add(m.toolCallId);
+	}
 	for (const entry of entries) {
 		const e = entry as { type?: unknown; message?: Record<string, unknown> };
 		if (e?.type !== "message" || !e.message) continue;
@@ -120,7 +127,8 @@ export function history(cwd: string, entries: readonly unknown[]): SessionUpdate
 				else if (b?.type === "thinking" && typeof b.thinking === "string" && b.thinking) out.push(chunk("agent_thought_chunk", b.thinking));
 				else if (b?.type === "toolCall" && typeof b.id === "string") {
 					const name = String(b.name ?? "tool");
-					out.push({ ...toolCallProposed(cwd, b.id, name, b.arguments), status: "completed" });
+					const status = failed.has(b.id) ? "failed" : "completed";
+					out.push({ ...toolCallProposed(cwd, b.id, name, b.arguments), status });
 				}
 			}
 		} else if (m.role === "toolResult" && typeof m.toolCallId === "string") {

@@ -54,6 +54,15 @@ test("history replays the branch in order: user, assistant text, tool call, its 
 	assert.equal(stopReason(false), "end_turn");
 });
 
+test("a replayed failed tool call is failed from its first update, never completed first", () => {
+	const entries = [
+		{ type: "message", message: { role: "assistant", content: [{ type: "toolCall", id: "t2", name: "bash", arguments: { command: "false" } }] } },
+		{ type: "message", message: { role: "toolResult", toolCallId: "t2", content: [{ type: "text", text: "exit 1" }], isError: true } },
+	];
+	const statuses = history("/p", entries).map((u) => (u as { status?: string }).status);
+	assert.deepEqual(statuses, ["failed", "failed"]);
+});
+
 test("a buffer read is marked unsaved, naming the editor", async () => {
 	const { bufferNote } = await import("../src/follow.ts");
 	assert.equal(bufferNote("Zed"), "(unsaved changes in Zed: this is the editor's buffer, not the file on disk)");

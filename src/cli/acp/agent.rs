@@ -85,7 +85,14 @@ enum BrokerWait {
 struct Followed {
     turn: Option<Turn>,
     waits: HashMap<String, BrokerWait>,
+    /// The prompt parts this thread sent to pi, the latest last (at most [`SENT_KEPT`]): a
+    /// client that re-sends unfinished messages with the next one (CodeCompanion) has them
+    /// dropped instead of run again.
+    sent: std::collections::VecDeque<String>,
 }
+
+/// How many sent prompt parts a thread remembers.
+const SENT_KEPT: usize = 64;
 
 /// A permission request of ours to the client, for a review the broker asked.
 #[derive(Debug)]
@@ -271,7 +278,7 @@ impl Agent {
         else {
             return vec![invalid(&id, "session/prompt needs a sessionId")];
         };
-        let text = prompt_text(params.get("prompt"));
+        let (parts, unsent) = prompt_parts(params.get("prompt"));
         let ours = self.mint("prompt");
         let Some(f) = self.sessions.get_mut(&key) else {
             return vec![invalid(
@@ -279,6 +286,19 @@ impl Agent {
                 &format!("no session {key:?}: open one with session/new"),
             )];
         };
+        let parts = fresh_parts(&parts, &f.sent);
+        if parts.is_empty() {
+            let why = if unsent.is_empty() {
+                "empty prompt: type a message (or `follow` to watch pi)".to_string()
+            } else {
+                format!(
+                    "pi-ide-broker acp carries text and file links only; this prompt held only: {}",
+                    unsent.join(", ")
+                )
+            };
+            return vec![invalid(&id, &why)];
+        }
+        let text = parts.join(" ");
         let mut out = Vec::new();
         // A client sends no second prompt while one is open; one that does ends the first.
         if let Some(old) = f.turn.take() {
@@ -294,7 +314,23 @@ impl Agent {
             cancelled: false,
         });
         out.push(ready(&key, true));
+        if !unsent.is_empty() {
+            let note = format!(
+                "(pi-ide-broker: not sent to pi: {}; only text and file links are carried)",
+                unsent.join(", ")
+            );
+            out.push(session_update(
+                &key,
+                json!({"sessionUpdate": "agent_message_chunk", "content": text_block(&note)}),
+            ));
+        }
         if !watching {
+            for p in parts {
+                if f.sent.len() == SENT_KEPT {
+                    f.sent.pop_front();
+                }
+                f.sent.push_back(p.trim().to_string());
+            }
             f.waits.insert(ours.clone(), BrokerWait::Prompt);
             out.push(Out::Broker(
                 key.clone(),
@@ -325,10 +361,38 @@ impl Agent {
         }
         turn.cancelled = true;
         f.waits.insert(ours.clone(), BrokerWait::Cancel);
-        vec![Out::Broker(
+        // ACP: "the client MUST answer pending permissions with `cancelled`"; agentic.nvim does
+        // not, and pi's turn cannot end while its write waits for a verdict. The door answers
+        // them itself, rejected, before pi is told to stop; a late answer finds nothing.
+        let mut out = self.withdraw_reviews(&key);
+        out.push(Out::Broker(
             key,
             jsonrpc::request(&Value::String(ours), follow::CANCEL, json!({})),
-        )]
+        ));
+        out
+    }
+
+    /// The pending permissions of ACP session `key`, answered to the broker as rejected and
+    /// forgotten.
+    fn withdraw_reviews(&mut self, key: &str) -> Vec<Out> {
+        let ids: Vec<String> = self
+            .reviews
+            .iter()
+            .filter(|(_, r)| r.session == key)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(r) = self.reviews.remove(&id) {
+                let rejected = jsonrpc::diff_rejected(&r.tab);
+                out.push(Out::Broker(
+                    r.session,
+                    jsonrpc::result(&r.broker_id, rejected),
+                ));
+                out.push(cancel_request(&id));
+            }
+        }
+        out
     }
 
     /// One frame from the broker on `key`'s follow connection.
@@ -343,6 +407,22 @@ impl Agent {
                 follow::ENDED => {
                     let why = param_str(&msg, "reason").unwrap_or("ended").to_string();
                     self.ended(key, &why)
+                }
+                jsonrpc::CANCELLED => {
+                    // The broker took back its `pi/review`: the permission asking it goes.
+                    let id = msg.get("params").and_then(|p| p.get("requestId"));
+                    let ours = self
+                        .reviews
+                        .iter()
+                        .find(|(_, r)| r.session == key && Some(&r.broker_id) == id)
+                        .map(|(ours, _)| ours.clone());
+                    match ours {
+                        Some(ours) => {
+                            self.reviews.remove(&ours);
+                            vec![cancel_request(&ours)]
+                        }
+                        None => Vec::new(),
+                    }
                 }
                 _ => Vec::new(),
             },
@@ -606,6 +686,16 @@ fn session_update(key: &str, update: Value) -> Out {
     ))
 }
 
+/// ACP's `$/cancel_request` for a request of ours the client has not answered: it closes the
+/// permission where the client knows the notification (others ignore it, and their late
+/// answer finds nothing).
+fn cancel_request(ours: &str) -> Out {
+    Out::Client(jsonrpc::notification(
+        "$/cancel_request",
+        json!({"requestId": ours}),
+    ))
+}
+
 /// `follow/review {ready}` on `key`'s connection.
 fn ready(key: &str, ready: bool) -> Out {
     Out::Broker(
@@ -629,9 +719,16 @@ fn error_text(e: &Value) -> String {
         .to_string()
 }
 
-/// A prompt's text: its text blocks, and the paths of its resource links as `@path`.
+/// A prompt's text: its text blocks, and the paths of its resource links as `@path`, joined
+/// by spaces (Zed puts a mention between two text blocks).
 pub fn prompt_text(blocks: Option<&Value>) -> String {
-    let mut parts = Vec::new();
+    prompt_parts(blocks).0.join(" ")
+}
+
+/// A prompt's parts, one per block carried (its text blocks, its resource links as `@path`),
+/// and the types of the blocks it cannot carry (an image, audio, an embedded resource).
+fn prompt_parts(blocks: Option<&Value>) -> (Vec<String>, Vec<String>) {
+    let (mut parts, mut unsent) = (Vec::new(), Vec::new());
     for b in blocks.and_then(Value::as_array).into_iter().flatten() {
         match b.get("type").and_then(Value::as_str) {
             Some("text") => parts.extend(b.get("text").and_then(Value::as_str).map(str::to_owned)),
@@ -640,8 +737,29 @@ pub fn prompt_text(blocks: Option<&Value>) -> String {
                     .and_then(Value::as_str)
                     .map(|u| format!("@{}", u.strip_prefix("file://").unwrap_or(u))),
             ),
-            _ => {}
+            Some(other) => unsent.push(other.to_string()),
+            None => unsent.push("a block without a type".to_string()),
         }
     }
-    parts.join(" ")
+    parts.retain(|p| !p.trim().is_empty());
+    (parts, unsent)
 }
+
+/// The parts of a prompt that are new: leading parts this thread already sent to pi, or a
+/// `follow` word, are a client re-sending unfinished messages (CodeCompanion re-sends a
+/// cancelled one with the next) and are dropped; the last part always stays.
+fn fresh_parts<'p>(parts: &'p [String], sent: &std::collections::VecDeque<String>) -> &'p [String] {
+    let mut start = 0;
+    while start + 1 < parts.len() {
+        let p = parts[start].trim();
+        if FOLLOW_WORDS.contains(&p.to_lowercase().as_str()) || sent.iter().any(|s| s == p) {
+            start += 1;
+        } else {
+            break;
+        }
+    }
+    &parts[start..]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,279 @@
+//! The ACP agent's state machine, without I/O: client lines and broker frames in, [`Out`]s
+//! checked. Each test guards a rule a real client tripped on (issue 53).
+
+use super::*;
+
+/// The client lines of `out`, parsed.
+fn to_client(out: &[Out]) -> Vec<Value> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Client(l) => serde_json::from_str(l).ok(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The broker frames of `out` for session `key`, parsed.
+fn to_broker(out: &[Out], key: &str) -> Vec<Value> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Broker(k, f) if k == key => serde_json::from_str(f).ok(),
+            _ => None,
+        })
+        .collect()
+}
+
+fn line(v: Value) -> String {
+    v.to_string()
+}
+
+/// An agent whose ACP session `k` follows pi session `k`.
+fn followed() -> Agent {
+    let mut a = Agent::default();
+    a.from_client(&line(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}}})));
+    let out = a.from_client(&line(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/p"}}),
+    ));
+    let Some(Out::List { purpose, .. }) = out.into_iter().next() else {
+        panic!("session/new lists the folder's sessions");
+    };
+    let out = a.listed(purpose, Ok(vec![json!({"session": "k", "cwd": "/p"})]));
+    assert!(matches!(&out[..], [Out::Connect { key, load: false, .. }] if key == "k"));
+    let out = a.connected("k", json!(2), false, Ok(()));
+    assert_eq!(to_client(&out)[0]["result"]["sessionId"], "k");
+    a
+}
+
+fn prompt(a: &mut Agent, id: u64, blocks: Value) -> Vec<Out> {
+    a.from_client(&line(json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": "k", "prompt": blocks}})))
+}
+
+fn text(t: &str) -> Value {
+    json!({"type": "text", "text": t})
+}
+
+/// The `pi/prompt` text sent to the broker in `out`.
+fn sent_text(out: &[Out]) -> Option<String> {
+    to_broker(out, "k")
+        .into_iter()
+        .find(|f| f["method"] == follow::PROMPT)
+        .and_then(|f| f["params"]["text"].as_str().map(str::to_owned))
+}
+
+/// The broker's `pi/review` on `k`, answered by the agent with a permission request: its id.
+fn reviewed(a: &mut Agent, broker_id: &str) -> Value {
+    let out = a.from_broker(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": broker_id, "method": follow::REVIEW, "params": {"arguments": {"new_file_path": "/p/a.txt", "new_file_contents": "new\n", "tab_name": "pi-write:t1"}}})),
+    );
+    let asks = to_client(&out);
+    assert_eq!(asks[0]["method"], "session/request_permission");
+    assert_eq!(asks[0]["params"]["toolCall"]["toolCallId"], "t1");
+    asks[0]["id"].clone()
+}
+
+#[test]
+fn a_prompt_goes_to_pi_and_its_answer_ends_the_turn() {
+    let mut a = followed();
+    let out = prompt(&mut a, 3, json!([text("hello")]));
+    assert_eq!(sent_text(&out).as_deref(), Some("hello"));
+    let asked = to_broker(&out, "k")
+        .into_iter()
+        .find(|f| f["method"] == follow::PROMPT)
+        .expect("pi/prompt");
+    let out = a.from_broker(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "end_turn"}})),
+    );
+    let end = to_client(&out);
+    assert_eq!(end[0]["id"], 3);
+    assert_eq!(end[0]["result"]["stopReason"], "end_turn");
+    assert_eq!(to_broker(&out, "k")[0]["params"]["ready"], false);
+}
+
+/// F3: a cancel with a permission unanswered (agentic.nvim's cancel) answers the review as
+/// rejected before pi is told to stop, withdraws the permission from the client, and a late
+/// answer to it is ignored.
+#[test]
+fn a_cancel_withdraws_an_unanswered_permission_and_rejects_the_diff() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("write a.txt")]));
+    let permission = reviewed(&mut a, "review-9");
+    let out = a.from_client(&line(
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "k"}}),
+    ));
+    let frames = to_broker(&out, "k");
+    assert_eq!(frames.len(), 2, "{frames:?}");
+    assert_eq!(frames[0]["id"], "review-9");
+    assert_eq!(frames[0]["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert_eq!(
+        frames[1]["method"],
+        follow::CANCEL,
+        "pi is stopped after the verdict"
+    );
+    let told = to_client(&out);
+    assert_eq!(told[0]["method"], "$/cancel_request");
+    assert_eq!(told[0]["params"]["requestId"], permission);
+    let late = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    assert!(late.is_empty(), "a late Allow reached the broker: {late:?}");
+}
+
+/// F3: the broker takes a review back (pi aborted): the client's permission is withdrawn and
+/// its late answer goes nowhere.
+#[test]
+fn a_review_the_broker_takes_back_is_withdrawn_from_the_client() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("follow")]));
+    let permission = reviewed(&mut a, "review-4");
+    let other = a.from_broker(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "method": jsonrpc::CANCELLED, "params": {"requestId": "review-5"}})),
+    );
+    assert!(other.is_empty(), "another review's cancel touched this one");
+    let out = a.from_broker(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "method": jsonrpc::CANCELLED, "params": {"requestId": "review-4"}})),
+    );
+    let told = to_client(&out);
+    assert_eq!(told.len(), 1);
+    assert_eq!(told[0]["method"], "$/cancel_request");
+    assert_eq!(told[0]["params"]["requestId"], permission);
+    let late = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    assert!(late.is_empty(), "{late:?}");
+}
+
+#[test]
+fn an_answered_permission_is_the_diffs_verdict() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("follow")]));
+    let permission = reviewed(&mut a, "review-1");
+    let out = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    let frames = to_broker(&out, "k");
+    assert_eq!(frames[0]["id"], "review-1");
+    assert_eq!(frames[0]["result"]["content"][0]["text"], "FILE_SAVED");
+    assert_eq!(frames[0]["result"]["content"][1]["text"], "new\n");
+    let permission = reviewed(&mut a, "review-2");
+    let out = a.from_client(&line(
+        json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "cancelled"}}}),
+    ));
+    assert_eq!(
+        to_broker(&out, "k")[0]["result"]["content"][0]["text"],
+        "DIFF_REJECTED"
+    );
+}
+
+/// A watching turn ends at once on cancel: nothing was sent to pi, so nothing is stopped.
+#[test]
+fn a_watching_turn_ends_on_cancel_without_stopping_pi() {
+    let mut a = followed();
+    let out = prompt(&mut a, 3, json!([text(" Follow ")]));
+    assert_eq!(sent_text(&out), None, "the follow word went to pi");
+    let out = a.from_client(&line(
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "k"}}),
+    ));
+    assert!(to_broker(&out, "k")
+        .iter()
+        .all(|f| f["method"] != follow::CANCEL));
+    assert_eq!(to_client(&out)[0]["result"]["stopReason"], "cancelled");
+}
+
+/// F5: CodeCompanion re-sends unfinished messages with the next one; the door sends pi only
+/// what is new, and a `follow` word never rides along.
+#[test]
+fn resent_blocks_and_follow_words_are_not_sent_again() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("follow")]));
+    a.from_client(&line(
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "k"}}),
+    ));
+    let out = prompt(&mut a, 4, json!([text("follow"), text("run sleep 30")]));
+    assert_eq!(sent_text(&out).as_deref(), Some("run sleep 30"));
+    a.from_client(&line(
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "k"}}),
+    ));
+    let out = prompt(
+        &mut a,
+        5,
+        json!([
+            text("follow"),
+            text("run sleep 30"),
+            text("create the file")
+        ]),
+    );
+    assert_eq!(sent_text(&out).as_deref(), Some("create the file"));
+    // The last part always goes, even a repeat: the user asked again on purpose.
+    let out = prompt(&mut a, 6, json!([text("create the file")]));
+    assert_eq!(sent_text(&out).as_deref(), Some("create the file"));
+    // A mention between text blocks (Zed) is one prompt.
+    let out = prompt(
+        &mut a,
+        7,
+        json!([text("look at"), {"type": "resource_link", "uri": "file:///p/a.rs", "name": "a.rs"}, text("please")]),
+    );
+    assert_eq!(sent_text(&out).as_deref(), Some("look at @/p/a.rs please"));
+}
+
+/// An image is not carried: a prompt of only an image says so (not "empty prompt"); with
+/// text, the text goes and the thread is told what was left out.
+#[test]
+fn an_image_is_refused_by_name_and_text_beside_it_still_goes() {
+    let mut a = followed();
+    let image = json!({"type": "image", "data": "AAAA", "mimeType": "image/png"});
+    let out = prompt(&mut a, 3, json!([image]));
+    let err = &to_client(&out)[0]["error"];
+    assert_eq!(err["code"], jsonrpc::INVALID_PARAMS);
+    assert!(
+        err["message"].as_str().is_some_and(|m| m.contains("image")),
+        "{err}"
+    );
+    let out = prompt(&mut a, 4, json!([text("what is this"), image]));
+    assert_eq!(sent_text(&out).as_deref(), Some("what is this"));
+    let note = to_client(&out)
+        .into_iter()
+        .find(|m| m["method"] == "session/update")
+        .expect("a note in the thread");
+    assert!(note["params"]["update"]["content"]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("image")));
+    let out = prompt(&mut a, 5, json!([text("  ")]));
+    assert!(to_client(&out)[0]["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("empty prompt")));
+}
+
+/// A broker restart ends an open prompt turn (its answer went with the old broker) but keeps
+/// a watching turn.
+#[test]
+fn a_relink_ends_a_prompt_turn_and_keeps_a_watching_one() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("hello")]));
+    let out = a.relinked("k");
+    let ends: Vec<Value> = to_client(&out)
+        .into_iter()
+        .filter(|m| m["id"] == 3)
+        .collect();
+    assert_eq!(ends[0]["result"]["stopReason"], "end_turn");
+    prompt(&mut a, 4, json!([text("follow")]));
+    assert!(to_client(&a.relinked("k")).is_empty());
+}
+
+/// A buffer read goes to the client as `fs/read_text_file` and its answer back under the
+/// broker's id.
+#[test]
+fn a_buffer_read_is_asked_of_the_client_and_answered_to_the_broker() {
+    let mut a = followed();
+    assert!(a.reads_buffers());
+    let out = a.from_broker(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": "read-3", "method": follow::READ_BUFFER, "params": {"path": "/p/a.txt"}})),
+    );
+    let ask = &to_client(&out)[0];
+    assert_eq!(ask["method"], "fs/read_text_file");
+    assert_eq!(ask["params"], json!({"sessionId": "k", "path": "/p/a.txt"}));
+    let out = a.from_client(&line(
+        json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"content": "unsaved"}}),
+    ));
+    let back = &to_broker(&out, "k")[0];
+    assert_eq!(back["id"], "read-3");
+    assert_eq!(back["result"]["content"], "unsaved");
+}
