@@ -104,8 +104,6 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	let acpReviewer: string | null = null;
 	/** A following ACP editor offers its buffers (`fs.readTextFile`). */
 	let followedBuffers = false;
-	/** Prompts a follower sent, not mirrored back to it when pi starts them. */
-	const injected: string[] = [];
 	/** Follower prompts waiting for pi to settle. */
 	let settleWaiters: ((aborted: boolean) => void)[] = [];
 	const mirror = (update: follow.SessionUpdate | null) => {
@@ -259,7 +257,6 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		if (!c) throw new Error("session not yet started");
 		if (!text.trim()) throw new Error("empty prompt");
 		const settled = new Promise<boolean>((done) => settleWaiters.push(done));
-		injected.push(text);
 		if (c.isIdle()) pi.sendUserMessage(text);
 		else pi.sendUserMessage(text, { deliverAs: "followUp" });
 		return { stopReason: follow.stopReason(await settled) };
@@ -331,9 +328,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	pi.on("message_start", (event) => {
 		const m = (event as { message?: { role?: unknown; content?: unknown } }).message;
 		if (m?.role !== "user") return;
-		const text = follow.contentText(m.content);
-		const at = injected.indexOf(text);
-		if (at >= 0) return void injected.splice(at, 1); // the follower shows its own prompt
+		// Every follower sees every prompt, a follower's too: its own ACP door drops the echo.
 		mirror(follow.userMessage(m.content));
 	});
 	pi.on("message_update", (event) => mirror(follow.assistantDelta((event as { assistantMessageEvent?: unknown }).assistantMessageEvent)));
@@ -374,7 +369,6 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 
 	pi.on("session_shutdown", () => {
 		for (const w of settleWaiters.splice(0)) w(true);
-		injected.length = 0;
 		link?.close();
 		link = null;
 		reviewing = false;

@@ -568,3 +568,66 @@ async fn a_resent_unfinished_message_is_not_run_again() {
     c.close().await;
     pi.quit().await;
 }
+
+/// Issue 53: a second follower sees the first follower's prompt (pi mirrors it to every
+/// follower); the first does not get its own prompt twice.
+#[tokio::test(flavor = "current_thread")]
+async fn a_second_follower_sees_the_first_ones_prompt() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
+    let spawn = || {
+        let mut cmd = Command::new(broker_bin());
+        cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
+        isolate(&mut cmd, b.dir.path());
+        AcpClient::spawn(&mut cmd)
+    };
+    let (mut first, mut second) = (spawn(), spawn());
+    for c in [&mut first, &mut second] {
+        c.initialize(true, true).await;
+        let new = c.new_session(&proj.display().to_string()).await;
+        assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    }
+    b.wait_status("two followers", |st| {
+        st["sessions"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["followers"].as_array().is_some_and(|f| f.len() == 2))
+        })
+    })
+    .await;
+    model.push(Reply::Text("the answer".into()));
+    let from = pi.mark();
+    let asked = first.prompt(&key, "from the first thread").await;
+    second
+        .update("the first thread's prompt", |u| {
+            is_chunk(u, "user_message_chunk", "from the first thread")
+        })
+        .await;
+    second.until_agent_text("the answer").await;
+    let end = first.answer(&asked).await;
+    assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
+    pi.until("agent_settled", from, |v| v["type"] == "agent_settled")
+        .await;
+    let echoes = first
+        .updates
+        .iter()
+        .filter(|u| {
+            is_chunk(
+                &u.msg["params"]["update"],
+                "user_message_chunk",
+                "from the first thread",
+            )
+        })
+        .count();
+    assert_eq!(echoes, 0, "the first thread got its own prompt back");
+    first.close().await;
+    second.close().await;
+    pi.quit().await;
+}

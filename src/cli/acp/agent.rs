@@ -89,6 +89,9 @@ struct Followed {
     /// client that re-sends unfinished messages with the next one (CodeCompanion) has them
     /// dropped instead of run again.
     sent: std::collections::VecDeque<String>,
+    /// The text of this thread's prompt while its turn is open: pi mirrors it back to every
+    /// follower as a user message, and this thread, which shows it already, drops its echo.
+    echo: Option<String>,
 }
 
 /// How many sent prompt parts a thread remembers.
@@ -331,6 +334,7 @@ impl Agent {
                 }
                 f.sent.push_back(p.trim().to_string());
             }
+            f.echo = Some(text.clone());
             f.waits.insert(ours.clone(), BrokerWait::Prompt);
             out.push(Out::Broker(
                 key.clone(),
@@ -401,6 +405,7 @@ impl Agent {
             Err(_) => Vec::new(),
             Ok(Incoming::Notification { method, msg }) => match method.as_str() {
                 follow::UPDATE => match msg.get("params").and_then(|p| p.get("update")) {
+                    Some(update) if self.is_echo(key, update) => Vec::new(),
                     Some(update) => vec![session_update(key, update.clone())],
                     None => Vec::new(),
                 },
@@ -455,6 +460,20 @@ impl Agent {
         }
     }
 
+    /// Whether `update` is pi mirroring this thread's own prompt back (once).
+    fn is_echo(&mut self, key: &str, update: &Value) -> bool {
+        let Some(f) = self.sessions.get_mut(key) else {
+            return false;
+        };
+        let echoed = update.get("sessionUpdate").and_then(Value::as_str)
+            == Some("user_message_chunk")
+            && f.echo.as_deref() == update.pointer("/content/text").and_then(Value::as_str);
+        if echoed {
+            f.echo = None;
+        }
+        echoed
+    }
+
     fn broker_answered(&mut self, key: &str, id: &Value, msg: &Map<String, Value>) -> Vec<Out> {
         let Some(f) = self.sessions.get_mut(key) else {
             return Vec::new();
@@ -480,6 +499,7 @@ impl Agent {
                 out
             }
             BrokerWait::Prompt => {
+                f.echo = None;
                 let Some(turn) = f.turn.take() else {
                     return Vec::new();
                 };

@@ -277,3 +277,25 @@ fn a_buffer_read_is_asked_of_the_client_and_answered_to_the_broker() {
     assert_eq!(back["id"], "read-3");
     assert_eq!(back["result"]["content"], "unsaved");
 }
+
+/// pi mirrors a follower's prompt to every follower; the thread that sent it drops the echo
+/// (once, while its turn is open), and shows a later identical prompt typed in pi's terminal.
+#[test]
+fn the_echo_of_the_threads_own_prompt_is_dropped_once() {
+    let mut a = followed();
+    let out = prompt(&mut a, 3, json!([text("hello")]));
+    let asked = to_broker(&out, "k")
+        .into_iter()
+        .find(|f| f["method"] == follow::PROMPT)
+        .expect("pi/prompt");
+    let echo = line(
+        json!({"jsonrpc": "2.0", "method": follow::UPDATE, "params": {"update": {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "hello"}}}}),
+    );
+    assert!(a.from_broker("k", &echo).is_empty(), "the echo was shown");
+    a.from_broker(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "end_turn"}})),
+    );
+    let again = to_client(&a.from_broker("k", &echo));
+    assert_eq!(again[0]["params"]["update"]["content"]["text"], "hello");
+}
