@@ -12,3 +12,4 @@ pub mod portpeers;
 pub mod procinfo;
 pub mod secret;
 pub mod sync;
+pub mod time;

@@ -118,6 +118,8 @@ pub struct Agent {
     reviews: HashMap<String, Review>,
     /// Buffer reads asked of the client: our id → (ACP session, the broker's `pi/read` id).
     reads: HashMap<String, (String, Value)>,
+    /// The folder of each ACP session, as listed or loaded: its title.
+    cwds: HashMap<String, String>,
     next_id: u64,
 }
 
@@ -174,6 +176,9 @@ impl Agent {
                 match params.get("sessionId").and_then(Value::as_str) {
                     Some(key) => {
                         let key = key.to_string();
+                        if let Some(cwd) = params.get("cwd").and_then(Value::as_str) {
+                            self.cwds.insert(key.clone(), cwd.to_string());
+                        }
                         let mut out = self.forget(&key);
                         out.push(Out::Connect {
                             key,
@@ -182,9 +187,24 @@ impl Agent {
                         });
                         out
                     }
-                    None => vec![invalid(&id, "session/load needs a sessionId")],
+                    None => vec![invalid(&id, &format!("{method} needs a sessionId"))],
                 }
             }
+            "session/close" => match params.get("sessionId").and_then(Value::as_str) {
+                Some(key) if self.sessions.contains_key(key) => {
+                    let key = key.to_string();
+                    let mut out = self.withdraw_reviews(&key);
+                    out.extend(self.forget(&key));
+                    out.push(Out::Client(jsonrpc::result(&id, json!({}))));
+                    out
+                }
+                Some(key) => vec![Out::Client(jsonrpc::error(
+                    &id,
+                    RESOURCE_NOT_FOUND,
+                    &format!("no open session {key:?}"),
+                ))],
+                None => vec![invalid(&id, "session/close needs a sessionId")],
+            },
             "session/list" => vec![Out::List {
                 cwd: params
                     .get("cwd")
@@ -212,6 +232,9 @@ impl Agent {
                 match list.first().and_then(|s| s.get("session")).and_then(Value::as_str) {
                     Some(key) => {
                         let key = key.to_string();
+                        if let Some(cwd) = list[0].get("cwd").and_then(Value::as_str) {
+                            self.cwds.insert(key.clone(), cwd.to_string());
+                        }
                         let mut out = self.forget(&key);
                         out.push(Out::Connect {
                             key,
@@ -257,20 +280,22 @@ impl Agent {
             return vec![Out::Client(jsonrpc::error(&request, INTERNAL_ERROR, &why))];
         }
         self.sessions.insert(key.to_string(), Followed::default());
+        let info = self.info_update(key, true);
         if !load {
-            return vec![Out::Client(jsonrpc::result(
-                &request,
-                json!({"sessionId": key}),
-            ))];
+            let answer = jsonrpc::result(&request, json!({"sessionId": key}));
+            return vec![Out::Client(answer), info];
         }
         let ours = self.mint("history");
         if let Some(f) = self.sessions.get_mut(key) {
             f.waits.insert(ours.clone(), BrokerWait::History(request));
         }
-        vec![Out::Broker(
-            key.to_string(),
-            jsonrpc::request(&Value::String(ours), follow::HISTORY, json!({})),
-        )]
+        vec![
+            info,
+            Out::Broker(
+                key.to_string(),
+                jsonrpc::request(&Value::String(ours), follow::HISTORY, json!({})),
+            ),
+        ]
     }
 
     fn prompt(&mut self, id: Value, params: &Value) -> Vec<Out> {
@@ -460,6 +485,19 @@ impl Agent {
         }
     }
 
+    /// ACP's `session_info_update` for `key`: its last activity (now), and its title ("pi in
+    /// <folder>") when `titled`.
+    fn info_update(&self, key: &str, titled: bool) -> Out {
+        let mut update = json!({
+            "sessionUpdate": "session_info_update",
+            "updatedAt": crate::sys::time::rfc3339(std::time::SystemTime::now()),
+        });
+        if let (true, Some(cwd)) = (titled, self.cwds.get(key)) {
+            update["title"] = json!(format!("pi in {cwd}"));
+        }
+        session_update(key, update)
+    }
+
     /// Whether `update` is pi mirroring this thread's own prompt back (once).
     fn is_echo(&mut self, key: &str, update: &Value) -> bool {
         let Some(f) = self.sessions.get_mut(key) else {
@@ -517,7 +555,11 @@ impl Agent {
                     }
                     _ => jsonrpc::result(&turn.id, json!({"stopReason": stop})),
                 };
-                vec![ready(key, false), Out::Client(answer)]
+                vec![
+                    ready(key, false),
+                    Out::Client(answer),
+                    self.info_update(key, false),
+                ]
             }
         }
     }
@@ -691,7 +733,7 @@ fn initialize_result() -> Value {
             "loadSession": true,
             "promptCapabilities": {"image": false, "audio": false, "embeddedContext": false},
             "mcpCapabilities": {"http": false, "sse": false},
-            "sessionCapabilities": {"list": {}},
+            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
         },
         "agentInfo": {"name": "pi-ide-broker", "title": "pi (via pi-ide-broker)", "version": env!("CARGO_PKG_VERSION")},
         "authMethods": [],

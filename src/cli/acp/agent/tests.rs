@@ -299,3 +299,49 @@ fn the_echo_of_the_threads_own_prompt_is_dropped_once() {
     let again = to_client(&a.from_broker("k", &echo));
     assert_eq!(again[0]["params"]["update"]["content"]["text"], "hello");
 }
+
+/// ACP v1's `session/close` ends the follow (an open turn ends, a pending permission is
+/// rejected and withdrawn) and is answered; an unknown session is not found.
+#[test]
+fn close_ends_the_follow_and_withdraws_what_waits() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("follow")]));
+    reviewed(&mut a, "review-1");
+    let out = a.from_client(&line(
+        json!({"jsonrpc": "2.0", "id": 9, "method": "session/close", "params": {"sessionId": "k"}}),
+    ));
+    assert_eq!(
+        to_broker(&out, "k")[0]["result"]["content"][0]["text"],
+        "DIFF_REJECTED"
+    );
+    assert!(out.contains(&Out::Disconnect("k".into())));
+    let told = to_client(&out);
+    assert!(told.iter().any(|m| m["id"] == 3), "the open turn ended");
+    assert_eq!(told.last().map(|m| &m["result"]), Some(&json!({})));
+    let again = a.from_client(&line(
+        json!({"jsonrpc": "2.0", "id": 10, "method": "session/close", "params": {"sessionId": "k"}}),
+    ));
+    assert_eq!(to_client(&again)[0]["error"]["code"], RESOURCE_NOT_FOUND);
+}
+
+/// `session_info_update`: the title (the folder) once followed, the last activity at each turn's
+/// end; the capabilities say resume and close.
+#[test]
+fn the_session_info_names_the_folder_and_the_last_activity() {
+    let mut a = Agent::default();
+    let init = a.from_client(&line(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+    ));
+    let caps = &to_client(&init)[0]["result"]["agentCapabilities"]["sessionCapabilities"];
+    assert_eq!(caps, &json!({"list": {}, "resume": {}, "close": {}}));
+    let out = a.from_client(&line(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/resume", "params": {"sessionId": "k", "cwd": "/p", "mcpServers": []}}),
+    ));
+    assert!(matches!(&out[..], [Out::Connect { load: false, .. }]));
+    let out = a.connected("k", json!(2), false, Ok(()));
+    let info = &to_client(&out)[1]["params"]["update"];
+    assert_eq!(info["sessionUpdate"], "session_info_update");
+    assert_eq!(info["title"], "pi in /p");
+    let at = info["updatedAt"].as_str().unwrap_or_default();
+    assert!(at.len() == 20 && at.ends_with('Z'), "{at}");
+}
