@@ -388,3 +388,75 @@ async fn a_jetbrains_editor_is_dialled_with_the_mcp_subprotocol_and_its_pings_an
     a.close().await;
     b.stop().await;
 }
+
+/// A broker whose `taken` probe never ticks within a test (10 min), beside a one-client fake
+/// editor taken by the user's own client (reconnecting `back` after each eviction, or never),
+/// with an attached Claude-dialect agent: what a call to a taken editor does can only come
+/// from the call itself, never from a probe (issue 53: every taken test set a 50 ms probe,
+/// which hid a call that waited for the next tick).
+async fn taken_without_probes(
+    back: Option<std::time::Duration>,
+) -> (
+    TestBroker,
+    FakeEditor,
+    pi_ide_broker::testkit::rival::Rival,
+    Agent,
+) {
+    use pi_ide_broker::testkit::rival::Rival;
+    let b = TestBroker::start_with(|c| c.editors.taken_probe_ms = 600_000).await;
+    let (fe, _) = b.start_editor(Options::vscode(&["/vsc"])).await;
+    let header = pi_ide_broker::protocol::family::Family::Claude.auth_header();
+    let rival = Rival::start_with(fe.port, header, Some(fe.token().into()), back, None).await;
+    b.wait_editor(fe.port, "taken").await;
+    let mut a = Agent::connect(&b.socket, "cwd=/vsc&dialect=claude")
+        .await
+        .unwrap();
+    a.attached().await;
+    (b, fe, rival, a)
+}
+
+/// A call to a taken editor wakes the link at once: it is answered without any probe tick.
+#[tokio::test]
+async fn a_call_to_a_taken_editor_is_answered_without_waiting_for_a_probe() {
+    let back = Some(std::time::Duration::from_millis(200));
+    let (b, _fe, mut rival, mut a) = taken_without_probes(back).await;
+    rival.wait_connected().await;
+    assert!(echo_works(&mut a).await, "the call was answered");
+    rival.leave().await;
+    a.close().await;
+    b.stop().await;
+}
+
+/// A diff the user is still reading in a taken editor is not cut by the hand-back: the link
+/// taken back for it stays while the call is open past the idle hand-back time (3 s), and
+/// the user's Accept reaches the agent. (The other client stays away meanwhile, as the real
+/// VS Code's did in issue 53's run, where the diff was cut about 3 s in.)
+#[tokio::test]
+async fn a_diff_open_past_the_hand_back_time_in_a_taken_editor_is_still_answered() {
+    let (b, fe, mut rival, mut a) = taken_without_probes(None).await;
+    rival.wait_connected().await;
+    let mut events = fe.events();
+    a.call_tool(
+        json!(7),
+        "openDiff",
+        json!({"old_file_path": "/vsc/a.txt", "new_file_path": "/vsc/a.txt", "new_file_contents": "new\n", "tab_name": "held"}),
+    )
+    .await;
+    pi_ide_broker::testkit::fake_editor::next_tool_call(&mut events, "openDiff").await;
+    // The user reads the diff for longer than the link's idle hand-back time.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    // The broker labels the tab (`✻ [pi s1] held ⧉`): the one diff open is it.
+    let open = fe.pending_diffs();
+    assert_eq!(
+        open.len(),
+        1,
+        "the diff is still open in the editor: {open:?}"
+    );
+    assert!(fe.accept_diff(&open[0], "accepted\n"));
+    let r = a.answer(&json!(7)).await;
+    assert_eq!(r["result"]["content"][0]["text"], "FILE_SAVED", "{r:#}");
+    assert_eq!(r["result"]["content"][1]["text"], "accepted\n", "{r:#}");
+    rival.leave().await;
+    a.close().await;
+    b.stop().await;
+}
