@@ -853,3 +853,104 @@ async fn claude_code_speaks_the_modern_era_through_the_door_with_no_fallback() {
     assert_eq!(listed["result"]["resultType"], "complete", "{listed}");
     b.stop().await;
 }
+
+/// The real Claude Code (2.1.332) with a model (the fake Messages API) and `pi-ide-broker mcp`
+/// in the modern era: its model proposes an edit, Claude Code calls the editor's `openDiff`
+/// through the door; the broker restarts while the user reads the diff (the call is answered
+/// as not reviewed, and the door redials); the model tries again, the diff reaches the editor
+/// through the new broker, the user accepts, and the model is given the accepted text (issue
+/// 54: a diff reviewed, and a call after a daemon restart, by the newest client).
+#[tokio::test]
+async fn claude_code_with_a_model_reviews_a_diff_across_a_broker_restart() {
+    use crate::common::fake_anthropic::{FakeAnthropic, Reply};
+    let Some(claude) = std::env::var_os("PI_IDE_BROKER_CLAUDE").map(std::path::PathBuf::from)
+    else {
+        crate::common::cannot_run("Claude Code: set PI_IDE_BROKER_CLAUDE (bash .ci/run does)");
+        return;
+    };
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/srv/cc"]).await;
+    let root = b.dir.path().to_path_buf();
+    let config = root.join("mcp.json");
+    let door = json!({"command": broker_bin(), "args": ["mcp", "--cwd", "/srv/cc", "--no-spawn", "--dialect", "claude"]});
+    std::fs::write(&config, json!({"mcpServers": {"editor": door}}).to_string())
+        .expect("write the MCP config");
+    let home = root.join("claude-home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let mut model = FakeAnthropic::start().await;
+    let diff = |tab: &str| Reply::Tool {
+        name: "mcp__editor__openDiff".into(),
+        args: json!({"old_file_path": "/srv/cc/a.txt", "new_file_path": "/srv/cc/a.txt", "new_file_contents": "proposed\n", "tab_name": tab}),
+    };
+    model.push(diff("first"));
+    model.push(diff("second"));
+    model.push(Reply::Text("the edit is in".into()));
+    let mut cmd = Command::new(&claude);
+    cmd.args([
+        "-p",
+        "edit a.txt",
+        "--output-format",
+        "json",
+        "--strict-mcp-config",
+    ])
+    .args(["--allowedTools", "mcp__editor__openDiff", "--mcp-config"])
+    .arg(&config)
+    .current_dir(&root)
+    .env("HOME", &home)
+    .env_remove("CLAUDE_CONFIG_DIR")
+    .env("ANTHROPIC_API_KEY", "sk-test-not-a-key")
+    .env(
+        "ANTHROPIC_BASE_URL",
+        format!("http://127.0.0.1:{}", model.port),
+    )
+    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    .env("PI_IDE_BROKER_SOCKET", &b.socket)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .kill_on_drop(true);
+    let child = cmd.spawn().expect("start Claude Code");
+    let open = |what: &'static str| {
+        let fe = &fe;
+        pi_ide_broker::testkit::eventually(what, move || {
+            let open = fe.pending_diffs();
+            (open.len() == 1).then(|| open[0].clone())
+        })
+    };
+    let first = open("the first diff open in the editor").await;
+    assert!(first.contains("first"), "{first}");
+    let dir = b.stop_keep_dir().await;
+    let b = TestBroker::start_in(dir, |_| {}).await;
+    let second = open("the second diff, through the new broker").await;
+    assert!(second.contains("second"), "{second}");
+    assert!(fe.accept_diff(&second, "accepted by the user\n"));
+    let out =
+        pi_ide_broker::testkit::within_start("Claude Code's answer", child.wait_with_output())
+            .await
+            .expect("Claude Code ran");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("the edit is in"), "{stdout}");
+    let asked = model.received();
+    let results: Vec<String> = asked
+        .iter()
+        .flat_map(|body| body["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["type"] == "tool_result")
+        .map(|c| c["content"].to_string())
+        .collect();
+    assert!(
+        results.iter().any(|r| r.contains("accepted by the user")),
+        "the model never got the accepted text: {results:?}"
+    );
+    // The first diff, cut by the restart, was never an accepted edit.
+    assert!(
+        results.first().is_some_and(|r| r.contains("DIFF_REJECTED")),
+        "{results:?}"
+    );
+    b.stop().await;
+}

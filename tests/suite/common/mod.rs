@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod fake_anthropic;
 pub mod fake_gemini;
 pub mod fake_model;
 pub mod gemini;
