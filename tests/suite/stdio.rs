@@ -954,3 +954,111 @@ async fn claude_code_with_a_model_reviews_a_diff_across_a_broker_restart() {
     );
     b.stop().await;
 }
+
+/// A legacy client still passes (issue 54): the real Claude Code 2.1.197
+/// (`PI_IDE_BROKER_CLAUDE_LEGACY`, from before MCP 2026-07-28) opens the door with the 2025-era
+/// `initialize` handshake, never `server/discover`, and its model's edit is reviewed in the
+/// editor and accepted through it.
+#[tokio::test]
+async fn legacy_claude_code_keeps_the_2025_handshake_and_reviews_a_diff() {
+    use crate::common::fake_anthropic::{FakeAnthropic, Reply};
+    let Some(claude) =
+        std::env::var_os("PI_IDE_BROKER_CLAUDE_LEGACY").map(std::path::PathBuf::from)
+    else {
+        crate::common::cannot_run(
+            "legacy Claude Code: set PI_IDE_BROKER_CLAUDE_LEGACY (bash .ci/run does)",
+        );
+        return;
+    };
+    let b = TestBroker::start().await;
+    let (fe, _) = b.editor(&["/srv/cc"]).await;
+    let root = b.dir.path().to_path_buf();
+    let input = root.join("door-in.log");
+    let door = root.join("door.sh");
+    std::fs::write(
+        &door,
+        format!(
+            "#!/bin/sh\ntee -a '{}' | '{}' mcp --cwd /srv/cc --no-spawn --dialect claude\n",
+            input.display(),
+            broker_bin().display(),
+        ),
+    )
+    .expect("write the door wrapper");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&door, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let config = root.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"editor": {"command": door, "args": []}}}).to_string(),
+    )
+    .expect("write the MCP config");
+    let home = root.join("claude-home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let mut model = FakeAnthropic::start().await;
+    model.push(Reply::Tool {
+        name: "mcp__editor__openDiff".into(),
+        args: json!({"old_file_path": "/srv/cc/a.txt", "new_file_path": "/srv/cc/a.txt", "new_file_contents": "proposed\n", "tab_name": "legacy"}),
+    });
+    model.push(Reply::Text("the edit is in".into()));
+    let mut cmd = Command::new(&claude);
+    cmd.args([
+        "-p",
+        "edit a.txt",
+        "--output-format",
+        "json",
+        "--strict-mcp-config",
+    ])
+    .args(["--allowedTools", "mcp__editor__openDiff", "--mcp-config"])
+    .arg(&config)
+    .current_dir(&root)
+    .env("HOME", &home)
+    .env_remove("CLAUDE_CONFIG_DIR")
+    .env("ANTHROPIC_API_KEY", "sk-test-not-a-key")
+    .env(
+        "ANTHROPIC_BASE_URL",
+        format!("http://127.0.0.1:{}", model.port),
+    )
+    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    .env("PI_IDE_BROKER_SOCKET", &b.socket)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .kill_on_drop(true);
+    let child = cmd.spawn().expect("start Claude Code");
+    let tab = pi_ide_broker::testkit::eventually("the diff open in the editor", || {
+        let open = fe.pending_diffs();
+        (open.len() == 1).then(|| open[0].clone())
+    })
+    .await;
+    assert!(fe.accept_diff(&tab, "accepted by the user\n"));
+    let out =
+        pi_ide_broker::testkit::within_start("Claude Code's answer", child.wait_with_output())
+            .await
+            .expect("Claude Code ran");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("the edit is in"), "{stdout}");
+    let sent = std::fs::read_to_string(&input).unwrap_or_default();
+    let first: Value = serde_json::from_str(sent.lines().next().unwrap_or_default()).expect("JSON");
+    assert_eq!(first["method"], "initialize", "{sent}");
+    assert!(
+        first["params"]["protocolVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("2025-")),
+        "{first}"
+    );
+    assert!(!sent.contains("server/discover"), "{sent}");
+    let accepted = model.received().iter().any(|body| {
+        body["messages"]
+            .to_string()
+            .contains("accepted by the user")
+    });
+    assert!(accepted, "the model never got the accepted text");
+    b.stop().await;
+}
