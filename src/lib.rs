@@ -1,6 +1,7 @@
 //! pi-ide-broker: one user-level daemon between AI coding-agent sessions and the editors
-//! that speak the pi-ide / Claude Code editor protocol. See `ARCHITECTURE.md`: the folders
-//! below are its layers, bottom up, and its two processes (`daemon`, `cli`).
+//! that speak the pi-ide / Claude Code editor protocol. The folders are listed here
+//! alphabetically; `ARCHITECTURE.md` orders them into layers and names the two processes
+//! (`daemon`, `cli`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

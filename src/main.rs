@@ -1,4 +1,5 @@
-//! The `pi-ide-broker` command: parses arguments and wires signals; the work is in the library.
+//! The `pi-ide-broker` command: parses arguments, builds the runtime and dispatches; the work
+//! (signals included, in `cli::daemon`) is in the library.
 
 use clap::{Parser, Subcommand};
 use pi_ide_broker::cli::{self, service};

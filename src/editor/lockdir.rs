@@ -1,7 +1,8 @@
-//! The lock dir watcher: `notify` events turned into `Upsert` / `Vanished` for the registry.
+//! The lock dir watcher: `notify` events turned into `LockEvent`s for the registry.
 //!
 //! Watches every configured lock dir with `notify` and turns file-system events into
-//! `Upsert` / `Vanished` events for the registry. Never deletes a file.
+//! `Upsert` (a valid lockfile), `Rejected` (an invalid one, with why), `Vanished` (removed) and
+//! `Cleared` (a file no longer valid) events for the registry. Never deletes a file.
 //!
 //! Two promises hold on every platform:
 //! - **A file has one name**: the dir as configured. FSEvents (macOS) reports canonical paths

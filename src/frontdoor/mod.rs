@@ -1,8 +1,10 @@
-//! The ways in; every door ends in `session::run`.
+//! The daemon's ways in; each hands a session to `session::run`, a follower to `session::follow::run`.
 //!
 //! The native socket and each remote's (`socket`, `native`, with the rights each peer gets:
 //! `rights`), the compat door and the gemini door (both an endpoint per editor,
-//! `per_editor`), the caps they share (`limits`) and the status document (`status`). Every door ends in [`crate::session::run`]. Uses `session`, `registry` and
+//! `per_editor`), the caps they share (`limits`) and the status document (`status`). Every door hands its agent sessions to [`crate::session::run`] and its followers to
+//! [`crate::session::follow::run`]; the stdio doors (`mcp`, `acp`) are CLI processes that dial
+//! the socket (`crate::cli`). Uses `session`, `registry` and
 //! everything below them.
 
 pub mod compat;

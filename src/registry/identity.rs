@@ -1,7 +1,8 @@
-//! Editor identity as pure bookkeeping (`Book`): which id an editor server gets.
+//! Editor identity (`Book`): which id an editor server gets, and whose successor it is.
 //!
 //! Editor identity: which id a lockfile's editor gets, and when a new editor is the successor
-//! of one that is gone. Pure bookkeeping (no tasks, no sockets), persisted in `state.json`, so
+//! of one that is gone. Bookkeeping without tasks or sockets (it asks the OS only for a
+//! process's facts, through `sys::procinfo`), persisted in `state.json`, so
 //! ids hold across broker restarts and never depend on the order lockfiles are read in.
 //!
 //! The rules (ARCHITECTURE.md "Identity"):
