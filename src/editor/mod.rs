@@ -14,7 +14,7 @@ mod inbound;
 mod link;
 pub mod lockdir;
 pub mod lockfile;
-mod taken;
+pub mod taken;
 
 pub use handle::{
     CallInFlight, Delegation, Editor, LinkInfo, LinkState, Owner, Pending, SendError, Succession,
@@ -44,6 +44,9 @@ pub trait LinkHost: Send + Sync + 'static {
     fn state_changed(&self);
     /// The link became ready (sessions waiting for this editor can attach).
     fn editor_ready(&self, editor: &Arc<Editor>);
+    /// The editor became routable without a link of ours (taken by another client): sessions
+    /// waiting for an editor can attach to it.
+    fn editor_routable(&self, editor: &Arc<Editor>);
     /// The editor is gone for good (pid dead or lockfile gone).
     fn editor_gone(&self, editor: &Arc<Editor>, reason: String);
     /// A notification other than `selection_changed` for every session on this editor.

@@ -263,17 +263,7 @@ pub(super) async fn wait_while_taken(
     settle: Duration,
 ) -> bool {
     tracing::warn!(editor = %editor.id, reason = %reason, "editor taken by another client; yielding until a session calls it or the other client leaves");
-    {
-        let mut l = lock(&editor.link);
-        l.state = LinkState::Taken;
-        l.reason = Some(reason.clone());
-    }
-    // Calls from now on park and wake us; one parked before is seen below. A wake-up stored
-    // by an earlier call would take the editor back for nothing.
-    editor.reclaimed.store(false, Ordering::Release);
-    let _ = editor.wanted.notified().now_or_never();
-    host.state_changed();
-    announce(editor, host, "taken", Some(&reason));
+    mark_taken(editor, host, &reason);
     let (pid, port) = {
         let lf = editor.lockfile();
         (lf.pid, lf.port)
@@ -295,6 +285,25 @@ pub(super) async fn wait_while_taken(
             }
         }
     }
+}
+
+/// The editor is taken: its state says so (with why), its attached sessions are told, and
+/// sessions waiting for an editor may be placed on it (it is routable: its calls are answered
+/// by linking for them). What the link task does on entering the state, and the registry's
+/// model test plays.
+pub fn mark_taken(editor: &Arc<Editor>, host: &dyn LinkHost, reason: &str) {
+    {
+        let mut l = lock(&editor.link);
+        l.state = LinkState::Taken;
+        l.reason = Some(reason.to_string());
+    }
+    // Calls from now on park and wake the waiting link task; one parked before is seen by it.
+    // A wake-up stored by an earlier call would take the editor back for nothing.
+    editor.reclaimed.store(false, Ordering::Release);
+    let _ = editor.wanted.notified().now_or_never();
+    host.state_changed();
+    announce(editor, host, "taken", Some(reason));
+    host.editor_routable(editor);
 }
 
 /// A session called the taken editor: the link is dialled for its calls (they park until it

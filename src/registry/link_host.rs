@@ -34,6 +34,13 @@ impl LinkHost for Registry {
     }
 
     fn editor_ready(&self, editor: &Arc<Editor>) {
+        self.editor_routable(editor);
+        // After the sessions: their tasks are woken first, so a waiting agent hears it is
+        // attached before the compat door publishes its entry for the editor.
+        self.publish(EditorEvent::Ready(editor.id.clone()));
+    }
+
+    fn editor_routable(&self, _editor: &Arc<Editor>) {
         let waiting: Vec<Arc<Session>> = self
             .sessions
             .iter()
@@ -43,9 +50,6 @@ impl LinkHost for Registry {
         for s in waiting {
             self.place(&s);
         }
-        // After the sessions: their tasks are woken first, so a waiting agent hears it is
-        // attached before the compat door publishes its entry for the editor.
-        self.publish(EditorEvent::Ready(editor.id.clone()));
     }
 
     fn editor_gone(&self, editor: &Arc<Editor>, reason: String) {

@@ -92,6 +92,9 @@ enum Op {
     NewPort(usize),
     /// The broker stops (state saved) and starts again, reading the lock dir anew.
     BrokerRestart(u64),
+    /// A single-client editor is held by the user's other client (its link closed for it, or
+    /// never had): `taken`, still routable.
+    Taken(usize),
     /// A session connects, with a key or not, inheriting another key's target or not; the
     /// owner's or an agent's (whose keys are its realm's: `AGENT_REALM/<key>`).
     Open {
@@ -120,6 +123,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..8).prop_map(Op::NewToken),
         1 => (0usize..8).prop_map(Op::NewPort),
         2 => any::<u64>().prop_map(Op::BrokerRestart),
+        2 => (0usize..8).prop_map(Op::Taken),
         4 => (
             prop::option::weighted(0.8, 0..KEYS),
             0usize..2,
@@ -174,6 +178,8 @@ struct Model {
     live: BTreeMap<String, (u32, u16, usize)>,
     /// Ids whose link is up.
     up: BTreeSet<String>,
+    /// Ids held by another client (`taken`): not up, but sessions are routed to them.
+    taken: BTreeSet<String>,
     sessions: BTreeMap<u64, Sess>,
     sticky: BTreeMap<String, String>,
 }
@@ -184,10 +190,9 @@ impl Model {
     fn decide(&mut self, sid: u64) -> Option<String> {
         let s = &self.sessions[&sid];
         let cands: Vec<String> = self
-            .up
-            .iter()
-            .filter(|id| LINEAGES[self.live[*id].2].0 == s.folder)
-            .cloned()
+            .routable()
+            .into_iter()
+            .filter(|id| LINEAGES[self.live[id].2].0 == s.folder)
             .collect();
         let key = s.key.clone();
         let sticky = key.as_ref().and_then(|k| self.sticky.get(k).cloned());
@@ -205,6 +210,11 @@ impl Model {
             _ if cands.len() == 1 => cands.first().cloned(),
             _ => None,
         }
+    }
+
+    /// The editors sessions may be routed to: up, or taken by another client.
+    fn routable(&self) -> BTreeSet<String> {
+        self.up.union(&self.taken).cloned().collect()
     }
 
     fn attach(&mut self, sid: u64, id: &str) {
@@ -257,6 +267,7 @@ impl Model {
             return;
         };
         self.up.remove(id);
+        self.taken.remove(id);
         if let Some(r) = self.recs.get_mut(id) {
             if r.pid == pid && r.port == port && r.lost_at.is_none() {
                 r.lost_at = Some(now);
@@ -377,13 +388,22 @@ impl Model {
         for (a, id) in arrivals.iter().zip(ids) {
             let id = id.expect("every arrival has an id");
             self.up.remove(&id);
+            self.taken.remove(&id);
             self.live.insert(id, (a.1, a.2, a.0));
         }
     }
 
     /// A link comes up: waiting sessions are placed.
     fn link_up(&mut self, id: &str) {
+        self.taken.remove(id);
         self.up.insert(id.to_string());
+        self.place_all();
+    }
+
+    /// Another client holds the editor: it stays routable, and waiting sessions are placed.
+    fn taken(&mut self, id: &str) {
+        self.up.remove(id);
+        self.taken.insert(id.to_string());
         self.place_all();
     }
 }
@@ -557,6 +577,7 @@ impl Harness {
                     self.reg.changed();
                 }
                 self.model.up.remove(&id);
+                self.model.taken.remove(&id);
             }
         }
     }
@@ -598,6 +619,7 @@ impl Harness {
         }
         self.model.live.clear();
         self.model.up.clear();
+        self.model.taken.clear();
         // Sessions are disconnected until the broker is back.
         let waiting = std::mem::take(&mut self.model.sessions);
         // The first scan: the lockfiles of running editors (a dead pid's file is refused).
@@ -699,6 +721,19 @@ impl Harness {
                 }
             }
             Op::BrokerRestart(seed) => self.broker_restart(seed),
+            Op::Taken(i) => {
+                let live: Vec<String> = running
+                    .iter()
+                    .filter_map(|&j| self.id_of(j))
+                    .filter(|id| !self.model.taken.contains(id))
+                    .collect();
+                if let Some(id) = live.get(i % live.len().max(1)).cloned() {
+                    if let Some(e) = self.reg.editor(&id) {
+                        crate::editor::taken::mark_taken(&e, &*self.reg, "held by another client");
+                    }
+                    self.model.taken(&id);
+                }
+            }
             Op::Open {
                 key: k,
                 folder,
@@ -806,6 +841,18 @@ impl Harness {
             .map(|e| e.id.clone())
             .collect();
         prop_assert_eq!(&usable, &self.model.up, "editors whose link is up");
+        let routable: BTreeSet<String> = self
+            .reg
+            .editors()
+            .iter()
+            .filter(|e| e.routable())
+            .map(|e| e.id.clone())
+            .collect();
+        prop_assert_eq!(
+            &routable,
+            &self.model.routable(),
+            "editors sessions may be routed to"
+        );
         let book: BTreeMap<String, Rec> = self.reg.state.with_book(|b| {
             b.records()
                 .iter()
@@ -938,8 +985,14 @@ fn a_sessions_editor_is_live_or_awaited(reg: &Registry) -> Result<(), TestCaseEr
 }
 
 proptest! {
-    // Failing seeds are kept in proptest-regressions/registry/tests.txt (proptest's default).
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    // A failing case is printed, and kept under target/ (never in the source tree).
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: Some(Box::new(prop::test_runner::FileFailurePersistence::Direct(
+            "target/proptest-regressions/registry-model.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
 
     /// The registry and the model agree after every step of any sequence, and the invariants
     /// hold throughout.
