@@ -38,6 +38,9 @@ export type Limits = {
 export const DEFAULT_LIMITS: Limits = { diagnosticsMs: 1000, firstAttachMs: 1000 };
 /** How long a write/edit waits for a dropped broker link to come back before it is blocked. */
 const REATTACH_WAIT_MS = 3000;
+/** How long a `read` waits for a following editor's buffer: a big buffer (6 MB for 300,000
+ * lines) crosses the client, `acp`, the broker and this socket, and pi's read has run already. */
+const BUFFER_READ_MS = 3000;
 const SPINNER = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
 /** The session whose editor a starting session takes: the one a `/new` or `/fork` replaced,
@@ -350,7 +353,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		const path = toolPath(c.cwd, input.path);
 		let read: { content?: unknown; editor?: unknown } | undefined;
 		try {
-			read = await link?.request("broker/read", { path }, 1000);
+			read = await link?.request("broker/read", { path }, BUFFER_READ_MS);
 		} catch {
 			return;
 		}

@@ -70,6 +70,34 @@ pub fn describe(s: &Session) -> Value {
     })
 }
 
+/// Adds `f` to the followers of `session`, which is told.
+fn join(session: &Session, f: Arc<Follower>) {
+    lock(&session.followers).push(f);
+    tell_session(session);
+}
+
+/// Lets `f` go from `session`: its reviews are answered as not reviewed, its buffer reads as
+/// errors, its forwarded calls forgotten, and the session told.
+fn let_go(session: &Session, f: &Follower) {
+    set_reviewing(session, f, false);
+    lock(&session.followers).retain(|x| x.id != f.id);
+    lock(&session.follow_calls).retain(|_, (fid, _)| *fid != f.id);
+    for (_, call) in lock(&f.reads).drain() {
+        session.outbox.deliver(jsonrpc::error(
+            &call,
+            jsonrpc::NO_EDITOR,
+            "the ACP editor left",
+        ));
+    }
+    for (_, (call, tab)) in lock(&f.reviews).drain() {
+        session.outbox.deliver(jsonrpc::result(
+            &call,
+            jsonrpc::diff_undelivered(&tab, "the ACP editor left before answering"),
+        ));
+    }
+    tell_session(session);
+}
+
 /// Follows `session` on an upgraded WebSocket until the follower leaves, the session ends or
 /// the broker stops.
 pub async fn run<R>(
@@ -90,13 +118,12 @@ pub async fn run<R>(
         Outbox::new(id, sink, kill.clone(), &reg.tracker),
         reads_buffers,
     ));
-    lock(&session.followers).push(follower.clone());
     tracing::info!(follower = id, session = session.id, client = %follower.name, "a follower attached");
     follower.outbox.deliver(jsonrpc::notification(
         follow::ATTACHED,
         json!({"session": session.key, "cwd": session.cwd_raw, "client": session.client}),
     ));
-    tell_session(&session);
+    join(&session, follower.clone());
     reg.changed();
     let write_failed = follower.outbox.broken().failed();
     tokio::pin!(write_failed);
@@ -182,11 +209,14 @@ pub fn on_follower_text(session: &Session, f: &Follower, text: &str) {
     }
 }
 
-/// Marks `f` ready (or not) to review; the latest to open its turn reviews first.
+/// Marks `f` ready (or not) to review; the latest to open its turn reviews first. A turn
+/// opened again while one was open (a client's second prompt ends its first) is the latest.
 fn set_reviewing(session: &Session, f: &Follower, ready: bool) {
-    if f.reviewing.swap(ready, Ordering::AcqRel) == ready {
+    let was = f.reviewing.swap(ready, Ordering::AcqRel);
+    if was == ready && !ready {
         return;
     }
+    let before = session.reviewer().map(|r| r.id);
     {
         let mut list = lock(&session.followers);
         if ready {
@@ -194,12 +224,16 @@ fn set_reviewing(session: &Session, f: &Follower, ready: bool) {
                 let me = list.remove(at);
                 list.push(me);
             }
-            session.reviewers.fetch_add(1, Ordering::AcqRel);
+            if !was {
+                session.reviewers.fetch_add(1, Ordering::AcqRel);
+            }
         } else {
             session.reviewers.fetch_sub(1, Ordering::AcqRel);
         }
     }
-    tell_session(session);
+    if was != ready || session.reviewer().map(|r| r.id) != before {
+        tell_session(session);
+    }
 }
 
 /// `broker/followers` to the session: how many follow it, and whether one reviews.
@@ -381,23 +415,7 @@ pub fn answer_forwarded(session: &Session, id: &Value, mut msg: Map<String, Valu
 /// The follower's end: its reviews are answered (not reviewed), its forwarded calls
 /// forgotten, the session told; it hears why, if the session ended.
 async fn leave(reg: &Registry, session: &Session, f: &Arc<Follower>, reason: &str) {
-    set_reviewing(session, f, false);
-    lock(&session.followers).retain(|x| x.id != f.id);
-    lock(&session.follow_calls).retain(|_, (fid, _)| *fid != f.id);
-    for (_, call) in lock(&f.reads).drain() {
-        session.outbox.deliver(jsonrpc::error(
-            &call,
-            jsonrpc::NO_EDITOR,
-            "the ACP editor left",
-        ));
-    }
-    for (_, (call, tab)) in lock(&f.reviews).drain() {
-        session.outbox.deliver(jsonrpc::result(
-            &call,
-            jsonrpc::diff_undelivered(&tab, "the ACP editor left before answering"),
-        ));
-    }
-    tell_session(session);
+    let_go(session, f);
     // A broker that stops says nothing: the session comes back with the broker, and the
     // follower redials it.
     if session.gone.is_cancelled() && !reg.accepting.is_cancelled() {
@@ -415,3 +433,6 @@ async fn leave(reg: &Registry, session: &Session, f: &Arc<Follower>, reason: &st
         "a follower left"
     );
 }
+
+#[cfg(test)]
+mod tests;

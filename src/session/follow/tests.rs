@@ -1,0 +1,287 @@
+//! The followers of one session held to a model (issue 53): generated sequences of followers
+//! attaching, opening and closing their turns, leaving, and the session's diffs and the
+//! followers' answers, applied to a real [`Session`] with real [`Follower`]s (their outboxes
+//! write WebSocket frames into in-memory pipes this test reads) and to a few lines of rules.
+//! After every step: the reviewer is the follower whose turn opened last among those open,
+//! a diff goes to it (or, with none, to the editor), an answer goes back to the session under
+//! its call id, and a follower that leaves answers each diff it held as not reviewed.
+
+use super::*;
+use crate::session::handle::{Door, Intro};
+use crate::wire::wsframe::{FrameWriter, Role};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use tokio::io::DuplexStream;
+
+/// One step.
+#[derive(Clone, Debug)]
+enum Op {
+    /// A follower attaches.
+    Attach,
+    /// Follower `n` (of those attached) opens (`true`) or closes its turn.
+    Turn(usize, bool),
+    /// Follower `n` leaves.
+    Leave(usize),
+    /// The session sends a diff.
+    Diff,
+    /// Follower `n` answers the oldest diff it holds (Allow).
+    Answer(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => Just(Op::Attach),
+        4 => (0usize..4, any::<bool>()).prop_map(|(n, open)| Op::Turn(n, open)),
+        1 => (0usize..4).prop_map(Op::Leave),
+        3 => Just(Op::Diff),
+        2 => (0usize..4).prop_map(Op::Answer),
+    ]
+}
+
+/// A pipe's reading end, as the peer of an outbox reads it.
+struct Peer(FrameReader<DuplexStream>, BTreeMap<u64, Value>);
+
+impl Peer {
+    /// The answer to call `id` (bounded wait), the frames before it kept by their ids.
+    async fn answer(&mut self, id: u64) -> Value {
+        crate::testkit::within(&format!("the answer to call {id}"), async {
+            loop {
+                if let Some(v) = self.1.remove(&id) {
+                    return v;
+                }
+                let Ok(Some(Frame::Text(t))) = self.0.next().await else {
+                    panic!("the pipe ended before the answer to {id}");
+                };
+                let v: Value = serde_json::from_str(t).expect("a JSON frame");
+                if let Some(n) = v["id"].as_u64() {
+                    self.1.insert(n, v);
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// An outbox writing into a pipe, and the pipe's other end.
+fn piped(id: u64, tracker: &tokio_util::task::TaskTracker) -> (Outbox, Peer) {
+    let (ours, theirs) = tokio::io::duplex(1 << 20);
+    let sink: SessionSink = FrameWriter::new(Box::pin(ours), Role::Server);
+    let outbox = Outbox::new(
+        id,
+        sink,
+        tokio_util::sync::CancellationToken::new(),
+        tracker,
+    );
+    let reader = FrameReader::new(theirs, Role::Client, 1 << 20, &[]);
+    (outbox, Peer(reader, BTreeMap::new()))
+}
+
+/// The model: followers in attach order, whose turns are open, and who holds which diff.
+#[derive(Default)]
+struct Model {
+    /// Attached followers (test ids), in attach order.
+    attached: Vec<u64>,
+    /// Open turns, the latest opened last.
+    open: Vec<u64>,
+    /// Diffs held: call id → follower.
+    held: BTreeMap<u64, u64>,
+}
+
+impl Model {
+    fn reviewer(&self) -> Option<u64> {
+        self.open.last().copied()
+    }
+}
+
+struct Harness {
+    tracker: tokio_util::task::TaskTracker,
+    session: Session,
+    session_peer: Peer,
+    followers: BTreeMap<u64, (Arc<Follower>, Peer)>,
+    model: Model,
+    next_follower: u64,
+    next_call: u64,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let tracker = tokio_util::task::TaskTracker::new();
+        let (outbox, session_peer) = piped(1, &tracker);
+        let intro = Intro {
+            door: Door::Native,
+            cwd: "/p".into(),
+            key: Some("k".into()),
+            editor: None,
+            remote: None,
+            pinned: false,
+            inherit: None,
+            dialect: crate::protocol::family::Family::Pi,
+            client: None,
+            realm: None,
+        };
+        let (control, _) = tokio::sync::mpsc::unbounded_channel();
+        let session = Session::new(1, &intro, outbox, control, 1, None);
+        session.greeted.store(true, Ordering::Release);
+        Harness {
+            tracker,
+            session,
+            session_peer,
+            followers: BTreeMap::new(),
+            model: Model::default(),
+            next_follower: 10,
+            next_call: 100,
+        }
+    }
+
+    fn nth(&self, n: usize) -> Option<u64> {
+        let ids = &self.model.attached;
+        ids.get(n % ids.len().max(1)).copied()
+    }
+
+    async fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        match *op {
+            Op::Attach => {
+                let id = self.next_follower;
+                self.next_follower += 1;
+                let (outbox, peer) = piped(id, &self.tracker);
+                let f = Arc::new(Follower::new(id, format!("f{id}"), outbox, false));
+                join(&self.session, f.clone());
+                self.followers.insert(id, (f, peer));
+                self.model.attached.push(id);
+            }
+            Op::Turn(n, open) => {
+                if let Some(id) = self.nth(n) {
+                    let f = self.followers[&id].0.clone();
+                    let ready = jsonrpc::notification(follow::READY, json!({"ready": open}));
+                    on_follower_text(&self.session, &f, &ready);
+                    self.model.open.retain(|x| *x != id);
+                    if open {
+                        self.model.open.push(id);
+                    }
+                }
+            }
+            Op::Leave(n) => {
+                if let Some(id) = self.nth(n) {
+                    let (f, _) = self.followers.remove(&id).expect("attached");
+                    let_go(&self.session, &f);
+                    self.model.attached.retain(|x| *x != id);
+                    self.model.open.retain(|x| *x != id);
+                    let dropped: Vec<u64> = self
+                        .model
+                        .held
+                        .iter()
+                        .filter(|(_, by)| **by == id)
+                        .map(|(call, _)| *call)
+                        .collect();
+                    for call in dropped {
+                        self.model.held.remove(&call);
+                        let a = self.session_peer.answer(call).await;
+                        prop_assert!(
+                            a["result"]["_meta"]["pi-ide-broker/undelivered"].is_string(),
+                            "diff {} held by the leaving follower {} was not answered as not reviewed: {:?}",
+                            call,
+                            id,
+                            a
+                        );
+                    }
+                }
+            }
+            Op::Diff => {
+                let call = self.next_call;
+                self.next_call += 1;
+                let reviewer = self.session.reviewer().map(|f| f.id);
+                prop_assert_eq!(reviewer, self.model.reviewer(), "the reviewer");
+                if let Some(f) = self.session.reviewer() {
+                    let params = json!({"name": "openDiff", "arguments": {"tab_name": format!("t{call}"), "new_file_contents": "x"}});
+                    review(
+                        &self.session,
+                        &f,
+                        json!(call),
+                        format!("t{call}"),
+                        Some(&params),
+                    );
+                    self.model.held.insert(call, f.id);
+                }
+            }
+            Op::Answer(n) => {
+                let Some(id) = self.nth(n) else { return Ok(()) };
+                let Some((&call, _)) = self.model.held.iter().find(|(_, by)| **by == id) else {
+                    return Ok(());
+                };
+                let f = self.followers[&id].0.clone();
+                let ours = lock(&f.reviews)
+                    .iter()
+                    .find(|(_, (c, _))| *c == json!(call))
+                    .map(|(k, _)| k.clone());
+                prop_assert!(
+                    ours.is_some(),
+                    "follower {} does not hold diff {}",
+                    id,
+                    call
+                );
+                let answer = json!({"jsonrpc": "2.0", "id": ours, "result": {"content": [{"type": "text", "text": "FILE_SAVED"}, {"type": "text", "text": "x"}]}});
+                on_follower_text(&self.session, &f, &answer.to_string());
+                self.model.held.remove(&call);
+                let a = self.session_peer.answer(call).await;
+                prop_assert_eq!(
+                    &a["result"]["content"][0]["text"],
+                    &json!("FILE_SAVED"),
+                    "the Allow of diff {} reached the session",
+                    call
+                );
+            }
+        }
+        self.check()
+    }
+
+    /// What the followers were sent matches who holds which diff; the session's view of
+    /// reviewers matches the model's.
+    fn check(&mut self) -> Result<(), TestCaseError> {
+        let want = self.model.reviewer();
+        prop_assert_eq!(self.session.reviewer().map(|f| f.id), want, "the reviewer");
+        prop_assert_eq!(
+            self.session.reviewers(),
+            self.model.open.len(),
+            "open turns"
+        );
+        for (id, (f, _)) in self.followers.iter() {
+            let held: Vec<u64> = self
+                .model
+                .held
+                .iter()
+                .filter(|(_, by)| *by == id)
+                .map(|(c, _)| *c)
+                .collect();
+            let mut real: Vec<u64> = lock(&f.reviews)
+                .values()
+                .filter_map(|(c, _)| c.as_u64())
+                .collect();
+            real.sort_unstable();
+            prop_assert_eq!(&real, &held, "diffs follower {} holds", id);
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: Some(Box::new(prop::test_runner::FileFailurePersistence::Direct(
+            "target/proptest-regressions/follow-model.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    /// The followers of a session and its diffs agree with the model after every step.
+    #[test]
+    fn followers_review_as_the_model_says(ops in prop::collection::vec(op(), 1..40)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let mut h = Harness::new();
+            for (n, op) in ops.iter().enumerate() {
+                h.step(op).await.map_err(|e| TestCaseError::fail(format!("after step {n} ({op:?}): {e}")))?;
+            }
+            Ok::<(), TestCaseError>(())
+        })?;
+    }
+}
