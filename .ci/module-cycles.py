@@ -16,10 +16,58 @@ last: each line names top-level folders, and modules that sit lower than their f
 src/ must be on one.
 The codemap in ARCHITECTURE.md (between `<!-- codemap -->` and `<!-- /codemap -->`) must be
 one line per module, its first `//!` line, as `--codemap` prints it.
-Usage: python3 .ci/module-cycles.py [--graph | --codemap]"""
-import os, re, sys
+`--self-test` plants, on a copy of the tree, each form of upward use a text-only reader misses
+(a path after a `b'"'` literal, a crate-root re-export, a `super::super::` chain, a child using
+its parent on a higher layer) and fails unless every one is caught.
+Usage: python3 .ci/module-cycles.py [--graph | --codemap | --self-test]"""
+import os, re, shutil, subprocess, sys, tempfile
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+ROOT = os.environ.get("MODULE_CYCLES_SRC") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+
+
+def self_test():
+    """Each planted upward use must fail the check on a copy of the tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.join(here, "..")
+    bottom = "protocol/jsonrpc.rs"  # the bottom layer
+    plants = {
+        "a path after a b'\"' literal": "pub fn planted() -> u8 { let _q = b'\"'; crate::cli::stop::X }\n",
+        "a char '\"' then a path": "pub fn planted() -> char { let _q = '\"'; crate::cli::stop::X }\n",
+        "a crate-root re-export": "pub fn planted() { crate::serve(); }\n",
+        "a super::super chain": "pub fn planted() { super::super::cli::stop::X; }\n",
+        "a raw string then a path": 'pub fn planted() { let _q = r#"a " b"#; crate::daemon::X; }\n',
+    }
+    failed = []
+    for what, code in plants.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(os.path.join(repo, "src"), os.path.join(tmp, "src"))
+            shutil.copy(os.path.join(repo, "ARCHITECTURE.md"), tmp)
+            with open(os.path.join(tmp, "src", bottom), "a") as f:
+                f.write(code)
+            r = subprocess.run([sys.executable, os.path.abspath(__file__)], env={**os.environ, "MODULE_CYCLES_SRC": os.path.join(tmp, "src")}, capture_output=True, text=True)
+            if r.returncode == 0 or "protocol" not in r.stdout:
+                failed.append(f"{what}: not caught ({r.stdout.strip()})")
+    # A child using its parent's own declaration, the parent on a higher layer.
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(os.path.join(repo, "src"), os.path.join(tmp, "src"))
+        shutil.copy(os.path.join(repo, "ARCHITECTURE.md"), tmp)
+        with open(os.path.join(tmp, "src", "session", "mod.rs"), "a") as f:
+            f.write("pub fn planted_parent() {}\n")
+        with open(os.path.join(tmp, "src", "session", "handle.rs"), "a") as f:
+            f.write("pub fn planted() { super::planted_parent(); }\n")
+        r = subprocess.run([sys.executable, os.path.abspath(__file__)], env={**os.environ, "MODULE_CYCLES_SRC": os.path.join(tmp, "src")}, capture_output=True, text=True)
+        if r.returncode == 0:
+            failed.append(f"a child using its higher parent: not caught ({r.stdout.strip()})")
+    for f in failed:
+        print("self-test:", f)
+    if failed:
+        sys.exit(1)
+    print(f"self-test: all {len(plants) + 1} planted upward uses are caught")
+    sys.exit(0)
+
+
+if "--self-test" in sys.argv:
+    self_test()
 SKIP = {"main", "lib"}
 
 
@@ -35,11 +83,57 @@ def node(parts):
     return "::".join(parts[:2])
 
 
+def lex(text):
+    """The text with comments, string, byte-string, raw-string, char and byte literals blanked
+    out (a literal becomes `""`), scanned as Rust's lexer reads them: a `"` inside `b'"'` or
+    `'"'` opens no string, a raw string ends only at its own `"#…`, block comments nest.
+    Lifetimes and labels (`'a`) are kept."""
+    out, i, n = [], 0, len(text)
+    char_lit = re.compile(r"b?'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]{1,6}\}|.)|[^\\'\n])'")
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            out.append(" ")
+            continue
+        raw = re.match(r'(?:br|r)(#*)"', text[i:i + 300]) if c in "rb" and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")) else None
+        if raw:
+            end = text.find('"' + raw.group(1), i + raw.end())
+            i = n if end < 0 else end + 1 + len(raw.group(1))
+            out.append('""')
+            continue
+        if c == '"' or (c == "b" and text.startswith('b"', i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"))):
+            j = i + (2 if c == "b" else 1)
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            out.append('""')
+            continue
+        if c in "'b":
+            m = char_lit.match(text, i)
+            if m and (c == "'" or m.group(0).startswith("b'")) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+                i = m.end()
+                out.append("' '")
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def strip(text):
-    """The text without comments, string literals and `#[cfg(test)]` items."""
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*|"(?:\\.|[^"\\])*"', '""', text)
-    text = "\n".join(l.split("//")[0] for l in text.splitlines())
+    """The text without comments, literals (`lex`) and `#[cfg(test)]` items."""
+    text = lex(text)
     out, i = [], 0
     for m in re.finditer(r"#\[cfg\(test\)\]", text):
         if m.start() < i:
@@ -138,15 +232,42 @@ FILES = modules()
 KNOWN = {tuple(mp) for mp in FILES.values()}
 
 
-def resolve(abs_path):
-    """The longest known module prefix of an absolute path."""
-    for n in range(len(abs_path), 0, -1):
-        if tuple(abs_path[:n]) in KNOWN:
-            return list(abs_path[:n])
+def exports():
+    """Module (a tuple; () for the crate root) -> {name it re-exports: absolute path}, from its
+    `pub use` / `pub(crate) use` items: `crate::serve` is `daemon::serve`."""
+    found = {}
+    lib = os.path.join(ROOT, "lib.rs")
+    for path, here in list(FILES.items()) + [(lib, [])]:
+        text = strip(open(path).read())
+        for tree in re.findall(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]*);", text):
+            for segs, name in expand(tree):
+                a = absolute(segs, here) if segs[0] in ("crate", "self", "super") else here + segs
+                if a is not None and name:
+                    found.setdefault(tuple(here), {})[name] = a
+    return found
+
+
+EXPORTS = exports()
+
+
+def resolve(abs_path, depth=0):
+    """The module an absolute path lands in: its longest known module prefix, after
+    following re-exports (`crate::serve` -> `daemon`)."""
+    for n in range(len(abs_path), -1, -1):
+        prefix = tuple(abs_path[:n])
+        if n < len(abs_path) and depth < 8:
+            target = EXPORTS.get(prefix, {}).get(abs_path[n])
+            if target is not None:
+                return resolve(target + abs_path[n + 1:], depth + 1)
+        if n and prefix in KNOWN:
+            return list(prefix)
     return None
 
 
 graph = {}
+# Uses of an ancestor's own declarations (`super::X` from `session::handle` into `session`):
+# no cycle edge (a parent declares its children), but a layer check all the same.
+up_uses = {}
 for path, here in FILES.items():
     text = strip(open(path).read())
     me = node(here)
@@ -173,8 +294,10 @@ for path, here in FILES.items():
         if t is None:
             continue
         target = node(t)
-        # a module may use its own folder's declarations (its parent, or an ancestor)
-        if target == me or here[: len(t)] == t:
+        if target == me:
+            continue
+        if here[: len(t)] == t:
+            up_uses.setdefault(me, set()).add(target)
             continue
         deps.add(target)
 
@@ -224,7 +347,7 @@ for m in sorted(graph):
     if layer_of(m) is None:
         problems.append(f"{m}: neither it nor its folder {top(m)} is on a layer in ARCHITECTURE.md")
         continue
-    for dep in sorted(graph[m]):
+    for dep in sorted(graph[m] | up_uses.get(m, set())):
         if layer_of(dep) is not None and layer_of(dep) > layer_of(m):
             problems.append(f"{m} (layer {layer_of(m)}) uses {dep}, a higher layer ({layer_of(dep)})")
 

@@ -4,7 +4,7 @@
 //! pending table with its deadlines, minted ids, cached selection and tools, the `send_*` methods.
 
 use super::lockfile::Lockfile;
-use super::taken;
+use super::parked::Parked;
 use crate::protocol::family::Family;
 use crate::protocol::jsonrpc::{self};
 use crate::sys::sync::lock;
@@ -202,10 +202,10 @@ pub struct Editor {
     pub(super) wanted: tokio::sync::Notify,
     /// Calls made while another client holds the editor, waiting for the link dialled for
     /// them (see `taken`).
-    pub(super) parked: Mutex<Vec<taken::Parked>>,
+    pub(super) parked: Mutex<Vec<Parked>>,
     /// Parked calls written on the current (or coming) link, kept until it ends: one cut by
     /// the editor's close before its answer came may be sent once more (see `taken`).
-    pub(super) sent: Mutex<Vec<taken::Parked>>,
+    pub(super) sent: Mutex<Vec<Parked>>,
     /// The current (or coming) link was dialled for calls while another client held the
     /// editor: it is handed back once idle.
     pub(super) reclaimed: std::sync::atomic::AtomicBool,
@@ -652,6 +652,35 @@ pub(super) fn mint_id(counter: &AtomicU64) -> u64 {
     let wrap = |id: u64| if id >= MAX_MINTED_ID { 1 } else { id + 1 };
     match counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| Some(wrap(id))) {
         Ok(id) | Err(id) => id.clamp(1, MAX_MINTED_ID),
+    }
+}
+
+/// The tools a call of which, cut by the editor's close before any answer came, is sent once
+/// more: they only read the editor's state, so a call the editor did run is harmless run
+/// twice. Anything else is sent once: an `openDiff` must never be shown twice (a cut one is
+/// answered `DIFF_REJECTED`, marked undelivered), `executeCode` must not run twice, and an
+/// `openFile` or `saveDocument` may have happened.
+const RESENDABLE: &[&str] = &[
+    "getDiagnostics",
+    "getOpenEditors",
+    "getOpenEditorTabs",
+    "getWorkspaceFolders",
+    "getCurrentSelection",
+    "getLatestSelection",
+    "checkDocumentDirty",
+    "get_all_opened_file_paths",
+];
+
+impl Pending {
+    /// True for a session's call that may be sent again after a cut (see [`RESENDABLE`]).
+    pub(super) fn resendable(&self) -> bool {
+        matches!(self.owner, Owner::Session { .. })
+            && !self.is_diff()
+            && self.method == "tools/call"
+            && self
+                .tool
+                .as_deref()
+                .is_some_and(|t| RESENDABLE.contains(&t))
     }
 }
 

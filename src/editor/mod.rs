@@ -14,6 +14,7 @@ mod inbound;
 mod link;
 pub mod lockdir;
 pub mod lockfile;
+mod parked;
 pub mod taken;
 
 pub use handle::{

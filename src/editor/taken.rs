@@ -11,6 +11,7 @@
 //! link taken back this way is handed back once idle for [`HAND_BACK`], so the other client,
 //! which reconnects by itself, has the editor again between the broker's calls.
 
+use super::parked::Parked;
 use super::{Editor, LinkHost, LinkState};
 use crate::protocol::jsonrpc;
 use crate::sys::config::{Config, SingleClient};
@@ -35,57 +36,8 @@ pub(super) const SETTLE: Duration = Duration::from_secs(2);
 const PARK_BOUND: Duration = Duration::from_secs(10);
 
 /// How many times a parked call is written at most: once, and once more when the editor's
-/// close cut it before its answer came (only the [`RESENDABLE`] tools).
+/// close cut it before its answer came (only the `RESENDABLE` tools of `handle`).
 const MAX_SENDS: u8 = 2;
-
-/// The tools a call of which, cut by the editor's close before any answer came, is sent once
-/// more: they only read the editor's state, so a call the editor did run is harmless run
-/// twice. Anything else is sent once: an `openDiff` must never be shown twice (a cut one is
-/// answered `DIFF_REJECTED`, marked undelivered), `executeCode` must not run twice, and an
-/// `openFile` or `saveDocument` may have happened.
-const RESENDABLE: &[&str] = &[
-    "getDiagnostics",
-    "getOpenEditors",
-    "getOpenEditorTabs",
-    "getWorkspaceFolders",
-    "getCurrentSelection",
-    "getLatestSelection",
-    "checkDocumentDirty",
-    "get_all_opened_file_paths",
-];
-
-/// True for a session's call that may be sent again after a cut (see [`RESENDABLE`]).
-fn resendable(p: &super::Pending) -> bool {
-    matches!(p.owner, super::Owner::Session { .. })
-        && !p.is_diff()
-        && p.method == "tools/call"
-        && p.tool.as_deref().is_some_and(|t| RESENDABLE.contains(&t))
-}
-
-/// A call waiting for the link dialled for it (or written on it, until the link ends).
-pub(super) struct Parked {
-    uid: u64,
-    frame: Out,
-    by: Instant,
-    /// Times written so far.
-    sends: u8,
-    /// It may be written again when the editor's close cut it (decided when it was parked).
-    resend: bool,
-}
-
-impl Parked {
-    /// The frame to write now; the parked call is kept (in `sent`) with its count.
-    fn written(mut self) -> (Out, Parked) {
-        self.sends += 1;
-        let copy = match &self.frame {
-            Out::Text(t) => Out::Text(t.clone()),
-            Out::Ping(p) => Out::Ping(p.clone()),
-            Out::Pong(p) => Out::Pong(p.clone()),
-            Out::Close(c) => Out::Close(*c),
-        };
-        (copy, self)
-    }
-}
 
 /// Why an editor handed back is taken.
 pub(super) fn handed_back_reason() -> String {
@@ -106,7 +58,7 @@ impl Editor {
             return Err(Refused::Gone);
         }
         let by = deadline.unwrap_or_else(|| Instant::now() + PARK_BOUND);
-        let resend = self.pending.get(&uid).is_some_and(|p| resendable(&p));
+        let resend = self.pending.get(&uid).is_some_and(|p| p.resendable());
         lock(&self.parked).push(Parked {
             uid,
             frame,
@@ -157,7 +109,7 @@ impl Editor {
     }
 
     /// The editor closed the link for its other client: the calls written on it that are
-    /// still unanswered, may be sent again ([`RESENDABLE`], written fewer than [`MAX_SENDS`]
+    /// still unanswered, may be sent again (`RESENDABLE`, written fewer than [`MAX_SENDS`]
     /// times) and still have time park again, ahead of any parked since; the link dialled
     /// next sends them. The rest stay in `sent`, to be answered by [`Editor::fail_sent`].
     pub(super) fn requeue_cut(&self) {
