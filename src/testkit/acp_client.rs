@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// A message the agent sent, as the client saw it.
 #[derive(Debug, Clone)]
@@ -22,13 +24,16 @@ pub struct Seen {
     pub msg: Value,
     /// A prompt of this client was open when it came.
     pub in_turn: bool,
+    /// When its line was read from the agent's stdout (a task reads it as it comes).
+    pub at: Instant,
 }
 
 /// The client, with the agent it spawned.
 pub struct AcpClient {
     child: Child,
     stdin: ChildStdin,
-    stdout: tokio::io::Lines<BufReader<ChildStdout>>,
+    /// The agent's stdout lines, each stamped when it was read.
+    stdout: mpsc::UnboundedReceiver<(String, Instant)>,
     next_id: u64,
     /// Prompts sent and not yet answered (their ids).
     open_prompts: Vec<Value>,
@@ -49,7 +54,15 @@ impl AcpClient {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn the ACP agent: {e}"));
         let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let (tx, stdout) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send((line, Instant::now())).is_err() {
+                    break;
+                }
+            }
+        });
         AcpClient {
             child,
             stdin,
@@ -89,9 +102,7 @@ impl AcpClient {
         if let Some(s) = self.backlog.pop_front() {
             return Some(s);
         }
-        let line = super::within("a line from the ACP agent", self.stdout.next_line())
-            .await
-            .ok()??;
+        let (line, at) = super::within("a line from the ACP agent", self.stdout.recv()).await?;
         let msg: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("the agent wrote a line that is not JSON ({e}): {line}"));
         let in_turn = !self.open_prompts.is_empty();
@@ -99,7 +110,7 @@ impl AcpClient {
             let id = &msg["id"];
             self.open_prompts.retain(|p| p != id);
         }
-        let seen = Seen { msg, in_turn };
+        let seen = Seen { msg, in_turn, at };
         if seen.msg["method"] == "session/update" {
             self.updates.push(seen.clone());
         }

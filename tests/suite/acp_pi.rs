@@ -631,3 +631,73 @@ async fn a_second_follower_sees_the_first_ones_prompt() {
     second.close().await;
     pi.quit().await;
 }
+
+/// A measurement, not a check (issue 53's hold line: pi event → ACP client under 1 ms): the
+/// same streamed text seen on pi's own RPC stdout and, mirrored through the extension, the
+/// broker and `pi-ide-broker acp`, on the ACP client's stdin; both read by tasks stamping each
+/// line as it comes. Prints the ACP path's lag behind pi's own output over 40 turns (median,
+/// p90, worst). `cargo test --release --test suite acp_pi::mirror_latency -- --ignored
+/// --nocapture`, several times (benches/README.md has the figures).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it with --ignored (benches/README.md)"]
+async fn mirror_latency() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
+    let mut cmd = Command::new(broker_bin());
+    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let mut c = AcpClient::spawn(&mut cmd);
+    c.initialize(true, true).await;
+    let new = c.new_session(&proj.display().to_string()).await;
+    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let _watch = c.prompt(&key, "follow").await;
+    let mut lags_us: Vec<i64> = Vec::new();
+    for i in 0..40 {
+        let word = format!("mirrored-{i}-end");
+        model.push(Reply::Text(word.clone()));
+        let from = pi.mark();
+        pi.prompt(&format!("say {i}")).await;
+        let w = word.clone();
+        pi.until("pi's own event", from, move |v| {
+            v["type"] == "message_update" && v.to_string().contains(&w)
+        })
+        .await;
+        let at = pi.log[from..]
+            .iter()
+            .position(|v| v["type"] == "message_update" && v.to_string().contains(&word))
+            .map(|n| pi.log_at[from + n])
+            .expect("pi's event was logged");
+        let seen = c
+            .update("the mirrored text", |u| {
+                is_chunk(u, "agent_message_chunk", &word)
+            })
+            .await;
+        let lag = if seen.at >= at {
+            (seen.at - at).as_micros() as i64
+        } else {
+            -((at - seen.at).as_micros() as i64)
+        };
+        lags_us.push(lag);
+        pi.until("agent_settled", from, |v| v["type"] == "agent_settled")
+            .await;
+    }
+    lags_us.sort_unstable();
+    let pick = |q: f64| lags_us[((lags_us.len() - 1) as f64 * q).round() as usize];
+    eprintln!(
+        "pi event -> ACP client, lag behind pi's own stdout over {} turns: median {} us, p90 {} us, worst {} us",
+        lags_us.len(),
+        pick(0.5),
+        pick(0.9),
+        lags_us[lags_us.len() - 1]
+    );
+    c.close().await;
+    pi.quit().await;
+}

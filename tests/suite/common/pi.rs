@@ -94,9 +94,11 @@ pub async fn pi_cli(install: &PiInstall, home: &Path, args: &[&str]) -> (bool, S
 pub struct Pi {
     pub child: Child,
     stdin: ChildStdin,
-    rx: mpsc::UnboundedReceiver<Value>,
+    rx: mpsc::UnboundedReceiver<(Value, tokio::time::Instant)>,
     /// Every record pi wrote on stdout, in order.
     pub log: Vec<Value>,
+    /// When each record of `log` was read from pi's stdout (a task reads it as it comes).
+    pub log_at: Vec<tokio::time::Instant>,
     next_id: u64,
     /// Print an abbreviated transcript to stderr (`PI_TRANSCRIPT=1`).
     transcript: bool,
@@ -207,7 +209,7 @@ impl Pi {
                 let mut lines = BufReader::new(out).split(b'\n');
                 while let Ok(Some(l)) = lines.next_segment().await {
                     if let Ok(v) = serde_json::from_slice::<Value>(&l) {
-                        let _ = tx.send(v);
+                        let _ = tx.send((v, tokio::time::Instant::now()));
                     }
                 }
             });
@@ -225,6 +227,7 @@ impl Pi {
             stdin,
             rx,
             log: Vec::new(),
+            log_at: Vec::new(),
             next_id: 1,
             transcript: std::env::var("PI_TRANSCRIPT").is_ok_and(|v| v == "1"),
         }
@@ -289,16 +292,17 @@ impl Pi {
             return v.clone();
         }
         let transcript = self.transcript;
-        let (rx, log) = (&mut self.rx, &mut self.log);
+        let (rx, log, log_at) = (&mut self.rx, &mut self.log, &mut self.log_at);
         let seen = tokio::time::timeout(bound, async {
             loop {
-                let Some(v) = rx.recv().await else {
+                let Some((v, at)) = rx.recv().await else {
                     panic!("pi exited before {what}");
                 };
                 if transcript {
                     eprintln!("← {}", abbreviate(&v));
                 }
                 log.push(v.clone());
+                log_at.push(at);
                 if pred(&v) {
                     return v;
                 }
