@@ -682,13 +682,29 @@ impl Agent {
     }
 
     /// The follow connection of `key` was dialled again after a broker restart: what the old
-    /// broker was asked is lost with it. An open prompt turn ends, saying so (pi's turn goes
-    /// on in pi); a watching turn stays open; a history wait is answered with an error.
+    /// broker was asked is lost with it. Its permissions are withdrawn (`$/cancel_request`); an
+    /// open prompt turn ends, saying so (pi's turn goes on in pi); a watching turn stays open;
+    /// a history wait is answered with an error.
     pub fn relinked(&mut self, key: &str) -> Vec<Out> {
-        let Some(f) = self.sessions.get_mut(key) else {
+        if !self.sessions.contains_key(key) {
             return Vec::new();
+        }
+        // The broker that asked for these is gone (it answered pi as it stopped): the
+        // permissions are withdrawn from the client, the buffer reads forgotten.
+        let stale: Vec<String> = self
+            .reviews
+            .iter()
+            .filter(|(_, r)| r.session == key)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut out: Vec<Out> = stale
+            .iter()
+            .filter_map(|id| self.reviews.remove(id).map(|_| cancel_request(id)))
+            .collect();
+        self.reads.retain(|_, (s, _)| s != key);
+        let Some(f) = self.sessions.get_mut(key) else {
+            return out;
         };
-        let mut out = Vec::new();
         for (_, wait) in f.waits.drain() {
             match wait {
                 BrokerWait::History(request) => out.push(Out::Client(jsonrpc::error(

@@ -31,6 +31,11 @@ impl FakeModel {
         self.http.push(reply);
     }
 
+    /// Drops the replies not yet taken.
+    pub fn clear(&self) {
+        self.http.clear();
+    }
+
     /// The next chat request body (bounded wait).
     pub async fn next_request(&mut self) -> Value {
         pi_ide_broker::testkit::within("a model request", self.http.next_seen())

@@ -68,6 +68,11 @@ impl Scripted {
         self.script.lock().expect("script").push_back(reply);
     }
 
+    /// Drops the replies not yet taken (a turn that ended early leaves its script behind).
+    pub fn clear(&self) {
+        self.script.lock().expect("script").clear();
+    }
+
     /// The next request, however long it takes (`None` when the server is gone).
     pub async fn next_seen(&mut self) -> Option<Seen> {
         self.requests.recv().await

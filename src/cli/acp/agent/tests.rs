@@ -345,3 +345,18 @@ fn the_session_info_names_the_folder_and_the_last_activity() {
     let at = info["updatedAt"].as_str().unwrap_or_default();
     assert!(at.len() == 20 && at.ends_with('Z'), "{at}");
 }
+
+/// A broker restart takes the permissions it asked with it: they are withdrawn from the
+/// client, and a late answer goes to no broker.
+#[test]
+fn a_relink_withdraws_the_old_brokers_permissions() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("follow")]));
+    let permission = reviewed(&mut a, "review-1");
+    let out = a.relinked("k");
+    let told = to_client(&out);
+    assert_eq!(told[0]["method"], "$/cancel_request", "{told:?}");
+    assert_eq!(told[0]["params"]["requestId"], permission);
+    let late = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})));
+    assert!(late.is_empty(), "{late:?}");
+}
