@@ -5,7 +5,13 @@
 # so the four core modules (identity, router, pathmap, lockfile: about 220 mutants) take about
 # an hour on this 2-core machine. Results and the missed mutants' fate: .ci/mutants.md.
 #   bash .ci/mutants.sh                      # the four core modules
-#   bash .ci/mutants.sh src/registry/router.rs ...    # the files given
+#   bash .ci/mutants.sh --follow             # the ACP agent and session::follow (lib tests:
+#                                            # their sans-IO and model tests; ~20 s a mutant)
+#   bash .ci/mutants.sh --links              # editor::taken, inbound, dial, against the lib
+#                                            # tests and the suite modules that drive them
+#                                            # (editor_quirks, broker_core, faults): ~1.5 min
+#                                            # a mutant here, about 3 h for the three files
+#   bash .ci/mutants.sh src/registry/router.rs ...    # the files given (lib tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=27.1.0
@@ -13,11 +19,19 @@ root="${PI_IDE_BROKER_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pi-ide-broker-ci
 if [ ! -x "$root/bin/cargo-mutants" ]; then
   cargo install --locked --root "$root" "cargo-mutants@$version"
 fi
-files=("$@")
+tests=(--lib)
+case "${1:-}" in
+  --follow) files=(src/cli/acp/agent.rs src/session/follow.rs) ;;
+  --links)
+    files=(src/editor/taken.rs src/editor/inbound.rs src/editor/dial.rs)
+    tests=(--lib --test suite -- editor_quirks:: broker_core:: faults:: editor::)
+    ;;
+  *) files=("$@") ;;
+esac
 [ ${#files[@]} -gt 0 ] || files=(src/registry/identity.rs src/registry/router.rs src/protocol/pathmap.rs src/editor/lockfile.rs)
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done
 mkdir -p target # cargo-mutants writes its report under target/mutants, even on a fresh clone
 # No debug info: linking each mutant's test binary is most of its time.
 CARGO_PROFILE_TEST_DEBUG=0 CARGO_PROFILE_DEV_DEBUG=0 \
-  "$root/bin/cargo-mutants" mutants "${args[@]}" --timeout 60 --build-timeout 900 -o target/mutants -- --lib
+  "$root/bin/cargo-mutants" mutants "${args[@]}" --timeout 60 --build-timeout 900 -o target/mutants -- "${tests[@]}"
