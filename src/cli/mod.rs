@@ -5,6 +5,7 @@
 //! the daemon like any agent, and the ACP door (`acp`), which follows a pi session through it. May use every layer; nothing below uses it.
 
 pub mod acp;
+pub mod args;
 pub mod client;
 pub mod daemon;
 pub mod doctor;
