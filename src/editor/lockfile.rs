@@ -1,6 +1,6 @@
 //! Reading and validating one editor lockfile (`<port>.lock`).
 //!
-//! Everything in it is hostile until proven otherwise: see DESIGN.md "Validation".
+//! Everything in it is hostile until proven otherwise: see docs/security.md.
 
 use crate::protocol::family::Family;
 use crate::sys::secret::Token;

@@ -50,7 +50,7 @@ pub fn marked_tab(session: u64, tab: &str) -> String {
     format!("✻ [pi s{session}] {tab} ⧉")
 }
 
-/// JetBrains' name for the open files (PROTOCOL.md §11), where VS Code has `getOpenEditors`.
+/// JetBrains' name for the open files, where VS Code has `getOpenEditors`.
 const JETBRAINS_OPEN_FILES: &str = "get_all_opened_file_paths";
 
 /// The tools of one dialect, and what the other dialect calls them (on a Claude-family editor,
@@ -254,7 +254,7 @@ fn first_text(result: &Value) -> Option<Value> {
 }
 
 /// A Claude-family severity in pi-ide's (LSP) names: VS Code's `Info`, and JetBrains'
-/// `ERROR`, `WARNING`, `WEAK_WARNING`, `INFO` (PROTOCOL.md §11).
+/// `ERROR`, `WARNING`, `WEAK_WARNING`, `INFO`.
 fn severity_to_pi(s: &Value) -> Value {
     match s.as_str() {
         Some("Info" | "INFO") => json!("Information"),

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::fmt;
 
-/// The tools the editors define, in either family (`../shared/PROTOCOL.md`).
+/// The tools the editors define, in either family (`tests/fixtures/recorded_editors.json` records them).
 const KNOWN_TOOLS: [&str; 13] = [
     "openDiff",
     "close_tab",
@@ -50,7 +50,7 @@ impl Family {
     }
 
     /// The WebSocket subprotocol this family's own agents offer when dialling an editor:
-    /// Claude Code dials every IDE with `mcp` (PROTOCOL.md §11), and JetBrains requires it.
+    /// Claude Code dials every IDE with `mcp`, and JetBrains requires it.
     pub fn subprotocol(self) -> Option<&'static str> {
         match self {
             Family::Pi => None,

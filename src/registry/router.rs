@@ -1,4 +1,4 @@
-//! Path matching and editor choice for a session's cwd (DESIGN.md "Routing rules").
+//! Path matching and editor choice for a session's cwd (README "Editors").
 //! Pure functions: the registry feeds them a snapshot and acts on the answer.
 
 use std::path::{Component, Path, PathBuf};

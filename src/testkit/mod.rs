@@ -1,7 +1,7 @@
 //! Test support (the `testkit` feature): fake editors, agents and clients.
 //!
 //! Shared by the integration tests, the benches and the `fake-editor` example: a fake editor
-//! that follows PROTOCOL.md and fake clients. Real sockets, real frames. May use every layer;
+//! that answers as the real editors were recorded answering, and fake clients. Real sockets, real frames. May use every layer;
 //! nothing in the daemon uses it.
 
 pub mod acp_client;

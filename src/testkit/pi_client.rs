@@ -1,4 +1,4 @@
-//! A client that behaves like the published pi-ide extension (PROTOCOL.md §6).
+//! A client that behaves like the published pi-ide extension.
 //!
 //! It finds candidates by scanning a lock dir (cwd prefix match, pid alive, port listening),
 //! connects with `x-pi-ide-authorization`, sends `initialize` only, uses UUID string ids, calls
@@ -239,7 +239,7 @@ impl PiClient {
         }
     }
 
-    /// A `write` through the editor (PROTOCOL.md §6.7): `openDiff`, then `close_tab` fired
+    /// A `write` through the editor: `openDiff`, then `close_tab` fired
     /// without waiting; returns `Ok(Some(text))` on FILE_SAVED, `Ok(None)` on anything else
     /// (a rejection), `Err` when the call threw (pi would write unreviewed).
     pub async fn write_file(

@@ -418,7 +418,7 @@ async fn at_mentioned_paths_reach_sessions_absolute() {
 }
 
 /// Issue 39: a pi-family session on a JetBrains IDE (the test kit's editor from the plugin's
-/// documented tools, PROTOCOL.md §11): diagnostics in pi's map with its severities renamed,
+/// documented tools, the recorded editors): diagnostics in pi's map with its severities renamed,
 /// the open files from `get_all_opened_file_paths`, and a write reviewed through its
 /// `openDiff` (accepted: the editor's text; rejected: `DIFF_REJECTED` with the session's tab).
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! Editors that differ from pi-ide.nvim in what the broker must respect: Emacs's
 //! claude-code-ide.el writes no token, and the Claude Code VS Code extension keeps one client
-//! at a time (`taken`). Both against the fake editor in the recorded shapes (PROTOCOL.md).
+//! at a time (`taken`). Both against the fake editor in the recorded shapes.
 
 use crate::common::*;
 use pi_ide_broker::testkit::text;
@@ -355,7 +355,7 @@ async fn a_close_during_the_handshake_fails_the_dial_and_the_link_is_never_ready
 }
 
 /// Issue 39: a JetBrains IDE (the test kit's editor built from the plugin's documented
-/// behaviour, PROTOCOL.md §11) requires the `mcp` subprotocol Claude Code offers and drops a
+/// behaviour, the recorded editors) requires the `mcp` subprotocol Claude Code offers and drops a
 /// client that leaves its JSON-RPC `ping` unanswered for 3 s (here 300 ms, pinging every
 /// 400 ms). The broker dials as Claude Code does, answers every ping itself, and serves calls.
 #[tokio::test]

@@ -1,5 +1,5 @@
 //! The fakes held to the real peers' recorded behaviour (`tests/fixtures/recorded_editors.json`,
-//! taken from the probes written up in the shared PROTOCOL.md): every check the suite makes
+//! taken from probes of the real editors): every check the suite makes
 //! through the fake editor is only as good as the fake's likeness to pi-ide.nvim and
 //! claudecode.nvim, so the likeness is tested too, over real sockets and real frames.
 
@@ -113,7 +113,7 @@ async fn the_fake_editor_answers_as_the_recorded_editors_did() {
                 None => ex["send"].to_string(),
             };
             let got = answer(&mut ws, text.clone()).await;
-            let what = format!("{family:?}, PROTOCOL.md {}: {text}", ex["section"]);
+            let what = format!("{family:?}, recorded probe {}: {text}", ex["section"]);
             if let Some(d) = ex.get("expect").and_then(|w| mismatch(w, &got, "")) {
                 panic!("{what}\n  {d}\n  the fake answered {got}");
             }
@@ -165,7 +165,7 @@ async fn the_fake_editor_refuses_bad_tokens_as_the_recorded_editors_did() {
         let status = format!("HTTP/1.1 {}", h["status"]);
         assert!(
             got.starts_with(&status),
-            "PROTOCOL.md {}: {got}",
+            "recorded probe {}: {got}",
             h["section"]
         );
         let body = got.split("\r\n\r\n").nth(1).unwrap_or("");

@@ -1,5 +1,5 @@
 //! What the fake editor answers: its tool list (each family's names and schemas) and each
-//! request and tool call, as PROTOCOL.md records the real editors answering.
+//! request and tool call, as the real editors were recorded answering (tests/fixtures/recorded_editors.json).
 
 use crate::protocol::family::Family;
 use crate::protocol::jsonrpc::{self, Incoming};

@@ -1,4 +1,4 @@
-//! A fake editor server following PROTOCOL.md, either family.
+//! A fake editor server answering as the real editors were recorded, either family.
 //!
 //! Loopback WS, token checked before the upgrade (HTTP 400 otherwise),
 //! `initialize`/`tools/list`/`tools/call`, blocking `openDiff`, `close_tab`,
@@ -147,8 +147,8 @@ impl Options {
         }
     }
 
-    /// A JetBrains IDE with the Claude Code plugin, from its documented behaviour (PROTOCOL.md
-    /// §11: hlibkoval/vault-code `docs/CLAUDE_CODE_IDE_PROTOCOL.md`, anthropics/claude-code
+    /// A JetBrains IDE with the Claude Code plugin, from its documented behaviour
+    /// (hlibkoval/vault-code `docs/CLAUDE_CODE_IDE_PROTOCOL.md`, anthropics/claude-code
     /// #62012, #54048): Claude family, `ideName` "IntelliJ IDEA", the `mcp` subprotocol
     /// required, a JSON-RPC `ping` every 5 s answered within 3 s or the client is dropped.
     pub fn jetbrains(folders: &[&str]) -> Self {
