@@ -1,6 +1,8 @@
-//! The CLI's HTTP client of the daemon's socket (`status`, `doctor`, `acp`, `mcp`).
+//! The CLI's one client of the daemon's socket (`status`, `stop`, `doctor`, `acp`, `mcp`).
 //!
-//! The client side of the native socket, for the CLI: `GET /v1/status`.
+//! The client side of the native socket, for every command that dials it: a JSON `GET`
+//! (`/v1/status`, `/v1/pi-sessions`), the `/v1/events` stream, and a WebSocket upgrade
+//! (`/v1/session`, `/v1/follow`), each refusal given with the daemon's own reason.
 
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
@@ -38,6 +40,28 @@ pub fn upgrade_refusal(e: &tokio_tungstenite::tungstenite::Error) -> String {
         };
     }
     e.to_string()
+}
+
+/// A WebSocket on the daemon's socket at `path_and_query` (`/v1/session?…`, `/v1/follow?…`):
+/// `NotRunning` when nothing listens, `Refused` with the daemon's reason when it refused the
+/// upgrade (`HTTP 403: …`).
+pub async fn upgrade(
+    socket: &Path,
+    path_and_query: &str,
+) -> Result<tokio_tungstenite::WebSocketStream<tokio::net::UnixStream>, ClientError> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| ClientError::NotRunning(format!("{}: {e}", socket.display())))?;
+    let url = format!("ws://localhost{path_and_query}");
+    tokio_tungstenite::client_async(url.as_str(), stream)
+        .await
+        .map(|(ws, _)| ws)
+        .map_err(|e| match e {
+            tokio_tungstenite::tungstenite::Error::Http(_) => {
+                ClientError::Refused(upgrade_refusal(&e))
+            }
+            other => ClientError::Protocol(other.to_string()),
+        })
 }
 
 /// Fetches `path` (e.g. `/v1/status`) from the daemon at `socket` and parses it as JSON.

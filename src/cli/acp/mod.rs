@@ -11,6 +11,7 @@ mod agent;
 
 pub use agent::{prompt_text, Agent, Out, Purpose, ACP_VERSION, FOLLOW_WORDS};
 
+use crate::cli::client::ClientError;
 use crate::cli::mcp::{CappedLines, Line};
 use crate::protocol::jsonrpc::{self, follow};
 use crate::protocol::percent::encode_query;
@@ -225,30 +226,22 @@ async fn dial(
     client: Option<&str>,
     buffers: bool,
 ) -> Result<Ws, String> {
-    let url = format!(
-        "ws://localhost/v1/follow?session={}&client={}{}",
+    let path = format!(
+        "/v1/follow?session={}&client={}{}",
         encode_query(key),
         encode_query(client.unwrap_or("an ACP editor")),
         if buffers { "&buffers=1" } else { "" }
     );
     let open = async {
-        let stream = UnixStream::connect(socket).await.map_err(|e| {
-            format!(
-                "pi-ide-broker is not running (nothing answers on {}: {e})",
-                socket.display()
-            )
-        })?;
-        let (mut ws, _) = tokio_tungstenite::client_async(url.as_str(), stream)
+        let mut ws = crate::cli::client::upgrade(socket, &path)
             .await
             .map_err(|e| match e {
-                tokio_tungstenite::tungstenite::Error::Http(_) => {
-                    crate::cli::client::upgrade_refusal(&e)
-                }
-                other => format!("the follow connection failed: {other}"),
+                ClientError::Refused(why) => why,
+                other => other.to_string(),
             })?;
         while let Some(frame) = ws.next().await {
             if let Ok(Message::Text(t)) = frame {
-                if t.as_str().contains(follow::ATTACHED) {
+                if is_notification(t.as_str(), follow::ATTACHED) {
                     return Ok(ws);
                 }
             }
@@ -263,6 +256,15 @@ async fn dial(
                 CONNECT_WAIT.as_secs()
             )
         })?
+}
+
+/// Whether a frame is the notification `method` (read as JSON-RPC, never by a substring: a
+/// transcript update or a prompt may quote a method's name).
+pub(crate) fn is_notification(text: &str, method: &str) -> bool {
+    matches!(
+        jsonrpc::classify(text),
+        Ok(jsonrpc::Incoming::Notification { method: m, .. }) if m == method
+    )
 }
 
 /// One follow connection: opened, pumped both ways, redialled for a while when the broker
@@ -363,7 +365,7 @@ async fn pump(
                     let _ = ws.close(None).await;
                     return Pumped::AgentGone;
                 };
-                if text.contains(follow::READY) {
+                if is_notification(&text, follow::READY) {
                     *last_ready = Some(text.clone());
                 }
                 if ws.send(Message::text(text)).await.is_err() {
@@ -373,7 +375,7 @@ async fn pump(
             frame = ws.next() => match frame {
                 Some(Ok(Message::Text(t))) => {
                     let text = t.as_str().to_owned();
-                    let ended = text.contains(follow::ENDED);
+                    let ended = is_notification(&text, follow::ENDED);
                     if events.send(Event::Frame(key.to_string(), generation, text)).is_err() {
                         return Pumped::AgentGone;
                     }

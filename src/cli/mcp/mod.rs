@@ -10,6 +10,7 @@ mod lines;
 
 pub use lines::{CappedLines, Line};
 
+use crate::cli::client::ClientError;
 use crate::protocol::jsonrpc;
 use crate::protocol::percent::encode_query;
 use crate::sys::{config::Config, logging};
@@ -85,25 +86,20 @@ pub async fn connect(
             .map(|r| format!("&remote={}", encode_query(r)))
             .unwrap_or_default()
     );
-    let url = format!("ws://localhost/v1/session?{query}");
+    let path = format!("/v1/session?{query}");
     let mut spawned = false;
     let mut delay = Duration::from_millis(25);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     loop {
-        match UnixStream::connect(&opts.socket).await {
-            Ok(stream) => {
-                return tokio_tungstenite::client_async(url.as_str(), stream)
-                    .await
-                    .map(|(ws, _)| ws)
-                    .map_err(|e| StdioError::Unreachable {
-                        socket: opts.socket.display().to_string(),
-                        why: format!(
-                            "session upgrade failed: {}",
-                            crate::cli::client::upgrade_refusal(&e)
-                        ),
-                    });
+        match crate::cli::client::upgrade(&opts.socket, &path).await {
+            Ok(ws) => return Ok(ws),
+            Err(ClientError::Refused(why) | ClientError::Protocol(why)) => {
+                return Err(StdioError::Unreachable {
+                    socket: opts.socket.display().to_string(),
+                    why: format!("session upgrade failed: {why}"),
+                });
             }
-            Err(e) => {
+            Err(ClientError::NotRunning(e)) => {
                 if !spawn {
                     return Err(StdioError::Unreachable {
                         socket: opts.socket.display().to_string(),

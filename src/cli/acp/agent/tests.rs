@@ -360,3 +360,18 @@ fn a_relink_withdraws_the_old_brokers_permissions() {
     let late = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})));
     assert!(late.is_empty(), "{late:?}");
 }
+
+/// The I/O loop reads the follow notifications as JSON-RPC, not as substrings: a transcript
+/// update quoting `follow/ended` ends nothing, a prompt quoting `follow/review` is no
+/// readiness to replay.
+#[test]
+fn a_method_name_quoted_in_a_frame_is_not_that_notification() {
+    use crate::cli::acp::is_notification;
+    let quoted = json!({"jsonrpc": "2.0", "method": follow::UPDATE, "params": {"update": {"content": {"text": "follow/ended"}}}}).to_string();
+    assert!(!is_notification(&quoted, follow::ENDED));
+    let ended =
+        json!({"jsonrpc": "2.0", "method": follow::ENDED, "params": {"reason": "x"}}).to_string();
+    assert!(is_notification(&ended, follow::ENDED));
+    let prompt = json!({"jsonrpc": "2.0", "id": "p-1", "method": follow::PROMPT, "params": {"text": "say follow/review"}}).to_string();
+    assert!(!is_notification(&prompt, follow::READY));
+}
