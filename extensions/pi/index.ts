@@ -17,6 +17,7 @@ import { readOptions, resolvePaths, type Options } from "./src/options.ts";
 import { platformBinary } from "./src/binary.js";
 import { brokerCommand, spawnFailure } from "./src/install.js";
 import * as follow from "./src/follow.ts";
+import { Broker, Editor, Follow } from "./src/methods.ts";
 import { parseSuggestions, splitModel, SUGGESTION_SYSTEM_PROMPT, suggestionPrompt, type SuggestionParams } from "./src/suggest.ts";
 
 const WIDGET = "pi-ide-broker";
@@ -110,7 +111,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	/** Follower prompts waiting for pi to settle. */
 	let settleWaiters: ((aborted: boolean) => void)[] = [];
 	const mirror = (update: follow.SessionUpdate | null) => {
-		if (update && followers > 0) link?.notify("pi/update", { update });
+		if (update && followers > 0) link?.notify(Follow.UPDATE, { update });
 	};
 
 	const notify = (text: string, kind: "info" | "warning" | "error" = "info") => ctx?.ui.notify(text, kind);
@@ -194,7 +195,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 				onDetached,
 				onOpen: (reconnected) => {
 					if (reconnected) nextAttachToast = "Reconnected to";
-					void l.request("broker/editors", {}, 5000).then(
+					void l.request(Broker.EDITORS, {}, 5000).then(
 						(r: { attached?: string | null; editors?: unknown[] }) => {
 							// Answered after the attach notice, if the broker placed the session.
 							if (!r?.attached) firstAttach.settle();
@@ -214,8 +215,8 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 				},
 				onUnreachable: () => firstAttach.settle(),
 				onNotification: (method, params) => {
-					if (method === "selection_changed" && applySelection(state, params, l.attached?.folders[0])) render();
-					if (method === "broker/followers") {
+					if (method === Editor.SELECTION_CHANGED && applySelection(state, params, l.attached?.folders[0])) render();
+					if (method === Broker.FOLLOWERS) {
 						const p = (params ?? {}) as { count?: unknown; reviewer?: unknown };
 						const was = acpReviewer;
 						followers = typeof p.count === "number" ? p.count : 0;
@@ -238,11 +239,11 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 			options.spawn ? options.command : undefined,
 			paths.log,
 		);
-		l.handle("getSuggestions", (params, signal) => suggest((params ?? {}) as SuggestionParams, signal));
-		l.handle("listSuggestionModels", async () => listModels());
-		l.handle("pi/history", async () => ({ updates: follow.history(c.cwd, ctx?.sessionManager.getBranch() ?? []) }));
-		l.handle("pi/prompt", (params) => promptFromFollower(String((params as { text?: unknown })?.text ?? "")));
-		l.handle("pi/cancel", async () => {
+		l.handle(Editor.GET_SUGGESTIONS, (params, signal) => suggest((params ?? {}) as SuggestionParams, signal));
+		l.handle(Editor.LIST_SUGGESTION_MODELS, async () => listModels());
+		l.handle(Follow.HISTORY, async () => ({ updates: follow.history(c.cwd, ctx?.sessionManager.getBranch() ?? []) }));
+		l.handle(Follow.PROMPT, (params) => promptFromFollower(String((params as { text?: unknown })?.text ?? "")));
+		l.handle(Follow.CANCEL, async () => {
 			ctx?.abort();
 			// A prompt cancelled before its run began leaves no run to settle: answer it now.
 			if (ctx?.isIdle()) for (const w of settleWaiters.splice(0)) w(true);
@@ -353,7 +354,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		const path = toolPath(c.cwd, input.path);
 		let read: { content?: unknown; editor?: unknown } | undefined;
 		try {
-			read = await link?.request("broker/read", { path }, BUFFER_READ_MS);
+			read = await link?.request(Broker.READ, { path }, BUFFER_READ_MS);
 		} catch {
 			return;
 		}
@@ -409,7 +410,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 			type Choice = { id: string; ide_name: string; matched_folder: string; state: string };
 			let r: { attached: string | null; editors: Choice[] };
 			try {
-				r = await l.request("broker/editors", {}, 5000);
+				r = await l.request(Broker.EDITORS, {}, 5000);
 			} catch (err) {
 				notify(`Failed to list editors: ${err instanceof Error ? err.message : String(err)}`, "error");
 				return;
@@ -417,7 +418,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 			const current = r.editors.find((e) => e.id === r.attached);
 			if (r.editors.length === 0) {
 				if (r.attached) {
-					await l.request("broker/detach", {}).catch(() => {});
+					await l.request(Broker.DETACH, {}).catch(() => {});
 					notify(`Disconnected from ${l.attached?.ideName ?? r.attached}`, "warning");
 				} else {
 					notify("No running IDE found for this project", "warning");
@@ -432,12 +433,12 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 			const picked = r.editors[labels.indexOf(choice)];
 			if (!picked) return;
 			if (picked.id === r.attached) {
-				await l.request("broker/detach", {}).catch(() => {});
+				await l.request(Broker.DETACH, {}).catch(() => {});
 				return;
 			}
 			nextAttachToast = "Connected to";
 			try {
-				await l.request("broker/attach", { editor: picked.id }, 5000);
+				await l.request(Broker.ATTACH, { editor: picked.id }, 5000);
 			} catch (err) {
 				notify(`Failed to connect: ${err instanceof Error ? err.message : String(err)}`, "error");
 			}

@@ -4,6 +4,7 @@
 // that runs many pi sessions in one process (pi-web) gets one link per session.
 
 import { spawn } from "node:child_process";
+import { Broker, Mcp } from "./methods.ts";
 import { appendFileSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import { CLIENT_NAME, CLIENT_VERSION, olderDaemonNotice, PROTOCOL } from "./version.ts";
@@ -169,7 +170,7 @@ export class BrokerLink {
 		return new Promise((resolve, reject) => {
 			let timer: ReturnType<typeof setTimeout> | undefined;
 			const onAbort = () => {
-				this.notify("notifications/cancelled", { requestId: id, reason: "aborted in pi" });
+				this.notify(Mcp.CANCELLED, { requestId: id, reason: "aborted in pi" });
 				this.pending.get(id)?.reject(new RequestAborted(method));
 			};
 			signal?.addEventListener("abort", onAbort, { once: true });
@@ -200,7 +201,7 @@ export class BrokerLink {
 
 	/** `tools/call` of an editor tool (always with `arguments`). */
 	callTool(name: string, args: Record<string, unknown>, timeoutMs?: number, signal?: AbortSignal): Promise<any> {
-		return this.request("tools/call", { name, arguments: args }, timeoutMs, signal);
+		return this.request(Mcp.TOOLS_CALL, { name, arguments: args }, timeoutMs, signal);
 	}
 
 	private dial(): void {
@@ -217,12 +218,12 @@ export class BrokerLink {
 			this.everOpen = true;
 			// A proper MCP client: initialize first (answered by the broker, which also holds
 			// back notifications until then).
-			this.request("initialize", {
+			this.request(Mcp.INITIALIZE, {
 				protocolVersion: "2024-11-05",
 				capabilities: {},
 				clientInfo: { name: "pi-ide-broker-pi", version: "0.1.0" },
 			})
-				.then(() => ws.send(JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" })))
+				.then(() => ws.send(JSON.stringify({ jsonrpc: "2.0", method: Mcp.INITIALIZED })))
 				.catch(() => {});
 			this.events.onOpen?.(reconnected);
 		});
@@ -307,7 +308,7 @@ export class BrokerLink {
 		}
 		if (typeof msg.method !== "string") return;
 		switch (msg.method) {
-			case "broker/attached": {
+			case Broker.ATTACHED: {
 				const p = msg.params ?? {};
 				this.attached = {
 					id: String(p.editor ?? ""),
@@ -319,10 +320,10 @@ export class BrokerLink {
 				if (old) this.events.onNotice?.(old);
 				return;
 			}
-			case "broker/notice":
+			case Broker.NOTICE:
 				if (typeof msg.params?.message === "string") this.events.onNotice?.(msg.params.message);
 				return;
-			case "broker/detached":
+			case Broker.DETACHED:
 				this.attached = null;
 				this.events.onDetached?.(String(msg.params?.reason ?? "detached"));
 				return;

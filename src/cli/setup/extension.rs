@@ -35,6 +35,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../extensions/pi/src/follow.ts"),
     ),
     (
+        "src/methods.ts",
+        include_str!("../../../extensions/pi/src/methods.ts"),
+    ),
+    (
         "src/options.ts",
         include_str!("../../../extensions/pi/src/options.ts"),
     ),
