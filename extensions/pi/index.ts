@@ -9,14 +9,16 @@
 import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-agent";
 import { readFile } from "node:fs/promises";
 import { basename } from "node:path";
-import { BrokerLink, LinkLost, RequestAborted, type Attached } from "./src/broker.ts";
+import { BrokerLink, type Attached } from "./src/broker.ts";
 import { applySelection, diagnosticsBlock, editorBlock, emptyState, widgetText } from "./src/context.ts";
 import { FirstAttach } from "./src/first_attach.ts";
-import { applyEdits, parseDiffResult, tabName, toolPath, type Edit } from "./src/diff.ts";
+import { toolPath } from "./src/diff.ts";
 import { readOptions, resolvePaths, type Options } from "./src/options.ts";
 import { platformBinary } from "./src/binary.js";
 import { brokerCommand, spawnFailure } from "./src/install.js";
 import * as follow from "./src/follow.ts";
+import { Followers } from "./src/followers.ts";
+import { reviewWrite } from "./src/review.ts";
 import { Broker, Editor, Follow } from "./src/methods.ts";
 import { parseSuggestions, splitModel, SUGGESTION_SYSTEM_PROMPT, suggestionPrompt, type SuggestionParams } from "./src/suggest.ts";
 
@@ -102,16 +104,10 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	let lastEditor: string | null = null;
 	let lastName = "the editor";
 
-	/** ACP editors following this session through the broker (`pi-ide-broker acp`), and
-	 * the one that reviews diffs now (its turn is open), from `broker/followers`. */
-	let followers = 0;
-	let acpReviewer: string | null = null;
-	/** A following ACP editor offers its buffers (`fs.readTextFile`). */
-	let followedBuffers = false;
-	/** Follower prompts waiting for pi to settle. */
-	let settleWaiters: ((aborted: boolean) => void)[] = [];
+	/** The ACP editors following this session through the broker (`pi-ide-broker acp`). */
+	const followers = new Followers();
 	const mirror = (update: follow.SessionUpdate | null) => {
-		if (update && followers > 0) link?.notify(Follow.UPDATE, { update });
+		if (update && followers.watched) link?.notify(Follow.UPDATE, { update });
 	};
 
 	const notify = (text: string, kind: "info" | "warning" | "error" = "info") => ctx?.ui.notify(text, kind);
@@ -207,22 +203,15 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 					);
 				},
 				onDown: () => {
-					// The broker's followers went with the link; they follow again once it is back.
-					followers = 0;
-					acpReviewer = null;
-					followedBuffers = false;
+					followers.lost();
 					render();
 				},
 				onUnreachable: () => firstAttach.settle(),
 				onNotification: (method, params) => {
 					if (method === Editor.SELECTION_CHANGED && applySelection(state, params, l.attached?.folders[0])) render();
 					if (method === Broker.FOLLOWERS) {
-						const p = (params ?? {}) as { count?: unknown; reviewer?: unknown };
-						const was = acpReviewer;
-						followers = typeof p.count === "number" ? p.count : 0;
-						acpReviewer = typeof p.reviewer === "string" ? p.reviewer : null;
-						followedBuffers = (p as { buffers?: unknown }).buffers === true;
-						if (acpReviewer && acpReviewer !== was) notify(`Diffs are reviewed in ${acpReviewer} while its turn is open`);
+						const took = followers.heard(params);
+						if (took) notify(`Diffs are reviewed in ${took} while its turn is open`);
 					}
 				},
 				onSpawned: (log) => notify(`Started pi-ide-broker${log ? ` (log: ${log})` : ""}`),
@@ -246,7 +235,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		l.handle(Follow.CANCEL, async () => {
 			ctx?.abort();
 			// A prompt cancelled before its run began leaves no run to settle: answer it now.
-			if (ctx?.isIdle()) for (const w of settleWaiters.splice(0)) w(true);
+			if (ctx?.isIdle()) followers.settled(true);
 			return {};
 		});
 		link = l;
@@ -260,7 +249,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		const c = ctx;
 		if (!c) throw new Error("session not yet started");
 		if (!text.trim()) throw new Error("empty prompt");
-		const settled = new Promise<boolean>((done) => settleWaiters.push(done));
+		const settled = followers.untilSettled();
 		if (c.isIdle()) pi.sendUserMessage(text);
 		else pi.sendUserMessage(text, { deliverAs: "followUp" });
 		return { stopReason: follow.stopReason(await settled) };
@@ -347,7 +336,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	// editor's text instead of the disk's (the client's `fs/read_text_file`, through the
 	// broker), cut as pi's own `read` cuts a file: its offset/limit, its line and byte limits.
 	pi.on("tool_result", async (event, c) => {
-		if (event.toolName !== "read" || event.isError || !followedBuffers) return;
+		if (event.toolName !== "read" || event.isError || !followers.buffers) return;
 		if (event.content.some((b) => b.type !== "text")) return; // an image: no text to swap
 		const input = event.input as { path?: unknown; offset?: unknown; limit?: unknown };
 		if (typeof input?.path !== "string") return;
@@ -367,12 +356,11 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		return { content: [{ type: "text", text: `${note}\n${shown.text}` }], details: shown.details, isError: shown.isError };
 	});
 	pi.on("agent_settled", (event) => {
-		const aborted = Boolean((event as { aborted?: unknown }).aborted);
-		for (const w of settleWaiters.splice(0)) w(aborted);
+		followers.settled(Boolean((event as { aborted?: unknown }).aborted));
 	});
 
 	pi.on("session_shutdown", () => {
-		for (const w of settleWaiters.splice(0)) w(true);
+		followers.settled(true);
 		link?.close();
 		link = null;
 		reviewing = false;
@@ -482,75 +470,20 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		return verdict;
 	});
 
-	/** A write or edit reviewed where a reviewer is (a following ACP editor whose turn is
-	 * open, else the attached editor): `{block}` unless it was accepted. */
-	const reviewToolCall = async (
-		event: { toolCallId: string; toolName: string; input: unknown },
-		c: ExtensionContext,
-	): Promise<{ block: true; reason: string } | undefined> => {
-		if (event.toolName !== "write" && event.toolName !== "edit") return;
-		// An ACP editor whose turn is open reviews (the broker sends it the diff); else the
-		// attached editor.
-		if (!reviewing && !acpReviewer) return;
-		const l = link;
-		if (!l) return;
-		if (!l.attached && !acpReviewer && !(await attachedWithin(REATTACH_WAIT_MS))) {
-			return {
-				block: true,
-				reason: `The editor is not reachable right now (pi-ide-broker is reconnecting), so this ${event.toolName} was not reviewed and the file was NOT changed. Try the ${event.toolName} again in a moment.`,
-			};
-		}
-		const input = event.input as { path: string; content?: string; edits?: Edit[] };
-		const path = toolPath(c.cwd, input.path);
-		let original: string;
-		let proposed: string;
-		if (event.toolName === "write") {
-			original = await readFile(path, "utf8").catch(() => "");
-			proposed = String(input.content ?? "");
-		} else {
-			try {
-				original = await readFile(path, "utf8");
-			} catch {
-				return; // pi's edit tool reports the missing file itself
-			}
-			try {
-				proposed = applyEdits(original, input.edits ?? []);
-			} catch {
-				return; // pi's edit tool fails with the same reason; nothing to review
-			}
-		}
-		const tab = tabName(event.toolName, event.toolCallId);
-		let result: unknown;
-		try {
-			const args = { old_file_path: path, new_file_path: path, new_file_contents: proposed, tab_name: tab };
-			result = await l.callTool("openDiff", args, undefined, c.signal);
-		} catch (err) {
-			// pi stopped the turn (Esc, a follower's cancel) while the diff waited: the review is
-			// taken back (the broker closes it where it was shown) and the turn can end.
-			if (err instanceof RequestAborted) {
-				return { block: true, reason: `pi stopped before the ${event.toolName} of ${input.path} was reviewed; the file was NOT changed.` };
-			}
-			const why = err instanceof LinkLost ? "the connection to the editor was lost" : err instanceof Error ? err.message : String(err);
-			notify(`IDE diff failed: ${why}`, "warning");
-			return {
-				block: true,
-				reason: `The ${event.toolName} of ${input.path} could not be reviewed in the editor (${why}); the file was NOT changed. Try again once the editor is back, or ask the user.`,
-			};
-		}
-		void l.callTool("close_tab", { tab_name: tab }).catch(() => {});
-		const verdict = parseDiffResult(result);
-		if (verdict.kind === "undelivered") {
-			notify(`IDE diff failed: ${verdict.why}`, "warning");
-			return {
-				block: true,
-				reason: `The ${event.toolName} of ${input.path} could not be reviewed in the editor (${verdict.why}); the file was NOT changed. Try again once the editor is back, or ask the user.`,
-			};
-		}
-		if (verdict.kind === "rejected") return { block: true, reason: `The user rejected the ${event.toolName} of ${input.path} in the editor (${verdict.why}).` };
-		if (event.toolName === "write") input.content = verdict.text;
-		else input.edits = [{ oldText: original, newText: verdict.text }];
-		return undefined;
-	};
+	/** A write or edit reviewed where a reviewer is (`src/review.ts`). */
+	const reviewToolCall = (event: { toolCallId: string; toolName: string; input: unknown }, c: ExtensionContext) =>
+		reviewWrite(
+			{
+				link,
+				editorReviews: reviewing,
+				followerReviews: followers.reviewer !== null,
+				attachedWithin: () => attachedWithin(REATTACH_WAIT_MS),
+				notify: (text) => notify(text, "warning"),
+			},
+			event,
+			c.cwd,
+			c.signal,
+		);
 }
 
 /** `text` as pi's own `read` tool gives a file to the model (its `offset`/`limit`, its line and

@@ -35,12 +35,20 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../extensions/pi/src/follow.ts"),
     ),
     (
+        "src/followers.ts",
+        include_str!("../../../extensions/pi/src/followers.ts"),
+    ),
+    (
         "src/methods.ts",
         include_str!("../../../extensions/pi/src/methods.ts"),
     ),
     (
         "src/options.ts",
         include_str!("../../../extensions/pi/src/options.ts"),
+    ),
+    (
+        "src/review.ts",
+        include_str!("../../../extensions/pi/src/review.ts"),
     ),
     (
         "src/suggest.ts",
