@@ -285,3 +285,101 @@ proptest! {
         })?;
     }
 }
+
+/// A session of `door` in `cwd` with sticky key `key`, speaking native protocol `protocol`,
+/// last active at `stamp`.
+fn listed(
+    id: u64,
+    cwd: &str,
+    key: &str,
+    protocol: Option<u32>,
+    door: Door,
+    stamp: u64,
+) -> Arc<Session> {
+    let tracker = tokio_util::task::TaskTracker::new();
+    let (outbox, _) = piped(id, &tracker);
+    let intro = Intro {
+        door,
+        cwd: cwd.into(),
+        key: Some(key.into()),
+        editor: None,
+        remote: None,
+        pinned: false,
+        inherit: None,
+        dialect: crate::protocol::family::Family::Pi,
+        client: Some(crate::protocol::version::ClientInfo {
+            name: "pi-ide-broker-pi".into(),
+            version: None,
+            protocol,
+        }),
+        realm: None,
+    };
+    let (control, _) = tokio::sync::mpsc::unbounded_channel();
+    Arc::new(Session::new(id, &intro, outbox, control, stamp, None))
+}
+
+/// What `GET /v1/pi-sessions` lists and `acp` follows: native sessions of a protocol-2 client,
+/// in the folder or below it, the most recently active first; a key finds its session.
+#[tokio::test]
+async fn the_followable_sessions_of_a_folder_are_listed_latest_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = Arc::new(crate::sys::config::Config {
+        state_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    let reg = Registry::new(
+        config,
+        crate::registry::state::StateStore::load(dir.path()),
+        dir.path().join("sock"),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let old = listed(1, "/p", "old", Some(FOLLOW_PROTOCOL), Door::Native, 5);
+    let new = listed(
+        2,
+        "/p/sub",
+        "new",
+        Some(FOLLOW_PROTOCOL + 1),
+        Door::Native,
+        9,
+    );
+    let v1 = listed(3, "/p", "v1", Some(FOLLOW_PROTOCOL - 1), Door::Native, 10);
+    let unknown = listed(4, "/p", "unknown", None, Door::Native, 11);
+    let stdio = listed(5, "/p", "stdio", Some(FOLLOW_PROTOCOL), Door::Stdio, 12);
+    let elsewhere = listed(
+        6,
+        "/q",
+        "elsewhere",
+        Some(FOLLOW_PROTOCOL),
+        Door::Native,
+        13,
+    );
+    for s in [&old, &new, &v1, &unknown, &stdio, &elsewhere] {
+        reg.add_session(s.clone());
+    }
+    assert!(followable(&old) && followable(&new));
+    assert!(!followable(&v1) && !followable(&unknown) && !followable(&stdio));
+    let keys = |found: Vec<Arc<Session>>| -> Vec<String> {
+        found.iter().filter_map(|s| s.key.clone()).collect()
+    };
+    assert_eq!(
+        keys(candidates(&reg, std::path::Path::new("/p"))),
+        ["new", "old"]
+    );
+    assert_eq!(
+        keys(candidates(&reg, std::path::Path::new("/p/sub"))),
+        ["new"]
+    );
+    assert!(candidates(&reg, std::path::Path::new("/r")).is_empty());
+    assert_eq!(by_key(&reg, "old").map(|s| s.id), Some(1));
+    assert!(
+        by_key(&reg, "v1").is_none(),
+        "an unfollowable session is not found by its key"
+    );
+    assert!(by_key(&reg, "nobody").is_none());
+    let d = describe(&old);
+    assert_eq!(d["session"], "old");
+    assert_eq!(d["cwd"], "/p");
+    assert_eq!(d["followers"], 0);
+    assert!(d["since"].as_u64().is_some_and(|t| t > 0));
+    reg.cancel.cancel();
+}
