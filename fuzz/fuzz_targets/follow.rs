@@ -9,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 use pi_ide_broker::protocol::family::Family;
 use pi_ide_broker::protocol::jsonrpc::{self, Incoming};
 use pi_ide_broker::session::follow;
-use pi_ide_broker::session::handle::{Door, Follower, Intro, Session};
+use pi_ide_broker::registry::session::{Door, Follower, Intro, Session};
 use pi_ide_broker::wire::outbox::Outbox;
 use pi_ide_broker::wire::wsframe::{FrameWriter, Role};
 use std::sync::atomic::Ordering;

@@ -9,9 +9,9 @@
 //! Leftovers of a crashed broker carry our marker and a dead pid: they are cleaned at start.
 //! Files without the marker are never touched.
 
-use super::limits::HandshakeSlot;
 use super::per_editor::{self, Entry, PerEditor};
 use crate::protocol::family::Family;
+use crate::registry::limits::HandshakeSlot;
 use crate::registry::Registry;
 use crate::session::{Door, Intro};
 use crate::sys::secret::Token;

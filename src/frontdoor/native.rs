@@ -72,7 +72,7 @@ fn admit(stream: &tokio::net::UnixStream, reg: &Registry, socket: &Socket) -> Re
 async fn connection(
     stream: tokio::net::UnixStream,
     reg: Arc<Registry>,
-    permit: super::limits::HandshakeSlot,
+    permit: crate::registry::limits::HandshakeSlot,
     peer: Arc<Peer>,
     seen: Arc<Seen>,
 ) {

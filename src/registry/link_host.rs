@@ -6,7 +6,7 @@
 use crate::editor::lockdir::LockEvent;
 use crate::editor::lockfile::{self};
 use crate::editor::{Delegation, Editor, LinkHost};
-use crate::session::handle::Session;
+use crate::registry::session::Session;
 use crate::sys::config::Config;
 use crate::sys::sync::lock;
 use serde_json::{json, Map, Value};
@@ -88,7 +88,7 @@ impl LinkHost for Registry {
             .iter()
             .filter(|s| s.editor_id().as_deref() == Some(editor.id.as_str()))
             // Gemini CLI cannot answer editor-initiated requests (`getSuggestions`).
-            .filter(|s| s.door != crate::session::handle::Door::Gemini)
+            .filter(|s| s.door != crate::registry::session::Door::Gemini)
             // Nor can a session whose handshake is not done yet.
             .filter(|s| s.greeted.load(Ordering::Acquire))
             .max_by_key(|s| s.last_active.load(Ordering::Relaxed))

@@ -3,17 +3,21 @@
 //! Editors appearing, restarting (successors) and vanishing (`admission`, ids from
 //! `identity`); sessions placed, attached and detached (`router`); what survives a restart
 //! (`state`); the link task's host (`link_host`). DashMap guards are never held across an
-//! `.await`. Uses `editor`, `session::handle`, `frontdoor::limits` and everything below them.
+//! `.await`. The session as the registry holds it (`session`) and the connection caps
+//! (`limits`) sit lower than the rest of it: the doors and the session task use them.
+//! Uses `editor` and everything below it.
 
 mod admission;
 pub mod identity;
+pub mod limits;
 mod link_host;
 pub mod router;
+pub mod session;
 pub mod state;
 
 use crate::editor::Editor;
+use crate::registry::session::{Control, Session};
 use crate::registry::state::StateStore;
-use crate::session::handle::{Control, Session};
 use crate::sys::config::Config;
 use crate::sys::sync::lock;
 use dashmap::DashMap;
@@ -80,7 +84,7 @@ pub struct Registry {
     /// Ourselves, for handing `Arc<dyn LinkHost>` to link tasks.
     me: Weak<Registry>,
     /// Caps on connections in the handshake and on live sessions, for every door.
-    pub limits: crate::frontdoor::limits::Limits,
+    pub limits: crate::registry::limits::Limits,
     /// Where process liveness, start times and the loss clock come from.
     facts: Arc<dyn ProcessFacts>,
     /// False only in the registry's model test, which plays the links' part itself.
@@ -109,7 +113,7 @@ impl Registry {
         spawn_links: bool,
     ) -> Arc<Self> {
         let limits =
-            crate::frontdoor::limits::Limits::new(config.max_handshakes, config.max_sessions);
+            crate::registry::limits::Limits::new(config.max_handshakes, config.max_sessions);
         let home = config
             .home
             .clone()

@@ -17,7 +17,7 @@ use crate::editor::lockdir::LockEvent;
 use crate::editor::lockfile::Lockfile;
 use crate::editor::{LinkHost, LinkState};
 use crate::protocol::family::Family;
-use crate::session::handle::{Door, Intro};
+use crate::registry::session::{Door, Intro};
 use crate::wire::outbox::Outbox;
 use crate::wire::wsframe::{FrameWriter, Role};
 use proptest::prelude::*;

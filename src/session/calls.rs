@@ -14,8 +14,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::handle::Progress;
 use super::{cancel_request, Session};
+use crate::registry::session::Progress;
 
 /// The hot path: a well-formed `tools/call` of a local session to an editor of its own dialect
 /// goes upstream with the client's params bytes spliced in, without building a JSON tree (a

@@ -8,9 +8,9 @@
 //! instead of to the editor. The session's extension learns who follows from
 //! `broker/followers`. Nothing here reads a transcript: the frames pass as they came.
 
-use super::handle::Follower;
 use super::Session;
 use crate::protocol::jsonrpc::{self, follow, Incoming};
+use crate::registry::session::Follower;
 use crate::registry::Registry;
 use crate::sys::sync::lock;
 use crate::wire::outbox::{Outbox, SessionSink};

@@ -2,7 +2,7 @@
 //!
 //! The task (here) reads the client's frames and the broker's notices: id rewriting both ways,
 //! the diffs and editor requests it owns, selection replay, notification fan-in; `calls` sends
-//! the client's requests on; `handle` is the session as everyone else sees it (below the
+//! the client's requests on; `registry::session` is the session as everyone else sees it (below the
 //! registry). Uses `registry`, `editor` and everything below them.
 
 use crate::protocol::jsonrpc::{self};
@@ -19,12 +19,11 @@ use std::time::Duration;
 use tokio::io::AsyncRead;
 use tokio::sync::{mpsc, watch};
 
-pub use handle::{Control, Door, Follower, Intro, Session};
+pub use crate::registry::session::{Control, Door, Follower, Intro, Session};
 
 mod calls;
 use calls::{current_editor, on_client_text};
 pub mod follow;
-pub mod handle;
 
 /// Runs a session on an upgraded WebSocket (its two halves) until either side closes or the
 /// broker stops.

@@ -8,8 +8,8 @@
 //! bounded, and a connection holds a handshake place until its first request has arrived.
 
 use super::session::{Command, McpSession};
-use crate::frontdoor::limits::HandshakeSlot;
 use crate::protocol::era;
+use crate::registry::limits::HandshakeSlot;
 use crate::registry::Registry;
 use crate::sys::secret::Token;
 use http_body_util::combinators::BoxBody;

@@ -7,7 +7,7 @@
 //! its call id, and a follower that leaves answers each diff it held as not reviewed.
 
 use super::*;
-use crate::session::handle::{Door, Intro};
+use crate::registry::session::{Door, Intro};
 use crate::wire::wsframe::{FrameWriter, Role};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
