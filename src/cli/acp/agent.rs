@@ -4,6 +4,10 @@
 //! session follows one pi session through the broker (`session::follow`). `mod.rs` does the
 //! I/O: it reads lines, performs the [`Out`]s and feeds the results back.
 
+use super::messages::{
+    cancel_request, initialize_result, invalid, ready, session_update, text_block,
+};
+use super::prompt::{fresh_parts, prompt_parts};
 use crate::protocol::jsonrpc::{self, follow, Incoming};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -121,11 +125,6 @@ pub struct Agent {
     /// The folder of each ACP session, as listed or loaded: its title.
     cwds: HashMap<String, String>,
     next_id: u64,
-}
-
-/// An ACP content block of text.
-fn text_block(text: &str) -> Value {
-    json!({"type": "text", "text": text})
 }
 
 impl Agent {
@@ -741,51 +740,6 @@ impl Agent {
     }
 }
 
-/// What `initialize` answers: ACP v1, history loading, text prompts only.
-fn initialize_result() -> Value {
-    json!({
-        "protocolVersion": ACP_VERSION,
-        "agentCapabilities": {
-            "loadSession": true,
-            "promptCapabilities": {"image": false, "audio": false, "embeddedContext": false},
-            "mcpCapabilities": {"http": false, "sse": false},
-            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
-        },
-        "agentInfo": {"name": "pi-ide-broker", "title": "pi (via pi-ide-broker)", "version": env!("CARGO_PKG_VERSION")},
-        "authMethods": [],
-    })
-}
-
-/// `session/update` for ACP session `key`.
-fn session_update(key: &str, update: Value) -> Out {
-    Out::Client(jsonrpc::notification(
-        "session/update",
-        json!({"sessionId": key, "update": update}),
-    ))
-}
-
-/// ACP's `$/cancel_request` for a request of ours the client has not answered: it closes the
-/// permission where the client knows the notification (others ignore it, and their late
-/// answer finds nothing).
-fn cancel_request(ours: &str) -> Out {
-    Out::Client(jsonrpc::notification(
-        "$/cancel_request",
-        json!({"requestId": ours}),
-    ))
-}
-
-/// `follow/review {ready}` on `key`'s connection.
-fn ready(key: &str, ready: bool) -> Out {
-    Out::Broker(
-        key.to_string(),
-        jsonrpc::notification(follow::READY, json!({"ready": ready})),
-    )
-}
-
-fn invalid(id: &Value, message: &str) -> Out {
-    Out::Client(jsonrpc::error(id, jsonrpc::INVALID_PARAMS, message))
-}
-
 fn param_str<'m>(msg: &'m Map<String, Value>, key: &str) -> Option<&'m str> {
     msg.get("params")?.get(key)?.as_str()
 }
@@ -795,48 +749,6 @@ fn error_text(e: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or("the pi session answered an error")
         .to_string()
-}
-
-/// A prompt's text: its text blocks, and the paths of its resource links as `@path`, joined
-/// by spaces (Zed puts a mention between two text blocks).
-pub fn prompt_text(blocks: Option<&Value>) -> String {
-    prompt_parts(blocks).0.join(" ")
-}
-
-/// A prompt's parts, one per block carried (its text blocks, its resource links as `@path`),
-/// and the types of the blocks it cannot carry (an image, audio, an embedded resource).
-fn prompt_parts(blocks: Option<&Value>) -> (Vec<String>, Vec<String>) {
-    let (mut parts, mut unsent) = (Vec::new(), Vec::new());
-    for b in blocks.and_then(Value::as_array).into_iter().flatten() {
-        match b.get("type").and_then(Value::as_str) {
-            Some("text") => parts.extend(b.get("text").and_then(Value::as_str).map(str::to_owned)),
-            Some("resource_link") => parts.extend(
-                b.get("uri")
-                    .and_then(Value::as_str)
-                    .map(|u| format!("@{}", u.strip_prefix("file://").unwrap_or(u))),
-            ),
-            Some(other) => unsent.push(other.to_string()),
-            None => unsent.push("a block without a type".to_string()),
-        }
-    }
-    parts.retain(|p| !p.trim().is_empty());
-    (parts, unsent)
-}
-
-/// The parts of a prompt that are new: leading parts this thread already sent to pi, or a
-/// `follow` word, are a client re-sending unfinished messages (CodeCompanion re-sends a
-/// cancelled one with the next) and are dropped; the last part always stays.
-fn fresh_parts<'p>(parts: &'p [String], sent: &std::collections::VecDeque<String>) -> &'p [String] {
-    let mut start = 0;
-    while start + 1 < parts.len() {
-        let p = parts[start].trim();
-        if FOLLOW_WORDS.contains(&p.to_lowercase().as_str()) || sent.iter().any(|s| s == p) {
-            start += 1;
-        } else {
-            break;
-        }
-    }
-    &parts[start..]
 }
 
 #[cfg(test)]

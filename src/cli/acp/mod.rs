@@ -8,8 +8,11 @@
 //! the state; this module does the I/O.
 
 mod agent;
+mod messages;
+mod prompt;
 
-pub use agent::{prompt_text, Agent, Out, Purpose, ACP_VERSION, FOLLOW_WORDS};
+pub use agent::{Agent, Out, Purpose, ACP_VERSION, FOLLOW_WORDS};
+pub use prompt::prompt_text;
 
 use crate::cli::client::ClientError;
 use crate::cli::mcp::{CappedLines, Line};
