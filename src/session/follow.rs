@@ -231,7 +231,8 @@ fn set_reviewing(session: &Session, f: &Follower, ready: bool) {
             session.reviewers.fetch_sub(1, Ordering::AcqRel);
         }
     }
-    if was != ready || session.reviewer().map(|r| r.id) != before {
+    // What the session is told (how many follow, who reviews) changes only with the reviewer.
+    if session.reviewer().map(|r| r.id) != before {
         tell_session(session);
     }
 }

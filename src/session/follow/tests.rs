@@ -383,3 +383,55 @@ async fn the_followable_sessions_of_a_folder_are_listed_latest_first() {
     assert!(d["since"].as_u64().is_some_and(|t| t > 0));
     reg.cancel.cancel();
 }
+
+/// A follower's request: one the follow protocol forwards goes to the session under a
+/// `follow-…` id (and is forgotten when the follower leaves); any other is refused to it; and
+/// with the session gone, the follower hears so.
+#[tokio::test]
+async fn a_followers_requests_are_forwarded_refused_or_answered_as_gone() {
+    let mut h = Harness::new();
+    h.step(&Op::Attach).await.expect("attach");
+    h.step(&Op::Attach).await.expect("attach");
+    let (a, b) = (h.followers[&10].0.clone(), h.followers[&11].0.clone());
+    let prompt = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": follow::PROMPT, "params": {"text": "hi"}})
+            .to_string()
+    };
+    on_follower_text(&h.session, &a, &prompt(1));
+    on_follower_text(&h.session, &b, &prompt(2));
+    assert_eq!(
+        h.session.forwarded_to().len(),
+        2,
+        "both prompts went on to the session"
+    );
+    let stray =
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {}}).to_string();
+    on_follower_text(&h.session, &a, &stray);
+    assert_eq!(
+        h.session.forwarded_to().len(),
+        2,
+        "a method the protocol does not forward went on"
+    );
+    let (_, mut peer_a) = h.followers.remove(&10).expect("a");
+    let refused = peer_a.answer(3).await;
+    assert_eq!(
+        refused["error"]["code"],
+        jsonrpc::METHOD_NOT_FOUND,
+        "{refused}"
+    );
+    let_go(&h.session, &a);
+    assert_eq!(
+        h.session.forwarded_to(),
+        vec![11],
+        "only the leaving follower's call is forgotten"
+    );
+    // The session's connection ends: its outbox refuses from now on.
+    h.session
+        .outbox
+        .finish(std::time::Duration::from_millis(50))
+        .await;
+    let (_, mut peer_b) = h.followers.remove(&11).expect("b");
+    on_follower_text(&h.session, &b, &prompt(4));
+    let gone = peer_b.answer(4).await;
+    assert_eq!(gone["error"]["code"], jsonrpc::NO_EDITOR, "{gone}");
+}
