@@ -212,11 +212,11 @@ pub fn on_follower_text(session: &Session, f: &Follower, text: &str) {
 /// Marks `f` ready (or not) to review; the latest to open its turn reviews first. A turn
 /// opened again while one was open (a client's second prompt ends its first) is the latest.
 fn set_reviewing(session: &Session, f: &Follower, ready: bool) {
+    let before = session.reviewer().map(|r| r.id);
     let was = f.reviewing.swap(ready, Ordering::AcqRel);
     if was == ready && !ready {
         return;
     }
-    let before = session.reviewer().map(|r| r.id);
     {
         let mut list = lock(&session.followers);
         if ready {

@@ -38,8 +38,13 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A pipe's reading end, as the peer of an outbox reads it.
-struct Peer(FrameReader<DuplexStream>, BTreeMap<u64, Value>);
+/// A pipe's reading end, as the peer of an outbox reads it: the answers by id, and the last
+/// `broker/followers` notice.
+struct Peer(
+    FrameReader<DuplexStream>,
+    BTreeMap<u64, Value>,
+    Option<Value>,
+);
 
 impl Peer {
     /// The answer to call `id` (bounded wait), the frames before it kept by their ids.
@@ -53,12 +58,34 @@ impl Peer {
                     panic!("the pipe ended before the answer to {id}");
                 };
                 let v: Value = serde_json::from_str(t).expect("a JSON frame");
-                if let Some(n) = v["id"].as_u64() {
-                    self.1.insert(n, v);
-                }
+                self.keep(v);
             }
         })
         .await
+    }
+
+    fn keep(&mut self, v: Value) {
+        if v["method"] == follow::FOLLOWERS {
+            self.2 = Some(v["params"].clone());
+        } else if let Some(n) = v["id"].as_u64() {
+            self.1.insert(n, v);
+        }
+    }
+
+    /// The session's view of its followers once it equals `want` (frames read for at most
+    /// 2 s): the last `broker/followers` it was sent.
+    async fn followers_notice(&mut self, want: &Value) -> Option<Value> {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+            while self.2.as_ref() != Some(want) {
+                let Ok(Some(Frame::Text(t))) = self.0.next().await else {
+                    return;
+                };
+                let v: Value = serde_json::from_str(t).expect("a JSON frame");
+                self.keep(v);
+            }
+        })
+        .await;
+        self.2.clone()
     }
 }
 
@@ -73,7 +100,7 @@ fn piped(id: u64, tracker: &tokio_util::task::TaskTracker) -> (Outbox, Peer) {
         tracker,
     );
     let reader = FrameReader::new(theirs, Role::Client, 1 << 20, &[]);
-    (outbox, Peer(reader, BTreeMap::new()))
+    (outbox, Peer(reader, BTreeMap::new(), None))
 }
 
 /// The model: followers in attach order, whose turns are open, and who holds which diff.
@@ -231,12 +258,23 @@ impl Harness {
                 );
             }
         }
-        self.check()
+        self.check().await
     }
 
     /// What the followers were sent matches who holds which diff; the session's view of
-    /// reviewers matches the model's.
-    fn check(&mut self) -> Result<(), TestCaseError> {
+    /// reviewers matches the model's, and so does what it was last told of its followers.
+    async fn check(&mut self) -> Result<(), TestCaseError> {
+        if !self.model.attached.is_empty() {
+            let reviewer = self.model.reviewer().map(|id| format!("f{id}"));
+            let want =
+                json!({"count": self.model.attached.len(), "reviewer": reviewer, "buffers": false});
+            let told = self.session_peer.followers_notice(&want).await;
+            prop_assert_eq!(
+                told.as_ref(),
+                Some(&want),
+                "what the session was told of its followers"
+            );
+        }
         let want = self.model.reviewer();
         prop_assert_eq!(self.session.reviewer().map(|f| f.id), want, "the reviewer");
         prop_assert_eq!(
