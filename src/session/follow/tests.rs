@@ -64,6 +64,23 @@ impl Peer {
         .await
     }
 
+    /// The next frame matching `pred` (bounded wait), the others kept as `keep` keeps them.
+    async fn until(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        crate::testkit::within(what, async {
+            loop {
+                let Ok(Some(Frame::Text(t))) = self.0.next().await else {
+                    panic!("the pipe ended before {what}");
+                };
+                let v: Value = serde_json::from_str(t).expect("a JSON frame");
+                if pred(&v) {
+                    return v;
+                }
+                self.keep(v);
+            }
+        })
+        .await
+    }
+
     fn keep(&mut self, v: Value) {
         if v["method"] == follow::FOLLOWERS {
             self.2 = Some(v["params"].clone());
@@ -472,4 +489,104 @@ async fn a_followers_requests_are_forwarded_refused_or_answered_as_gone() {
     on_follower_text(&h.session, &b, &prompt(4));
     let gone = peer_b.answer(4).await;
     assert_eq!(gone["error"]["code"], jsonrpc::NO_EDITOR, "{gone}");
+}
+
+/// The session's side of following: its transcript to every follower, a follower's answer to
+/// a forwarded prompt back under the follower's own id, a buffer read asked of a follower that
+/// reads buffers (answered naming it) and refused with none, a diff withdrawn, and a malformed
+/// verdict never taken for one.
+#[tokio::test]
+async fn the_sessions_side_fans_out_answers_reads_and_withdraws() {
+    let mut h = Harness::new();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let (outbox, mut reader_peer) = piped(20, &tracker);
+    let reader = Arc::new(Follower::new(20, "Zed".into(), outbox, true));
+    join(&h.session, reader.clone());
+    let (outbox, mut plain_peer) = piped(21, &tracker);
+    let plain = Arc::new(Follower::new(21, "CodeCompanion".into(), outbox, false));
+    join(&h.session, plain.clone());
+    // Fan-out: an update reaches every follower as it came.
+    let update = jsonrpc::notification(follow::UPDATE, json!({"update": {"n": 1}}));
+    fan_out(&h.session, &update);
+    let got = reader_peer
+        .until("the update", |m| m["method"] == follow::UPDATE)
+        .await;
+    assert_eq!(got["params"]["update"]["n"], 1);
+    plain_peer
+        .until("the update, to the other follower", |m| {
+            m["method"] == follow::UPDATE
+        })
+        .await;
+    // A forwarded prompt's answer goes back under the follower's own id.
+    let prompt =
+        json!({"jsonrpc": "2.0", "id": 7, "method": follow::PROMPT, "params": {"text": "hi"}})
+            .to_string();
+    on_follower_text(&h.session, &plain, &prompt);
+    let sent = h
+        .session_peer
+        .until("the prompt, forwarded", |m| m["method"] == follow::PROMPT)
+        .await;
+    let ours = sent["id"].clone();
+    assert!(is_forwarded(&ours) && !is_forwarded(&json!(7)) && !is_forwarded(&json!("review-1")));
+    let mut answer = serde_json::Map::new();
+    answer.insert("jsonrpc".into(), json!("2.0"));
+    answer.insert("result".into(), json!({"stopReason": "end_turn"}));
+    answer_forwarded(&h.session, &ours, answer);
+    let back = plain_peer.answer(7).await;
+    assert_eq!(back["result"]["stopReason"], "end_turn");
+    // A buffer read goes to the follower that reads buffers, and its answer names it.
+    read(&h.session, json!(31), Some(&json!({"path": "/p/a.txt"})));
+    let ask = reader_peer
+        .until("the buffer read", |m| m["method"] == follow::READ_BUFFER)
+        .await;
+    assert_eq!(ask["params"]["path"], "/p/a.txt");
+    let text =
+        json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"content": "unsaved"}}).to_string();
+    on_follower_text(&h.session, &reader, &text);
+    let read_back = h.session_peer.answer(31).await;
+    assert_eq!(
+        read_back["result"],
+        json!({"content": "unsaved", "editor": "Zed"})
+    );
+    read(&h.session, json!(32), None);
+    assert_eq!(
+        h.session_peer.answer(32).await["error"]["code"],
+        jsonrpc::INVALID_PARAMS
+    );
+    // A malformed verdict is no verdict: the diff is answered as not reviewed.
+    let params = json!({"name": "openDiff", "arguments": {"tab_name": "t"}});
+    review(&h.session, &reader, json!(41), "t".into(), Some(&params));
+    let asked = reader_peer
+        .until("the review", |m| m["method"] == follow::REVIEW)
+        .await;
+    let bad = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"nothing": true}}).to_string();
+    on_follower_text(&h.session, &reader, &bad);
+    let verdict = h.session_peer.answer(41).await;
+    assert!(
+        verdict["result"]["_meta"]["pi-ide-broker/undelivered"].is_string(),
+        "{verdict}"
+    );
+    // A diff the session takes back is withdrawn from its follower, once.
+    review(&h.session, &reader, json!(42), "t2".into(), Some(&params));
+    let asked = reader_peer
+        .until("the second review", |m| m["method"] == follow::REVIEW)
+        .await;
+    assert!(
+        !withdraw(&h.session, &json!(99)),
+        "no follower holds call 99"
+    );
+    assert!(withdraw(&h.session, &json!(42)));
+    let told = reader_peer
+        .until("the withdrawal", |m| m["method"] == jsonrpc::CANCELLED)
+        .await;
+    assert_eq!(told["params"]["requestId"], asked["id"]);
+    assert!(lock(&reader.reviews).is_empty());
+    assert!(!withdraw(&h.session, &json!(42)), "withdrawn once");
+    // With no follower reading buffers, a read is refused.
+    let_go(&h.session, &reader);
+    read(&h.session, json!(33), Some(&json!({"path": "/p/a.txt"})));
+    assert_eq!(
+        h.session_peer.answer(33).await["error"]["code"],
+        jsonrpc::NO_EDITOR
+    );
 }
