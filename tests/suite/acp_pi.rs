@@ -29,6 +29,19 @@ pub(crate) struct FollowedPi {
     pub key: String,
 }
 
+/// `pi-ide-broker acp` on the broker's socket, initialized (it reads buffers), with a new
+/// thread that follows the pi session in `proj` (asserted to be the one with `key`).
+pub(crate) async fn acp_following(b: &TestBroker, proj: &std::path::Path, key: &str) -> AcpClient {
+    let mut cmd = Command::new(broker_bin());
+    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
+    isolate(&mut cmd, b.dir.path());
+    let mut c = AcpClient::spawn(&mut cmd);
+    c.initialize(true, true).await;
+    let new = c.new_session(&proj.display().to_string()).await;
+    assert_eq!(new["result"]["sessionId"], key, "{new}");
+    c
+}
+
 /// [`FollowedPi`] started, or `None` (said) where pi is not installed.
 pub(crate) async fn followed_pi() -> Option<FollowedPi> {
     followed_pi_with(|_, _| {}).await
@@ -81,14 +94,7 @@ async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
         return;
     };
 
-    let mut cmd = Command::new(broker_bin());
-    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
-    isolate(&mut cmd, b.dir.path());
-    let mut c = AcpClient::spawn(&mut cmd);
-    c.initialize(true, true).await;
-    let cwd = proj.display().to_string();
-    let new = c.new_session(&cwd).await;
-    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let mut c = acp_following(&b, &proj, &key).await;
 
     // Mirror: a turn typed in pi's terminal shows in the thread's open (watching) turn.
     let watch = c.prompt(&key, "follow").await;
@@ -283,13 +289,7 @@ async fn a_huge_file_with_unsaved_changes_is_read_within_pis_limit() {
     else {
         return;
     };
-    let mut cmd = Command::new(broker_bin());
-    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
-    isolate(&mut cmd, b.dir.path());
-    let mut c = AcpClient::spawn(&mut cmd);
-    c.initialize(true, true).await;
-    let new = c.new_session(&proj.display().to_string()).await;
-    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let mut c = acp_following(&b, &proj, &key).await;
     let numbered =
         |word: &str, n: usize| -> String { (1..=n).map(|i| format!("{word} {i}\n")).collect() };
     let big = proj.join("big.txt");
@@ -366,13 +366,7 @@ async fn a_permission_left_unanswered_never_wedges_a_cancel_or_pis_abort() {
     else {
         return;
     };
-    let mut cmd = Command::new(broker_bin());
-    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
-    isolate(&mut cmd, b.dir.path());
-    let mut c = AcpClient::spawn(&mut cmd);
-    c.initialize(true, true).await;
-    let new = c.new_session(&proj.display().to_string()).await;
-    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let mut c = acp_following(&b, &proj, &key).await;
     let file = proj.join("never.txt");
 
     // The client's cancel, the permission unanswered.
@@ -452,13 +446,7 @@ async fn a_write_with_a_follower_but_no_turn_and_no_editor_is_pis_own() {
     else {
         return;
     };
-    let mut cmd = Command::new(broker_bin());
-    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
-    isolate(&mut cmd, b.dir.path());
-    let mut c = AcpClient::spawn(&mut cmd);
-    c.initialize(true, true).await;
-    let new = c.new_session(&proj.display().to_string()).await;
-    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let mut c = acp_following(&b, &proj, &key).await;
     model.push(Reply::Tool {
         name: "write".into(),
         args: json!({"path": "free.txt", "content": "written\n"}),
@@ -510,13 +498,7 @@ async fn a_resent_unfinished_message_is_not_run_again() {
     else {
         return;
     };
-    let mut cmd = Command::new(broker_bin());
-    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
-    isolate(&mut cmd, b.dir.path());
-    let mut c = AcpClient::spawn(&mut cmd);
-    c.initialize(true, true).await;
-    let new = c.new_session(&proj.display().to_string()).await;
-    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let mut c = acp_following(&b, &proj, &key).await;
     let watch = c.prompt(&key, "follow").await;
     c.cancel(&key).await;
     c.answer(&watch).await;
@@ -583,18 +565,8 @@ async fn a_second_follower_sees_the_first_ones_prompt() {
     else {
         return;
     };
-    let spawn = || {
-        let mut cmd = Command::new(broker_bin());
-        cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
-        isolate(&mut cmd, b.dir.path());
-        AcpClient::spawn(&mut cmd)
-    };
-    let (mut first, mut second) = (spawn(), spawn());
-    for c in [&mut first, &mut second] {
-        c.initialize(true, true).await;
-        let new = c.new_session(&proj.display().to_string()).await;
-        assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
-    }
+    let mut first = acp_following(&b, &proj, &key).await;
+    let mut second = acp_following(&b, &proj, &key).await;
     b.wait_status("two followers", |st| {
         st["sessions"].as_array().is_some_and(|s| {
             s.iter()
@@ -651,13 +623,7 @@ async fn mirror_latency() {
     else {
         return;
     };
-    let mut cmd = Command::new(broker_bin());
-    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
-    isolate(&mut cmd, b.dir.path());
-    let mut c = AcpClient::spawn(&mut cmd);
-    c.initialize(true, true).await;
-    let new = c.new_session(&proj.display().to_string()).await;
-    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let mut c = acp_following(&b, &proj, &key).await;
     let _watch = c.prompt(&key, "follow").await;
     let mut lags_us: Vec<i64> = Vec::new();
     for i in 0..40 {
@@ -735,13 +701,7 @@ async fn chaos_rounds_of_reviews_restarts_and_cancels_always_let_pi_settle() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
-    let mut cmd = Command::new(broker_bin());
-    cmd.arg("acp").env("PI_IDE_BROKER_SOCKET", &b.socket);
-    isolate(&mut cmd, b.dir.path());
-    let mut c = AcpClient::spawn(&mut cmd);
-    c.initialize(true, true).await;
-    let new = c.new_session(&proj.display().to_string()).await;
-    assert_eq!(new["result"]["sessionId"], key.as_str(), "{new}");
+    let mut c = acp_following(&b, &proj, &key).await;
     let order = [
         Chaos::RestartThenReject,
         Chaos::Allow,

@@ -764,6 +764,119 @@ async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
     );
 }
 
+/// A real Claude Code from `var` (set by `.ci/run`), or `None` after saying it is missing.
+fn claude_from(var: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os(var).map(std::path::PathBuf::from);
+    if found.is_none() {
+        crate::common::cannot_run(&format!("Claude Code: set {var} (bash .ci/run does)"));
+    }
+    found
+}
+
+/// `pi-ide-broker mcp` for `/srv/cc`, as an MCP config's server command in `root`: the door
+/// itself, or (with `tee` logs) a wrapper that copies what the client sends into `tee.0` and
+/// what the door answers into `tee.1`.
+fn door_config(
+    root: &std::path::Path,
+    tee: Option<(&std::path::Path, &std::path::Path)>,
+) -> std::path::PathBuf {
+    let args = [
+        "mcp",
+        "--cwd",
+        "/srv/cc",
+        "--no-spawn",
+        "--dialect",
+        "claude",
+    ];
+    let server = match tee {
+        None => json!({"command": broker_bin(), "args": args}),
+        Some((input, output)) => {
+            let door = root.join("door.sh");
+            std::fs::write(
+                &door,
+                format!(
+                    "#!/bin/sh\ntee -a '{}' | '{}' {} | tee -a '{}'\n",
+                    input.display(),
+                    broker_bin().display(),
+                    args.join(" "),
+                    output.display()
+                ),
+            )
+            .expect("write the door wrapper");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&door, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            json!({"command": door, "args": []})
+        }
+    };
+    let config = root.join("mcp.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"editor": server}}).to_string(),
+    )
+    .expect("write the MCP config");
+    config
+}
+
+/// Claude Code headless (`-p prompt`) in a fresh HOME under `root`, with only the MCP servers
+/// of `config`, its model at `127.0.0.1:model_port`, the broker at `socket`; `tools` allowed
+/// without asking. Output is the caller's to wire.
+fn claude_command(
+    claude: &std::path::Path,
+    root: &std::path::Path,
+    prompt: &str,
+    config: &std::path::Path,
+    model_port: u16,
+    socket: &std::path::Path,
+    tools: &[&str],
+) -> Command {
+    let home = root.join("claude-home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let mut cmd = Command::new(claude);
+    cmd.args(["-p", prompt, "--strict-mcp-config", "--mcp-config"])
+        .arg(config)
+        .current_dir(root)
+        .env("HOME", &home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .env("ANTHROPIC_API_KEY", "sk-test-not-a-key")
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{model_port}"),
+        )
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("PI_IDE_BROKER_SOCKET", socket)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    if !tools.is_empty() {
+        cmd.args(["--output-format", "json", "--allowedTools"])
+            .arg(tools.join(","));
+    }
+    cmd
+}
+
+/// The diff open in the fake editor, once there is exactly one (bounded wait).
+async fn the_open_diff(fe: &FakeEditor, what: &str) -> String {
+    pi_ide_broker::testkit::eventually(what, || {
+        let open = fe.pending_diffs();
+        (open.len() == 1).then(|| open[0].clone())
+    })
+    .await
+}
+
+/// Claude Code's run to its end: it succeeded, and its stdout.
+async fn claude_finished(child: tokio::process::Child) -> String {
+    let out =
+        pi_ide_broker::testkit::within_start("Claude Code's answer", child.wait_with_output())
+            .await
+            .expect("Claude Code ran");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// The real Claude Code (2.1.332, `PI_IDE_BROKER_CLAUDE`, pinned by `.ci/run`) starting with
 /// `pi-ide-broker mcp` as its MCP server: its transcript (what crossed the door, teed) opens
 /// with `server/discover` at 2026-07-28, is answered by the broker, and goes on in the modern
@@ -771,53 +884,17 @@ async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
 /// Claude Code connects its MCP servers at start, before any model call.
 #[tokio::test]
 async fn claude_code_speaks_the_modern_era_through_the_door_with_no_fallback() {
-    let Some(claude) = std::env::var_os("PI_IDE_BROKER_CLAUDE").map(std::path::PathBuf::from)
-    else {
-        crate::common::cannot_run("Claude Code: set PI_IDE_BROKER_CLAUDE (bash .ci/run does)");
+    let Some(claude) = claude_from("PI_IDE_BROKER_CLAUDE") else {
         return;
     };
     let b = TestBroker::start().await;
     let (_fe, _) = b.editor(&["/srv/cc"]).await;
     let root = b.dir.path().to_path_buf();
     let (input, output) = (root.join("door-in.log"), root.join("door-out.log"));
-    let door = root.join("door.sh");
-    std::fs::write(
-        &door,
-        format!(
-            "#!/bin/sh\ntee -a '{}' | '{}' mcp --cwd /srv/cc --no-spawn --dialect claude | tee -a '{}'\n",
-            input.display(),
-            broker_bin().display(),
-            output.display()
-        ),
-    )
-    .expect("write the door wrapper");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&door, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let config = root.join("mcp.json");
-    std::fs::write(
-        &config,
-        json!({"mcpServers": {"editor": {"command": door, "args": []}}}).to_string(),
-    )
-    .expect("write the MCP config");
-    let home = root.join("claude-home");
-    std::fs::create_dir_all(&home).expect("mkdir");
+    let config = door_config(&root, Some((&input, &output)));
     let (_hold, port) = crate::common::ports::closed_port();
-    let mut cmd = Command::new(&claude);
-    cmd.args(["-p", "hi", "--strict-mcp-config", "--mcp-config"])
-        .arg(&config)
-        .current_dir(&root)
-        .env("HOME", &home)
-        .env_remove("CLAUDE_CONFIG_DIR")
-        .env("ANTHROPIC_API_KEY", "sk-test-not-a-key")
-        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("PI_IDE_BROKER_SOCKET", &b.socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
+    let mut cmd = claude_command(&claude, &root, "hi", &config, port, &b.socket, &[]);
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let mut child = cmd.spawn().expect("start Claude Code");
     // Its tools/list answered (a whole line: tee writes as it reads) is the end of what this
     // test looks at.
@@ -863,20 +940,13 @@ async fn claude_code_speaks_the_modern_era_through_the_door_with_no_fallback() {
 #[tokio::test]
 async fn claude_code_with_a_model_reviews_a_diff_across_a_broker_restart() {
     use crate::common::fake_anthropic::{FakeAnthropic, Reply};
-    let Some(claude) = std::env::var_os("PI_IDE_BROKER_CLAUDE").map(std::path::PathBuf::from)
-    else {
-        crate::common::cannot_run("Claude Code: set PI_IDE_BROKER_CLAUDE (bash .ci/run does)");
+    let Some(claude) = claude_from("PI_IDE_BROKER_CLAUDE") else {
         return;
     };
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/srv/cc"]).await;
     let root = b.dir.path().to_path_buf();
-    let config = root.join("mcp.json");
-    let door = json!({"command": broker_bin(), "args": ["mcp", "--cwd", "/srv/cc", "--no-spawn", "--dialect", "claude"]});
-    std::fs::write(&config, json!({"mcpServers": {"editor": door}}).to_string())
-        .expect("write the MCP config");
-    let home = root.join("claude-home");
-    std::fs::create_dir_all(&home).expect("mkdir");
+    let config = door_config(&root, None);
     let mut model = FakeAnthropic::start().await;
     let diff = |tab: &str| Reply::Tool {
         name: "mcp__editor__openDiff".into(),
@@ -885,55 +955,29 @@ async fn claude_code_with_a_model_reviews_a_diff_across_a_broker_restart() {
     model.push(diff("first"));
     model.push(diff("second"));
     model.push(Reply::Text("the edit is in".into()));
-    let mut cmd = Command::new(&claude);
-    cmd.args([
-        "-p",
+    let tools = ["mcp__editor__openDiff"];
+    let mut cmd = claude_command(
+        &claude,
+        &root,
         "edit a.txt",
-        "--output-format",
-        "json",
-        "--strict-mcp-config",
-    ])
-    .args(["--allowedTools", "mcp__editor__openDiff", "--mcp-config"])
-    .arg(&config)
-    .current_dir(&root)
-    .env("HOME", &home)
-    .env_remove("CLAUDE_CONFIG_DIR")
-    .env("ANTHROPIC_API_KEY", "sk-test-not-a-key")
-    .env(
-        "ANTHROPIC_BASE_URL",
-        format!("http://127.0.0.1:{}", model.port),
-    )
-    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-    .env("PI_IDE_BROKER_SOCKET", &b.socket)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
-    let child = cmd.spawn().expect("start Claude Code");
-    let open = |what: &'static str| {
-        let fe = &fe;
-        pi_ide_broker::testkit::eventually(what, move || {
-            let open = fe.pending_diffs();
-            (open.len() == 1).then(|| open[0].clone())
-        })
-    };
-    let first = open("the first diff open in the editor").await;
+        &config,
+        model.port,
+        &b.socket,
+        &tools,
+    );
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start Claude Code");
+    let first = the_open_diff(&fe, "the first diff open in the editor").await;
     assert!(first.contains("first"), "{first}");
     let dir = b.stop_keep_dir().await;
     let b = TestBroker::start_in(dir, |_| {}).await;
-    let second = open("the second diff, through the new broker").await;
+    let second = the_open_diff(&fe, "the second diff, through the new broker").await;
     assert!(second.contains("second"), "{second}");
     assert!(fe.accept_diff(&second, "accepted by the user\n"));
-    let out =
-        pi_ide_broker::testkit::within_start("Claude Code's answer", child.wait_with_output())
-            .await
-            .expect("Claude Code ran");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = claude_finished(child).await;
     assert!(stdout.contains("the edit is in"), "{stdout}");
     let asked = model.received();
     let results: Vec<String> = asked
@@ -962,87 +1006,38 @@ async fn claude_code_with_a_model_reviews_a_diff_across_a_broker_restart() {
 #[tokio::test]
 async fn legacy_claude_code_keeps_the_2025_handshake_and_reviews_a_diff() {
     use crate::common::fake_anthropic::{FakeAnthropic, Reply};
-    let Some(claude) =
-        std::env::var_os("PI_IDE_BROKER_CLAUDE_LEGACY").map(std::path::PathBuf::from)
-    else {
-        crate::common::cannot_run(
-            "legacy Claude Code: set PI_IDE_BROKER_CLAUDE_LEGACY (bash .ci/run does)",
-        );
+    let Some(claude) = claude_from("PI_IDE_BROKER_CLAUDE_LEGACY") else {
         return;
     };
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/srv/cc"]).await;
     let root = b.dir.path().to_path_buf();
-    let input = root.join("door-in.log");
-    let door = root.join("door.sh");
-    std::fs::write(
-        &door,
-        format!(
-            "#!/bin/sh\ntee -a '{}' | '{}' mcp --cwd /srv/cc --no-spawn --dialect claude\n",
-            input.display(),
-            broker_bin().display(),
-        ),
-    )
-    .expect("write the door wrapper");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&door, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let config = root.join("mcp.json");
-    std::fs::write(
-        &config,
-        json!({"mcpServers": {"editor": {"command": door, "args": []}}}).to_string(),
-    )
-    .expect("write the MCP config");
-    let home = root.join("claude-home");
-    std::fs::create_dir_all(&home).expect("mkdir");
+    let (input, output) = (root.join("door-in.log"), root.join("door-out.log"));
+    let config = door_config(&root, Some((&input, &output)));
     let mut model = FakeAnthropic::start().await;
     model.push(Reply::Tool {
         name: "mcp__editor__openDiff".into(),
         args: json!({"old_file_path": "/srv/cc/a.txt", "new_file_path": "/srv/cc/a.txt", "new_file_contents": "proposed\n", "tab_name": "legacy"}),
     });
     model.push(Reply::Text("the edit is in".into()));
-    let mut cmd = Command::new(&claude);
-    cmd.args([
-        "-p",
+    let tools = ["mcp__editor__openDiff"];
+    let mut cmd = claude_command(
+        &claude,
+        &root,
         "edit a.txt",
-        "--output-format",
-        "json",
-        "--strict-mcp-config",
-    ])
-    .args(["--allowedTools", "mcp__editor__openDiff", "--mcp-config"])
-    .arg(&config)
-    .current_dir(&root)
-    .env("HOME", &home)
-    .env_remove("CLAUDE_CONFIG_DIR")
-    .env("ANTHROPIC_API_KEY", "sk-test-not-a-key")
-    .env(
-        "ANTHROPIC_BASE_URL",
-        format!("http://127.0.0.1:{}", model.port),
-    )
-    .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-    .env("PI_IDE_BROKER_SOCKET", &b.socket)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
-    let child = cmd.spawn().expect("start Claude Code");
-    let tab = pi_ide_broker::testkit::eventually("the diff open in the editor", || {
-        let open = fe.pending_diffs();
-        (open.len() == 1).then(|| open[0].clone())
-    })
-    .await;
-    assert!(fe.accept_diff(&tab, "accepted by the user\n"));
-    let out =
-        pi_ide_broker::testkit::within_start("Claude Code's answer", child.wait_with_output())
-            .await
-            .expect("Claude Code ran");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        &config,
+        model.port,
+        &b.socket,
+        &tools,
     );
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start Claude Code");
+    let tab = the_open_diff(&fe, "the diff open in the editor").await;
+    assert!(fe.accept_diff(&tab, "accepted by the user\n"));
+    let stdout = claude_finished(child).await;
     assert!(stdout.contains("the edit is in"), "{stdout}");
     let sent = std::fs::read_to_string(&input).unwrap_or_default();
     let first: Value = serde_json::from_str(sent.lines().next().unwrap_or_default()).expect("JSON");
