@@ -400,25 +400,31 @@ impl Agent {
         out
     }
 
-    /// The pending permissions of ACP session `key`, answered to the broker as rejected and
-    /// forgotten.
-    fn withdraw_reviews(&mut self, key: &str) -> Vec<Out> {
+    /// Takes the pending permissions of ACP session `key` (only the one asking the broker's
+    /// `broker_id`, when given) out of the book: our ids and what they asked.
+    fn take_reviews(&mut self, key: &str, broker_id: Option<&Value>) -> Vec<(String, Review)> {
         let ids: Vec<String> = self
             .reviews
             .iter()
-            .filter(|(_, r)| r.session == key)
+            .filter(|(_, r)| r.session == key && broker_id.is_none_or(|b| *b == r.broker_id))
             .map(|(id, _)| id.clone())
             .collect();
+        ids.into_iter()
+            .filter_map(|id| self.reviews.remove(&id).map(|r| (id, r)))
+            .collect()
+    }
+
+    /// The pending permissions of ACP session `key`, answered to the broker as rejected and
+    /// withdrawn from the client.
+    fn withdraw_reviews(&mut self, key: &str) -> Vec<Out> {
         let mut out = Vec::new();
-        for id in ids {
-            if let Some(r) = self.reviews.remove(&id) {
-                let rejected = jsonrpc::diff_rejected(&r.tab);
-                out.push(Out::Broker(
-                    r.session,
-                    jsonrpc::result(&r.broker_id, rejected),
-                ));
-                out.push(cancel_request(&id));
-            }
+        for (id, r) in self.take_reviews(key, None) {
+            let rejected = jsonrpc::diff_rejected(&r.tab);
+            out.push(Out::Broker(
+                r.session,
+                jsonrpc::result(&r.broker_id, rejected),
+            ));
+            out.push(cancel_request(&id));
         }
         out
     }
@@ -439,17 +445,12 @@ impl Agent {
                 }
                 jsonrpc::CANCELLED => {
                     // The broker took back its `pi/review`: the permission asking it goes.
-                    let id = msg.get("params").and_then(|p| p.get("requestId"));
-                    let ours = self
-                        .reviews
-                        .iter()
-                        .find(|(_, r)| r.session == key && Some(&r.broker_id) == id)
-                        .map(|(ours, _)| ours.clone());
-                    match ours {
-                        Some(ours) => {
-                            self.reviews.remove(&ours);
-                            vec![cancel_request(&ours)]
-                        }
+                    match msg.get("params").and_then(|p| p.get("requestId")) {
+                        Some(id) => self
+                            .take_reviews(key, Some(id))
+                            .iter()
+                            .map(|(ours, _)| cancel_request(ours))
+                            .collect(),
                         None => Vec::new(),
                     }
                 }
@@ -664,7 +665,7 @@ impl Agent {
         let Some(f) = self.sessions.remove(key) else {
             return Vec::new();
         };
-        self.reviews.retain(|_, r| r.session != key);
+        self.take_reviews(key, None);
         self.reads.retain(|_, (s, _)| s != key);
         let mut out = Vec::new();
         if let Some(turn) = f.turn {
@@ -690,15 +691,10 @@ impl Agent {
         }
         // The broker that asked for these is gone (it answered pi as it stopped): the
         // permissions are withdrawn from the client, the buffer reads forgotten.
-        let stale: Vec<String> = self
-            .reviews
+        let mut out: Vec<Out> = self
+            .take_reviews(key, None)
             .iter()
-            .filter(|(_, r)| r.session == key)
-            .map(|(id, _)| id.clone())
-            .collect();
-        let mut out: Vec<Out> = stale
-            .iter()
-            .filter_map(|id| self.reviews.remove(id).map(|_| cancel_request(id)))
+            .map(|(ours, _)| cancel_request(ours))
             .collect();
         self.reads.retain(|_, (s, _)| s != key);
         let Some(f) = self.sessions.get_mut(key) else {
