@@ -47,19 +47,21 @@ struct Peer(
 );
 
 impl Peer {
+    /// The next frame, parsed (`None` once the pipe has ended).
+    async fn read(&mut self) -> Option<Value> {
+        match self.0.next().await {
+            Ok(Some(Frame::Text(t))) => Some(serde_json::from_str(t).expect("a JSON frame")),
+            _ => None,
+        }
+    }
+
     /// The answer to call `id` (bounded wait), the frames before it kept by their ids.
     async fn answer(&mut self, id: u64) -> Value {
-        crate::testkit::within(&format!("the answer to call {id}"), async {
-            loop {
-                if let Some(v) = self.1.remove(&id) {
-                    return v;
-                }
-                let Ok(Some(Frame::Text(t))) = self.0.next().await else {
-                    panic!("the pipe ended before the answer to {id}");
-                };
-                let v: Value = serde_json::from_str(t).expect("a JSON frame");
-                self.keep(v);
-            }
+        if let Some(v) = self.1.remove(&id) {
+            return v;
+        }
+        self.until(&format!("the answer to call {id}"), |v| {
+            v.get("method").is_none() && v["id"].as_u64() == Some(id)
         })
         .await
     }
@@ -68,10 +70,10 @@ impl Peer {
     async fn until(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         crate::testkit::within(what, async {
             loop {
-                let Ok(Some(Frame::Text(t))) = self.0.next().await else {
-                    panic!("the pipe ended before {what}");
-                };
-                let v: Value = serde_json::from_str(t).expect("a JSON frame");
+                let v = self
+                    .read()
+                    .await
+                    .unwrap_or_else(|| panic!("the pipe ended before {what}"));
                 if pred(&v) {
                     return v;
                 }
@@ -94,11 +96,10 @@ impl Peer {
     async fn followers_notice(&mut self, want: &Value) -> Option<Value> {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
             while self.2.as_ref() != Some(want) {
-                let Ok(Some(Frame::Text(t))) = self.0.next().await else {
-                    return;
-                };
-                let v: Value = serde_json::from_str(t).expect("a JSON frame");
-                self.keep(v);
+                match self.read().await {
+                    Some(v) => self.keep(v),
+                    None => return,
+                }
             }
         })
         .await;
