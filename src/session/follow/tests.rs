@@ -591,3 +591,29 @@ async fn the_sessions_side_fans_out_answers_reads_and_withdraws() {
         jsonrpc::NO_EDITOR
     );
 }
+
+/// Who may take a diff back: only the session whose diff it is. Another session's
+/// `notifications/cancelled` naming the same call id (ids are per session) withdraws nothing.
+#[tokio::test]
+async fn only_the_session_whose_diff_it_is_can_take_it_back() {
+    let h = Harness::new();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let (outbox, _peer) = piped(30, &tracker);
+    let f = Arc::new(Follower::new(30, "Zed".into(), outbox, false));
+    join(&h.session, f.clone());
+    let ready = jsonrpc::notification(follow::READY, json!({"ready": true}));
+    on_follower_text(&h.session, &f, &ready);
+    let params = json!({"name": "openDiff", "arguments": {"tab_name": "t"}});
+    review(&h.session, &f, json!(5), "t".into(), Some(&params));
+    let other = listed(31, "/p", "other", Some(FOLLOW_PROTOCOL), Door::Native, 1);
+    assert!(
+        !withdraw(&other, &json!(5)),
+        "another session took back this session's diff"
+    );
+    assert_eq!(
+        lock(&f.reviews).len(),
+        1,
+        "the review is still the follower's"
+    );
+    assert!(withdraw(&h.session, &json!(5)));
+}
