@@ -89,6 +89,17 @@ fn a_prompt_goes_to_pi_and_its_answer_ends_the_turn() {
     assert_eq!(end[0]["id"], 3);
     assert_eq!(end[0]["result"]["stopReason"], "end_turn");
     assert_eq!(to_broker(&out, "k")[0]["params"]["ready"], false);
+    // pi's own word on how the turn ended is the client's (here: stopped in pi's terminal).
+    let out = prompt(&mut a, 4, json!([text("again")]));
+    let asked = to_broker(&out, "k")
+        .into_iter()
+        .find(|f| f["method"] == follow::PROMPT)
+        .expect("pi/prompt");
+    let out = a.from_broker(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "cancelled"}})),
+    );
+    assert_eq!(to_client(&out)[0]["result"]["stopReason"], "cancelled");
 }
 
 /// F3: a cancel with a permission unanswered (agentic.nvim's cancel) answers the review as
@@ -159,6 +170,13 @@ fn an_answered_permission_is_the_diffs_verdict() {
     assert_eq!(
         to_broker(&out, "k")[0]["result"]["content"][0]["text"],
         "DIFF_REJECTED"
+    );
+    let permission = reviewed(&mut a, "review-3");
+    let out = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})));
+    assert_eq!(
+        to_broker(&out, "k")[0]["result"]["content"][0]["text"],
+        "DIFF_REJECTED",
+        "Reject is no Allow"
     );
 }
 
