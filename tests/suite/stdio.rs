@@ -1049,6 +1049,23 @@ async fn legacy_claude_code_keeps_the_2025_handshake_and_reviews_a_diff() {
         "{first}"
     );
     assert!(!sent.contains("server/discover"), "{sent}");
+    // The door answers it in the 2025 era: results as before, without the modern `resultType`.
+    let answers = std::fs::read_to_string(&output).unwrap_or_default();
+    let results: Vec<Value> = answers
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["result"].is_object())
+        .collect();
+    assert!(
+        results.iter().any(|v| v["result"]["tools"].is_array()),
+        "{answers}"
+    );
+    assert!(
+        results
+            .iter()
+            .all(|v| v["result"].get("resultType").is_none()),
+        "a 2025-era client got a modern result: {answers}"
+    );
     let accepted = model.received().iter().any(|body| {
         body["messages"]
             .to_string()
