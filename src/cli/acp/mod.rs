@@ -262,12 +262,15 @@ async fn dial(
 }
 
 /// Whether a frame is the notification `method` (read as JSON-RPC, never by a substring: a
-/// transcript update or a prompt may quote a method's name).
+/// transcript update or a prompt may quote a method's name). Only a frame that names the
+/// method at all is parsed: the pump sees every transcript update, which the agent parses
+/// once more anyway.
 pub(crate) fn is_notification(text: &str, method: &str) -> bool {
-    matches!(
-        jsonrpc::classify(text),
-        Ok(jsonrpc::Incoming::Notification { method: m, .. }) if m == method
-    )
+    text.contains(method)
+        && matches!(
+            jsonrpc::classify(text),
+            Ok(jsonrpc::Incoming::Notification { method: m, .. }) if m == method
+        )
 }
 
 /// One follow connection: opened, pumped both ways, redialled for a while when the broker
