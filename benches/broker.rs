@@ -405,7 +405,7 @@ fn proc_stat(pid: u32) -> (u64, u64, usize) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     // utime and stime, in clock ticks.
-    let field = |n| pi_ide_broker::sys::procinfo::procfs::stat_field(pid, n).unwrap_or(0);
+    let field = |n| pi_ide_broker::platform::process::procfs::stat_field(pid, n).unwrap_or(0);
     let ticks = field(14) + field(15);
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
@@ -417,7 +417,7 @@ fn proc_stat(pid: u32) -> (u64, u64, usize) {
 /// warm-up. A call passes through about four large buffers; with glibc's default thresholds
 /// each was mapped afresh for every call (about 950 faults per call); `allocator` keeps them.
 async fn megabyte_calls(d: &Daemon) {
-    let field = |n| pi_ide_broker::sys::procinfo::procfs::stat_field(d.pid, n).unwrap_or(0);
+    let field = |n| pi_ide_broker::platform::process::procfs::stat_field(d.pid, n).unwrap_or(0);
     let mut a = Agent::open(&d.socket(), "/bench", None).await;
     a.attached().await;
     let pad = "x".repeat(1 << 20);

@@ -7,6 +7,8 @@
 
 // The folders bottom up, one layer each (ARCHITECTURE.md): a folder uses only those above it
 // in this list.
+pub mod platform;
+
 pub mod protocol;
 
 pub mod sys;

@@ -48,8 +48,8 @@ pub fn upgrade_refusal(e: &tokio_tungstenite::tungstenite::Error) -> String {
 pub async fn upgrade(
     socket: &Path,
     path_and_query: &str,
-) -> Result<tokio_tungstenite::WebSocketStream<tokio::net::UnixStream>, ClientError> {
-    let stream = tokio::net::UnixStream::connect(socket)
+) -> Result<tokio_tungstenite::WebSocketStream<crate::platform::local::Stream>, ClientError> {
+    let stream = crate::platform::local::connect(socket)
         .await
         .map_err(|e| ClientError::NotRunning(format!("{}: {e}", socket.display())))?;
     let url = format!("ws://localhost{path_and_query}");
@@ -120,7 +120,7 @@ async fn get(
     socket: &Path,
     path: &str,
 ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
-    let stream = tokio::net::UnixStream::connect(socket)
+    let stream = crate::platform::local::connect(socket)
         .await
         .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))

@@ -1,9 +1,12 @@
-//! `daemon`: the broker in the foreground, with signals, sd-notify and the log trimmed.
+//! `daemon`: the broker in the foreground, with stop and reload requests, sd-notify and the
+//! log trimmed.
 //!
-//! The `daemon` command: the broker in the foreground as a service manager runs it: signals
-//! (TERM/INT stop, HUP reloads the config), sd-notify, the log trimmed while it runs.
+//! The `daemon` command: the broker in the foreground as a service manager runs it: stop and
+//! reload requests (`platform::control`: TERM/INT stop and HUP reloads on Unix), sd-notify,
+//! the log trimmed while it runs.
 
 use crate::daemon::supervisor;
+use crate::platform::control::{Request, Requests};
 use crate::sys::config::Config;
 use crate::sys::logging;
 use std::path::PathBuf;
@@ -26,15 +29,13 @@ async fn trim_log_until(stop: CancellationToken) {
     }
 }
 
-/// Runs the daemon until a signal stops it (or it fails to start).
+/// Runs the daemon until a stop request ends it (or it fails to start).
 pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let logs = logging::init(&config);
     // The pi extension setup wrote, brought to this binary's version (a no-op when it is).
     crate::cli::setup::extension::refresh(&config.data_dir());
     let shutdown = CancellationToken::new();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut requests = Requests::listen()?;
     let (handle_tx, mut handle_rx) = tokio::sync::oneshot::channel();
     let stop = shutdown.clone();
     let serving = tokio::spawn(crate::daemon::serve(config, stop, move |_ready, handle| {
@@ -53,7 +54,7 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
                         Ok(ExitCode::from(crate::daemon::own_binary::EXIT_REPLACED))
                     }
                     Ok(Ok(())) => Ok(ExitCode::SUCCESS),
-                    Ok(Err(crate::daemon::ServeError::Socket(e @ crate::frontdoor::socket::SocketError::AlreadyRunning { .. }))) => {
+                    Ok(Err(crate::daemon::ServeError::Socket(e @ crate::platform::local::SocketError::AlreadyRunning { .. }))) => {
                         eprintln!("error: {e}");
                         Ok(ExitCode::FAILURE)
                     }
@@ -75,19 +76,16 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
                     supervisor::announce_ready(reg);
                 }
             }
-            _ = term.recv() => {
-                supervisor::announce_stopping();
-                shutdown.cancel();
-            }
-            _ = int.recv() => {
-                supervisor::announce_stopping();
-                shutdown.cancel();
-            }
-            _ = hup.recv() => {
+            request = requests.next() => {
+                if request == Request::Stop {
+                    supervisor::announce_stopping();
+                    shutdown.cancel();
+                    continue;
+                }
                 let Some(h) = &handle else { continue };
                 supervisor::notify_reloading();
                 match &config_path {
-                    None => tracing::warn!("SIGHUP: no config file to reload"),
+                    None => tracing::warn!("reload asked: no config file to reload"),
                     Some(path) => match Config::load(path) {
                         Ok(c) => {
                             if let Err(e) = logs.set_filter(&c.log) {
@@ -99,8 +97,7 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
                         Err(e) => tracing::error!(error = %e, "config reload failed; keeping the running config"),
                     },
                 }
-                let line = supervisor::status_line(h.registry());
-                supervisor::notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&line)]);
+                supervisor::announce_reloaded(h.registry());
             }
         }
     }

@@ -11,7 +11,6 @@ use crate::sys::config::{Config, LockDirConfig};
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt::Write as _;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -352,13 +351,12 @@ fn systemd_unit_state(b: &mut Builder, unit: &str, enabled: &str, active: &str) 
 }
 
 fn mode_of(path: &Path) -> Option<(u32, u32)> {
-    std::fs::metadata(path)
-        .ok()
-        .map(|m| (m.permissions().mode() & 0o777, m.uid()))
+    let (uid, mode) = crate::platform::user::owner_and_mode(&std::fs::metadata(path).ok()?)?;
+    Some((mode & 0o777, uid))
 }
 
 fn check_socket(b: &mut Builder, socket: &Path, allow: &[u32]) {
-    let me = rustix::process::getuid().as_raw();
+    let me = crate::platform::user::uid();
     match mode_of(socket) {
         Some((mode, uid)) if uid == me && mode & 0o077 == 0 => b.add(
             "socket",
@@ -389,7 +387,7 @@ fn check_socket(b: &mut Builder, socket: &Path, allow: &[u32]) {
 
 async fn check_lock_dir(b: &mut Builder, dir: &LockDirConfig, status: Option<&Status>) {
     let what = format!("lock dir {}", dir.path.display());
-    let me = rustix::process::getuid().as_raw();
+    let me = crate::platform::user::uid();
     match mode_of(&dir.path) {
         None => {
             b.add(
@@ -689,7 +687,7 @@ fn check_single_client(b: &mut Builder, config: &Config) {
     if !yields {
         return;
     }
-    match crate::sys::portpeers::SOURCE {
+    match crate::platform::ports::SOURCE {
         Some(source) => b.add(
             "single-client editors",
             Level::Ok,

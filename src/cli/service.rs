@@ -193,7 +193,7 @@ pub fn run_steps(steps: &[Step]) -> Result<(), (usize, StepError, String)> {
 /// and launchd's `bootstrap` is followed by `launchctl print`, which fails unless the agent
 /// is really loaded.
 pub fn commands(manager: Manager, unit: &UnitFile, install: bool) -> Vec<Step> {
-    let uid = rustix::process::getuid().as_raw();
+    let uid = crate::platform::user::uid();
     let systemd_fix = "systemd has no user session here (a container, a system without \
                        systemd, or a login without `loginctl enable-linger $USER`); run the \
                        daemon with `pi-ide-broker daemon` instead, or let the pi extension \
@@ -362,11 +362,7 @@ fn service_status(manager: Manager) -> anyhow::Result<ExitCode> {
         Manager::Launchd => vec![
             "launchctl".into(),
             "print".into(),
-            format!(
-                "gui/{}/{}",
-                rustix::process::getuid().as_raw(),
-                LAUNCHD_LABEL
-            ),
+            format!("gui/{}/{}", crate::platform::user::uid(), LAUNCHD_LABEL),
         ],
     };
     match std::process::Command::new(&argv[0])

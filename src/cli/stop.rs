@@ -6,8 +6,8 @@ use crate::sys::config::Config;
 use anyhow::Context as _;
 use std::process::ExitCode;
 
-/// `stop`: asks the daemon that answers on the socket for its pid, sends it SIGTERM (the
-/// graceful stop: pending diffs answered, sessions told), and waits until nothing answers and
+/// `stop`: asks the daemon that answers on the socket for its pid, asks it to stop (SIGTERM;
+/// its stop event on Windows: the graceful stop: pending diffs answered, sessions told), and waits until nothing answers and
 /// the process is gone: its socket closes before its `daemon.lock` is released, and a daemon
 /// started right after `stop` returns must find the claim free.
 pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
@@ -21,9 +21,9 @@ pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     let pid = status["broker"]["pid"]
-        .as_i64()
-        .and_then(|p| i32::try_from(p).ok())
-        .and_then(rustix::process::Pid::from_raw)
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p != 0)
         .context("the daemon's status names no pid; is it another version? stop it with `kill`")?;
     // Only a daemon this machine runs, as its own record says: a socket forwarded from
     // elsewhere (ssh, a container) reports a pid of another machine or pid namespace.
@@ -32,25 +32,24 @@ pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| v["pid"].as_i64());
-    if recorded != Some(i64::from(pid.as_raw_nonzero().get())) {
+    if recorded != Some(i64::from(pid)) {
         anyhow::bail!(
             "the daemon answering on {} (pid {}) is not the one {} records: it runs elsewhere (a forwarded socket?); stop it where it runs",
             socket.display(),
-            pid.as_raw_nonzero(),
+            pid,
             record.display()
         );
     }
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM)
-        .with_context(|| format!("cannot signal the daemon (pid {})", pid.as_raw_nonzero()))?;
+    crate::platform::control::request_stop(pid)
+        .with_context(|| format!("cannot ask the daemon (pid {pid}) to stop"))?;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    let raw = pid.as_raw_nonzero().get().unsigned_abs();
     while tokio::time::Instant::now() < deadline {
         if matches!(
             client::get_json(&socket, "/v1/status").await,
             Err(client::ClientError::NotRunning(_))
-        ) && !crate::sys::procinfo::alive(raw)
+        ) && !crate::platform::process::alive(pid)
         {
-            println!("stopped the daemon (pid {})", pid.as_raw_nonzero());
+            println!("stopped the daemon (pid {pid})");
             let home = crate::sys::config::home_dir();
             let env = crate::cli::setup::Env::from_process(config, None);
             let unit = service::unit(
@@ -68,8 +67,7 @@ pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     anyhow::bail!(
-        "the daemon (pid {}) is still running 20 s after SIGTERM; see its log (`pi-ide-broker paths`), or `kill -9 {}`",
-        pid.as_raw_nonzero(),
-        pid.as_raw_nonzero()
+        "the daemon (pid {pid}) is still running 20 s after it was asked to stop; see its log (`pi-ide-broker paths`), or end it by force ({})",
+        crate::platform::control::force_hint(pid)
     )
 }

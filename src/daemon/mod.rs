@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 pub enum ServeError {
     /// The socket could not be set up (already running, unsafe dir, …).
     #[error(transparent)]
-    Socket(#[from] frontdoor::socket::SocketError),
+    Socket(#[from] crate::platform::local::SocketError),
     /// The file watcher could not start.
     #[error("cannot start the lock dir watcher: {0}")]
     Watch(#[from] notify::Error),
@@ -74,11 +74,11 @@ pub async fn serve(
     let socket = config.socket_path();
     let record = config.running_record();
     // One daemon per user: held until we return, whatever socket path another would pick.
-    let _user_claim = frontdoor::socket::claim_user(&config.state_dir(), &socket, &record)?;
+    let _user_claim = crate::platform::local::claim_user(&config.state_dir(), &socket, &record)?;
     // The socket's claim is held until we return: no second daemon can take it meanwhile.
     let (listener, claim) = listen(&socket).await?;
     let remotes = bind_remotes(&config, &socket).await;
-    if let crate::sys::peer::Place::Unreadable(why) = crate::sys::peer::own_place() {
+    if let crate::platform::peer::Place::Unreadable(why) = crate::platform::peer::own_place() {
         tracing::warn!("cannot read the broker's own namespaces ({why}): a container on the main socket cannot be told from a local process; give containers a [[remote]]'s socket");
     }
     let state = StateStore::load(&config.state_dir());
@@ -126,13 +126,19 @@ pub async fn serve(
 /// The listening socket: the one the service manager passed, or ours, bound with its claim.
 async fn listen(
     socket: &std::path::Path,
-) -> Result<(tokio::net::UnixListener, Option<frontdoor::socket::Claim>), ServeError> {
-    if let Some(l) = frontdoor::socket::inherited() {
+) -> Result<
+    (
+        crate::platform::local::Listener,
+        Option<crate::platform::local::Claim>,
+    ),
+    ServeError,
+> {
+    if let Some(l) = crate::platform::local::inherited() {
         tracing::info!(socket = %socket.display(), "using the socket passed by the service manager");
         return Ok((l, None));
     }
-    let claim = frontdoor::socket::claim(socket)?;
-    let l = frontdoor::socket::bind(socket).await?;
+    let claim = crate::platform::local::claim(socket)?;
+    let l = crate::platform::local::bind(socket).await?;
     Ok((l, Some(claim)))
 }
 
@@ -170,8 +176,8 @@ async fn watch(
 fn start_doors(
     reg: &Arc<Registry>,
     config: &Config,
-    listener: tokio::net::UnixListener,
-    remotes: Vec<(String, tokio::net::UnixListener)>,
+    listener: crate::platform::local::Listener,
+    remotes: Vec<(String, crate::platform::local::Listener)>,
 ) {
     let tasks = &reg.tracker;
     if config.compat.enabled {
@@ -213,13 +219,13 @@ fn start_doors(
 async fn bind_remotes(
     config: &Config,
     main: &std::path::Path,
-) -> Vec<(String, tokio::net::UnixListener)> {
+) -> Vec<(String, crate::platform::local::Listener)> {
     let mut bound = Vec::new();
     for name in config.remote_names() {
         let path = Config::remote_socket(main, &name);
         let listener = match path.parent() {
-            Some(dir) => match frontdoor::socket::secure_dir(dir) {
-                Ok(()) => frontdoor::socket::bind(&path).await,
+            Some(dir) => match crate::platform::local::secure_dir(dir) {
+                Ok(()) => crate::platform::local::bind(&path).await,
                 Err(e) => Err(e),
             },
             None => continue,

@@ -59,9 +59,8 @@ impl OwnBinary {
 }
 
 fn identity(path: &std::path::Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
-    Some((m.dev(), m.ino()))
+    crate::platform::user::file_identity(&m)
 }
 
 /// Stops the daemon (`shutdown`) once its binary is gone from disk and no call is pending.

@@ -3,33 +3,23 @@
 //! The daemon under a service manager, at run time: sd-notify (READY, STATUS, WATCHDOG,
 //! RELOADING, STOPPING), told by the `daemon` command alone ([`crate::cli::daemon`]).
 
+use crate::platform::notify::{self, Notice};
 use crate::registry::Registry;
-use sd_notify::NotifyState;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Sends states to the service manager; a no-op without `NOTIFY_SOCKET`.
-pub fn notify(states: &[NotifyState]) {
-    if std::env::var_os("NOTIFY_SOCKET").is_none() {
-        return;
-    }
-    if let Err(e) = sd_notify::notify(states) {
-        tracing::debug!(error = %e, "sd_notify failed");
-    }
-}
 
 /// Tells the service manager the daemon is ready, and keeps it told (see [`run`]). Only the
 /// `daemon` command does, never a broker a library user runs (such as a test's, which may
 /// inherit a manager's `NOTIFY_SOCKET`).
 pub fn announce_ready(reg: &Arc<Registry>) {
     let line = status_line(reg);
-    notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
+    notify::send(&[Notice::Ready, Notice::Status(&line)]);
     reg.tracker.spawn(run(reg.clone()));
 }
 
 /// Tells the service manager the daemon is stopping.
 pub fn announce_stopping() {
-    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    notify::send(&[Notice::Stopping, Notice::Status("stopping")]);
 }
 
 /// "4 editors ready, 9 sessions"
@@ -55,7 +45,7 @@ pub fn status_line(reg: &Registry) -> String {
 /// Keeps `STATUS=` current (at most one update every 500 ms) and pings the watchdog from the
 /// runtime when `WATCHDOG_USEC` asks for it: a stuck runtime stops the pings.
 pub async fn run(reg: Arc<Registry>) {
-    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+    if !notify::listening() {
         return;
     }
     let watchdog = watchdog_interval();
@@ -67,7 +57,7 @@ pub async fn run(reg: Arc<Registry>) {
             _ = reg.cancel.cancelled() => return,
             _ = tick.tick() => {
                 if watchdog.is_some() {
-                    notify(&[NotifyState::Watchdog]);
+                    notify::send(&[Notice::Watchdog]);
                 }
             }
             r = changes.changed() => {
@@ -76,7 +66,7 @@ pub async fn run(reg: Arc<Registry>) {
                 changes.borrow_and_update();
                 let line = status_line(&reg);
                 if line != last {
-                    notify(&[NotifyState::Status(&line)]);
+                    notify::send(&[Notice::Status(&line)]);
                     last = line;
                 }
             }
@@ -96,10 +86,13 @@ fn watchdog_interval() -> Option<Duration> {
     (usec > 0).then(|| Duration::from_micros(usec / 2).max(Duration::from_millis(10)))
 }
 
-/// `RELOADING=1` with `MONOTONIC_USEC` in the same datagram, as systemd wants.
+/// Tells the service manager the daemon is reloading its config.
 pub fn notify_reloading() {
-    match NotifyState::monotonic_usec_now() {
-        Ok(now) => notify(&[NotifyState::Reloading, now]),
-        Err(_) => notify(&[NotifyState::Reloading]),
-    }
+    notify::send(&[Notice::Reloading]);
+}
+
+/// Tells the service manager the reload is done, with the status line.
+pub fn announce_reloaded(reg: &Registry) {
+    let line = status_line(reg);
+    notify::send(&[Notice::Ready, Notice::Status(&line)]);
 }

@@ -358,9 +358,11 @@ impl LockDirWatcher {
 /// A lock dir others can write to still only yields lockfiles we own (others' are refused),
 /// but anyone can fill it with junk: say so once, with the fix.
 fn warn_if_shared(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = std::fs::metadata(dir) {
-        let mode = meta.permissions().mode() & 0o777;
+    if let Some((_, mode)) = std::fs::metadata(dir)
+        .ok()
+        .and_then(|m| crate::platform::user::owner_and_mode(&m))
+    {
+        let mode = mode & 0o777;
         if mode & 0o002 != 0 {
             tracing::warn!(dir = %dir.display(), mode = format!("{mode:04o}"), "lock dir is writable by other users (their lockfiles are refused); run chmod 700 on it");
         }
@@ -381,9 +383,8 @@ pub const MISSING_DIR_POLL: Duration = Duration::from_secs(1);
 
 /// The (device, inode) of the directory at `dir`, if it is one.
 fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(dir).ok().filter(|m| m.is_dir())?;
-    Some((m.dev(), m.ino()))
+    crate::platform::user::file_identity(&m)
 }
 
 #[cfg(test)]

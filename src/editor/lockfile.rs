@@ -4,7 +4,6 @@
 
 use crate::protocol::family::Family;
 use crate::sys::secret::Token;
-use rustix::fs::{Mode, OFlags};
 use serde::Deserialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -123,32 +122,21 @@ pub fn port_from_name(path: &Path) -> Result<u16, LockfileError> {
 /// on a FIFO, never reads more than [`MAX_LOCKFILE_BYTES`].
 pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
     let port = port_from_name(path)?;
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| match e {
-        rustix::io::Errno::LOOP => LockfileError::Symlink,
-        rustix::io::Errno::NOENT => LockfileError::Gone,
-        e => LockfileError::Io(e.into()),
+    use crate::platform::user::OpenError;
+    let own = crate::platform::user::open_own_regular(path).map_err(|e| match e {
+        OpenError::Symlink => LockfileError::Symlink,
+        OpenError::Gone => LockfileError::Gone,
+        OpenError::NotRegular => LockfileError::NotRegular,
+        OpenError::ForeignOwner(uid) => LockfileError::ForeignOwner(uid),
+        OpenError::Io(e) => LockfileError::Io(e),
     })?;
-    let stat = rustix::fs::fstat(&fd).map_err(|e| LockfileError::Io(e.into()))?;
-    let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
-    if kind != rustix::fs::FileType::RegularFile {
-        return Err(LockfileError::NotRegular);
-    }
-    let uid = stat.st_uid;
-    if uid != rustix::process::getuid().as_raw() {
-        return Err(LockfileError::ForeignOwner(uid));
-    }
-    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+    let size = own.size;
     if size > MAX_LOCKFILE_BYTES {
         return Err(LockfileError::TooLarge(size));
     }
     // Sized to the file, so a lockfile is read in one call.
     let mut text = String::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
-    std::fs::File::from(fd)
+    own.file
         .take(MAX_LOCKFILE_BYTES + 1)
         .read_to_string(&mut text)
         .map_err(|e| match e.kind() {
@@ -159,11 +147,10 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
         return Err(LockfileError::TooLarge(text.len() as u64));
     }
     let lock = parse(&text, path, family, port)?;
-    let Some(process) = crate::sys::procinfo::running(lock.pid) else {
+    let Some(process) = crate::platform::process::running(lock.pid) else {
         return Err(LockfileError::DeadPid(lock.pid));
     };
-    #[allow(clippy::useless_conversion)] // time_t is not i64 on every target
-    let written = i64::try_from(stat.st_mtime).unwrap_or(i64::MAX);
+    let written = own.modified_unix;
     if process
         .start_unix
         .is_some_and(|started| started > written + 1)
@@ -391,7 +378,7 @@ mod tests {
         let r = read(&path, Family::Pi);
         child.kill().unwrap();
         let _ = child.wait();
-        if crate::sys::procinfo::start_unix(std::process::id()).is_some() {
+        if crate::platform::process::start_unix(std::process::id()).is_some() {
             assert!(matches!(r, Err(LockfileError::RecycledPid(_))), "{r:?}");
         } else {
             // Without start times (the signal-only process facts) it cannot be told.
@@ -411,9 +398,9 @@ mod tests {
 
     #[test]
     fn pid_liveness() {
-        assert!(crate::sys::procinfo::alive(std::process::id()));
-        assert!(!crate::sys::procinfo::alive(0));
-        assert!(!crate::sys::procinfo::alive(u32::MAX));
+        assert!(crate::platform::process::alive(std::process::id()));
+        assert!(!crate::platform::process::alive(0));
+        assert!(!crate::platform::process::alive(u32::MAX));
     }
 
     /// A lockfile of exactly 64 KiB (a long folder list) is read; one byte more is refused
@@ -514,7 +501,7 @@ mod tests {
     #[test]
     fn a_lockfile_written_within_a_second_of_the_start_is_the_processs() {
         let me = std::process::id();
-        let Some(started) = crate::sys::procinfo::start_unix(me) else {
+        let Some(started) = crate::platform::process::start_unix(me) else {
             return; // without start times (signal-only process facts) it cannot be told
         };
         let dir = tempfile::tempdir().unwrap();

@@ -195,7 +195,7 @@ pub(super) fn taken_by_another(
     }
     let lf = editor.lockfile();
     let port = lf.port;
-    let others = crate::sys::portpeers::clients_of(lf.pid, port, Some(client_port))?;
+    let others = crate::platform::ports::clients_of(lf.pid, port, Some(client_port))?;
     (others > 0).then(|| {
         format!(
             "the editor closed the broker's link when another client connected ({others} now \
@@ -230,7 +230,7 @@ pub(super) async fn wait_while_taken(
             _ = editor.cancel.cancelled() => return false,
             _ = editor.wanted.notified() => return reclaim(editor),
             _ = tokio::time::sleep(std::mem::take(&mut nap).max(probe)) => {
-                if crate::sys::portpeers::clients_of(pid, port, None).is_none_or(|n| n == 0) {
+                if crate::platform::ports::clients_of(pid, port, None).is_none_or(|n| n == 0) {
                     tracing::info!(editor = %editor.id, "the other client left the editor; connecting again");
                     return true;
                 }

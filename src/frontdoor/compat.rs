@@ -78,7 +78,7 @@ impl PerEditor for Compat {
 
 /// Runs the compat door until the broker stops, then removes every entry.
 pub async fn run(reg: Arc<Registry>, dir: PathBuf) {
-    if let Err(e) = super::socket::secure_dir(&dir) {
+    if let Err(e) = crate::platform::local::secure_dir(&dir) {
         tracing::error!(error = %e, "compat door disabled");
         return;
     }

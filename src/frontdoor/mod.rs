@@ -15,7 +15,6 @@ pub mod gemini;
 pub mod native;
 pub mod per_editor;
 pub mod rights;
-pub mod socket;
 pub mod status;
 
 /// True when a `Sec-WebSocket-Protocol` value offers `mcp` (Claude Code asks for it, and its
@@ -37,11 +36,22 @@ pub trait IntoHalves:
     fn into_halves(self) -> (Self::Read, Self::Write);
 }
 
-impl IntoHalves for tokio::net::UnixStream {
+#[cfg(unix)]
+impl IntoHalves for crate::platform::local::Stream {
     type Read = tokio::net::unix::OwnedReadHalf;
     type Write = tokio::net::unix::OwnedWriteHalf;
     fn into_halves(self) -> (Self::Read, Self::Write) {
         self.into_split()
+    }
+}
+
+/// A pipe has no owned halves of its own: tokio's split (a lock between the halves).
+#[cfg(windows)]
+impl IntoHalves for crate::platform::local::Stream {
+    type Read = tokio::io::ReadHalf<Self>;
+    type Write = tokio::io::WriteHalf<Self>;
+    fn into_halves(self) -> (Self::Read, Self::Write) {
+        tokio::io::split(self)
     }
 }
 

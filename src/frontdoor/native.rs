@@ -5,6 +5,7 @@
 
 use super::rights::{Origin, OwnerAct, Peer, Seen, Socket};
 use super::status;
+use crate::platform::local::{Listener, Stream};
 use crate::protocol::family::Family;
 use crate::registry::Registry;
 use crate::session::{Door, Intro};
@@ -16,19 +17,18 @@ use hyper::{Method, Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::UnixListener;
 
 /// Accepts connections on one of the broker's sockets until the broker stops accepting.
 /// Each peer's rights are decided here, once, from where it came (`rights::decide`); peers
 /// of another uid that the config does not list are refused.
-pub async fn serve(listener: UnixListener, reg: Arc<Registry>, socket: Socket, seen: Arc<Seen>) {
+pub async fn serve(listener: Listener, reg: Arc<Registry>, socket: Socket, seen: Arc<Seen>) {
     loop {
         let accepted = tokio::select! {
             _ = reg.accepting.cancelled() => return,
             r = listener.accept() => r,
         };
         match accepted {
-            Ok((stream, _)) => {
+            Ok(stream) => {
                 let peer = match admit(&stream, &reg, &socket) {
                     Ok(p) => p,
                     Err(why) => {
@@ -57,20 +57,26 @@ pub async fn serve(listener: UnixListener, reg: Arc<Registry>, socket: Socket, s
 }
 
 /// The peer's rights on `socket`, or why it may not connect.
-fn admit(stream: &tokio::net::UnixStream, reg: &Registry, socket: &Socket) -> Result<Peer, String> {
-    let facts = crate::sys::peer::of_stream(stream)
+fn admit(stream: &Stream, reg: &Registry, socket: &Socket) -> Result<Peer, String> {
+    let facts = crate::platform::peer::of_stream(stream)
         .map_err(|e| format!("cannot read peer credentials: {e}"))?;
     let config = reg.config();
     let grants = super::rights::Grants {
         allow_uids: &config.allow_uids,
         owner_uids: &config.owner_uids,
     };
-    let me = rustix::process::getuid().as_raw();
-    super::rights::decide(socket, &facts, me, crate::sys::peer::own_place(), grants)
+    let me = crate::platform::user::uid();
+    super::rights::decide(
+        socket,
+        &facts,
+        me,
+        crate::platform::peer::own_place(),
+        grants,
+    )
 }
 
 async fn connection(
-    stream: tokio::net::UnixStream,
+    stream: Stream,
     reg: Arc<Registry>,
     permit: crate::registry::limits::HandshakeSlot,
     peer: Arc<Peer>,
@@ -260,7 +266,7 @@ fn follow(mut req: Request<Incoming>, reg: Arc<Registry>) -> Response<Body> {
         match on_upgrade.await {
             Ok(up) => {
                 let target = super::Upgraded::Follow(target, name, buffers);
-                super::run_upgraded::<tokio::net::UnixStream>(reg2, up, target).await
+                super::run_upgraded::<Stream>(reg2, up, target).await
             }
             Err(e) => tracing::info!(error = %e, "follower upgrade failed"),
         }
@@ -299,12 +305,7 @@ fn session(mut req: Request<Incoming>, reg: Arc<Registry>, peer: &Peer) -> Respo
     reg.tracker.spawn(async move {
         match on_upgrade.await {
             Ok(up) => {
-                super::run_upgraded::<tokio::net::UnixStream>(
-                    reg2,
-                    up,
-                    super::Upgraded::Session(intro),
-                )
-                .await
+                super::run_upgraded::<Stream>(reg2, up, super::Upgraded::Session(intro)).await
             }
             Err(e) => tracing::info!(error = %e, "session upgrade failed"),
         }

@@ -146,7 +146,7 @@ pub fn clean_leftovers(dir: &Path, matches: fn(&str) -> bool, broker_pid: fn(&Va
             continue; // not ours: never touched
         };
         let pid = broker_pid(&marked);
-        if pid != std::process::id() && !crate::sys::procinfo::alive(pid) {
+        if pid != std::process::id() && !crate::platform::process::alive(pid) {
             tracing::info!(file = %path.display(), "removing a file left by a broker that died");
             let _ = std::fs::remove_file(&path);
         }

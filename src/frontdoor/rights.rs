@@ -9,7 +9,7 @@
 //! runs sessions on the editor of its own folder and sees its own sessions' status, nothing
 //! more. Every check that needs the owner goes through [`Peer::owner_only`].
 
-use crate::sys::peer::{PeerFacts, Place};
+use crate::platform::peer::{PeerFacts, Place};
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 
@@ -284,7 +284,7 @@ impl Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::peer::Namespaces;
+    use crate::platform::peer::Namespaces;
 
     fn ns(mnt: &str, pid: &str) -> Place {
         Place::Read(Namespaces {

@@ -11,3 +11,4 @@ pub mod pathmap;
 pub mod percent;
 pub mod schema;
 pub mod version;
+pub mod winpath;

@@ -134,49 +134,19 @@ impl PathMap {
         )))
     }
 
-    /// Maps, in place, every value under a key that holds a path or a file URI (`filePath`,
-    /// `fileUrl`, `uri`, `path`, `rootPath`, `fileName`, `old_file_path`, `new_file_path`,
-    /// `cwd`) and every object key that is a file URI (getDiagnostics' map), anywhere in `v`.
-    /// File contents are never looked at: only those keys. Returns how many values changed.
+    /// A path or a `file://` URI mapped (`None` when outside every prefix, or not mappable).
+    fn one(&self, s: &str, to_host: bool) -> Option<String> {
+        let mapped = if s.starts_with("file://") {
+            self.uri(s, to_host)
+        } else {
+            self.map(s, to_host)
+        };
+        mapped.ok().flatten()
+    }
+
+    /// Maps, in place, every path or file URI in `v` (see [`rewrite_json`]); how many changed.
     pub fn map_json(&self, v: &mut Value, to_host: bool) -> usize {
-        let mut n = 0;
-        match v {
-            Value::Object(map) => {
-                let keys: Vec<String> = map.keys().cloned().collect();
-                for k in keys {
-                    if k.starts_with("file://") {
-                        if let Ok(Some(m)) = self.uri(&k, to_host) {
-                            if let Some(val) = map.remove(&k) {
-                                map.insert(m, val);
-                                n += 1;
-                            }
-                        }
-                    }
-                }
-                for (k, val) in map.iter_mut() {
-                    if let (true, Value::String(s)) = (PATH_KEYS.contains(&k.as_str()), &*val) {
-                        let mapped = if s.starts_with("file://") {
-                            self.uri(s, to_host)
-                        } else {
-                            self.map(s, to_host)
-                        };
-                        if let Ok(Some(m)) = mapped {
-                            *val = Value::String(m);
-                            n += 1;
-                        }
-                    } else {
-                        n += self.map_json(val, to_host);
-                    }
-                }
-            }
-            Value::Array(items) => {
-                for item in items {
-                    n += self.map_json(item, to_host);
-                }
-            }
-            _ => {}
-        }
-        n
+        rewrite_json(v, &|s| self.one(s, to_host))
     }
 
     /// The first path or file URI under a path key of `v` that no prefix covers (it passes
@@ -202,31 +172,77 @@ impl PathMap {
         }
     }
 
-    /// A tool result whose text items hold JSON (diagnostics, tabs, folders, selections):
-    /// each such text is parsed, mapped by [`PathMap::map_json`] and written back. Texts that
-    /// are not JSON (an `openDiff`'s file contents) are left alone.
+    /// A tool result's JSON texts mapped (see [`rewrite_result_texts`]).
     pub fn map_result_texts(&self, result: &mut Value, to_host: bool) -> usize {
-        let mut n = 0;
-        if let Some(Value::Array(items)) = result.get_mut("content") {
-            for item in items {
-                let Some(Value::String(text)) = item.get_mut("text") else {
-                    continue;
-                };
-                let trimmed = text.trim_start();
-                if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
-                    continue;
-                }
-                if let Ok(mut inner) = serde_json::from_str::<Value>(text) {
-                    let changed = self.map_json(&mut inner, to_host);
-                    if changed > 0 {
-                        *text = inner.to_string();
-                        n += changed;
+        rewrite_result_texts(result, &|s| self.one(s, to_host))
+    }
+}
+
+/// Rewrites, in place, every value under a key that holds a path or a file URI (`filePath`,
+/// `fileUrl`, `uri`, `path`, `rootPath`, `fileName`, `old_file_path`, `new_file_path`, `cwd`)
+/// and every object key that is a file URI (getDiagnostics' map), anywhere in `v`, by `f`
+/// (`None`: left as it is). File contents are never looked at: only those keys. Returns how
+/// many values changed. Shared by the `[[remote]]` maps and the WSL ↔ Windows paths.
+pub fn rewrite_json(v: &mut Value, f: &dyn Fn(&str) -> Option<String>) -> usize {
+    let mut n = 0;
+    match v {
+        Value::Object(map) => {
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for k in keys {
+                if k.starts_with("file://") {
+                    if let Some(m) = f(&k) {
+                        if let Some(val) = map.remove(&k) {
+                            map.insert(m, val);
+                            n += 1;
+                        }
                     }
                 }
             }
+            for (k, val) in map.iter_mut() {
+                if let (true, Value::String(s)) = (PATH_KEYS.contains(&k.as_str()), &*val) {
+                    if let Some(m) = f(s) {
+                        *val = Value::String(m);
+                        n += 1;
+                    }
+                } else {
+                    n += rewrite_json(val, f);
+                }
+            }
         }
-        n
+        Value::Array(items) => {
+            for item in items {
+                n += rewrite_json(item, f);
+            }
+        }
+        _ => {}
     }
+    n
+}
+
+/// A tool result whose text items hold JSON (diagnostics, tabs, folders, selections): each
+/// such text is parsed, rewritten by [`rewrite_json`] and written back. Texts that are not
+/// JSON (an `openDiff`'s file contents) are left alone.
+pub fn rewrite_result_texts(result: &mut Value, f: &dyn Fn(&str) -> Option<String>) -> usize {
+    let mut n = 0;
+    if let Some(Value::Array(items)) = result.get_mut("content") {
+        for item in items {
+            let Some(Value::String(text)) = item.get_mut("text") else {
+                continue;
+            };
+            let trimmed = text.trim_start();
+            if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
+                continue;
+            }
+            if let Ok(mut inner) = serde_json::from_str::<Value>(text) {
+                let changed = rewrite_json(&mut inner, f);
+                if changed > 0 {
+                    *text = inner.to_string();
+                    n += changed;
+                }
+            }
+        }
+    }
+    n
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //!
 //! Editor identity: which id a lockfile's editor gets, and when a new editor is the successor
 //! of one that is gone. Bookkeeping without tasks or sockets (it asks the OS only for a
-//! process's facts, through `sys::procinfo`), persisted in `state.json`, so
+//! process's facts, through `platform::process`), persisted in `state.json`, so
 //! ids hold across broker restarts and never depend on the order lockfiles are read in.
 //!
 //! The rules (ARCHITECTURE.md "Identity"):
@@ -480,12 +480,12 @@ impl ProcessFacts for Os {
 /// When process `pid` started, as an opaque token equal for the same process (Linux: clock
 /// ticks since boot; macOS: microseconds since the epoch; `None` where unknown).
 pub fn process_start_ticks(pid: u32) -> Option<u64> {
-    crate::sys::procinfo::start_token(pid)
+    crate::platform::process::start_token(pid)
 }
 
 /// True when `p` is still running: its pid is alive and (where known) started when it did.
 pub fn process_alive(p: &Process) -> bool {
-    let Some(now) = crate::sys::procinfo::running(p.pid) else {
+    let Some(now) = crate::platform::process::running(p.pid) else {
         return false;
     };
     match (p.start, now.start) {

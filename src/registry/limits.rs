@@ -241,7 +241,7 @@ pub async fn first_byte<S: Readable>(stream: &S, heard: &Heard) -> bool {
         }
         n > 0
     };
-    match peek(stream.as_fd()) {
+    match stream.peek_now() {
         Ok(n) => return spoke(n),
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         Err(_) => return false,
@@ -261,20 +261,16 @@ pub async fn first_byte<S: Readable>(stream: &S, heard: &Heard) -> bool {
 }
 
 /// A socket that can say when it is readable without reading.
-pub trait Readable: std::os::fd::AsFd {
+pub trait Readable {
     /// Resolves once a read may not block (bytes, the end of the stream, or a false alarm).
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send;
     /// After a wait: whether bytes are waiting (0: the end of the stream), without blocking
     /// or reading them; `WouldBlock` clears the socket's readiness (tokio's `try_io`), so the
     /// next wait is for real bytes.
     fn try_peek(&self) -> std::io::Result<usize>;
-}
-
-/// A non-blocking peek at one byte: 1 if any is waiting, 0 at the end of the stream.
-fn peek(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<usize> {
-    let mut byte = [0u8; 1];
-    let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
-    Ok(rustix::net::recv(fd, &mut byte, flags)?.0)
+    /// A peek now, whatever tokio believes of the socket's readiness: 1 if bytes wait, 0 at
+    /// the end of the stream, `WouldBlock` if nothing does.
+    fn peek_now(&self) -> std::io::Result<usize>;
 }
 
 impl Readable for tokio::net::TcpStream {
@@ -283,19 +279,27 @@ impl Readable for tokio::net::TcpStream {
     }
 
     fn try_peek(&self) -> std::io::Result<usize> {
-        use std::os::fd::AsFd;
-        self.try_io(tokio::io::Interest::READABLE, || peek(self.as_fd()))
+        self.try_io(tokio::io::Interest::READABLE, || {
+            crate::platform::local::peek_socket(self)
+        })
+    }
+
+    fn peek_now(&self) -> std::io::Result<usize> {
+        crate::platform::local::peek_socket(self)
     }
 }
 
-impl Readable for tokio::net::UnixStream {
+impl Readable for crate::platform::local::Stream {
     fn wait_readable(&self) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
-        self.readable()
+        crate::platform::local::readable(self)
     }
 
     fn try_peek(&self) -> std::io::Result<usize> {
-        use std::os::fd::AsFd;
-        self.try_io(tokio::io::Interest::READABLE, || peek(self.as_fd()))
+        crate::platform::local::try_peek(self)
+    }
+
+    fn peek_now(&self) -> std::io::Result<usize> {
+        crate::platform::local::peek_now(self)
     }
 }
 
@@ -349,7 +353,7 @@ mod tests {
         tokio::io::AsyncWriteExt::write_all(&mut theirs, b"GET")
             .await
             .unwrap();
-        assert_eq!(peek(std::os::fd::AsFd::as_fd(&ours)).unwrap(), 1);
+        assert_eq!(crate::platform::local::peek_socket(&ours).unwrap(), 1);
         assert!(first_byte(&ours, &heard).await);
         assert_eq!(heard.get(), Heard::SPOKE);
         let (quiet, peer) = tokio::net::UnixStream::pair().unwrap();

@@ -243,20 +243,17 @@ pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Writes a temporary file beside `path` and renames it into place; `sync` flushes both.
 fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::DirBuilder::new()
+    crate::platform::user::private_dir_builder()
         .recursive(true)
-        .mode(0o700)
         .create(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
+        let mut f = crate::platform::user::private_file_options()
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(0o600)
             .open(&tmp)?;
         f.write_all(bytes)?;
         if sync {

@@ -403,6 +403,7 @@ impl Config {
     }
 
     /// The broker socket path: `PI_IDE_BROKER_SOCKET`, then the `socket` key, then
+    /// on Windows the user's pipe (`\\.\pipe\pi-ide-broker-<SID>`), else
     /// `$XDG_RUNTIME_DIR/pi-ide-broker/sock`, else `$TMPDIR/pi-ide-broker-<uid>/sock`.
     pub fn socket_path(&self) -> PathBuf {
         if let Some(p) = env_path("PI_IDE_BROKER_SOCKET") {
@@ -411,16 +412,18 @@ impl Config {
         if let Some(p) = &self.socket {
             return expand_home(p);
         }
+        if let Some(pipe) = crate::platform::local::default_path() {
+            return pipe;
+        }
         if let Some(dir) = env_path("XDG_RUNTIME_DIR") {
             return dir.join("pi-ide-broker").join("sock");
         }
-        let uid = rustix::process::getuid().as_raw();
+        let uid = crate::platform::user::uid();
         // A client with a cleared environment (Codex starts MCP servers so) still finds the
         // runtime dir systemd-logind made for this user.
         let run_user = PathBuf::from(format!("/run/user/{uid}"));
         if std::fs::metadata(&run_user).is_ok_and(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.is_dir() && m.uid() == uid
+            m.is_dir() && crate::platform::user::owner_and_mode(&m).is_some_and(|(o, _)| o == uid)
         }) {
             return run_user.join("pi-ide-broker").join("sock");
         }
@@ -445,10 +448,10 @@ impl Config {
     /// running daemon of this user recorded another (it was started with another environment).
     pub fn socket_to_dial(&self) -> PathBuf {
         let socket = self.socket_path();
-        if self.socket_is_explicit() || socket.exists() {
+        if self.socket_is_explicit() || crate::platform::local::exists(&socket) {
             return socket;
         }
-        running_socket(&self.running_record()).unwrap_or(socket)
+        crate::platform::local::running_socket(&self.running_record()).unwrap_or(socket)
     }
 
     /// The state dir: the `state_dir` key, else `$XDG_STATE_HOME/pi-ide-broker`
@@ -567,15 +570,6 @@ pub fn expand_home(p: &Path) -> PathBuf {
         Ok(rest) => home_dir().join(rest),
         Err(_) => p.to_path_buf(),
     }
-}
-
-/// The socket a live daemon recorded in `record`, if its pid still runs and the socket exists.
-pub fn running_socket(record: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(record).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let pid = u32::try_from(v.get("pid")?.as_u64()?).ok()?;
-    let socket = PathBuf::from(v.get("socket")?.as_str()?);
-    (crate::sys::procinfo::alive(pid) && socket.exists()).then_some(socket)
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ pub const LOG_KEEP: u64 = 1 << 20;
 /// Cuts the log on stderr back to its tail when it is a regular file over [`LOG_CAP`]
 /// (nothing happens on a terminal, a pipe or the journal). Holds stderr's lock meanwhile, so
 /// no log line is written halfway through the cut. Returns whether it cut.
+#[cfg(unix)]
 pub fn trim_stderr_log() -> std::io::Result<bool> {
     use std::os::fd::AsFd;
     let stderr = std::io::stderr();
@@ -76,10 +77,18 @@ pub fn trim_stderr_log() -> std::io::Result<bool> {
     Ok(cut)
 }
 
+/// Windows: the daemon's log is never a file a service manager left on stderr (the logon
+/// start detaches it), so there is nothing to cut.
+#[cfg(not(unix))]
+pub fn trim_stderr_log() -> std::io::Result<bool> {
+    Ok(false)
+}
+
 /// The cut itself, on any file: when `fd` is a regular file larger than `cap`, keeps its last
 /// `keep` bytes from the start of a line, after one line saying what was cut. A service
 /// manager opens the log write-only, so the tail is read through the file's path opened anew
 /// (where the path cannot be found, the log is only emptied).
+#[cfg(unix)]
 pub fn trim_log(fd: std::os::fd::BorrowedFd<'_>, cap: u64, keep: u64) -> std::io::Result<bool> {
     let st = rustix::fs::fstat(fd)?;
     let regular =
@@ -104,6 +113,7 @@ pub fn trim_log(fd: std::os::fd::BorrowedFd<'_>, cap: u64, keep: u64) -> std::io
 }
 
 /// The last `keep` bytes of the `len` bytes of the file at `path`.
+#[cfg(unix)]
 fn read_tail(path: &std::path::Path, len: u64, keep: u64) -> std::io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(path)?;
@@ -121,6 +131,7 @@ fn read_tail(path: &std::path::Path, len: u64, keep: u64) -> std::io::Result<Vec
 }
 
 /// The path an open file descriptor names (Linux: `/proc/self/fd`; macOS: `F_GETPATH`).
+#[cfg(unix)]
 fn fd_path(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {
     #[cfg(target_vendor = "apple")]
     {
@@ -136,7 +147,7 @@ fn fd_path(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use std::io::Write;

@@ -7,9 +7,6 @@
 pub mod allocator;
 pub mod config;
 pub mod logging;
-pub mod peer;
-pub mod portpeers;
-pub mod procinfo;
 pub mod secret;
 pub mod sync;
 pub mod time;

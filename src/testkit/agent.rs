@@ -3,16 +3,16 @@
 //! Dials the Unix socket, upgrades at `/v1/session`, and speaks JSON-RPC with full control of
 //! ids.
 
+use crate::platform::local::Stream;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::path::Path;
-use tokio::net::UnixStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 /// One agent session on the native socket.
 pub struct Agent {
-    ws: WebSocketStream<UnixStream>,
+    ws: WebSocketStream<Stream>,
     /// Calls made with [`Agent::call`], for their ids.
     calls: u64,
 }
@@ -39,7 +39,7 @@ impl Agent {
 
     /// Connects without sending `initialize` (a raw client).
     pub async fn connect_raw(socket: &Path, query: &str) -> Result<Agent, String> {
-        let stream = UnixStream::connect(socket)
+        let stream = crate::platform::local::connect(socket)
             .await
             .map_err(|e| e.to_string())?;
         let url = format!("ws://localhost/v1/session?{query}");
@@ -164,7 +164,7 @@ impl Agent {
     }
 
     /// The WebSocket itself, for tests that send frames of their own.
-    pub fn raw_mut(&mut self) -> &mut WebSocketStream<UnixStream> {
+    pub fn raw_mut(&mut self) -> &mut WebSocketStream<Stream> {
         &mut self.ws
     }
 

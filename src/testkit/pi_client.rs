@@ -74,7 +74,7 @@ pub async fn find_candidates(dir: &Path, cwd: &str) -> Vec<Candidate> {
         {
             continue;
         }
-        if !crate::sys::procinfo::alive(pid as u32) {
+        if !crate::platform::process::alive(pid as u32) {
             continue;
         }
         if TcpStream::connect(("127.0.0.1", port)).await.is_err() {

@@ -20,21 +20,35 @@
 //! wait up to that long; one call at a time (a single session, the usual case) is not delayed,
 //! as the editor's Nagle never holds the first unacknowledged segment.
 
-use std::os::fd::{AsFd, OwnedFd};
 use tokio::net::TcpStream;
+
+/// A duplicate of the link's socket where the platform can send ACKs at once (Linux).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+type Dup = std::os::fd::OwnedFd;
+/// Nothing to hold where the platform cannot.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+type Dup = ();
 
 /// A handle on an editor link's socket for sending ACKs at once.
 pub struct QuickAck {
     /// A duplicate of the link's socket (the stream itself is split into the link's halves).
-    fd: Option<OwnedFd>,
+    fd: Option<Dup>,
 }
 
 impl QuickAck {
     /// A handle on `stream`'s socket (a no-op if it cannot be duplicated).
     pub fn new(stream: &TcpStream) -> Self {
-        QuickAck {
-            fd: stream.as_fd().try_clone_to_owned().ok(),
-        }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let fd = {
+            use std::os::fd::AsFd;
+            stream.as_fd().try_clone_to_owned().ok()
+        };
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let fd = {
+            let _ = stream;
+            None
+        };
+        QuickAck { fd }
     }
 
     /// Sends any delayed ACK now. One `setsockopt`; callers do it only while answers are owed.

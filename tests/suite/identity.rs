@@ -191,7 +191,7 @@ async fn a_killed_editor_left_unreaped_is_dead_and_its_restart_is_its_successor(
     })
     .await;
     assert!(
-        !pi_ide_broker::sys::procinfo::alive(old_pid),
+        !pi_ide_broker::platform::process::alive(old_pid),
         "a zombie counts as dead"
     );
     let (e2, p2) = editor_proc(&b, proj).await;

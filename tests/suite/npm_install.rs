@@ -377,7 +377,7 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
         assert!(!npm_root.join(left).exists(), "pi remove left {left}");
     }
     let gone = tokio::time::timeout(pi_ide_broker::testkit::START, async {
-        while pi_ide_broker::sys::procinfo::alive(pid as u32) {
+        while pi_ide_broker::platform::process::alive(pid as u32) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })

@@ -481,7 +481,7 @@ async fn setup_from_npm_leaves_the_npm_extension_alone_and_hints_nothing_that_br
     let running = pi_ide_broker::testkit::eventually("the daemon pi would start", || {
         json_of(&h.read(".local/state/pi-ide-broker/running.json"))["pid"]
             .as_u64()
-            .filter(|p| Some(*p) != setups && pi_ide_broker::sys::procinfo::alive(*p as u32))
+            .filter(|p| Some(*p) != setups && pi_ide_broker::platform::process::alive(*p as u32))
     })
     .await;
     let (ok, out) = h.run(&in_npm, &["setup", "--undo"]).await;
@@ -493,7 +493,7 @@ async fn setup_from_npm_leaves_the_npm_extension_alone_and_hints_nothing_that_br
     );
     // And nothing of the daemon runs after the uninstall.
     assert!(
-        !pi_ide_broker::sys::procinfo::alive(running as u32),
+        !pi_ide_broker::platform::process::alive(running as u32),
         "the daemon (pid {running}) still runs after setup --undo:\n{out}"
     );
 }

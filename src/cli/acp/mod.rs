@@ -16,6 +16,7 @@ pub use prompt::prompt_text;
 
 use crate::cli::client::ClientError;
 use crate::cli::mcp::{CappedLines, Line};
+use crate::platform::local::Stream;
 use crate::protocol::jsonrpc::{self, follow};
 use crate::protocol::percent::encode_query;
 use futures_util::{SinkExt, StreamExt};
@@ -24,7 +25,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -198,7 +198,7 @@ async fn list(socket: &std::path::Path, cwd: &str) -> Result<Vec<Value>, String>
         .unwrap_or_default())
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<UnixStream>;
+type Ws = tokio_tungstenite::WebSocketStream<Stream>;
 
 /// Where a follow connection goes: the daemon's socket, the pi session's key, and what the
 /// client says of itself.

@@ -11,6 +11,7 @@ mod lines;
 pub use lines::{CappedLines, Line};
 
 use crate::cli::client::ClientError;
+use crate::platform::local::Stream;
 use crate::protocol::jsonrpc;
 use crate::protocol::percent::encode_query;
 use crate::sys::{config::Config, logging};
@@ -20,7 +21,6 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::UnixStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -69,10 +69,7 @@ pub enum StdioError {
 }
 
 /// Connects to the broker as a session, spawning the daemon first if `spawn` and needed.
-pub async fn connect(
-    opts: &Options,
-    spawn: bool,
-) -> Result<WebSocketStream<UnixStream>, StdioError> {
+pub async fn connect(opts: &Options, spawn: bool) -> Result<WebSocketStream<Stream>, StdioError> {
     let query = format!(
         "cwd={}&dialect={}&door=stdio{}{}",
         encode_query(&opts.cwd),
@@ -131,7 +128,6 @@ pub async fn connect(
 /// Starts `pi-ide-broker daemon` detached (own process group, output to the state dir).
 /// If another client started one at the same moment, the loser exits with "already running".
 fn spawn_daemon(opts: &Options) -> Result<(), StdioError> {
-    use std::os::unix::process::CommandExt;
     std::fs::create_dir_all(&opts.log_dir)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -146,8 +142,8 @@ fn spawn_daemon(opts: &Options) -> Result<(), StdioError> {
         .env("PI_IDE_BROKER_SOCKET", &opts.socket)
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0);
+        .stderr(log);
+    crate::platform::control::detach(&mut cmd);
     let child = cmd.spawn()?;
     tracing::info!(pid = child.id(), "started pi-ide-broker daemon");
     Ok(())
@@ -224,7 +220,7 @@ struct Link<'a> {
 impl Link<'_> {
     async fn pump<R, W>(
         self,
-        ws: WebSocketStream<UnixStream>,
+        ws: WebSocketStream<Stream>,
         lines: &mut CappedLines<R>,
         queued: &mut Vec<(String, tokio::time::Instant)>,
         stdout: &mut W,
@@ -301,7 +297,7 @@ impl Link<'_> {
 }
 
 /// The broker's half of the link's WebSocket.
-type BrokerSink = futures_util::stream::SplitSink<WebSocketStream<UnixStream>, Message>;
+type BrokerSink = futures_util::stream::SplitSink<WebSocketStream<Stream>, Message>;
 
 /// What the client's `line` makes: frames for the broker, lines for the client, or the release
 /// of what was held for it. `Ok(false)` when the broker's socket failed (the line was not
@@ -355,7 +351,7 @@ async fn to_client<W: AsyncWrite + Unpin>(
 /// A proper close of the broker's socket, waiting (1 s at most) for the broker's end.
 async fn close_broker(
     mut sink: BrokerSink,
-    mut stream: futures_util::stream::SplitStream<WebSocketStream<UnixStream>>,
+    mut stream: futures_util::stream::SplitStream<WebSocketStream<Stream>>,
 ) {
     let _ = sink.close().await;
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
@@ -392,13 +388,13 @@ async fn reconnect<R, W>(
     lines: &mut CappedLines<R>,
     queued: &mut Vec<(String, tokio::time::Instant)>,
     stdout: &mut W,
-) -> Result<Option<WebSocketStream<UnixStream>>, StdioError>
+) -> Result<Option<WebSocketStream<Stream>>, StdioError>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     type Dial<'a> = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<WebSocketStream<UnixStream>, StdioError>> + 'a>,
+        Box<dyn std::future::Future<Output = Result<WebSocketStream<Stream>, StdioError>> + 'a>,
     >;
     let mut attempt: Dial = Box::pin(connect(opts, opts.spawn));
     let mut said = false;
@@ -505,9 +501,7 @@ async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, text: &str) -> std::io::Re
 pub fn default_key() -> String {
     format!(
         "ppid-{}",
-        rustix::process::getppid()
-            .map(|p| p.as_raw_nonzero().get())
-            .unwrap_or(0)
+        crate::platform::process::parent_id().unwrap_or(0)
     )
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 /// Whether a daemon answers on the socket.
 pub fn answering(env: &Env) -> bool {
-    std::os::unix::net::UnixStream::connect(&env.socket).is_ok()
+    crate::platform::local::connect_blocking(&env.socket).is_ok()
 }
 
 /// The daemon's log when setup starts it.
@@ -17,7 +17,6 @@ pub fn log_path(env: &Env) -> std::path::PathBuf {
 /// Starts `pi-ide-broker daemon` detached (its own process group, output to its log) and
 /// waits until it answers; its pid.
 pub fn start(env: &Env) -> Result<u32, String> {
-    use std::os::unix::process::CommandExt;
     std::fs::create_dir_all(&env.state_dir)
         .map_err(|e| format!("cannot create {}: {e}", env.state_dir.display()))?;
     let log_path = log_path(env);
@@ -35,8 +34,8 @@ pub fn start(env: &Env) -> Result<u32, String> {
         .env("PI_IDE_BROKER_SOCKET", &env.socket)
         .stdin(std::process::Stdio::null())
         .stdout(log)
-        .stderr(err)
-        .process_group(0);
+        .stderr(err);
+    crate::platform::control::detach(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start the daemon: {e}"))?;
@@ -69,7 +68,7 @@ fn is_our_daemon(pid: u32) -> bool {
             args.first().is_some_and(|a| a.ends_with(b"pi-ide-broker"))
                 && args.iter().any(|a| *a == b"daemon")
         }
-        Err(_) => crate::sys::procinfo::alive(pid),
+        Err(_) => crate::platform::process::alive(pid),
     }
 }
 
@@ -78,8 +77,7 @@ pub fn stop(pid: u32) -> Result<bool, String> {
     if !is_our_daemon(pid) {
         return Ok(false);
     }
-    let raw = rustix::process::Pid::from_raw(pid as i32).ok_or("not a pid")?;
-    rustix::process::kill_process(raw, rustix::process::Signal::TERM)
+    crate::platform::control::request_stop(pid)
         .map_err(|e| format!("cannot stop pid {pid}: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {

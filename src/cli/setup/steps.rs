@@ -139,13 +139,12 @@ fn from_npm(exe: &Path) -> bool {
 
 /// Copies `from` to `to` atomically (a running daemon keeps its old file), mode 0755.
 fn copy_executable(from: &Path, to: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     if let Some(dir) = to.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let tmp = to.with_extension("new");
     std::fs::copy(from, &tmp)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    crate::platform::user::set_mode(&tmp, 0o755)?;
     std::fs::rename(&tmp, to)
 }
 

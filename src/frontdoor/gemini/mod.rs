@@ -117,7 +117,7 @@ pub async fn run(reg: Arc<Registry>, dir: PathBuf, qwen_dir: Option<PathBuf>) {
     // never had it gets none.
     let qwen = qwen_dir
         .filter(|q| q.parent().is_some_and(Path::is_dir))
-        .filter(|q| match super::socket::secure_dir(q) {
+        .filter(|q| match crate::platform::local::secure_dir(q) {
             Ok(()) => {
                 clean_leftovers(q, qwen::is_lock_name);
                 true
@@ -139,33 +139,35 @@ fn secure_dirs(dir: &Path) -> Result<(), String> {
     if let Some(parent) = dir.parent() {
         match std::fs::symlink_metadata(parent) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                super::socket::secure_dir(parent).map_err(|e| e.to_string())?;
+                crate::platform::local::secure_dir(parent).map_err(|e| e.to_string())?;
             }
             Err(e) => return Err(format!("cannot stat {}: {e}", parent.display())),
             Ok(meta) => check_parent(parent, &meta)?,
         }
     }
-    super::socket::secure_dir(dir).map_err(|e| e.to_string())
+    crate::platform::local::secure_dir(dir).map_err(|e| e.to_string())
 }
 
 /// An existing parent of the discovery dir: a directory of ours that others cannot write to.
 fn check_parent(parent: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let me = rustix::process::getuid().as_raw();
+    let me = crate::platform::user::uid();
     if !meta.is_dir() {
         return Err(format!(
             "{} is not a directory; remove it",
             parent.display()
         ));
     }
-    if meta.uid() != me {
+    // Windows has no owner or mode bits here: a parent in the profile is the user's.
+    let Some((uid, mode)) = crate::platform::user::owner_and_mode(meta) else {
+        return Ok(());
+    };
+    if uid != me {
         return Err(format!(
-            "{} belongs to uid {}, not to you (uid {me}); remove it or set [gemini] dir",
+            "{} belongs to uid {uid}, not to you (uid {me}); remove it or set [gemini] dir",
             parent.display(),
-            meta.uid()
         ));
     }
-    let mode = meta.mode() & 0o777;
+    let mode = mode & 0o777;
     if mode & 0o022 != 0 {
         return Err(format!(
             "{} is writable by others (mode {mode:04o}); run chmod 700 {}",

@@ -459,7 +459,7 @@ fn the_os_tells_a_running_process_from_a_recycled_or_dead_one() {
         .unwrap();
     let pid = child.id();
     let token = os.start_token(pid);
-    assert_eq!(token, crate::sys::procinfo::start_token(pid));
+    assert_eq!(token, crate::platform::process::start_token(pid));
     let running = Process {
         pid,
         start: token,

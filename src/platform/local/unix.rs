@@ -1,44 +1,69 @@
-//! The broker's Unix socket: private dir, 0600 socket, leftover probe, peer uid.
-//!
-//! A private dir (0700, ours), the socket made 0600 before `listen`, a leftover socket probed
-//! before it is replaced, peer uid checked on accept.
+//! The local socket on Unix and macOS: a Unix socket in a private dir (0700, ours), made
+//! 0600 before `listen`, a leftover probed before it is replaced; the claim an `flock`.
 
+use super::SocketError;
 use rustix::fs::{Mode, OFlags};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// Why the socket could not be set up; every message says what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum SocketError {
-    /// Another daemon answers on the socket.
-    #[error("already running (pid {pid}) on {path}; stop it first, or use `pi-ide-broker status`")]
-    AlreadyRunning {
-        /// Its pid (0 if unknown).
-        pid: u32,
-        /// The socket.
-        path: PathBuf,
-    },
-    /// The dir is not safe.
-    #[error("{0}")]
-    Unsafe(String),
-    /// An OS error, with what we were doing.
-    #[error("{what} {path}: {source}")]
-    Io {
-        /// What we were doing.
-        what: &'static str,
-        /// Where.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+use super::io;
+
+/// A connection on the local socket, either end.
+pub type Stream = tokio::net::UnixStream;
+
+/// The daemon's listening socket.
+pub struct Listener(tokio::net::UnixListener);
+
+impl Listener {
+    /// The next connection.
+    pub async fn accept(&self) -> std::io::Result<Stream> {
+        self.0.accept().await.map(|(s, _)| s)
+    }
 }
 
-fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SocketError + 'a {
-    move |source| SocketError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
-    }
+/// Dials the daemon's socket at `path`.
+pub async fn connect(path: &Path) -> std::io::Result<Stream> {
+    tokio::net::UnixStream::connect(path).await
+}
+
+/// Dials the daemon's socket at `path`, blocking (for a quick "is it up?" outside a runtime).
+pub fn connect_blocking(path: &Path) -> std::io::Result<()> {
+    std::os::unix::net::UnixStream::connect(path).map(drop)
+}
+
+/// A non-blocking peek at one byte of a socket: 1 if any is waiting, 0 at the end of the
+/// stream, `WouldBlock` if nothing is.
+pub fn peek_socket(socket: &impl std::os::fd::AsFd) -> std::io::Result<usize> {
+    let mut byte = [0u8; 1];
+    let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+    Ok(rustix::net::recv(socket.as_fd(), &mut byte, flags)?.0)
+}
+
+/// Resolves once a read on `stream` may not block.
+pub async fn readable(stream: &Stream) -> std::io::Result<()> {
+    stream.readable().await
+}
+
+/// After [`readable`]: 1 if bytes wait on `stream`, 0 at its end; `WouldBlock` clears the
+/// readiness.
+pub fn try_peek(stream: &Stream) -> std::io::Result<usize> {
+    stream.try_io(tokio::io::Interest::READABLE, || peek_socket(stream))
+}
+
+/// A peek at `stream` now, whatever its readiness says (see [`peek_socket`]).
+pub fn peek_now(stream: &Stream) -> std::io::Result<usize> {
+    peek_socket(stream)
+}
+
+/// The platform's own default socket, where it has one apart from the config's rules: none
+/// on Unix (`sys::config` picks a runtime dir).
+pub fn default_path() -> Option<std::path::PathBuf> {
+    None
+}
+
+/// True if something (a socket, live or stale) is at `path`.
+pub fn exists(path: &Path) -> bool {
+    path.exists()
 }
 
 /// Creates (0700) or checks the socket's parent dir: it must be ours and not writable by others.
@@ -106,6 +131,7 @@ pub fn claim(path: &Path) -> Result<Claim, SocketError> {
 /// environment gave it (a client with a cleared environment computes another one). `record`
 /// is the running daemon's `running.json`, read to name the holder.
 pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Claim, SocketError> {
+    // (`record` names the holder: see `super::running_socket`.)
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -114,7 +140,7 @@ pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Clai
         .map_err(|e| io("cannot create", state_dir)(e))?;
     claim_file(&state_dir.join("daemon.lock"), socket).map_err(|e| match e {
         SocketError::AlreadyRunning { pid, path } => {
-            let recorded = crate::sys::config::running_socket(record);
+            let recorded = super::running_socket(record);
             SocketError::AlreadyRunning {
                 pid,
                 path: recorded.unwrap_or(path),
@@ -154,7 +180,7 @@ fn claim_file(lock_path: &Path, path: &Path) -> Result<Claim, SocketError> {
 
 /// Binds the socket: a leftover probed (a live daemon means "already running"), mode 0600
 /// set between `bind` and `listen`. Call with the [`Claim`] held.
-pub async fn bind(path: &Path) -> Result<tokio::net::UnixListener, SocketError> {
+pub async fn bind(path: &Path) -> Result<Listener, SocketError> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         if !meta.file_type().is_socket() {
@@ -185,7 +211,9 @@ pub async fn bind(path: &Path) -> Result<tokio::net::UnixListener, SocketError> 
     let fd = bound_private(path)?;
     rustix::net::listen(&fd, 1024).map_err(|e| io("cannot listen on", path)(e.into()))?;
     let std_listener = std::os::unix::net::UnixListener::from(fd);
-    tokio::net::UnixListener::from_std(std_listener).map_err(io("cannot register socket", path))
+    tokio::net::UnixListener::from_std(std_listener)
+        .map(Listener)
+        .map_err(io("cannot register socket", path))
 }
 
 /// A socket bound at `path` and made 0600, not yet listening: nobody can connect to it before
@@ -230,7 +258,7 @@ fn unix_stream_socket() -> rustix::io::Result<std::os::fd::OwnedFd> {
 
 /// Takes a listener passed by systemd socket activation (`LISTEN_FDS`/`LISTEN_PID`), if any.
 /// Only the first call can take it.
-pub fn inherited() -> Option<tokio::net::UnixListener> {
+pub fn inherited() -> Option<Listener> {
     static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
     let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
@@ -243,7 +271,9 @@ pub fn inherited() -> Option<tokio::net::UnixListener> {
     let fl = rustix::fs::fcntl_getfl(&fd).ok()?;
     rustix::fs::fcntl_setfl(&fd, fl | OFlags::NONBLOCK).ok()?;
     let std_listener = std::os::unix::net::UnixListener::from(fd);
-    tokio::net::UnixListener::from_std(std_listener).ok()
+    tokio::net::UnixListener::from_std(std_listener)
+        .ok()
+        .map(Listener)
 }
 
 #[allow(unsafe_code)]
@@ -253,24 +283,6 @@ fn take_fd3() -> std::os::fd::OwnedFd {
     // a listening socket at fd 3 (SD_LISTEN_FDS_START); nothing else in this process owns it,
     // and the TAKEN flag in `inherited` makes sure it is taken once.
     unsafe { std::os::fd::OwnedFd::from_raw_fd(3) }
-}
-
-/// True if the connecting peer runs as our uid.
-pub fn peer_is_us(stream: &tokio::net::UnixStream) -> Result<(), String> {
-    peer_allowed(stream, &[])
-}
-
-/// The peer is us, or one of the uids the config allows (`allow_uids`).
-pub fn peer_allowed(stream: &tokio::net::UnixStream, allow: &[u32]) -> Result<(), String> {
-    let me = rustix::process::getuid().as_raw();
-    match stream.peer_cred() {
-        Ok(c) if c.uid() == me || allow.contains(&c.uid()) => Ok(()),
-        Ok(c) => Err(format!(
-            "peer uid {} is neither ours ({me}) nor in allow_uids",
-            c.uid()
-        )),
-        Err(e) => Err(format!("cannot read peer credentials: {e}")),
-    }
 }
 
 #[cfg(test)]

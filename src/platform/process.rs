@@ -26,6 +26,8 @@ pub enum Source {
     Darwin,
     /// `kill(pid, 0)` alone.
     Signal,
+    /// Windows: `OpenProcess`, `GetExitCodeProcess`, `GetProcessTimes`.
+    Win32,
 }
 
 /// The environment variable that picks a [`Source`] other than the platform's own.
@@ -38,6 +40,8 @@ impl Source {
             Source::Procfs
         } else if cfg!(target_vendor = "apple") {
             Source::Darwin
+        } else if cfg!(windows) {
+            Source::Win32
         } else {
             Source::Signal
         }
@@ -50,6 +54,7 @@ impl Source {
             Ok("procfs") => Source::Procfs,
             Ok("darwin") => Source::Darwin,
             Ok("signal") => Source::Signal,
+            Ok("win32") => Source::Win32,
             _ => Source::native(),
         })
     }
@@ -106,11 +111,26 @@ pub fn facts(pid: u32) -> Option<Facts> {
     match Source::current() {
         Source::Procfs => procfs::facts(pid),
         Source::Darwin => darwin::facts(pid),
+        Source::Win32 => win32::facts(pid),
         Source::Signal => None,
     }
 }
 
+/// Our parent's pid, where the platform tells (`None` on Windows, where a parent may be gone
+/// and its pid reused).
+pub fn parent_id() -> Option<u32> {
+    #[cfg(unix)]
+    {
+        Some(std::os::unix::process::parent_id())
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 /// `kill(pid, 0)`: the pid exists (`EPERM`: exists, not ours).
+#[cfg(unix)]
 fn signal_alive(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid)
         .ok()
@@ -175,6 +195,95 @@ pub mod procfs {
     }
 }
 
+/// The pid exists: `OpenProcess` opens it (access denied: it exists, not ours) and it has
+/// not exited.
+#[cfg(windows)]
+fn signal_alive(pid: u32) -> bool {
+    win32::exists(pid)
+}
+
+/// Windows' process API; elsewhere it knows nothing.
+mod win32 {
+    use super::Facts;
+
+    #[cfg(windows)]
+    #[allow(unsafe_code)]
+    mod os {
+        use super::Facts;
+        use windows_sys::Win32::Foundation::{
+            CloseHandle, GetLastError, ERROR_ACCESS_DENIED, FILETIME, STILL_ACTIVE,
+        };
+        use windows_sys::Win32::System::Threading::{
+            GetExitCodeProcess, GetProcessTimes, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
+        };
+
+        /// 100 ns intervals between 1601-01-01 and 1970-01-01.
+        const UNIX_EPOCH_AS_FILETIME: u64 = 116_444_736_000_000_000;
+
+        /// Runs `f` on a query handle of `pid`; `Err(true)` when it exists but is not ours.
+        fn with_process<T>(
+            pid: u32,
+            f: impl FnOnce(*mut std::ffi::c_void) -> T,
+        ) -> Result<T, bool> {
+            if pid == 0 {
+                return Err(false);
+            }
+            // SAFETY: plain calls; the handle is checked, used by `f` only, and closed once.
+            unsafe {
+                let h = OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid);
+                if h.is_null() {
+                    return Err(GetLastError() == ERROR_ACCESS_DENIED);
+                }
+                let r = f(h);
+                CloseHandle(h);
+                Ok(r)
+            }
+        }
+
+        pub(crate) fn exists(pid: u32) -> bool {
+            let running = with_process(pid, |h| {
+                let mut code = 0u32;
+                // SAFETY: `h` is a valid query handle for the call's length.
+                let ok = unsafe { GetExitCodeProcess(h, &mut code) };
+                ok == 0 || code != STILL_ACTIVE as u32
+            });
+            match running {
+                // "exited" is the inner bool's negation.
+                Ok(exited) => !exited,
+                Err(not_ours) => not_ours,
+            }
+        }
+
+        pub(crate) fn facts(pid: u32) -> Option<Facts> {
+            let created = with_process(pid, |h| {
+                let zero = FILETIME {
+                    dwLowDateTime: 0,
+                    dwHighDateTime: 0,
+                };
+                let (mut c, mut e, mut k, mut u) = (zero, zero, zero, zero);
+                // SAFETY: `h` is a valid query handle; the four FILETIMEs are writable.
+                let ok = unsafe { GetProcessTimes(h, &mut c, &mut e, &mut k, &mut u) };
+                (ok != 0).then(|| (u64::from(c.dwHighDateTime) << 32) | u64::from(c.dwLowDateTime))
+            })
+            .ok()??;
+            let unix = created.checked_sub(UNIX_EPOCH_AS_FILETIME)? / 10_000_000;
+            Some(Facts {
+                zombie: false,
+                start: Some(created),
+                start_unix: i64::try_from(unix).ok(),
+            })
+        }
+    }
+
+    #[cfg(windows)]
+    pub(super) use os::{exists, facts};
+
+    #[cfg(not(windows))]
+    pub(super) fn facts(_pid: u32) -> Option<Facts> {
+        None
+    }
+}
+
 /// macOS's `proc_pidinfo`; elsewhere it knows nothing.
 mod darwin {
     use super::Facts;
@@ -229,6 +338,7 @@ mod tests {
         match Source::native() {
             Source::Procfs => procfs::facts(pid),
             Source::Darwin => darwin::facts(pid),
+            Source::Win32 => win32::facts(pid),
             Source::Signal => None,
         }
     }
@@ -318,7 +428,7 @@ mod tests {
         if std::env::var(SOURCE_ENV).is_ok() {
             return; // already the child
         }
-        for module in ["identity::", "lockfile::", "procinfo::"] {
+        for module in ["identity::", "lockfile::", "process::"] {
             let out = std::process::Command::new(std::env::current_exe().unwrap())
                 .args([module, "--test-threads", "2"])
                 .env(SOURCE_ENV, "signal")

@@ -42,6 +42,7 @@ pub struct PeerFacts {
 }
 
 /// The facts of the peer of `stream`, or why its credentials could not be read.
+#[cfg(unix)]
 pub fn of_stream(stream: &tokio::net::UnixStream) -> std::io::Result<PeerFacts> {
     let cred = stream.peer_cred()?;
     let pid = cred
@@ -65,6 +66,22 @@ pub fn of_stream(stream: &tokio::net::UnixStream) -> std::io::Result<PeerFacts> 
             },
             place,
         ),
+    })
+}
+
+/// The facts of the client at the other end of the pipe `stream`: its pid from the pipe, its
+/// SID from that process's token. A SID other than ours reads as uid `u32::MAX`, which no
+/// config lists (the pipe's DACL lets in only our SID anyway).
+#[cfg(windows)]
+pub fn of_stream(stream: &crate::platform::local::Stream) -> std::io::Result<PeerFacts> {
+    let pid = stream.client_pid()?;
+    let theirs = crate::platform::user::sid::of_process(pid)?;
+    let me = crate::platform::user::sid::own();
+    Ok(PeerFacts {
+        uid: if theirs == *me { me.rid() } else { u32::MAX },
+        pid: Some(pid),
+        program: None,
+        place: Place::NoneHere,
     })
 }
 

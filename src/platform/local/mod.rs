@@ -1,0 +1,62 @@
+//! The broker's local socket: where clients on this machine reach the daemon.
+//!
+//! A Unix socket on Unix and macOS ([`unix`]): a private dir (0700, ours), the socket made
+//! 0600 before `listen`, a leftover probed before it is replaced, the daemon's claim an
+//! `flock`. A named pipe on Windows ([`windows`]): a per-user name, a DACL that lets in only
+//! the user, remote clients refused, the claim the pipe's first instance. Either way the
+//! layers above see a [`Listener`] that yields a [`Stream`] and a [`connect`] that dials one.
+
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+pub use unix::*;
+
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+pub use windows::*;
+
+use std::path::{Path, PathBuf};
+
+/// Why the socket could not be set up; every message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// Another daemon answers on the socket.
+    #[error("already running (pid {pid}) on {path}; stop it first, or use `pi-ide-broker status`")]
+    AlreadyRunning {
+        /// Its pid (0 if unknown).
+        pid: u32,
+        /// The socket.
+        path: PathBuf,
+    },
+    /// The dir is not safe.
+    #[error("{0}")]
+    Unsafe(String),
+    /// An OS error, with what we were doing.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What we were doing.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SocketError + 'a {
+    move |source| SocketError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The socket a live daemon recorded in `record`, if its pid still runs and the socket exists.
+pub fn running_socket(record: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(record).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let pid = u32::try_from(v.get("pid")?.as_u64()?).ok()?;
+    let socket = PathBuf::from(v.get("socket")?.as_str()?);
+    (crate::platform::process::alive(pid) && exists(&socket)).then_some(socket)
+}
