@@ -1,6 +1,7 @@
 //! A fake editor as a real process, for fault tests and measurements:
-//! `fake_editor --dir DIR [--family pi|claude] [--folder F]... [--name NAME] [--auto-accept]
-//! [--burn-us N]` (N µs of CPU before each `echo` answer).
+//! `fake_editor --dir DIR [--family pi|claude] [--folder F]... [--name NAME] [--auto-accept
+//! [--reject-named S]] [--burn-us N]` (N µs of CPU before each `echo` answer; with
+//! `--reject-named`, a diff of a file whose path contains S is rejected, every other accepted).
 //! Writes `<port>.lock` into DIR, prints `ready <port>` and serves until killed.
 
 use pi_ide_broker::protocol::family::Family;
@@ -26,6 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--name" => opts.ide_name = args.next().unwrap_or_default(),
             "--port" => opts.port = args.next().and_then(|p| p.parse().ok()).unwrap_or(0),
             "--auto-accept" => opts.auto_accept = true,
+            "--reject-named" => opts.reject_named = args.next(),
             "--burn-us" => opts.burn_us = args.next().and_then(|p| p.parse().ok()).unwrap_or(0),
             other => return Err(format!("unknown argument {other}").into()),
         }

@@ -43,6 +43,23 @@ pub(super) struct Dialled {
     pub(super) client_port: u16,
 }
 
+/// The editor's loopback port: `127.0.0.1`, or for a Windows editor seen from WSL each of the
+/// addresses Windows' loopback is reached at from here (`sys::wsl::windows_hosts`), in order.
+async fn connect(lf: &crate::editor::lockfile::Lockfile) -> Result<TcpStream, DialError> {
+    let hosts = match lf.wsl {
+        Some(_) => crate::sys::wsl::windows_hosts(),
+        None => vec![std::net::Ipv4Addr::LOCALHOST],
+    };
+    let mut last = String::new();
+    for host in hosts {
+        match TcpStream::connect((host, lf.port)).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = format!("connect {host}:{}: {e}", lf.port),
+        }
+    }
+    Err(DialError::Other(last))
+}
+
 /// Dial, upgrade with the family's auth header, `initialize`, `notifications/initialized`,
 /// `tools/list`. On success the link info holds the cached results.
 ///
@@ -61,9 +78,7 @@ pub(super) async fn dial(
     host: &dyn LinkHost,
 ) -> Result<Dialled, DialError> {
     let lf = editor.lockfile();
-    let mut stream = TcpStream::connect(("127.0.0.1", lf.port))
-        .await
-        .map_err(|e| DialError::Other(format!("connect 127.0.0.1:{}: {e}", lf.port)))?;
+    let mut stream = connect(&lf).await?;
     let _ = stream.set_nodelay(true);
     let client_port = stream.local_addr().map(|a| a.port()).unwrap_or(0);
     let read_ahead = crate::wire::wsupgrade::upgrade(

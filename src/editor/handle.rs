@@ -168,6 +168,9 @@ pub struct Editor {
     pub(super) lock: Mutex<Lockfile>,
     /// Workspace folders, normalised for routing.
     pub folders: Vec<PathBuf>,
+    /// A Windows editor seen from WSL: every frame on its link has its paths mapped, WSL's
+    /// form inside the broker, Windows' on the wire (see `protocol::winpath`).
+    pub wsl: Option<crate::protocol::winpath::Wsl>,
     /// How many times this editor restarted (successor chain length).
     pub restarts: u32,
     /// The port of the editor this one replaced, if any.
@@ -236,6 +239,7 @@ impl Editor {
         Editor {
             id,
             family: lock.family,
+            wsl: lock.wsl.clone(),
             lock: Mutex::new(lock),
             folders,
             restarts: succession.restarts,
@@ -371,7 +375,7 @@ impl Editor {
         pending: Pending,
     ) -> Result<u64, SendError> {
         let uid = mint_id(&self.next_id);
-        let text = build(uid);
+        let text = self.to_wire(build(uid));
         let deadline = pending.deadline;
         if matches!(pending.owner, Owner::Session { .. }) {
             self.calls.fetch_add(1, Ordering::Relaxed);
@@ -551,7 +555,20 @@ impl Editor {
     /// Puts one frame on the link: written now by the calling task when the link is idle,
     /// else queued for its writer task (see `shared_writer`).
     pub(super) fn send_frame(&self, frame: Out) -> Result<(), SendError> {
+        let frame = match frame {
+            Out::Text(text) if self.wsl.is_some() => Out::Text(self.to_wire(text)),
+            other => other,
+        };
         self.out.send(frame).map_err(|r| self.refusal(r))
+    }
+
+    /// A frame for the editor with its paths as the editor writes them (WSL → Windows for a
+    /// Windows editor seen from WSL; unchanged for every other).
+    fn to_wire(&self, text: String) -> String {
+        match &self.wsl {
+            Some(w) => w.frame(&text, false),
+            None => text,
+        }
     }
 
     /// Why a frame was refused, for the caller.
@@ -710,6 +727,7 @@ mod tests {
             workspace_folders: Vec::new(),
             ide_name: "test".into(),
             auth_token: Some(crate::sys::secret::Token::new("t".into())),
+            wsl: None,
         };
         Editor::new(
             "test".into(),

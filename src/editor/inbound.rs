@@ -13,9 +13,20 @@ use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// A frame from the editor with its paths as the broker keeps them: a Windows editor seen
+/// from WSL has them mapped before anything reads the frame; any other's is borrowed as is.
+fn from_wire<'t>(editor: &Editor, text: &'t str) -> Cow<'t, str> {
+    match &editor.wsl {
+        Some(w) => Cow::Owned(w.frame(text, true)),
+        None => Cow::Borrowed(text),
+    }
+}
+
 /// Routes one frame from the editor: answers to their owners, notifications to sessions,
 /// editor-initiated requests to one session.
 pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str) {
+    let text = from_wire(editor, text);
+    let text = text.as_ref();
     if fast_reply(editor, text).is_some() {
         return;
     }
@@ -27,36 +38,7 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
         }
     };
     match incoming {
-        Incoming::Response { id, mut msg } => {
-            let Some(p) = id
-                .as_u64()
-                .and_then(|uid| editor.pending.remove(&uid))
-                .map(|(_, p)| p)
-            else {
-                tracing::debug!(editor = %editor.id, %id, "answer to no pending request (late or cancelled)");
-                return;
-            };
-            if let Some(b) = &p.bridge {
-                if let Some(crate::protocol::bridge::Followup::CloseTab(tab)) =
-                    crate::protocol::bridge::inbound(b, &mut msg)
-                {
-                    let _ = editor.close_tab(&tab);
-                }
-            }
-            if let (Some(m), Some(result)) = (&p.map, msg.get_mut("result")) {
-                m.map_result_texts(result, false);
-            }
-            match p.owner {
-                Owner::Session { outbox, id, .. } => {
-                    msg.insert("id".into(), id.into_value());
-                    outbox.deliver(Value::Object(msg).to_string());
-                }
-                Owner::Internal(tx) => {
-                    let _ = tx.send(msg);
-                }
-                Owner::Discard => {}
-            }
-        }
+        Incoming::Response { id, msg } => deliver_answer(editor, &id, msg),
         Incoming::Notification { method, mut msg } => match method.as_str() {
             "selection_changed" => {
                 editor.focus.store(host.stamp(), Ordering::Relaxed);
@@ -93,6 +75,39 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
                 ));
             }
         }
+    }
+}
+
+/// An answer to a request of ours: bridged back to the session's dialect, its paths mapped
+/// back for a remote session, and handed to its owner; an answer nobody waits for is dropped.
+fn deliver_answer(editor: &Editor, id: &Value, mut msg: Map<String, Value>) {
+    let Some(p) = id
+        .as_u64()
+        .and_then(|uid| editor.pending.remove(&uid))
+        .map(|(_, p)| p)
+    else {
+        tracing::debug!(editor = %editor.id, %id, "answer to no pending request (late or cancelled)");
+        return;
+    };
+    if let Some(b) = &p.bridge {
+        if let Some(crate::protocol::bridge::Followup::CloseTab(tab)) =
+            crate::protocol::bridge::inbound(b, &mut msg)
+        {
+            let _ = editor.close_tab(&tab);
+        }
+    }
+    if let (Some(m), Some(result)) = (&p.map, msg.get_mut("result")) {
+        m.map_result_texts(result, false);
+    }
+    match p.owner {
+        Owner::Session { outbox, id, .. } => {
+            msg.insert("id".into(), id.into_value());
+            outbox.deliver(Value::Object(msg).to_string());
+        }
+        Owner::Internal(tx) => {
+            let _ = tx.send(msg);
+        }
+        Owner::Discard => {}
     }
 }
 

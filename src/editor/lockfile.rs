@@ -29,6 +29,11 @@ pub struct Lockfile {
     /// The token for the auth header; `None` for an editor that writes none (Emacs's
     /// claude-code-ide.el): the link is dialled without the header.
     pub auth_token: Option<Token>,
+    /// The editor runs on Windows and we do not (a broker in WSL reading the Windows side's
+    /// lockfile, `runningInWindows`): its pid is a Windows pid we cannot look up, its folders
+    /// were written as Windows paths (mapped here), and every path on its link is mapped
+    /// both ways with this.
+    pub wsl: Option<crate::protocol::winpath::Wsl>,
 }
 
 /// Why a file is not (yet) a usable lockfile.
@@ -93,6 +98,9 @@ struct Raw {
     transport: Option<String>,
     #[serde(default)]
     auth_token: serde_json::Value,
+    /// Claude Code's IDE extensions on Windows write `true`.
+    #[serde(default)]
+    running_in_windows: bool,
     /// Present only in the broker's own virtual lockfiles (compat door): never an editor.
     #[serde(default, rename = "piIdeBroker")]
     broker_marker: Option<serde::de::IgnoredAny>,
@@ -147,6 +155,11 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
         return Err(LockfileError::TooLarge(text.len() as u64));
     }
     let lock = parse(&text, path, family, port)?;
+    if lock.wsl.is_some() {
+        // A Windows pid: not ours to look up from here. The link's health check is what
+        // tells a live editor from a stale file; the file is never removed from this side.
+        return Ok(lock);
+    }
     let Some(process) = crate::platform::process::running(lock.pid) else {
         return Err(LockfileError::DeadPid(lock.pid));
     };
@@ -208,11 +221,21 @@ pub fn parse(
             )));
         }
     }
-    let workspace_folders = raw.workspace_folders.unwrap_or_default();
+    let mut workspace_folders = raw.workspace_folders.unwrap_or_default();
     if workspace_folders.len() > 1024 {
         return Err(LockfileError::Malformed(
             "more than 1024 workspaceFolders".into(),
         ));
+    }
+    // A Windows editor seen from WSL: its folders as this side sees them (one WSL cannot
+    // reach, another machine's share, stays as written and matches no cwd here).
+    let wsl = (raw.running_in_windows && !cfg!(windows)).then(|| crate::sys::wsl::here().clone());
+    if let Some(w) = &wsl {
+        for f in &mut workspace_folders {
+            if let Some(mapped) = w.to_linux(f) {
+                *f = mapped;
+            }
+        }
     }
     Ok(Lockfile {
         path: path.to_path_buf(),
@@ -222,6 +245,7 @@ pub fn parse(
         workspace_folders,
         ide_name: raw.ide_name.unwrap_or_else(|| "unknown".into()),
         auth_token,
+        wsl,
     })
 }
 

@@ -48,6 +48,15 @@ pub fn is_executable(meta: &std::fs::Metadata) -> bool {
     imp::is_executable(meta)
 }
 
+/// Makes a rename in `dir` durable (`fsync` of the dir on Unix; NTFS journals its metadata,
+/// and Windows opens no dir as a file, so nothing there).
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    if cfg!(unix) {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// Why a file that must be ours and regular could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {

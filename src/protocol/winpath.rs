@@ -78,6 +78,10 @@ pub fn compare_key(s: &str) -> Option<String> {
     Some(key)
 }
 
+/// What Gemini CLI's companion puts between folders in `workspacePath` on this platform
+/// (node's `path.delimiter`).
+pub const FOLDER_LIST_DELIMITER: &str = if cfg!(windows) { ";" } else { ":" };
+
 /// Gemini CLI's companion lists its folders in one string: `;` between them on Windows
 /// (where `:` is in every drive path), `:` elsewhere (its `path.delimiter`).
 pub fn split_folder_list(s: &str) -> Vec<String> {

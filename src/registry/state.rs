@@ -250,18 +250,21 @@ fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
-        let mut f = crate::platform::user::private_file_options()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        if sync {
-            f.sync_all()?;
+        {
+            // Closed before the rename: Windows renames no file that is open.
+            let mut f = crate::platform::user::private_file_options()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)?;
+            f.write_all(bytes)?;
+            if sync {
+                f.sync_all()?;
+            }
         }
         std::fs::rename(&tmp, path)?;
         if sync {
-            std::fs::File::open(dir)?.sync_all()?;
+            crate::platform::user::sync_dir(dir)?;
         }
         Ok(())
     })();

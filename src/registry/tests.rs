@@ -484,6 +484,7 @@ impl Harness {
             workspace_folders: l.folders,
             ide_name: l.ide_name,
             auth_token: Some(crate::sys::secret::Token::new(token.into())),
+            wsl: None,
         }
     }
 

@@ -390,7 +390,7 @@ impl Config {
         let claude = env_path("CLAUDE_CONFIG_DIR")
             .map(|d| d.join("ide"))
             .unwrap_or_else(|| home.join(".claude").join("ide"));
-        vec![
+        let mut dirs = vec![
             LockDirConfig {
                 path: pi,
                 family: Family::Pi,
@@ -399,7 +399,17 @@ impl Config {
                 path: claude,
                 family: Family::Claude,
             },
-        ]
+        ];
+        // Inside WSL, the Windows user's editors too (their lockfiles say `runningInWindows`).
+        if let Some(win) = crate::sys::wsl::windows_home() {
+            for (dir, family) in [(".pi", Family::Pi), (".claude", Family::Claude)] {
+                let path = win.join(dir).join("ide");
+                if !dirs.iter().any(|d| d.path == path) {
+                    dirs.push(LockDirConfig { path, family });
+                }
+            }
+        }
+        dirs
     }
 
     /// The broker socket path: `PI_IDE_BROKER_SOCKET`, then the `socket` key, then
@@ -505,8 +515,26 @@ impl Config {
 }
 
 /// `os.tmpdir()` as node computes it on Unix: `$TMPDIR` (`$TMP`, `$TEMP`) without a trailing
-/// slash, else `/tmp`.
+/// slash, else `/tmp`; on Windows `%TEMP%` (`%TMP%`, `%SystemRoot%\temp`) without a trailing
+/// backslash.
 fn node_tmpdir() -> PathBuf {
+    if cfg!(windows) {
+        let dir = ["TEMP", "TMP"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+            .or_else(|| {
+                std::env::var("SystemRoot")
+                    .ok()
+                    .map(|r| format!("{r}\\temp"))
+            })
+            .unwrap_or_else(|| "C:\\Windows\\temp".into());
+        let trimmed = dir.trim_end_matches('\\');
+        return PathBuf::from(if trimmed.ends_with(':') {
+            dir.as_str()
+        } else {
+            trimmed
+        });
+    }
     let dir = ["TMPDIR", "TMP", "TEMP"]
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
@@ -532,7 +560,7 @@ fn user_dir(var: &str, mac: fn(&directories::ProjectDirs) -> &Path, local: &str)
     if let Some(p) = env_path(var) {
         return p.join("pi-ide-broker");
     }
-    if cfg!(target_os = "macos") {
+    if cfg!(any(target_os = "macos", windows)) {
         if let Some(d) = directories::ProjectDirs::from("", "", "pi-ide-broker") {
             return mac(&d).to_path_buf();
         }
@@ -550,9 +578,10 @@ pub fn remote_name_ok(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// The user's home dir (`$HOME`, else the OS's idea of it, else `/`).
+/// The user's home dir (`$HOME`; on Windows `%USERPROFILE%`, as node's `os.homedir()` and
+/// so the editors' lockfile writers; else the OS's idea of it, else `/`).
 pub fn home_dir() -> PathBuf {
-    env_path("HOME")
+    env_path(if cfg!(windows) { "USERPROFILE" } else { "HOME" })
         .or_else(|| directories::BaseDirs::new().map(|b| b.home_dir().to_path_buf()))
         .unwrap_or_else(|| PathBuf::from("/"))
 }

@@ -35,3 +35,4 @@ mod stdio;
 mod trust;
 mod version;
 mod vscode;
+mod wsl;

@@ -214,7 +214,7 @@ fn discovery_body(reg: &Registry, id: &str, port: u16, token: &Token) -> Option<
     };
     Some(json!({
         "port": port,
-        "workspacePath": folders.join(":"),
+        "workspacePath": folders.join(crate::protocol::winpath::FOLDER_LIST_DELIMITER),
         "authToken": token.expose(),
         "ideInfo": {"name": ide_slug(&display), "displayName": display},
         MARKER: {"pid": std::process::id(), "editor": id, "family": editor.family, "editorPid": lock.pid},

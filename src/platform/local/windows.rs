@@ -157,9 +157,16 @@ pub async fn readable(stream: &Stream) -> std::io::Result<()> {
     }
 }
 
-/// After [`readable`]: 1 if bytes wait on `stream`, 0 at its end (the client gone);
-/// `WouldBlock` when nothing waits.
-pub fn try_peek(stream: &Stream) -> std::io::Result<usize> {
+/// After [`readable`]: 1, for bytes or the end of the stream, either of which the next read
+/// takes. No true peek: mio reads a pipe ahead into a buffer of its own as soon as readiness
+/// is asked, so `PeekNamedPipe` sees nothing once a wait has begun.
+pub fn try_peek(_: &Stream) -> std::io::Result<usize> {
+    Ok(1)
+}
+
+/// A peek before any wait (nothing read ahead yet): `PeekNamedPipe`, 1 if bytes wait, 0 if
+/// the client is gone, `WouldBlock` if nothing came yet.
+pub fn peek_now(stream: &Stream) -> std::io::Result<usize> {
     use std::os::windows::io::AsRawHandle;
     let handle = match stream {
         Stream::Server(s) => s.as_raw_handle(),
@@ -191,11 +198,6 @@ pub fn try_peek(stream: &Stream) -> std::io::Result<usize> {
         return Err(std::io::Error::from(ErrorKind::WouldBlock));
     }
     Ok(1)
-}
-
-/// A peek at `stream` now (a pipe's peek needs no readiness).
-pub fn peek_now(stream: &Stream) -> std::io::Result<usize> {
-    try_peek(stream)
 }
 
 /// The daemon's pipe: the instance waiting for the next client.

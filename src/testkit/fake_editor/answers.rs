@@ -143,7 +143,15 @@ pub(super) fn call_tool(
             .unwrap_or_default()
             .to_string()
     };
+    let rejected_by_name = shared
+        .opts
+        .reject_named
+        .as_deref()
+        .is_some_and(|n| arg("new_file_path").contains(n));
     let result = match tool {
+        "openDiff" if shared.opts.auto_accept && rejected_by_name => {
+            jsonrpc::diff_rejected(&arg("tab_name"))
+        }
         "openDiff" if shared.opts.auto_accept => json!({"content": [
             {"type": "text", "text": "FILE_SAVED"},
             {"type": "text", "text": arg("new_file_contents")},

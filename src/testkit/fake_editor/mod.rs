@@ -83,6 +83,9 @@ pub struct Options {
     pub port: u16,
     /// Accept every diff at once with the proposed contents (for demos and transcripts).
     pub auto_accept: bool,
+    /// With `auto_accept`: a diff whose `new_file_path` contains this is rejected at once
+    /// instead (a process test decides both ways without a hand on the editor).
+    pub reject_named: Option<String>,
     /// CPU each `echo` answer burns first, like a real editor's main loop (a Lua editor spends
     /// about 150 µs on a getDiagnostics): for the bench's realistic scenario.
     pub burn_us: u64,
@@ -118,6 +121,7 @@ impl Options {
             ping_interval: None,
             port: 0,
             auto_accept: false,
+            reject_named: None,
             burn_us: 0,
             no_token: false,
             one_client: false,
@@ -287,23 +291,25 @@ impl FakeEditor {
         if !self.shared.opts.no_token {
             v["authToken"] = json!(self.shared.token);
         }
+        if cfg!(windows) {
+            // As Claude Code's IDE extensions write it on Windows.
+            v["runningInWindows"] = json!(true);
+        }
         v.to_string()
     }
 
     /// Writes `<dir>/<port>.lock` atomically (temp + rename), mode 0600.
     pub fn write_lockfile(&self, dir: &Path) -> std::io::Result<PathBuf> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{}.lock", self.port));
         // As the editors write theirs: whole, then renamed into place, and never synced (an
         // fsync here would put this disk's latency into every discovery the bench times).
         let tmp = dir.join(format!(".{}.lock.tmp", self.port));
-        std::fs::OpenOptions::new()
+        crate::platform::user::private_file_options()
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(0o600)
             .open(&tmp)?
             .write_all(self.lockfile_json().as_bytes())?;
         std::fs::rename(&tmp, &path)?;
