@@ -517,7 +517,9 @@ fn relay_mode(sock: &str, port: u16) {
         .unwrap();
     rt.block_on(async {
         let _ = std::fs::remove_file(sock);
-        let unix = tokio::net::UnixListener::bind(sock).unwrap();
+        let unix = pi_ide_broker::platform::local::bind(Path::new(sock))
+            .await
+            .unwrap();
         let tcp = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await
             .unwrap();
@@ -533,7 +535,7 @@ fn relay_mode(sock: &str, port: u16) {
         }
         loop {
             tokio::select! {
-                Ok((client, _)) = unix.accept() => {
+                Ok(client) = unix.accept() => {
                     tokio::spawn(relay(client, port));
                 }
                 Ok((client, _)) = tcp.accept() => {
@@ -895,7 +897,11 @@ async fn open(
             format!("ws://127.0.0.1:{port}/"),
         ),
         Path3::Relay => (
-            Box::new(tokio::net::UnixStream::connect(relay.0).await.unwrap()),
+            Box::new(
+                pi_ide_broker::platform::local::connect(Path::new(relay.0))
+                    .await
+                    .unwrap(),
+            ),
             format!("ws://127.0.0.1:{port}/"),
         ),
         Path3::RelayTcp => {
@@ -906,7 +912,11 @@ async fn open(
             (Box::new(s), format!("ws://127.0.0.1:{port}/"))
         }
         Path3::Broker => (
-            Box::new(tokio::net::UnixStream::connect(broker).await.unwrap()),
+            Box::new(
+                pi_ide_broker::platform::local::connect(Path::new(broker))
+                    .await
+                    .unwrap(),
+            ),
             format!("ws://localhost/v1/session?cwd={cwd}"),
         ),
         Path3::Compat => (

@@ -5,6 +5,10 @@
 #   aarch64-unknown-linux-musl), cross-linked here with rust-lld, the linker rustup ships:
 #   the crate is pure Rust and the musl targets bring their own C runtime, so no C cross
 #   toolchain (zig, musl-gcc) is needed.
+# - pi-ide-broker-win32-x64: x86_64-pc-windows-gnu, linked by Debian's mingw-w64 gcc
+X
+#   No win32-arm64: aarch64-pc-windows-gnullvm needs an llvm-mingw toolchain no registry
+#   here ships.
 # - pi-ide-broker-darwin-*: need a Mac (Apple's linker and SDK); packaging/README.md says how.
 # - pi-ide-broker: the pi package (the extension and the launcher), from the repository root.
 # Each tarball's size and files are printed. Nothing is published.
@@ -16,7 +20,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "pack.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,8 +44,24 @@ build_linux() {
   (cd "$stage/$key" && npm pack --silent --pack-destination "$out" >/dev/null)
 }
 
+build_windows() {
+  local key="win32-x64" triple="x86_64-pc-windows-gnu"
+  rustup target add "$triple" >/dev/null
+  command -v x86_64-w64-mingw32-gcc >/dev/null || {
+    echo "pack.sh: $key needs x86_64-w64-mingw32-gcc (apt-get install gcc-mingw-w64-x86-64)" >&2
+    return 1
+  }
+  cargo build --locked --profile dist --target "$triple" --bin pi-ide-broker
+  rm -rf "${stage:?}/$key"
+  mkdir -p "$stage/$key/vendor/$triple/bin"
+  cp "packaging/npm/$key/package.json" LICENSE "$stage/$key/"
+  cp "$target_dir/$triple/dist/pi-ide-broker.exe" "$stage/$key/vendor/$triple/bin/pi-ide-broker.exe"
+  (cd "$stage/$key" && npm pack --silent --pack-destination "$out" >/dev/null)
+}
+
 wanted linux-x64 && build_linux linux-x64 x86_64-unknown-linux-musl
 wanted linux-arm64 && build_linux linux-arm64 aarch64-unknown-linux-musl
+wanted win32-x64 && build_windows
 for key in darwin-x64 darwin-arm64; do
   wanted "$key" && echo "note: pi-ide-broker-$key needs a Mac to build: see packaging/README.md"
 done

@@ -203,6 +203,8 @@ pub enum ManagerArg {
     Systemd,
     /// launchd LaunchAgents (macOS).
     Launchd,
+    /// The user's Run key, at logon (Windows).
+    RunKey,
 }
 
 /// What `service` does.
@@ -257,6 +259,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 None => service::Manager::here(),
                 Some(ManagerArg::Systemd) => service::Manager::Systemd,
                 Some(ManagerArg::Launchd) => service::Manager::Launchd,
+                Some(ManagerArg::RunKey) => service::Manager::RunKey,
             },
         ),
         Command::Setup {

@@ -1,8 +1,15 @@
-//! `service`: the systemd or launchd user unit, written, started, removed and shown.
+//! `service`: the systemd or launchd user unit, or the Windows logon start, written, started,
+//! removed and shown.
 //!
-//! `service install|uninstall|status` for systemd (Linux) and launchd (macOS): the unit this
-//! binary writes, the manager's steps (each required or tolerated, with the fix a failure
-//! prints), and the commands themselves. The run-time side is `daemon::supervisor`.
+//! `service install|uninstall|status` for systemd (Linux), launchd (macOS) and the Run key
+//! (Windows): the unit this binary writes, the manager's steps (each required or tolerated,
+//! with the fix a failure prints), and the commands themselves. The run-time side is
+//! `daemon::supervisor`.
+//!
+//! Windows starts the daemon at logon through the user's Run key, not a scheduled task: an
+//! "at logon" task needs an elevated prompt to create, the Run key only the user's own rights
+//! (one `reg add`, listed and switchable in Task Manager's Startup apps). The value runs a
+//! `logon.cmd` this binary writes, under `conhost.exe --headless` so no console window opens.
 
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
@@ -16,6 +23,10 @@ pub const LAUNCHD_PLIST: &str = include_str!("../../launchd/dev.pi-ide-broker.pl
 pub const LAUNCHD_LABEL: &str = "dev.pi-ide-broker";
 /// The systemd unit name.
 pub const SYSTEMD_NAME: &str = "pi-ide-broker.service";
+/// The Windows Run key the logon start is a value of (named [`RUN_VALUE`]).
+pub const RUN_KEY: &str = r"HKCU\Software\Microsoft\Windows\CurrentVersion\Run";
+/// The value's name under [`RUN_KEY`].
+pub const RUN_VALUE: &str = "pi-ide-broker";
 
 /// Where a unit goes and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,13 +44,17 @@ pub enum Manager {
     Systemd,
     /// launchd LaunchAgents.
     Launchd,
+    /// Windows: a value of the user's Run key, started at logon.
+    RunKey,
 }
 
 impl Manager {
-    /// launchd on macOS, systemd elsewhere.
+    /// launchd on macOS, the Run key on Windows, systemd elsewhere.
     pub fn here() -> Manager {
         if cfg!(target_os = "macos") {
             Manager::Launchd
+        } else if cfg!(windows) {
+            Manager::RunKey
         } else {
             Manager::Systemd
         }
@@ -89,7 +104,30 @@ pub fn unit(
                 )
                 .replace("__HOME__", &xml_escape(&home.display().to_string())),
         },
+        Manager::RunKey => logon_script(bin, config, home),
     }
+}
+
+/// Windows: the script the Run value starts, in `%LOCALAPPDATA%\pi-ide-broker`, its output
+/// appended to `daemon.log` beside it.
+fn logon_script(bin: &Path, config: Option<&Path>, home: &Path) -> UnitFile {
+    let dir = home.join("AppData").join("Local").join("pi-ide-broker");
+    let config = config
+        .map(|c| format!(" --config \"{}\"", c.display()))
+        .unwrap_or_default();
+    UnitFile {
+        path: dir.join("logon.cmd"),
+        content: format!(
+            "@echo off\r\nrem pi-ide-broker at logon: started by the value {RUN_VALUE} of {RUN_KEY}\r\n\"{}\"{config} daemon >> \"{}\" 2>&1\r\n",
+            bin.display(),
+            dir.join("daemon.log").display()
+        ),
+    }
+}
+
+/// The Run value's data: the logon script under a console host that opens no window.
+pub fn run_value_data(unit: &UnitFile) -> String {
+    format!("conhost.exe --headless \"{}\"", unit.path.display())
 }
 
 fn xml_escape(s: &str) -> String {
@@ -237,6 +275,26 @@ pub fn commands(manager: Manager, unit: &UnitFile, install: bool) -> Vec<Step> {
             Step::required(s(&["launchctl", "print", &target]), launchd_fix),
         ],
         (Manager::Launchd, false) => vec![Step::tolerated(&["launchctl", "bootout", &target])],
+        (Manager::RunKey, true) => {
+            let fix = format!(
+                "the Run key could not be written; add the value by hand in regedit ({RUN_KEY}, \
+                 a string named {RUN_VALUE} holding `{}`), or run `pi-ide-broker daemon`",
+                run_value_data(unit)
+            );
+            vec![
+                Step::required(
+                    s(&["reg", "add", RUN_KEY, "/v", RUN_VALUE, "/t", "REG_SZ", "/d"])
+                        .into_iter()
+                        .chain([run_value_data(unit), "/f".into()])
+                        .collect(),
+                    fix.clone(),
+                ),
+                Step::required(s(&["reg", "query", RUN_KEY, "/v", RUN_VALUE]), fix),
+            ]
+        }
+        (Manager::RunKey, false) => vec![Step::tolerated(&[
+            "reg", "delete", RUN_KEY, "/v", RUN_VALUE, "/f",
+        ])],
     }
 }
 
@@ -323,7 +381,11 @@ fn service_install(
     std::fs::write(&unit.path, &unit.content)
         .with_context(|| format!("cannot write {}", unit.path.display()))?;
     println!("wrote {}", unit.path.display());
-    run_reporting(&steps)
+    let code = run_reporting(&steps)?;
+    if manager == Manager::RunKey && code == ExitCode::SUCCESS {
+        println!("it starts at every logon; to start it now, run `pi-ide-broker daemon` (or let the pi extension start it)");
+    }
+    Ok(code)
 }
 
 /// `service uninstall`: the manager's steps, then the unit removed.
@@ -364,6 +426,9 @@ fn service_status(manager: Manager) -> anyhow::Result<ExitCode> {
             "print".into(),
             format!("gui/{}/{}", crate::platform::user::uid(), LAUNCHD_LABEL),
         ],
+        Manager::RunKey => ["reg", "query", RUN_KEY, "/v", RUN_VALUE]
+            .map(String::from)
+            .to_vec(),
     };
     match std::process::Command::new(&argv[0])
         .args(&argv[1..])
@@ -439,5 +504,43 @@ mod tests {
             .content
             .contains("/Users/u/Library/Logs/pi-ide-broker/pi-ide-broker.log"));
         assert!(!l.content.contains("__"));
+    }
+
+    /// Windows: the logon script runs this binary's daemon with its config, its output to a
+    /// log beside it; the Run value starts it with no window; uninstall deletes that value.
+    #[test]
+    fn the_windows_logon_start_is_a_run_value_and_a_script() {
+        let bin = Path::new(r"C:\Users\me\bin\pi-ide-broker.exe");
+        let u = unit(
+            Manager::RunKey,
+            bin,
+            Some(Path::new(r"C:\Users\me\my config.toml")),
+            Path::new(r"C:\Users\me"),
+            Path::new("unused"),
+        );
+        assert!(u.path.ends_with("logon.cmd"), "{}", u.path.display());
+        assert!(
+            u.content.contains(r#""C:\Users\me\bin\pi-ide-broker.exe" --config "C:\Users\me\my config.toml" daemon >> "#),
+            "{}",
+            u.content
+        );
+        assert!(u.content.contains("daemon.log\" 2>&1\r\n"), "{}", u.content);
+        let install = commands(Manager::RunKey, &u, true);
+        assert_eq!(
+            install[0].argv[..5],
+            ["reg", "add", RUN_KEY, "/v", RUN_VALUE]
+        );
+        let data = install[0].argv.iter().position(|a| a == "/d").unwrap() + 1;
+        assert_eq!(
+            install[0].argv[data],
+            format!("conhost.exe --headless \"{}\"", u.path.display())
+        );
+        assert!(install.iter().all(|s| s.required.is_some()));
+        let uninstall = commands(Manager::RunKey, &u, false);
+        assert_eq!(uninstall[0].argv[..3], ["reg", "delete", RUN_KEY]);
+        assert!(
+            uninstall[0].required.is_none(),
+            "a value not there is no failure"
+        );
     }
 }

@@ -38,8 +38,12 @@ pub struct OwnBinary {
 }
 
 impl OwnBinary {
-    /// This process's binary, if its path can be known and read.
+    /// This process's binary, if its path can be known and read; `None` on Windows, which
+    /// removes or replaces no running `.exe` (an uninstall or upgrade must stop it first).
     pub fn current() -> Option<OwnBinary> {
+        if cfg!(windows) {
+            return None;
+        }
         let path = std::env::current_exe().ok()?;
         let id = identity(&path)?;
         Some(OwnBinary { path, id })
@@ -94,7 +98,7 @@ pub async fn watch(reg: Arc<Registry>, own: OwnBinary, shutdown: CancellationTok
     shutdown.cancel();
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))] // Windows replaces no running binary
 mod tests {
     use super::*;
 

@@ -117,7 +117,7 @@ fn deliver_answer(editor: &Editor, id: &Value, mut msg: Map<String, Value>) {
 fn absolute_paths(editor: &Editor, msg: &mut Map<String, Value>) -> Option<String> {
     let params = msg.get_mut("params")?.as_object_mut()?;
     let path = params.get("filePath")?.as_str()?;
-    if path.is_empty() || path.starts_with('/') {
+    if path.is_empty() || crate::protocol::winpath::is_absolute(path) {
         return None;
     }
     let base = editor.lockfile().workspace_folders.first()?.clone();

@@ -448,6 +448,7 @@ mod tests {
         );
     }
 
+    #[cfg(unix)]
     fn lockfile_text() -> String {
         let me = std::process::id();
         format!(r#"{{"pid":{me},"workspaceFolders":["/a"],"authToken":"0123456789abcdef"}}"#)
@@ -455,6 +456,7 @@ mod tests {
 
     /// FSEvents names a file by its canonical path; the watcher must map it back to the dir
     /// as configured (here: through a symlink), or the file is never matched to its dir.
+    #[cfg(unix)] // Unix file modes, symlinks or sockets
     #[test]
     fn an_event_spelled_canonically_is_matched_to_the_dir_as_configured() {
         let root = tempfile::tempdir().unwrap();

@@ -378,6 +378,7 @@ mod tests {
         assert!(!e.to_string().contains("TOPSECRET"));
     }
 
+    #[cfg(unix)] // POSIX paths, FIFOs or child processes
     #[test]
     fn a_recycled_pid_is_recognised() {
         let dir = tempfile::tempdir().unwrap();
@@ -457,6 +458,7 @@ mod tests {
 
     /// A FIFO named like a lockfile is refused at once: opening it must not wait for a writer
     /// (the watcher's thread would hang on it forever).
+    #[cfg(unix)] // POSIX paths, FIFOs or child processes
     #[test]
     fn a_fifo_lockfile_is_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
@@ -480,6 +482,7 @@ mod tests {
     }
 
     /// A symlink named like a lockfile is refused, never followed, even to a valid lockfile.
+    #[cfg(unix)] // Unix file modes, symlinks or sockets
     #[test]
     fn a_symlinked_lockfile_is_refused_not_followed() {
         let dir = tempfile::tempdir().unwrap();

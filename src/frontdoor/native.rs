@@ -183,7 +183,7 @@ fn explain(req: &Request<Incoming>, reg: &Registry) -> Response<Body> {
             _ => {}
         }
     }
-    let Some(cwd) = cwd.filter(|c| c.starts_with('/')) else {
+    let Some(cwd) = cwd.filter(|c| crate::protocol::winpath::is_absolute(c)) else {
         return error(
             StatusCode::BAD_REQUEST,
             "GET /v1/route needs cwd=<absolute dir> (and optionally session=<key>)",
@@ -212,7 +212,10 @@ fn query_pairs(req: &Request<Incoming>) -> Vec<(String, String)> {
 /// recently active first.
 fn pi_sessions(req: &Request<Incoming>, reg: &Registry) -> Response<Body> {
     let pairs = query_pairs(req);
-    let Some((_, cwd)) = pairs.iter().find(|(k, v)| k == "cwd" && v.starts_with('/')) else {
+    let Some((_, cwd)) = pairs
+        .iter()
+        .find(|(k, v)| k == "cwd" && crate::protocol::winpath::is_absolute(v))
+    else {
         return error(
             StatusCode::BAD_REQUEST,
             "GET /v1/pi-sessions needs cwd=<absolute dir>",
@@ -466,7 +469,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
             "missing query parameter cwd (the session's absolute working directory)".into(),
         );
     }
-    if !intro.cwd.starts_with('/') {
+    if !crate::protocol::winpath::is_absolute(&intro.cwd) {
         return Err(format!("cwd must be an absolute path, got {:?}", intro.cwd));
     }
     Ok(intro)

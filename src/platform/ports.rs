@@ -14,6 +14,8 @@ pub const SOURCE: Option<&str> = if cfg!(target_os = "linux") {
     Some("the kernel's TCP tables (/proc/net/tcp, /proc/net/tcp6)")
 } else if cfg!(target_os = "macos") {
     Some("libproc (the editor process's sockets, proc_pidfdinfo)")
+} else if cfg!(windows) {
+    Some("the TCP tables with owning pids (GetExtendedTcpTable)")
 } else {
     None
 };
@@ -26,15 +28,134 @@ pub fn clients_of(pid: u32, port: u16, except_client_port: Option<u16>) -> Optio
     {
         libproc::clients_of(pid, port, except_client_port)
     }
-    #[cfg(not(target_os = "macos"))]
+    #[cfg(windows)]
+    {
+        tcp_table::clients_of(pid, port, except_client_port)
+    }
+    #[cfg(not(any(target_os = "macos", windows)))]
     {
         let _ = pid;
         proc_net_clients(port, except_client_port)
     }
 }
 
+/// One established-or-not connection of the Windows TCP table, as [`count_rows`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpRow {
+    /// `MIB_TCP_STATE` (5 is established).
+    pub state: u32,
+    /// The local port, in host order.
+    pub local_port: u16,
+    /// The remote port, in host order.
+    pub remote_port: u16,
+    /// The owning process.
+    pub pid: u32,
+}
+
+/// [`clients_of`] over the rows of the Windows TCP tables: established connections that
+/// process `pid` holds on `port`, the broker's own (`except_client_port`) left out. A row
+/// owned by pid 0 (the idle process: never a connection's on Windows; what wine reports for
+/// every row) counts by its port alone, as Linux's `/proc/net/tcp` does.
+pub fn count_rows(rows: &[TcpRow], pid: u32, port: u16, except_client_port: Option<u16>) -> usize {
+    const ESTABLISHED_STATE: u32 = 5;
+    rows.iter()
+        .filter(|r| {
+            r.state == ESTABLISHED_STATE
+                && (r.pid == pid || r.pid == 0)
+                && r.local_port == port
+                && Some(r.remote_port) != except_client_port
+        })
+        .count()
+}
+
+/// Windows' TCP tables with owning pids (`GetExtendedTcpTable`, IPv4 and IPv6).
+#[cfg(windows)]
+#[allow(unsafe_code)] // FFI to iphlpapi and reads of the tables it fills
+mod tcp_table {
+    use super::TcpRow;
+    use windows_sys::Win32::NetworkManagement::IpHelper::{
+        GetExtendedTcpTable, MIB_TCP6ROW_OWNER_PID, MIB_TCPROW_OWNER_PID,
+        TCP_TABLE_OWNER_PID_CONNECTIONS,
+    };
+
+    const AF_INET: u32 = 2;
+    const AF_INET6: u32 = 23;
+    const ERROR_INSUFFICIENT_BUFFER: u32 = 122;
+
+    /// The table of family `af` as bytes (u32 words, so its rows are aligned), or `None`.
+    fn table(af: u32) -> Option<Vec<u32>> {
+        let mut size = 0u32;
+        for _ in 0..4 {
+            let mut buf = vec![0u32; (size as usize).div_ceil(4).max(1)];
+            let mut len = u32::try_from(buf.len() * 4).ok()?;
+            // SAFETY: `buf` is writable for `len` bytes; the call writes at most that much
+            // and says how much it needs when that is not enough.
+            let r = unsafe {
+                GetExtendedTcpTable(
+                    buf.as_mut_ptr().cast(),
+                    &mut len,
+                    0,
+                    af,
+                    TCP_TABLE_OWNER_PID_CONNECTIONS,
+                    0,
+                )
+            };
+            match r {
+                0 => return Some(buf),
+                ERROR_INSUFFICIENT_BUFFER => size = len + 256,
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// The rows of a filled table whose row type is `R`.
+    fn rows<R>(buf: &[u32], read: impl Fn(&R) -> TcpRow) -> Vec<TcpRow> {
+        let n = buf[0] as usize;
+        let offset = std::mem::align_of::<R>().max(4);
+        let room = (buf.len() * 4).saturating_sub(offset) / std::mem::size_of::<R>();
+        let base = buf.as_ptr().cast::<u8>();
+        (0..n.min(room))
+            .map(|i| {
+                // SAFETY: row `i` lies within `buf` (bounded by `room` above), which the OS
+                // filled with `n` rows of `R` after the u32 count (rows aligned to `offset`).
+                let row = unsafe { &*base.add(offset + i * std::mem::size_of::<R>()).cast::<R>() };
+                read(row)
+            })
+            .collect()
+    }
+
+    fn port(raw: u32) -> u16 {
+        // The port sits in the low 16 bits, in network byte order.
+        u16::from_be((raw & 0xffff) as u16)
+    }
+
+    pub(super) fn clients_of(pid: u32, port_: u16, except: Option<u16>) -> Option<usize> {
+        let mut all = Vec::new();
+        let v4 = table(AF_INET);
+        if let Some(b) = &v4 {
+            all.extend(rows::<MIB_TCPROW_OWNER_PID>(b, |r| TcpRow {
+                state: r.dwState,
+                local_port: port(r.dwLocalPort),
+                remote_port: port(r.dwRemotePort),
+                pid: r.dwOwningPid,
+            }));
+        }
+        let v6 = table(AF_INET6);
+        if let Some(b) = &v6 {
+            all.extend(rows::<MIB_TCP6ROW_OWNER_PID>(b, |r| TcpRow {
+                state: r.dwState,
+                local_port: port(r.dwLocalPort),
+                remote_port: port(r.dwRemotePort),
+                pid: r.dwOwningPid,
+            }));
+        }
+        (v4.is_some() || v6.is_some()).then(|| super::count_rows(&all, pid, port_, except))
+    }
+}
+
 /// [`clients_of`] from `/proc/net/tcp{,6}`, which hold every process's connections.
-#[cfg_attr(target_os = "macos", allow(dead_code))]
+#[cfg_attr(any(target_os = "macos", windows), allow(dead_code))]
 fn proc_net_clients(port: u16, except_client_port: Option<u16>) -> Option<usize> {
     let mut any = false;
     let mut n = 0;
@@ -49,6 +170,7 @@ fn proc_net_clients(port: u16, except_client_port: Option<u16>) -> Option<usize>
 }
 
 /// [`clients_of`] over one table's text.
+#[cfg_attr(windows, allow(dead_code))]
 fn count_in(table: &str, port: u16, except_client_port: Option<u16>) -> usize {
     table
         .lines()
@@ -67,6 +189,7 @@ fn count_in(table: &str, port: u16, except_client_port: Option<u16>) -> usize {
 }
 
 /// The port of an `ADDR:PORT` column (both in hex).
+#[cfg_attr(windows, allow(dead_code))]
 fn port_of(column: &str) -> Option<u16> {
     let (_, hex) = column.rsplit_once(':')?;
     u16::from_str_radix(hex, 16).ok()
@@ -263,6 +386,46 @@ mod libproc {
 #[allow(unsafe_code)] // builds the kernel's plain structures
 mod tests {
     use super::*;
+
+    /// The Windows table: only established rows of the editor's process on its port count,
+    /// the broker's own link left out (a listening row, another process's client on the same
+    /// port number, a closed connection do not).
+    #[test]
+    fn the_windows_tcp_table_counts_the_editors_other_clients() {
+        let row = |state, local_port, remote_port, pid| TcpRow {
+            state,
+            local_port,
+            remote_port,
+            pid,
+        };
+        let rows = [
+            row(2, 4242, 0, 77),     // listening
+            row(5, 4242, 50001, 77), // the broker's link
+            row(5, 4242, 50002, 77), // Claude Code's
+            row(5, 4242, 50003, 78), // another process, same port number (another address)
+            row(5, 4242, 50005, 0),  // owner unknown (wine): counted by its port
+            row(8, 4242, 50004, 77), // closing
+            row(5, 50002, 4242, 90), // the client's own end
+        ];
+        assert_eq!(count_rows(&rows, 77, 4242, Some(50001)), 2);
+        assert_eq!(count_rows(&rows, 77, 4242, None), 3);
+        assert_eq!(count_rows(&rows, 78, 4242, Some(50001)), 2);
+        assert_eq!(count_rows(&[], 77, 4242, None), 0);
+    }
+
+    /// The real table (Windows; under wine in CI): a client of our own listener is seen.
+    #[cfg(windows)]
+    #[test]
+    fn a_client_of_our_listener_is_in_the_windows_table() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_server_end, _) = listener.accept().unwrap();
+        let own = client.local_addr().unwrap().port();
+        let me = std::process::id();
+        assert_eq!(clients_of(me, port, None), Some(1));
+        assert_eq!(clients_of(me, port, Some(own)), Some(0));
+    }
 
     /// A TCP socket as `PROC_PIDFDSOCKETINFO` describes it (ports in network order).
     fn tcp_socket(state: i32, local: u16, remote: u16) -> libproc::SocketFdInfo {

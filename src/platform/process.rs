@@ -334,6 +334,7 @@ mod tests {
     use super::*;
 
     /// The platform's own source, whatever the environment picked.
+    #[cfg(unix)]
     fn native_facts(pid: u32) -> Option<Facts> {
         match Source::native() {
             Source::Procfs => procfs::facts(pid),
@@ -344,8 +345,10 @@ mod tests {
     }
 
     /// A child that has exited and that nobody has reaped yet: a zombie until dropped.
+    #[cfg(unix)]
     struct Zombie(std::process::Child);
 
+    #[cfg(unix)]
     impl Zombie {
         fn new() -> Zombie {
             let child = std::process::Command::new("true").spawn().unwrap();
@@ -360,6 +363,7 @@ mod tests {
         }
     }
 
+    #[cfg(unix)]
     impl Drop for Zombie {
         fn drop(&mut self) {
             let _ = self.0.wait();
@@ -423,6 +427,7 @@ mod tests {
 
     /// The whole identity and lockfile test modules again, in a child of this test binary,
     /// with the signal-only source: what a platform without `/proc` or `proc_pidinfo` runs.
+    #[cfg(unix)] // POSIX paths, FIFOs or child processes
     #[test]
     fn identity_and_lockfile_tests_pass_with_signal_only_process_facts() {
         if std::env::var(SOURCE_ENV).is_ok() {

@@ -37,8 +37,10 @@ pub fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     imp::set_mode(path, mode)
 }
 
-/// A file's identity on its device (device, inode), to tell a replaced file or dir from the
-/// same one; `None` where the platform does not say (Windows' file index is not stable Rust).
+/// A file's identity, to tell a replaced file or dir from the same one: (device, inode) on
+/// Unix. On Windows only that it exists (`(0, 0)`): the file index is not in stable Rust, and
+/// creation times move under wine with every write; a lock dir replaced there is still found
+/// by the rescan.
 pub fn file_identity(meta: &std::fs::Metadata) -> Option<(u64, u64)> {
     imp::file_identity(meta)
 }
@@ -349,7 +351,7 @@ mod imp {
     }
 
     pub(super) fn file_identity(_: &std::fs::Metadata) -> Option<(u64, u64)> {
-        None
+        Some((0, 0))
     }
 
     pub(super) fn open_own_regular(path: &Path) -> Result<super::OwnFile, OpenError> {

@@ -56,6 +56,12 @@ pub fn parse(s: &str) -> Option<WinPath> {
     Some(WinPath::Unc(server, share, it.collect()))
 }
 
+/// Whether a path a peer sent is absolute on this platform: `/…` everywhere, and on Windows
+/// also a drive, verbatim or UNC path (a peer's cwd, a tool's `filePath`).
+pub fn is_absolute(s: &str) -> bool {
+    s.starts_with('/') || (cfg!(windows) && parse(s).is_some())
+}
+
 /// The form Windows paths compare in: drive letter upper case, the rest case-folded (NTFS
 /// and the editors compare without case), `\` between components, the verbatim prefix gone.
 /// `None` for a path that is not a Windows absolute path.

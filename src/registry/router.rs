@@ -4,8 +4,15 @@
 use std::path::{Component, Path, PathBuf};
 
 /// Normalises a path for comparison: absolute (relative paths are taken from `/`), `.` and
-/// `..` resolved, symlinks resolved where the path exists, trailing slash ignored.
+/// `..` resolved, symlinks resolved where the path exists, trailing slash ignored. On Windows
+/// a drive, verbatim or UNC path compares by `winpath::compare_key` instead: drive letter and
+/// case folded, either slash (no symlinks resolved: the editors write what the user opened).
 pub fn normalize(path: &Path) -> PathBuf {
+    if cfg!(windows) {
+        if let Some(key) = crate::protocol::winpath::compare_key(&path.to_string_lossy()) {
+            return PathBuf::from(key);
+        }
+    }
     let lexical = lexical(path);
     // Resolve symlinks on the longest prefix that exists, keep the rest lexically.
     let mut existing = lexical.as_path();
@@ -265,6 +272,7 @@ mod tests {
         assert_eq!(route("/p", &[down], Some("a")), Decision::NoMatch);
     }
 
+    #[cfg(unix)] // Unix file modes, symlinks or sockets
     #[test]
     fn normalisation() {
         assert_eq!(lexical(Path::new("/a/./b/../c/")), PathBuf::from("/a/c"));

@@ -325,6 +325,7 @@ mod tests {
         assert!(dir.path().join("state.json.corrupt").exists());
     }
 
+    #[cfg(unix)] // Unix file modes, symlinks or sockets
     #[test]
     fn atomic_writes_are_private_and_replace_whole() {
         use std::os::unix::fs::PermissionsExt;

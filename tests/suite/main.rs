@@ -2,6 +2,10 @@
 //! instead of once per suite (13 links on a 2-core machine). Run one suite with
 //! `cargo test --test suite <module>::`, e.g. `cargo test --test suite stdio::`.
 
+// The suite drives Linux processes (namespaces, uids, Debian programs, wine itself): it runs on
+// Unix. The Windows build is tested by its own unit tests under wine and by `windows::`.
+#![cfg(unix)]
+
 mod common;
 
 mod acp;
@@ -35,4 +39,5 @@ mod stdio;
 mod trust;
 mod version;
 mod vscode;
+mod windows;
 mod wsl;

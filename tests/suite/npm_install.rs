@@ -502,3 +502,43 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
     assert!(!command.exists(), "setup --undo left {}", command.display());
     drop(registry.child);
 }
+
+/// The Windows package as packaging/pack.sh packs it: the `.exe` at the path the launcher and
+/// the extension look for (`vendor/x86_64-pc-windows-gnu/bin/pi-ide-broker.exe`, the layout
+/// `extensions/pi/test/options.test.ts` resolves), `os`/`cpu` so npm installs it on Windows x64
+/// only, a real PE executable, and the root package asking for it.
+#[tokio::test]
+async fn the_win32_package_holds_the_exe_where_the_launcher_looks() {
+    let Some(packages) = std::env::var_os("PI_IDE_BROKER_PACKAGES").map(PathBuf::from) else {
+        return cannot_run("the npm packages: set PI_IDE_BROKER_PACKAGES (bash .ci/run does)");
+    };
+    let tgz = packages.join(tarball("pi-ide-broker-win32-x64"));
+    if !tgz.exists() {
+        return cannot_run("the win32-x64 package: `bash packaging/pack.sh --only win32-x64`");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("tar")
+        .arg("-xzf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(dir.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let pkg = dir.path().join("package");
+    let exe = pkg.join("vendor/x86_64-pc-windows-gnu/bin/pi-ide-broker.exe");
+    let head = std::fs::read(&exe).expect("the .exe where the launcher looks");
+    assert_eq!(&head[..2], b"MZ", "a Windows executable");
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(pkg.join("package.json")).unwrap()).unwrap();
+    assert_eq!(manifest["name"], "pi-ide-broker-win32-x64");
+    assert_eq!(manifest["os"], serde_json::json!(["win32"]));
+    assert_eq!(manifest["cpu"], serde_json::json!(["x64"]));
+    assert!(pkg.join("LICENSE").exists());
+    let root: Value = serde_json::from_str(include_str!("../../package.json")).unwrap();
+    assert_eq!(
+        root["optionalDependencies"]["pi-ide-broker-win32-x64"],
+        env!("CARGO_PKG_VERSION")
+    );
+}

@@ -1,7 +1,7 @@
 // Where the daemon's binary is when pi-ide-broker came from npm: in the platform package npm
 // installed beside this one (`optionalDependencies`, one per os/cpu, each with `os`/`cpu` set
-// so npm installs only the matching one), at `vendor/<target triple>/bin/pi-ide-broker`, the
-// layout Codex and esbuild ship. Plain JavaScript so that both the extension (TypeScript) and
+// so npm installs only the matching one), at `vendor/<target triple>/bin/pi-ide-broker` (`.exe`
+// on Windows), the layout Codex and esbuild ship. Plain JavaScript so that both the extension (TypeScript) and
 // the `pi-ide-broker` launcher (bin/pi-ide-broker.js, run by any node) import it.
 
 import { existsSync } from "node:fs";
@@ -14,7 +14,13 @@ export const PLATFORMS = {
 	"linux-arm64": "aarch64-unknown-linux-musl",
 	"darwin-x64": "x86_64-apple-darwin",
 	"darwin-arm64": "aarch64-apple-darwin",
+	"win32-x64": "x86_64-pc-windows-gnu",
 };
+
+/** The binary's file name on `platform` (node's name). */
+export function binaryName(platform = process.platform) {
+	return platform === "win32" ? "pi-ide-broker.exe" : "pi-ide-broker";
+}
 
 /** The npm package holding the binary for `key` (`linux-x64`, ...). */
 export function platformPackage(key) {
@@ -40,6 +46,6 @@ export function platformBinary(from = import.meta.url, platform = process.platfo
 	} catch {
 		return null;
 	}
-	const bin = join(dirname(manifest), "vendor", triple, "bin", "pi-ide-broker");
+	const bin = join(dirname(manifest), "vendor", triple, "bin", binaryName(platform));
 	return existsSync(bin) ? bin : null;
 }

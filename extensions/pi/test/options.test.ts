@@ -72,7 +72,16 @@ test("the binary npm installed for this platform is found beside the package, an
 	writeFileSync(bin, "");
 	assert.equal(platformBinary(from, "linux", "arm64"), bin);
 	assert.equal(platformBinary(from, "linux", "x64"), null, "another platform's package");
-	assert.equal(platformBinary(from, "win32", "x64"), null, "a platform with no package");
+	assert.equal(platformBinary(from, "win32", "arm64"), null, "a platform with no package");
+	// Windows: the package's binary is an .exe, and only that is taken.
+	const win = join(root, "node_modules/pi-ide-broker-win32-x64");
+	const exe = join(win, "vendor", PLATFORMS["win32-x64"], "bin", "pi-ide-broker.exe");
+	mkdirSync(join(exe, ".."), { recursive: true });
+	writeFileSync(join(win, "package.json"), '{"name":"pi-ide-broker-win32-x64"}');
+	writeFileSync(join(exe, "..", "pi-ide-broker"), "");
+	assert.equal(platformBinary(from, "win32", "x64"), null, "no .exe: not the Windows binary");
+	writeFileSync(exe, "");
+	assert.equal(platformBinary(from, "win32", "x64"), exe);
 	assert.equal(readOptions(undefined, {}, bin).command, bin);
 	assert.equal(readOptions({ "pi-ide-broker": { command: "/opt/b" } }, {}, bin).command, "/opt/b");
 	assert.equal(readOptions(undefined, { PI_IDE_BROKER_BIN: "/x/b" }, bin).command, "/x/b");

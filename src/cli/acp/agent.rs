@@ -165,7 +165,7 @@ impl Agent {
             }
             "authenticate" => vec![Out::Client(jsonrpc::result(&id, json!({})))],
             "session/new" => match params.get("cwd").and_then(Value::as_str) {
-                Some(cwd) if cwd.starts_with('/') => vec![Out::List {
+                Some(cwd) if crate::protocol::winpath::is_absolute(cwd) => vec![Out::List {
                     cwd: cwd.to_string(),
                     purpose: Purpose::New(id),
                 }],

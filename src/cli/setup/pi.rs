@@ -115,6 +115,7 @@ pub fn load_verdict(help_output: &str, source: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    #[cfg(unix)] // POSIX paths, FIFOs or child processes
     #[test]
     fn the_carried_extension_is_the_default_and_a_flag_overrides_it() {
         let data = Path::new("/home/u/.local/share/pi-ide-broker");
@@ -128,6 +129,7 @@ mod tests {
         );
     }
 
+    #[cfg(unix)] // POSIX paths, FIFOs or child processes
     #[test]
     fn a_relative_local_source_is_read_as_pi_resolves_it() {
         let base = Path::new("/home/u/.pi/agent");

@@ -153,6 +153,7 @@ pub(super) fn no_manager(manager: Manager, env: &Env) -> Option<String> {
     let probe: Vec<String> = match manager {
         Manager::Systemd => ["systemctl", "--user", "show-environment"],
         Manager::Launchd => ["launchctl", "managername", ""],
+        Manager::RunKey => ["reg", "query", service::RUN_KEY],
     }
     .iter()
     .filter(|s| !s.is_empty())
@@ -210,17 +211,8 @@ fn service_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
         .fix("check that directory's permissions, then run setup again");
     }
     rec.service_unit = Some(unit.path.clone());
-    // A tolerated step (launchd's bootout of an agent not loaded) may fail; a required one
-    // says what to do.
-    for c in &cmds {
-        if let (Err(e), Some(fix)) = (run(&c.argv, env, None), &c.required) {
-            return Line::new(
-                Level::Fail,
-                "service",
-                format!("wrote {}, but {e}", unit.path.display()),
-            )
-            .fix(format!("{fix}; then run by hand: {}", shown(&cmds)));
-        }
+    if let Some(failed) = start_service(manager, &unit, &cmds, env) {
+        return failed;
     }
     Line::new(
         Level::Ok,
@@ -230,6 +222,44 @@ fn service_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
             unit.path.display()
         ),
     )
+}
+
+/// Runs the manager's commands for the written `unit` (and on Windows starts a daemon now:
+/// the Run key starts it at the next logon only); the line to show when one failed.
+fn start_service(
+    manager: Manager,
+    unit: &service::UnitFile,
+    cmds: &[service::Step],
+    env: &Env,
+) -> Option<Line> {
+    // A tolerated step (launchd's bootout of an agent not loaded) may fail; a required one
+    // says what to do.
+    for c in cmds {
+        if let (Err(e), Some(fix)) = (run(&c.argv, env, None), &c.required) {
+            return Some(
+                Line::new(
+                    Level::Fail,
+                    "service",
+                    format!("wrote {}, but {e}", unit.path.display()),
+                )
+                .fix(format!("{fix}; then run by hand: {}", shown(cmds))),
+            );
+        }
+    }
+    // The Run key starts it at the next logon only: start one now.
+    if manager == Manager::RunKey && !daemon::answering(env) {
+        if let Err(e) = daemon::start(env) {
+            return Some(
+                Line::new(
+                    Level::Warn,
+                    "service",
+                    format!("{} installed for every logon, but {e}", unit.path.display()),
+                )
+                .fix("run `pi-ide-broker daemon`, or let the pi extension start it"),
+            );
+        }
+    }
+    None
 }
 
 /// No service manager: a daemon in the background instead, unless one runs already.

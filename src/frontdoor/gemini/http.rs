@@ -426,7 +426,7 @@ fn tools() -> Value {
 /// A `tools/call`: its `CallToolResult` (errors as `isError`, as MCP tools report them).
 async fn call(s: &McpSession, name: &str, args: Option<&Value>) -> Value {
     let path = args.and_then(|a| a.get("filePath")).and_then(Value::as_str);
-    let Some(path) = path.filter(|p| p.starts_with('/')) else {
+    let Some(path) = path.filter(|p| crate::protocol::winpath::is_absolute(p)) else {
         return tool_error(&format!("{name}: filePath (an absolute path) is required"));
     };
     match name {

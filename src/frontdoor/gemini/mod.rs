@@ -259,6 +259,7 @@ mod tests {
 
     /// The discovery dir is made private; an existing parent the user chose is left as it is
     /// (it was chmodded to 0700, which locked another uid out of a test's opened temp root).
+    #[cfg(unix)] // Unix file modes, symlinks or sockets
     #[test]
     fn the_discovery_dir_is_private_and_an_existing_parent_is_left_as_it_is() {
         use std::os::unix::fs::PermissionsExt;

@@ -418,7 +418,7 @@ impl Adapter {
     fn context_update(&mut self, params: Option<&Value>) -> Option<Value> {
         let p = params?;
         let path = p.get("filePath").and_then(Value::as_str)?;
-        if !path.starts_with('/')
+        if !crate::protocol::winpath::is_absolute(path)
             || path.ends_with(" (proposed)")
             || path.ends_with(" [pi-proposed]")
         {

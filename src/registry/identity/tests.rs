@@ -450,6 +450,7 @@ fn a_shared_start_tick_is_not_a_move() {
 /// The OS side of the facts, on a real child process: its start token is the one the OS
 /// tells, it is alive while it runs with that token and not with another (a recycled pid),
 /// and not once it has exited and been reaped; the clock is the wall clock.
+#[cfg(unix)] // POSIX paths, FIFOs or child processes
 #[test]
 fn the_os_tells_a_running_process_from_a_recycled_or_dead_one() {
     let os = Os;
