@@ -272,6 +272,23 @@ fn check_service(b: &mut Builder) {
             .ok()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
+    if cfg!(windows) {
+        use crate::cli::service::{RUN_KEY, RUN_VALUE};
+        match ask(&["query", RUN_KEY, "/v", RUN_VALUE], "reg") {
+            Some(out) if out.contains(RUN_VALUE) => b.add(
+                "service",
+                Level::Ok,
+                format!("starts at logon ({RUN_KEY}\\{RUN_VALUE})"),
+            ),
+            _ => b.fix(
+                "service",
+                Level::Warn,
+                "nothing starts the daemon at logon",
+                "`pi-ide-broker service install` adds it to your Run key",
+            ),
+        }
+        return;
+    }
     if cfg!(target_os = "macos") {
         match ask(&["list", crate::cli::service::LAUNCHD_LABEL], "launchctl") {
             Some(out) if !out.is_empty() => b.add("service", Level::Ok, "launchd agent loaded"),
@@ -356,6 +373,26 @@ fn mode_of(path: &Path) -> Option<(u32, u32)> {
 }
 
 fn check_socket(b: &mut Builder, socket: &Path, allow: &[u32]) {
+    if cfg!(windows) {
+        // A named pipe: no mode bits; its DACL (set at each instance) lets in our SID alone.
+        if crate::platform::local::exists(socket) {
+            b.add(
+                "socket",
+                Level::Ok,
+                format!(
+                    "{} (named pipe; only your account may open it)",
+                    socket.display()
+                ),
+            );
+        } else {
+            b.add(
+                "socket",
+                Level::Warn,
+                format!("{} not found", socket.display()),
+            );
+        }
+        return;
+    }
     let me = crate::platform::user::uid();
     match mode_of(socket) {
         Some((mode, uid)) if uid == me && mode & 0o077 == 0 => b.add(

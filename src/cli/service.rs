@@ -320,6 +320,8 @@ pub enum Action {
 pub fn command(action: Action, manager: Manager) -> anyhow::Result<ExitCode> {
     let bin = std::env::current_exe().context("cannot find this binary's path")?;
     let bin = std::fs::canonicalize(&bin).unwrap_or(bin);
+    // Windows' canonical form is verbatim (`\\?\C:\…`), which `cmd.exe` does not run.
+    let bin = crate::protocol::winpath::plain_path(bin);
     let home = crate::sys::config::home_dir();
     let config_home = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())

@@ -6,6 +6,7 @@
 pub mod bridge;
 pub mod era;
 pub mod family;
+pub mod follow;
 pub mod jsonrpc;
 pub mod pathmap;
 pub mod percent;

@@ -62,6 +62,28 @@ pub fn is_absolute(s: &str) -> bool {
     s.starts_with('/') || (cfg!(windows) && parse(s).is_some())
 }
 
+/// A path as a Windows user (and `cmd.exe`) writes it: the verbatim prefix that
+/// `canonicalize` adds taken off (`\\?\C:\x` → `C:\x`, `\\?\UNC\srv\s` → `\\srv\s`);
+/// anything else unchanged.
+pub fn plain(s: &str) -> String {
+    match s.strip_prefix(r"\\?\") {
+        Some(rest) => match rest.strip_prefix(r"UNC\") {
+            Some(unc) => format!(r"\\{unc}"),
+            None => rest.to_string(),
+        },
+        None => s.to_string(),
+    }
+}
+
+/// [`plain`] on a path, on Windows only (elsewhere the path is kept byte for byte).
+pub fn plain_path(p: std::path::PathBuf) -> std::path::PathBuf {
+    if cfg!(windows) {
+        std::path::PathBuf::from(plain(&p.to_string_lossy()))
+    } else {
+        p
+    }
+}
+
 /// The form Windows paths compare in: drive letter upper case, the rest case-folded (NTFS
 /// and the editors compare without case), `\` between components, the verbatim prefix gone.
 /// `None` for a path that is not a Windows absolute path.
@@ -238,6 +260,14 @@ mod tests {
         assert_eq!(parse("/home/me"), None);
         assert_eq!(parse("C:"), None);
         assert_eq!(parse("app"), None);
+    }
+
+    #[test]
+    fn canonical_verbatim_paths_are_written_plainly() {
+        assert_eq!(plain(r"\\?\C:\Users\me\b.exe"), r"C:\Users\me\b.exe");
+        assert_eq!(plain(r"\\?\UNC\srv\share\b.exe"), r"\\srv\share\b.exe");
+        assert_eq!(plain(r"C:\x"), r"C:\x");
+        assert_eq!(plain("/usr/bin/x"), "/usr/bin/x");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! `broker/followers`. Nothing here reads a transcript: the frames pass as they came.
 
 use super::Session;
+use crate::protocol::follow::{self as notice, Notice as _};
 use crate::protocol::jsonrpc::{self, follow, Incoming};
 use crate::registry::session::Follower;
 use crate::registry::Registry;
@@ -119,10 +120,14 @@ pub async fn run<R>(
         reads_buffers,
     ));
     tracing::info!(follower = id, session = session.id, client = %follower.name, "a follower attached");
-    follower.outbox.deliver(jsonrpc::notification(
-        follow::ATTACHED,
-        json!({"session": session.key, "cwd": session.cwd_raw, "client": session.client}),
-    ));
+    follower.outbox.deliver(
+        notice::Attached {
+            session: session.key.clone(),
+            cwd: session.cwd_raw.clone(),
+            client: session.client.clone(),
+        }
+        .frame(),
+    );
     join(&session, follower.clone());
     reg.changed();
     let write_failed = follower.outbox.broken().failed();
@@ -191,11 +196,8 @@ pub fn on_follower_text(session: &Session, f: &Follower, text: &str) {
         }
         Ok(Incoming::Notification { method, msg }) => {
             if method == follow::READY {
-                let ready = msg
-                    .get("params")
-                    .and_then(|p| p.get("ready"))
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false);
+                // Params of another shape read as "not ready".
+                let ready = notice::ReviewReady::from_message(&msg).is_some_and(|r| r.ready);
                 set_reviewing(session, f, ready);
             }
         }
@@ -420,10 +422,12 @@ async fn leave(reg: &Registry, session: &Session, f: &Arc<Follower>, reason: &st
     // A broker that stops says nothing: the session comes back with the broker, and the
     // follower redials it.
     if session.gone.is_cancelled() && !reg.accepting.is_cancelled() {
-        f.outbox.deliver(jsonrpc::notification(
-            follow::ENDED,
-            json!({"reason": reason}),
-        ));
+        f.outbox.deliver(
+            notice::Ended {
+                reason: reason.to_string(),
+            }
+            .frame(),
+        );
     }
     f.outbox.finish(Duration::from_secs(1)).await;
     reg.changed();

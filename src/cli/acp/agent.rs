@@ -8,6 +8,7 @@ use super::messages::{
     cancel_request, initialize_result, invalid, ready, session_update, text_block,
 };
 use super::prompt::{fresh_parts, prompt_parts};
+use crate::protocol::follow::{Ended, Notice as _};
 use crate::protocol::jsonrpc::{self, follow, Incoming};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -440,7 +441,8 @@ impl Agent {
                     None => Vec::new(),
                 },
                 follow::ENDED => {
-                    let why = param_str(&msg, "reason").unwrap_or("ended").to_string();
+                    let why =
+                        Ended::from_message(&msg).map_or_else(|| "ended".into(), |e| e.reason);
                     self.ended(key, &why)
                 }
                 jsonrpc::CANCELLED => {

@@ -2,7 +2,8 @@
 //! protocol), each built in one place.
 
 use super::agent::{Out, ACP_VERSION};
-use crate::protocol::jsonrpc::{self, follow};
+use crate::protocol::follow::Notice as _;
+use crate::protocol::jsonrpc;
 use serde_json::{json, Value};
 
 /// An ACP content block of text.
@@ -47,7 +48,7 @@ pub(super) fn cancel_request(ours: &str) -> Out {
 pub(super) fn ready(key: &str, ready: bool) -> Out {
     Out::Broker(
         key.to_string(),
-        jsonrpc::notification(follow::READY, json!({"ready": ready})),
+        crate::protocol::follow::ReviewReady { ready }.frame(),
     )
 }
 

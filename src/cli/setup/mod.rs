@@ -75,7 +75,8 @@ impl Env {
             codex_home: var("CODEX_HOME"),
             home,
             state_dir,
-            exe: std::fs::canonicalize(&exe).unwrap_or(exe),
+            // Windows' canonical form is verbatim (`\\?\C:\…`): written plainly for `cmd.exe`.
+            exe: crate::protocol::winpath::plain_path(std::fs::canonicalize(&exe).unwrap_or(exe)),
             data_dir: config.data_dir(),
             path: std::env::var_os("PATH"),
             socket: config.socket_to_dial(),

@@ -1,0 +1,107 @@
+//! The follow protocol's own notifications, typed: what the broker and a follower (the ACP
+//! door) tell each other about the follow itself. Built and read through these types on both
+//! sides; the session traffic a follower relays (`pi/*` requests, transcript updates) stays
+//! JSON-RPC as pi writes it. Method names are `jsonrpc::follow`'s.
+
+use crate::protocol::jsonrpc::{self, follow};
+use crate::protocol::version::ClientInfo;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// One follow notification: its method and its params' shape.
+pub trait Notice: Serialize + DeserializeOwned {
+    /// The JSON-RPC method it travels as.
+    const METHOD: &'static str;
+
+    /// The whole notification frame.
+    fn frame(&self) -> String {
+        jsonrpc::notification(
+            Self::METHOD,
+            serde_json::to_value(self).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// The notice in a JSON-RPC message's params, if the message is this notice and its params
+    /// have this shape.
+    fn from_message(msg: &serde_json::Map<String, serde_json::Value>) -> Option<Self> {
+        if msg.get("method").and_then(serde_json::Value::as_str) != Some(Self::METHOD) {
+            return None;
+        }
+        serde_json::from_value(msg.get("params")?.clone()).ok()
+    }
+}
+
+/// Broker → follower, first on a follow connection: the session it now follows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attached {
+    /// The pi session's key (pi's session id).
+    pub session: Option<String>,
+    /// Its cwd, as pi gave it.
+    pub cwd: String,
+    /// The client the session runs in (the pi extension, with its version).
+    pub client: Option<ClientInfo>,
+}
+
+impl Notice for Attached {
+    const METHOD: &'static str = follow::ATTACHED;
+}
+
+/// Broker → follower: the session ended, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ended {
+    /// Why, in words for the user.
+    pub reason: String,
+}
+
+impl Notice for Ended {
+    const METHOD: &'static str = follow::ENDED;
+}
+
+/// Follower → broker: whether it can review diffs now (a turn of its client is open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewReady {
+    /// Ready to review.
+    pub ready: bool,
+}
+
+impl Notice for ReviewReady {
+    const METHOD: &'static str = follow::READY;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(frame: &str) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::from_str(frame).unwrap()
+    }
+
+    #[test]
+    fn each_notice_reads_back_as_itself_and_as_no_other() {
+        let attached = Attached {
+            session: Some("s1".into()),
+            cwd: "/p".into(),
+            client: Some(ClientInfo {
+                name: "pi-ide-broker-pi".into(),
+                version: Some("0.1.0".into()),
+                protocol: Some(2),
+            }),
+        };
+        let f = message(&attached.frame());
+        assert_eq!(f["method"], follow::ATTACHED);
+        assert_eq!(Attached::from_message(&f), Some(attached));
+        assert_eq!(Ended::from_message(&f), None, "another method");
+        let ended = Ended {
+            reason: "pi exited".into(),
+        };
+        assert_eq!(Ended::from_message(&message(&ended.frame())), Some(ended));
+        let ready = ReviewReady { ready: true };
+        assert_eq!(
+            ReviewReady::from_message(&message(&ready.frame())),
+            Some(ready)
+        );
+        // The right method with params of another shape is no notice.
+        let odd = message(r#"{"jsonrpc":"2.0","method":"follow/review","params":{"ready":"yes"}}"#);
+        assert_eq!(ReviewReady::from_message(&odd), None);
+    }
+}
