@@ -6,7 +6,7 @@ use pi_ide_broker::cli::args::{self, Cli};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    pi_ide_broker::sys::allocator::keep_freed_frames();
+    pi_ide_broker::platform::allocator::keep_freed_frames();
     let cli = Cli::parse();
     // One thread for everything: a call crosses tasks (session → link → session), and on a
     // multi-threaded runtime every such wake-up is a futex and a context switch when the

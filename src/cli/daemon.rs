@@ -21,7 +21,7 @@ async fn trim_log_until(stop: CancellationToken) {
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = every.tick() => {
-                if let Err(e) = logging::trim_stderr_log() {
+                if let Err(e) = crate::platform::logfile::trim_stderr_log() {
                     tracing::debug!(error = %e, "cannot check the log file's size");
                 }
             }

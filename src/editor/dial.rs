@@ -38,7 +38,7 @@ pub(super) enum DialError {
 pub(super) struct Dialled {
     pub(super) reader: LinkReader,
     pub(super) writer: LinkSink,
-    pub(super) quick_ack: crate::wire::quickack::QuickAck,
+    pub(super) quick_ack: crate::platform::tcp::QuickAck,
     /// The link's own local port (told apart from other clients of the editor).
     pub(super) client_port: u16,
 }
@@ -95,7 +95,7 @@ pub(super) async fn dial(
         crate::wire::wsupgrade::UpgradeError::Refused => DialError::Refused,
         e => DialError::Other(format!("upgrade: {e}")),
     })?;
-    let quick_ack = crate::wire::quickack::QuickAck::new(&stream);
+    let quick_ack = crate::platform::tcp::QuickAck::new(&stream);
     let (rd, wr) = stream.into_split();
     let mut link = Handshake {
         editor,

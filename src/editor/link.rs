@@ -307,7 +307,7 @@ impl<'a> Live<'a> {
         host: &'a dyn LinkHost,
         link: Dialled,
         config: &Config,
-    ) -> (Self, LinkReader, crate::wire::quickack::QuickAck, Broken) {
+    ) -> (Self, LinkReader, crate::platform::tcp::QuickAck, Broken) {
         let Dialled {
             reader,
             writer,
@@ -347,7 +347,7 @@ impl<'a> Live<'a> {
         &mut self,
         step: Step,
         reader: &LinkReader,
-        quick_ack: &crate::wire::quickack::QuickAck,
+        quick_ack: &crate::platform::tcp::QuickAck,
     ) -> Option<LinkEnd> {
         match step {
             Step::Go => {}

@@ -184,31 +184,8 @@ pub fn loopback_listener() -> std::io::Result<TcpListener> {
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind(([127, 0, 0, 1], 0).into())?;
     #[cfg(target_os = "linux")]
-    if let Err(e) = defer_accept(&socket, KERNEL_HOLDS_SILENT) {
+    if let Err(e) = crate::platform::tcp::defer_accept(&socket, KERNEL_HOLDS_SILENT) {
         tracing::debug!(error = %e, "TCP_DEFER_ACCEPT not set");
     }
     socket.listen(TCP_BACKLOG)
-}
-
-/// `TCP_DEFER_ACCEPT` (rustix has no setter for it).
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-fn defer_accept(socket: &tokio::net::TcpSocket, wait: Duration) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let secs: libc::c_int = wait.as_secs().clamp(1, 60).try_into().unwrap_or(1);
-    // SAFETY: a valid socket fd, and a c_int option passed with its size.
-    let r = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            std::ptr::from_ref(&secs).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }

@@ -15,10 +15,13 @@
 //! name `rustix`, `libc`, `std::os::unix` or `windows-sys`. Bottom layer: uses nothing else of
 //! the crate.
 
+pub mod allocator;
 pub mod control;
 pub mod local;
+pub mod logfile;
 pub mod notify;
 pub mod peer;
 pub mod ports;
 pub mod process;
+pub mod tcp;
 pub mod user;

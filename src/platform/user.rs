@@ -50,6 +50,23 @@ pub fn is_executable(meta: &std::fs::Metadata) -> bool {
     imp::is_executable(meta)
 }
 
+/// A symlink at `link` to `target` (Unix); Windows makes them only with a privilege a user
+/// rarely holds, so there it is `Unsupported`, with what to do instead.
+pub fn symlink(target: &Path, link: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(target, link)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (target, link);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "no command link on Windows; add the binary's folder to PATH",
+        ))
+    }
+}
+
 /// Makes a rename in `dir` durable (`fsync` of the dir on Unix; NTFS journals its metadata,
 /// and Windows opens no dir as a file, so nothing there).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {

@@ -4,7 +4,6 @@
 //! facts of a WSL distro facing Windows. Uses `protocol` (the config's editor families,
 //! `[[remote]]` path maps, Windows paths) and `platform` (who we are, process facts).
 
-pub mod allocator;
 pub mod config;
 pub mod logging;
 pub mod secret;

@@ -5,7 +5,6 @@
 
 pub mod jsonscan;
 pub mod outbox;
-pub mod quickack;
 pub mod shared_writer;
 pub mod woken;
 pub mod wsframe;

@@ -104,19 +104,8 @@ fn relink(dir: &Path, link: &Path, target: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(".pi-ide-broker.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    #[cfg(unix)]
-    {
-        std::os::unix::fs::symlink(target, &tmp)?;
-        std::fs::rename(&tmp, link)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (target, link);
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "no command link on Windows yet; add the binary's folder to PATH",
-        ))
-    }
+    crate::platform::user::symlink(target, &tmp)?;
+    std::fs::rename(&tmp, link)
 }
 
 /// `--undo`: the link setup made goes (only while it is still a symlink).

@@ -1,4 +1,5 @@
-//! Prompt ACKs on an editor link while answers are owed.
+//! TCP socket options the broker tunes: prompt ACKs on an editor link while answers are owed,
+//! and the kernel holding back silent connections to a loopback door.
 //!
 //! Editors built on libuv (the Lua ones: pi-ide.nvim, claudecode.nvim) leave Nagle's algorithm
 //! on. A direct client has one call in flight per connection, so that costs it nothing; the
@@ -59,5 +60,39 @@ impl QuickAck {
         }
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         let _ = &self.fd;
+    }
+}
+
+/// `TCP_DEFER_ACCEPT` for `wait` on a listening socket (Linux; rustix has no setter for it):
+/// the kernel holds a connection that has sent nothing. A no-op elsewhere.
+#[allow(unsafe_code)]
+pub fn defer_accept(
+    socket: &tokio::net::TcpSocket,
+    wait: std::time::Duration,
+) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let secs: libc::c_int = wait.as_secs().clamp(1, 60).try_into().unwrap_or(1);
+        // SAFETY: a valid socket fd, and a c_int option passed with its size.
+        let r = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_DEFER_ACCEPT,
+                std::ptr::from_ref(&secs).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (socket, wait);
+        Ok(())
     }
 }
