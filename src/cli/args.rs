@@ -52,8 +52,8 @@ pub enum Command {
     /// Run the broker in the foreground (what the systemd/launchd service runs).
     ///
     /// Watches the lock dirs (~/.pi/ide, ~/.claude/ide by default), links to every editor,
-    /// and serves agent sessions on the Unix socket. SIGTERM/SIGINT stop it gracefully;
-    /// SIGHUP reloads the config.
+    /// and serves agent sessions on the Unix socket (a named pipe on Windows). SIGTERM/SIGINT
+    /// stop it gracefully (`stop`); SIGHUP reloads the config (`reload`).
     Daemon,
     /// Serve MCP over stdin/stdout for any MCP client (pi, Claude Code, Codex, OpenCode).
     ///
@@ -176,12 +176,19 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Stop the running daemon gracefully (SIGTERM), however it was started.
+    /// Stop the running daemon gracefully (SIGTERM; its stop event on Windows), however it was
+    /// started.
     ///
     /// Pending diffs are answered and sessions told, as on any graceful stop; waits until
     /// nothing answers on the socket. A user service starts it again at the next login
     /// (`service uninstall` removes the service). Nothing running is not an error.
     Stop,
+    /// Ask the running daemon to read its config file again (SIGHUP on Unix).
+    ///
+    /// The same as `systemctl --user reload pi-ide-broker`; on Windows the only way. The
+    /// daemon's log says what changed or why the file was refused (the running config stays).
+    /// Exit status 1 when no daemon is running.
+    Reload,
     /// Show every editor, session and route of the running daemon.
     ///
     /// Exit status 3 when no daemon is running.
@@ -301,6 +308,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { watch: true, .. } => cli::status::watch(&config.socket_to_dial()).await,
         Command::Status { json, .. } => cli::status::command(&config, json).await,
         Command::Stop => cli::stop::command(&config).await,
+        Command::Reload => cli::stop::reload(&config).await,
     }
 }
 

@@ -1,4 +1,5 @@
-//! `stop`: the running daemon stopped gracefully, however it was started.
+//! `stop` and `reload`: the running daemon of this machine asked to stop gracefully or to read
+//! its config again, however it was started.
 
 use super::client;
 use crate::cli::service;
@@ -6,40 +7,15 @@ use crate::sys::config::Config;
 use anyhow::Context as _;
 use std::process::ExitCode;
 
-/// `stop`: asks the daemon that answers on the socket for its pid, asks it to stop (SIGTERM;
-/// its stop event on Windows: the graceful stop: pending diffs answered, sessions told), and waits until nothing answers and
-/// the process is gone: its socket closes before its `daemon.lock` is released, and a daemon
-/// started right after `stop` returns must find the claim free.
+/// `stop`: asks the daemon that answers on the socket for its pid, asks it to stop (SIGTERM,
+/// or its stop event on Windows: the graceful stop, pending diffs answered, sessions told), and
+/// waits until nothing answers and the process is gone: its socket closes before its
+/// `daemon.lock` is released, and a daemon started right after `stop` must find the claim free.
 pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
     let socket = config.socket_to_dial();
-    let status = match client::get_json(&socket, "/v1/status").await {
-        Ok(s) => s,
-        Err(client::ClientError::NotRunning(s)) => {
-            println!("no daemon is running (nothing answers on {s}); nothing to stop");
-            return Ok(ExitCode::SUCCESS);
-        }
-        Err(e) => return Err(e.into()),
+    let Some(pid) = our_daemon(config, "stop").await? else {
+        return Ok(ExitCode::SUCCESS);
     };
-    let pid = status["broker"]["pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
-        .filter(|p| *p != 0)
-        .context("the daemon's status names no pid; is it another version? stop it with `kill`")?;
-    // Only a daemon this machine runs, as its own record says: a socket forwarded from
-    // elsewhere (ssh, a container) reports a pid of another machine or pid namespace.
-    let record = config.running_record();
-    let recorded = std::fs::read_to_string(&record)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["pid"].as_i64());
-    if recorded != Some(i64::from(pid)) {
-        anyhow::bail!(
-            "the daemon answering on {} (pid {}) is not the one {} records: it runs elsewhere (a forwarded socket?); stop it where it runs",
-            socket.display(),
-            pid,
-            record.display()
-        );
-    }
     crate::platform::control::request_stop(pid)
         .with_context(|| format!("cannot ask the daemon (pid {pid}) to stop"))?;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -70,4 +46,50 @@ pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
         "the daemon (pid {pid}) is still running 20 s after it was asked to stop; see its log (`pi-ide-broker paths`), or end it by force ({})",
         crate::platform::control::force_hint(pid)
     )
+}
+
+/// The pid of the daemon answering on this config's socket, checked against this machine's
+/// running record (a socket forwarded from elsewhere names another machine's pid); `None`
+/// (said so) when nothing runs. `what` is the action, for the messages.
+async fn our_daemon(config: &Config, what: &str) -> anyhow::Result<Option<u32>> {
+    let socket = config.socket_to_dial();
+    let status = match client::get_json(&socket, "/v1/status").await {
+        Ok(s) => s,
+        Err(client::ClientError::NotRunning(s)) => {
+            println!("no daemon is running (nothing answers on {s}); nothing to {what}");
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let pid = status["broker"]["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p != 0)
+        .context("the daemon's status names no pid; is it another version? restart it by hand")?;
+    let record = config.running_record();
+    let recorded = std::fs::read_to_string(&record)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["pid"].as_i64());
+    if recorded != Some(i64::from(pid)) {
+        anyhow::bail!(
+            "the daemon answering on {} (pid {}) is not the one {} records: it runs elsewhere (a forwarded socket?); {what} it where it runs",
+            socket.display(),
+            pid,
+            record.display()
+        );
+    }
+    Ok(Some(pid))
+}
+
+/// `reload`: asks the running daemon to read its config file again (SIGHUP; its reload
+/// event on Windows), as `systemctl --user reload` does. Its log says what changed.
+pub async fn reload(config: &Config) -> anyhow::Result<ExitCode> {
+    let Some(pid) = our_daemon(config, "reload").await? else {
+        return Ok(ExitCode::FAILURE);
+    };
+    crate::platform::control::request_reload(pid)
+        .with_context(|| format!("cannot ask the daemon (pid {pid}) to reload"))?;
+    println!("asked the daemon (pid {pid}) to reload its config; its log says what changed (`pi-ide-broker paths`)");
+    Ok(ExitCode::SUCCESS)
 }

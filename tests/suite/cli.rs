@@ -28,6 +28,44 @@ async fn status_without_a_daemon_explains_and_exits_3() {
     );
 }
 
+/// `reload` makes the running daemon read its config again (SIGHUP here; its reload event on
+/// Windows, under wine in `windows::`): a changed file is taken, a broken one refused with the
+/// running config kept and the daemon serving; with nothing running it says so and fails.
+#[tokio::test]
+async fn reload_makes_the_running_daemon_read_its_config_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(root, "");
+    let mut daemon = start_daemon(&cfg).await;
+    let out = run_cli(&cfg, &["reload"]).await;
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("asked the daemon"),
+        "{out:?}"
+    );
+    daemon.wait_line(&["config reloaded"]).await;
+    // The daemon's own file broken (the client reads a good copy to find the daemon).
+    let good = std::fs::read_to_string(&cfg).unwrap();
+    let client = root.join("client.toml");
+    std::fs::write(&client, &good).unwrap();
+    std::fs::write(&cfg, "colour = 1\n").unwrap();
+    assert!(run_cli(&client, &["reload"]).await.status.success());
+    daemon
+        .wait_line(&["config reload failed; keeping the running config"])
+        .await;
+    std::fs::write(&cfg, good).unwrap();
+    assert!(
+        run_cli(&cfg, &["status"]).await.status.success(),
+        "still serving"
+    );
+    assert!(run_cli(&cfg, &["stop"]).await.status.success());
+    daemon.wait_exit().await;
+    let out = run_cli(&cfg, &["reload"]).await;
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stdout).contains("nothing to reload"),
+        "{out:?}"
+    );
+}
+
 /// `stop` stops the daemon this machine runs, gracefully, and says so; with nothing running
 /// it says there is nothing to stop; a daemon its own record does not name (a socket
 /// forwarded from elsewhere reports a pid of another machine) is not signalled.

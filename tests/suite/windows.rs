@@ -209,6 +209,10 @@ async fn under_wine_a_windows_editor_and_session_meet_on_the_pipe_across_a_resta
         st.contains(r"C:\proj") && st.contains("win-1"),
         "the route in status: {st}"
     );
+    // Reload without a signal: the daemon's reload event.
+    let asked = w.run(&["reload"]).await;
+    assert!(asked.contains("asked the daemon"), "{asked}");
+    daemon.wait_line(&["config reloaded"]).await;
 
     // Restarted: `stop` reaches it by its stop event, a new daemon starts, and the same
     // session is back on the same editor.
