@@ -200,7 +200,13 @@ fn every_npm_package_has_the_crates_version_and_its_platform() {
     dirs.sort();
     assert_eq!(
         dirs,
-        ["darwin-arm64", "darwin-x64", "linux-arm64", "linux-x64"]
+        [
+            "darwin-arm64",
+            "darwin-x64",
+            "linux-arm64",
+            "linux-x64",
+            "win32-x64"
+        ]
     );
     assert_eq!(optional.len(), dirs.len(), "{optional:?}");
     for key in &dirs {
