@@ -25,6 +25,14 @@ pub fn command(
     only: Option<&str>,
     there: There<'_>,
 ) -> ExitCode {
+    if cfg!(windows) {
+        eprintln!(
+            "`[[remote]]` sockets (for containers and ssh) are not available on Windows: their path maps \
+             are POSIX paths. For an agent in WSL, run the broker in WSL: it reaches the Windows \
+             editors itself (docs/windows.md)."
+        );
+        return ExitCode::FAILURE;
+    }
     let file = config_path.map_or_else(
         || "the config file".to_string(),
         |p| p.display().to_string(),

@@ -221,6 +221,10 @@ async fn bind_remotes(
     main: &std::path::Path,
 ) -> Vec<(String, crate::platform::local::Listener)> {
     let mut bound = Vec::new();
+    if cfg!(windows) && !config.remote_names().is_empty() {
+        tracing::warn!("[[remote]] sockets are not served on Windows (their path maps are POSIX paths); see docs/windows.md");
+        return bound;
+    }
     for name in config.remote_names() {
         let path = Config::remote_socket(main, &name);
         let listener = match path.parent() {
