@@ -221,12 +221,13 @@ fn pi_sessions(req: &Request<Incoming>, reg: &Registry) -> Response<Body> {
             "GET /v1/pi-sessions needs cwd=<absolute dir>",
         );
     };
-    let list: Vec<serde_json::Value> =
-        crate::session::follow::candidates(reg, std::path::Path::new(cwd))
+    let list = crate::protocol::follow::PiSessions {
+        sessions: crate::session::follow::candidates(reg, std::path::Path::new(cwd))
             .iter()
             .map(|s| crate::session::follow::describe(s))
-            .collect();
-    let body = serde_json::json!({"sessions": list}).to_string();
+            .collect(),
+    };
+    let body = serde_json::to_string(&list).unwrap_or_default();
     text(StatusCode::OK, body, "application/json")
 }
 

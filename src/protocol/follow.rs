@@ -1,7 +1,8 @@
-//! The follow protocol's own notifications, typed: what the broker and a follower (the ACP
-//! door) tell each other about the follow itself. Built and read through these types on both
-//! sides; the session traffic a follower relays (`pi/*` requests, transcript updates) stays
-//! JSON-RPC as pi writes it. Method names are `jsonrpc::follow`'s.
+//! The follow protocol's own messages, typed: the notices the broker and a follower (the ACP
+//! door) tell each other about the follow itself, and `GET /v1/pi-sessions`' answer (what can
+//! be followed). Built and read through these types on both sides; the session traffic a
+//! follower relays (`pi/*` requests, transcript updates) stays JSON-RPC as pi writes it.
+//! Method names are `jsonrpc::follow`'s.
 
 use crate::protocol::jsonrpc::{self, follow};
 use crate::protocol::version::ClientInfo;
@@ -29,6 +30,29 @@ pub trait Notice: Serialize + DeserializeOwned {
         }
         serde_json::from_value(msg.get("params")?.clone()).ok()
     }
+}
+
+/// One pi session a follower can follow, as `GET /v1/pi-sessions` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PiSession {
+    /// Its key (pi's session id); `None` for a session without one (not followable by key).
+    pub session: Option<String>,
+    /// Its cwd, as pi gave it.
+    pub cwd: String,
+    /// When it connected, in unix seconds.
+    pub since: u64,
+    /// The editor it is attached to, if any.
+    pub editor: Option<String>,
+    /// How many followers it has now.
+    pub followers: usize,
+}
+
+/// `GET /v1/pi-sessions?cwd=`'s answer: the sessions an editor in `cwd` can follow, the most
+/// recently active first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PiSessions {
+    /// The sessions.
+    pub sessions: Vec<PiSession>,
 }
 
 /// Broker → follower, first on a follow connection: the session it now follows.

@@ -57,18 +57,17 @@ pub fn by_key(reg: &Registry, key: &str) -> Option<Arc<Session>> {
 }
 
 /// One candidate as `GET /v1/pi-sessions` lists it.
-pub fn describe(s: &Session) -> Value {
-    let since = s
-        .since
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    json!({
-        "session": s.key,
-        "cwd": s.cwd_raw,
-        "since": since,
-        "editor": s.editor_id().as_deref(),
-        "followers": lock(&s.followers).len(),
-    })
+pub fn describe(s: &Session) -> notice::PiSession {
+    notice::PiSession {
+        session: s.key.clone(),
+        cwd: s.cwd_raw.clone(),
+        since: s
+            .since
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        editor: s.editor_id().as_deref().map(String::from),
+        followers: lock(&s.followers).len(),
+    }
 }
 
 /// Adds `f` to the followers of `session`, which is told.

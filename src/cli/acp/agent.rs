@@ -8,7 +8,7 @@ use super::messages::{
     cancel_request, initialize_result, invalid, ready, session_update, text_block,
 };
 use super::prompt::{fresh_parts, prompt_parts};
-use crate::protocol::follow::{Ended, Notice as _};
+use crate::protocol::follow::{Ended, Notice as _, PiSession};
 use crate::protocol::jsonrpc::{self, follow, Incoming};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -223,18 +223,15 @@ impl Agent {
     }
 
     /// The followable sessions, listed for `purpose`.
-    pub fn listed(&mut self, purpose: Purpose, found: Result<Vec<Value>, String>) -> Vec<Out> {
+    pub fn listed(&mut self, purpose: Purpose, found: Result<Vec<PiSession>, String>) -> Vec<Out> {
         match (purpose, found) {
             (Purpose::New(id) | Purpose::List(id), Err(why)) => {
                 vec![Out::Client(jsonrpc::error(&id, INTERNAL_ERROR, &why))]
             }
             (Purpose::New(id), Ok(list)) => {
-                match list.first().and_then(|s| s.get("session")).and_then(Value::as_str) {
-                    Some(key) => {
-                        let key = key.to_string();
-                        if let Some(cwd) = list[0].get("cwd").and_then(Value::as_str) {
-                            self.cwds.insert(key.clone(), cwd.to_string());
-                        }
+                match list.first().and_then(|s| Some((s.session.clone()?, s.cwd.clone()))) {
+                    Some((key, cwd)) => {
+                        self.cwds.insert(key.clone(), cwd);
                         let mut out = self.forget(&key);
                         out.push(Out::Connect {
                             key,
@@ -254,8 +251,8 @@ impl Agent {
                 let sessions: Vec<Value> = list
                     .iter()
                     .filter_map(|s| {
-                        let key = s.get("session")?.as_str()?;
-                        let cwd = s.get("cwd").and_then(Value::as_str).unwrap_or("");
+                        let key = s.session.as_deref()?;
+                        let cwd = &s.cwd;
                         Some(json!({"sessionId": key, "cwd": cwd, "title": format!("pi in {cwd}")}))
                     })
                     .collect();

@@ -17,6 +17,7 @@ pub use prompt::prompt_text;
 use crate::cli::client::ClientError;
 use crate::cli::mcp::{CappedLines, Line};
 use crate::platform::local::Stream;
+use crate::protocol::follow::{PiSession, PiSessions};
 use crate::protocol::jsonrpc::{self, follow};
 use crate::protocol::percent::encode_query;
 use futures_util::{SinkExt, StreamExt};
@@ -60,7 +61,7 @@ enum Event {
     /// A follow connection was dialled again after the broker dropped it (a restart).
     Relinked(String, u64),
     /// A session list is in.
-    Listed(Purpose, Result<Vec<Value>, String>),
+    Listed(Purpose, Result<Vec<PiSession>, String>),
 }
 
 /// A live follow connection: its frames' sender and its generation (events of an older
@@ -183,7 +184,7 @@ fn on_event(agent: &mut Agent, conns: &mut HashMap<String, Conn>, ev: Event) -> 
 }
 
 /// `GET /v1/pi-sessions?cwd=`: the pi sessions an editor in `cwd` can follow, best first.
-async fn list(socket: &std::path::Path, cwd: &str) -> Result<Vec<Value>, String> {
+async fn list(socket: &std::path::Path, cwd: &str) -> Result<Vec<PiSession>, String> {
     let path = format!("/v1/pi-sessions?cwd={}", encode_query(cwd));
     let doc = crate::cli::client::get_json(socket, &path)
         .await
@@ -191,11 +192,9 @@ async fn list(socket: &std::path::Path, cwd: &str) -> Result<Vec<Value>, String>
             crate::cli::client::ClientError::Refused(why) => why,
             e => format!("{e}; pi starts it when a pi session with the pi-ide-broker extension runs (`pi-ide-broker setup`)"),
         })?;
-    Ok(doc
-        .get("sessions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default())
+    serde_json::from_value::<PiSessions>(doc)
+        .map(|l| l.sessions)
+        .map_err(|e| format!("the broker's session list is not as this build reads it ({e}); is the daemon another version? restart it"))
 }
 
 type Ws = tokio_tungstenite::WebSocketStream<Stream>;

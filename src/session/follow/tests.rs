@@ -433,10 +433,10 @@ async fn the_followable_sessions_of_a_folder_are_listed_latest_first() {
     );
     assert!(by_key(&reg, "nobody").is_none());
     let d = describe(&old);
-    assert_eq!(d["session"], "old");
-    assert_eq!(d["cwd"], "/p");
-    assert_eq!(d["followers"], 0);
-    assert!(d["since"].as_u64().is_some_and(|t| t > 0));
+    assert_eq!(d.session.as_deref(), Some("old"));
+    assert_eq!(d.cwd, "/p");
+    assert_eq!(d.followers, 0);
+    assert!(d.since > 0);
     reg.cancel.cancel();
 }
 

@@ -37,7 +37,16 @@ fn followed() -> Agent {
     let Some(Out::List { purpose, .. }) = out.into_iter().next() else {
         panic!("session/new lists the folder's sessions");
     };
-    let out = a.listed(purpose, Ok(vec![json!({"session": "k", "cwd": "/p"})]));
+    let out = a.listed(
+        purpose,
+        Ok(vec![crate::protocol::follow::PiSession {
+            session: Some("k".into()),
+            cwd: "/p".into(),
+            since: 1,
+            editor: None,
+            followers: 0,
+        }]),
+    );
     assert!(matches!(&out[..], [Out::Connect { key, load: false, .. }] if key == "k"));
     let out = a.connected("k", json!(2), false, Ok(()));
     assert_eq!(to_client(&out)[0]["result"]["sessionId"], "k");
