@@ -107,18 +107,8 @@ pub fn compare_key(s: &str) -> Option<String> {
 }
 
 /// What Gemini CLI's companion puts between folders in `workspacePath` on this platform
-/// (node's `path.delimiter`).
+/// (node's `path.delimiter`: `;` on Windows, where `:` is in every drive path).
 pub const FOLDER_LIST_DELIMITER: &str = if cfg!(windows) { ";" } else { ":" };
-
-/// Gemini CLI's companion lists its folders in one string: `;` between them on Windows
-/// (where `:` is in every drive path), `:` elsewhere (its `path.delimiter`).
-pub fn split_folder_list(s: &str) -> Vec<String> {
-    let windows = s.contains(';') || parse(s).is_some();
-    s.split(if windows { ';' } else { ':' })
-        .filter(|p| !p.is_empty())
-        .map(String::from)
-        .collect()
-}
 
 /// The WSL side of a Windows machine: where the drives are mounted (`/mnt` unless
 /// `/etc/wsl.conf` says otherwise) and the distro's name (for `\\wsl.localhost\<distro>\…`).
@@ -282,19 +272,6 @@ mod tests {
         assert_eq!(
             compare_key(r"\\Server\Share\a").as_deref(),
             Some(r"\\server\share\a")
-        );
-    }
-
-    #[test]
-    fn gemini_folder_lists_split_on_the_platform_delimiter() {
-        assert_eq!(
-            split_folder_list(r"C:\a;D:\b c"),
-            vec![r"C:\a".to_string(), r"D:\b c".to_string()]
-        );
-        assert_eq!(split_folder_list(r"C:\only"), vec![r"C:\only".to_string()]);
-        assert_eq!(
-            split_folder_list("/a:/b"),
-            vec!["/a".to_string(), "/b".to_string()]
         );
     }
 
