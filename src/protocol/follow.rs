@@ -124,6 +124,9 @@ mod tests {
             ReviewReady::from_message(&message(&ready.frame())),
             Some(ready)
         );
+        // Another notice's method with params of this shape is not this notice.
+        let other = message(r#"{"jsonrpc":"2.0","method":"follow/ended","params":{"ready":true}}"#);
+        assert_eq!(ReviewReady::from_message(&other), None);
         // The right method with params of another shape is no notice.
         let odd = message(r#"{"jsonrpc":"2.0","method":"follow/review","params":{"ready":"yes"}}"#);
         assert_eq!(ReviewReady::from_message(&odd), None);
