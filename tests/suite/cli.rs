@@ -66,6 +66,52 @@ async fn reload_makes_the_running_daemon_read_its_config_again() {
     );
 }
 
+/// Who may ask the daemon to reload or stop: only its user. The requests are signals (named
+/// events with the user's default DACL on Windows): another uid's SIGHUP and SIGTERM are
+/// refused by the kernel, and the daemon neither reloads nor stops; its user's `reload` works.
+#[tokio::test]
+async fn another_uid_cannot_make_the_daemon_reload_or_stop() {
+    if !other_uid_or_skip("another_uid_cannot_make_the_daemon_reload_or_stop").await {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = write_config(root, "");
+    let mut daemon = start_daemon(&cfg).await;
+    let pid = daemon.child.id().expect("pid").to_string();
+    for sig in ["-HUP", "-TERM"] {
+        let out = tokio::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "kill",
+                sig,
+                &pid,
+            ])
+            .output();
+        let out = within("kill as another uid", out).await.expect("setpriv");
+        assert!(
+            !out.status.success(),
+            "uid 65534's kill {sig} went through: {out:?}"
+        );
+    }
+    assert!(
+        run_cli(&cfg, &["status"]).await.status.success(),
+        "still serving"
+    );
+    assert!(run_cli(&cfg, &["reload"]).await.status.success());
+    daemon.wait_line(&["config reloaded"]).await;
+    let reloads = daemon
+        .seen
+        .iter()
+        .filter(|l| l.contains("config reloaded"))
+        .count();
+    assert_eq!(reloads, 1, "only its user's reload: {:?}", daemon.seen);
+    assert!(run_cli(&cfg, &["stop"]).await.status.success());
+    daemon.wait_exit().await;
+}
+
 /// `stop` stops the daemon this machine runs, gracefully, and says so; with nothing running
 /// it says there is nothing to stop; a daemon its own record does not name (a socket
 /// forwarded from elsewhere reports a pid of another machine) is not signalled.
