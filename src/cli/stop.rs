@@ -5,6 +5,7 @@ use super::client;
 use crate::cli::service;
 use crate::sys::config::Config;
 use anyhow::Context as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `stop`: asks the daemon that answers on the socket for its pid, asks it to stop (SIGTERM,
@@ -12,8 +13,7 @@ use std::process::ExitCode;
 /// waits until nothing answers and the process is gone: its socket closes before its
 /// `daemon.lock` is released, and a daemon started right after `stop` must find the claim free.
 pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
-    let socket = config.socket_to_dial();
-    let Some(pid) = our_daemon(config, "stop").await? else {
+    let Some((socket, pid)) = our_daemon(config, "stop").await? else {
         return Ok(ExitCode::SUCCESS);
     };
     crate::platform::control::request_stop(pid)
@@ -48,10 +48,10 @@ pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
     )
 }
 
-/// The pid of the daemon answering on this config's socket, checked against this machine's
-/// running record (a socket forwarded from elsewhere names another machine's pid); `None`
-/// (said so) when nothing runs. `what` is the action, for the messages.
-async fn our_daemon(config: &Config, what: &str) -> anyhow::Result<Option<u32>> {
+/// The socket and pid of the daemon answering on this config's socket, checked against this
+/// machine's running record (a socket forwarded from elsewhere names another machine's pid);
+/// `None` (said so) when nothing runs. `what` is the action, for the messages.
+async fn our_daemon(config: &Config, what: &str) -> anyhow::Result<Option<(PathBuf, u32)>> {
     let socket = config.socket_to_dial();
     let status = match client::get_json(&socket, "/v1/status").await {
         Ok(s) => s,
@@ -67,11 +67,7 @@ async fn our_daemon(config: &Config, what: &str) -> anyhow::Result<Option<u32>> 
         .filter(|p| *p != 0)
         .context("the daemon's status names no pid; is it another version? restart it by hand")?;
     let record = config.running_record();
-    let recorded = std::fs::read_to_string(&record)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["pid"].as_i64());
-    if recorded != Some(i64::from(pid)) {
+    if crate::platform::local::recorded(&record).map(|(p, _)| p) != Some(pid) {
         anyhow::bail!(
             "the daemon answering on {} (pid {}) is not the one {} records: it runs elsewhere (a forwarded socket?); {what} it where it runs",
             socket.display(),
@@ -79,13 +75,13 @@ async fn our_daemon(config: &Config, what: &str) -> anyhow::Result<Option<u32>> 
             record.display()
         );
     }
-    Ok(Some(pid))
+    Ok(Some((socket, pid)))
 }
 
 /// `reload`: asks the running daemon to read its config file again (SIGHUP; its reload
 /// event on Windows), as `systemctl --user reload` does. Its log says what changed.
 pub async fn reload(config: &Config) -> anyhow::Result<ExitCode> {
-    let Some(pid) = our_daemon(config, "reload").await? else {
+    let Some((_, pid)) = our_daemon(config, "reload").await? else {
         return Ok(ExitCode::FAILURE);
     };
     crate::platform::control::request_reload(pid)

@@ -52,11 +52,17 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
     }
 }
 
-/// The socket a live daemon recorded in `record`, if its pid still runs and the socket exists.
-pub fn running_socket(record: &Path) -> Option<PathBuf> {
+/// What a daemon's running record (`running.json`) says: its pid, and its socket if named.
+pub fn recorded(record: &Path) -> Option<(u32, Option<PathBuf>)> {
     let text = std::fs::read_to_string(record).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     let pid = u32::try_from(v.get("pid")?.as_u64()?).ok()?;
-    let socket = PathBuf::from(v.get("socket")?.as_str()?);
+    Some((pid, v.get("socket")?.as_str().map(PathBuf::from)))
+}
+
+/// The socket a live daemon recorded in `record`, if its pid still runs and the socket exists.
+pub fn running_socket(record: &Path) -> Option<PathBuf> {
+    let (pid, socket) = recorded(record)?;
+    let socket = socket?;
     (crate::platform::process::alive(pid) && exists(&socket)).then_some(socket)
 }

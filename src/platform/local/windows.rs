@@ -385,16 +385,11 @@ pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Clai
         Ok(f) => Ok(Claim { _file: Some(f) }),
         // ERROR_SHARING_VIOLATION: another daemon holds it.
         Err(e) if e.raw_os_error() == Some(32) => Err(SocketError::AlreadyRunning {
-            pid: recorded_pid(record).unwrap_or(0),
+            pid: super::recorded(record).map_or(0, |(pid, _)| pid),
             path: super::running_socket(record).unwrap_or_else(|| socket.to_path_buf()),
         }),
         Err(e) => Err(io("cannot open", &lock_path)(e)),
     }
-}
-
-fn recorded_pid(record: &Path) -> Option<u32> {
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(record).ok()?).ok()?;
-    u32::try_from(v.get("pid")?.as_u64()?).ok()
 }
 
 /// Creates the pipe's first instance: a pipe of that name already there (another daemon, or
