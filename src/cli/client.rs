@@ -4,6 +4,7 @@
 //! (`/v1/status`, `/v1/pi-sessions`), the `/v1/events` stream, and a WebSocket upgrade
 //! (`/v1/session`, `/v1/follow`), each refusal given with the daemon's own reason.
 
+use crate::frontdoor::status::StatusEvent;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -21,6 +22,14 @@ pub enum ClientError {
     /// It refused the request, and said why (e.g. the connection's rights do not reach it).
     #[error("the daemon refused: {0}")]
     Refused(String),
+    /// It answered a document this build does not read (another version of the daemon).
+    #[error("the daemon's answer to {path} is not in the shape this pi-ide-broker {} reads ({why}); is the daemon another version? `pi-ide-broker stop`, then start it again", env!("CARGO_PKG_VERSION"))]
+    Shape {
+        /// The endpoint asked.
+        path: String,
+        /// What did not fit.
+        why: String,
+    },
 }
 
 /// The broker's reason in an error body (`{"error": "…"}`), if it gave one.
@@ -64,9 +73,24 @@ pub async fn upgrade(
         })
 }
 
-/// Fetches `path` (e.g. `/v1/status`) from the daemon at `socket` and parses it as JSON.
+/// Fetches `path` (e.g. `/v1/status`) from the daemon at `socket` as the document it is
+/// (`frontdoor::status::Status`, `registry::explain::RouteExplanation`,
+/// `protocol::follow::PiSessions`): `Shape` when the daemon's answer does not fit it.
+pub async fn get<T: serde::de::DeserializeOwned>(
+    socket: &Path,
+    path: &str,
+) -> Result<T, ClientError> {
+    let v = get_json(socket, path).await?;
+    serde_json::from_value(v).map_err(|e| ClientError::Shape {
+        path: path.split('?').next().unwrap_or(path).to_string(),
+        why: e.to_string(),
+    })
+}
+
+/// Fetches `path` from the daemon at `socket` as JSON, untyped: what `status --json` prints
+/// as the daemon said it (fields of a newer daemon included).
 pub async fn get_json(socket: &Path, path: &str) -> Result<serde_json::Value, ClientError> {
-    let resp = get(socket, path).await?;
+    let resp = send_get(socket, path).await?;
     let status = resp.status();
     let body = resp
         .into_body()
@@ -85,18 +109,20 @@ pub async fn get_json(socket: &Path, path: &str) -> Result<serde_json::Value, Cl
     serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))
 }
 
-/// Follows `GET /v1/events`: calls `on_line` with every JSON line until the daemon ends the
-/// stream or stops (a stream cut by the daemon's exit is an end, not an error).
+/// Follows `GET /v1/events`: calls `on_event` with every line until the daemon ends the stream
+/// or stops (a stream cut by the daemon's exit is an end, not an error). A line this build
+/// does not read is skipped, with one warning.
 pub async fn follow_events(
     socket: &Path,
-    mut on_line: impl FnMut(serde_json::Value),
+    mut on_event: impl FnMut(StatusEvent),
 ) -> Result<(), ClientError> {
-    let resp = get(socket, "/v1/events").await?;
+    let resp = send_get(socket, "/v1/events").await?;
     if !resp.status().is_success() {
         return Err(ClientError::Protocol(format!("HTTP {}", resp.status())));
     }
     let mut body = resp.into_body();
     let mut buf: Vec<u8> = Vec::new();
+    let mut warned = false;
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
             return Ok(());
@@ -107,8 +133,13 @@ pub async fn follow_events(
         buf.extend_from_slice(&data);
         while let Some(i) = buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = buf.drain(..=i).collect();
-            if let Ok(v) = serde_json::from_slice(&line) {
-                on_line(v);
+            match serde_json::from_slice(&line) {
+                Ok(event) => on_event(event),
+                Err(e) if !warned => {
+                    warned = true;
+                    tracing::warn!(error = %e, "a status event this build does not read (is the daemon another version?); skipped");
+                }
+                Err(_) => {}
             }
         }
     }
@@ -116,7 +147,7 @@ pub async fn follow_events(
 }
 
 /// Sends `GET path` over the socket; the response with its body still to read.
-async fn get(
+async fn send_get(
     socket: &Path,
     path: &str,
 ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {

@@ -7,6 +7,7 @@
 use crate::editor::lockfile::{self, LockfileError};
 use crate::frontdoor::status::{EditorStatus, Status};
 use crate::protocol::percent::encode_query;
+use crate::registry::explain::{RouteDecision, RouteExplanation};
 use crate::sys::config::{Config, LockDirConfig};
 use serde::Serialize;
 use serde_json::Value;
@@ -46,7 +47,7 @@ pub struct Report {
     /// Every check, in the order a person reads them.
     pub checks: Vec<Check>,
     /// The daemon's route explanation for the cwd (`GET /v1/route`), when it runs.
-    pub route: Option<Value>,
+    pub route: Option<RouteExplanation>,
     /// True when everything a user needs works (exit status 0).
     pub ok: bool,
 }
@@ -132,10 +133,9 @@ pub async fn run(opts: &Options) -> Report {
     let mut b = Builder(Vec::new());
     let config = check_config(&mut b, opts.config_path.as_deref());
     let socket = config.socket_to_dial();
-    let status = crate::cli::client::get_json(&socket, "/v1/status")
+    let status = crate::cli::client::get::<Status>(&socket, "/v1/status")
         .await
-        .ok()
-        .and_then(|v| serde_json::from_value::<Status>(v).ok());
+        .ok();
     check_daemon(&mut b, status.as_ref(), &socket);
     check_service(&mut b);
     if status.is_some() {
@@ -169,7 +169,7 @@ pub async fn run(opts: &Options) -> Report {
             if let Some(k) = &opts.key {
                 path.push_str(&format!("&session={}", encode_query(k)));
             }
-            crate::cli::client::get_json(&socket, &path).await.ok()
+            crate::cli::client::get(&socket, &path).await.ok()
         }
         None => None,
     };
@@ -738,28 +738,20 @@ fn check_single_client(b: &mut Builder, config: &Config) {
     }
 }
 
-fn check_route(b: &mut Builder, route: &Value, cwd: &Path) {
+fn check_route(b: &mut Builder, route: &RouteExplanation, cwd: &Path) {
     let what = format!("route for {}", cwd.display());
-    let d = &route["decision"];
-    if let Some(id) = d["editor"].as_str() {
-        b.add(what, Level::Ok, format!("goes to editor {id}"));
-    } else if let Some(ids) = d["ambiguous"].as_array() {
-        let ids: Vec<&str> = ids.iter().filter_map(Value::as_str).collect();
-        b.fix(
+    let settle = route.settle.clone().unwrap_or_default();
+    match &route.decision {
+        RouteDecision::Editor(id) => b.add(what, Level::Ok, format!("goes to editor {id}")),
+        RouteDecision::Ambiguous(ids) => b.fix(
             what,
             Level::Fail,
             format!("ambiguous between {}", ids.join(", ")),
-            route["settle"].as_str().unwrap_or_default(),
-        );
-    } else {
+            settle,
+        ),
         // No editor holds the folder (yet): a next step, not a fault — right after setup no
         // editor is open, and nothing is broken.
-        b.fix(
-            what,
-            Level::Warn,
-            d["none"].as_str().unwrap_or("no editor").to_string(),
-            route["settle"].as_str().unwrap_or_default(),
-        );
+        RouteDecision::None(why) => b.fix(what, Level::Warn, why.clone(), settle),
     }
 }
 
@@ -778,24 +770,17 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(out, "    → {fix}");
         }
     }
-    if let Some(route) = &r.route {
-        let cands = route["candidates"].as_array().cloned().unwrap_or_default();
-        if !cands.is_empty() {
-            out.push_str("\nCandidates, best first:\n");
-            for (i, c) in cands.iter().enumerate() {
-                let why: Vec<&str> = c["why"]
-                    .as_array()
-                    .map(|w| w.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "  {}. {} ({}) — {}",
-                    i + 1,
-                    c["id"].as_str().unwrap_or("?"),
-                    c["ide_name"].as_str().unwrap_or("?"),
-                    why.join("; ")
-                );
-            }
+    if let Some(route) = r.route.as_ref().filter(|r| !r.candidates.is_empty()) {
+        out.push_str("\nCandidates, best first:\n");
+        for (i, c) in route.candidates.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  {}. {} ({}) — {}",
+                i + 1,
+                c.id,
+                c.ide_name,
+                c.why.join("; ")
+            );
         }
     }
     out.push_str(if r.ok {

@@ -7,7 +7,6 @@ use super::{client, not_running};
 use crate::editor::LinkState;
 use crate::frontdoor::status::{EditorStatus, SessionStatus, Status};
 use crate::sys::config::Config;
-use anyhow::Context as _;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -24,9 +23,11 @@ pub async fn command(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
-                let typed: Status = serde_json::from_value(status).context(
-                    "the daemon's status is not in the shape this pi-ide-broker reads; is it another version? try `status --json`",
-                )?;
+                let typed: Status =
+                    serde_json::from_value(status).map_err(|e| client::ClientError::Shape {
+                        path: "/v1/status".into(),
+                        why: format!("{e}; `status --json` prints it as it is"),
+                    })?;
                 print!("{}", render(&typed, now));
             }
             Ok(ExitCode::SUCCESS)
@@ -45,10 +46,8 @@ pub async fn watch(socket: &std::path::Path) -> anyhow::Result<ExitCode> {
     if tty {
         print!("\x1b[?1049h");
     }
-    let follow = client::follow_events(socket, |line| {
-        let Ok(next) = serde_json::from_value::<Status>(line["status"].clone()) else {
-            return;
-        };
+    let follow = client::follow_events(socket, |event| {
+        let next = event.status;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

@@ -48,12 +48,25 @@ pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
     )
 }
 
+/// What `stop` and `reload` read of the status document: only the daemon's pid, so that a
+/// daemon of another version is stopped as well.
+#[derive(serde::Deserialize)]
+struct Answering {
+    broker: AnsweringBroker,
+}
+
+/// The daemon's own line, as far as `stop` reads it.
+#[derive(serde::Deserialize)]
+struct AnsweringBroker {
+    pid: u32,
+}
+
 /// The socket and pid of the daemon answering on this config's socket, checked against this
 /// machine's running record (a socket forwarded from elsewhere names another machine's pid);
 /// `None` (said so) when nothing runs. `what` is the action, for the messages.
 async fn our_daemon(config: &Config, what: &str) -> anyhow::Result<Option<(PathBuf, u32)>> {
     let socket = config.socket_to_dial();
-    let status = match client::get_json(&socket, "/v1/status").await {
+    let status: Answering = match client::get(&socket, "/v1/status").await {
         Ok(s) => s,
         Err(client::ClientError::NotRunning(s)) => {
             println!("no daemon is running (nothing answers on {s}); nothing to {what}");
@@ -61,11 +74,10 @@ async fn our_daemon(config: &Config, what: &str) -> anyhow::Result<Option<(PathB
         }
         Err(e) => return Err(e.into()),
     };
-    let pid = status["broker"]["pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
-        .filter(|p| *p != 0)
-        .context("the daemon's status names no pid; is it another version? restart it by hand")?;
+    let pid = status.broker.pid;
+    if pid == 0 {
+        anyhow::bail!("the daemon's status names pid 0; is it another version? restart it by hand");
+    }
     let record = config.running_record();
     if crate::platform::local::recorded(&record).map(|(p, _)| p) != Some(pid) {
         anyhow::bail!(

@@ -391,8 +391,13 @@ fn events(reg: Arc<Registry>, peer: Peer, seen: Arc<Seen>) -> Response<Body> {
                     }
                 }
                 let seq = *changes.borrow_and_update();
-                let line = serde_json::json!({"seq": seq, "status": status::seen_by(&reg, &peer, &seen.all())});
-                let frame = hyper::body::Frame::data(Bytes::from(format!("{line}\n")));
+                let event = status::StatusEvent {
+                    seq,
+                    status: status::seen_by(&reg, &peer, &seen.all()),
+                };
+                let mut line = serde_json::to_vec(&event).unwrap_or_default();
+                line.push(b'\n');
+                let frame = hyper::body::Frame::data(Bytes::from(line));
                 Some((Ok::<_, Infallible>(frame), (reg, changes, cancel, false)))
             }
         },

@@ -45,6 +45,15 @@ pub struct Status {
     pub agents_on_main_socket: Vec<crate::frontdoor::rights::AgentSeen>,
 }
 
+/// One line of `GET /v1/events`: the status after a change, numbered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusEvent {
+    /// The registry's change counter when it was taken.
+    pub seq: u64,
+    /// The status then.
+    pub status: Status,
+}
+
 /// What the connection asking for the status may do, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConnectionStatus {

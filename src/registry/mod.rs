@@ -8,6 +8,7 @@
 //! Uses `editor` and everything below it.
 
 mod admission;
+pub mod explain;
 pub mod identity;
 pub mod limits;
 mod link_host;
@@ -262,84 +263,6 @@ impl Registry {
             }
         }
         router::decide(&cands, sticky.as_deref())
-    }
-
-    /// Why a session in `cwd` (with sticky `key`) would go where it goes: every editor whose
-    /// folders contain the cwd, ranked, with the reason for its rank, and the decision (for
-    /// `doctor` and `GET /v1/route`). Changes nothing.
-    pub fn explain_route(&self, cwd_raw: &str, key: Option<&str>) -> Value {
-        let cwd = router::normalize(std::path::Path::new(cwd_raw));
-        let views = self.views();
-        let sticky = key.and_then(|k| self.state.sticky(k));
-        let usable = router::candidates(&cwd, &views, &self.home);
-        let mut all = views.clone();
-        for v in &mut all {
-            v.usable = true;
-        }
-        let newest_focus = usable.iter().filter_map(|c| c.focus).max();
-        let ranked: Vec<Value> = router::candidates(&cwd, &all, &self.home)
-            .iter()
-            .filter_map(|c| {
-                let e = self.editor(&c.id)?;
-                let up = usable.iter().any(|u| u.id == c.id);
-                let mut why = vec![if c.matched.weak {
-                    format!(
-                        "weak match: {} is / or $HOME, used only when no other folder matches",
-                        c.matched.folder.display()
-                    )
-                } else {
-                    format!(
-                        "folder {} contains the cwd ({} path components deep)",
-                        c.matched.folder.display(),
-                        c.matched.depth
-                    )
-                }];
-                if c.focus.is_some() && c.focus == newest_focus {
-                    why.push("the editor you touched last".into());
-                }
-                if sticky.as_deref() == Some(c.id.as_str()) {
-                    why.push(format!(
-                        "sticky target of session key {}",
-                        key.unwrap_or_default()
-                    ));
-                }
-                if !up {
-                    why.push(format!("not a candidate now: its link is {:?}", e.state()));
-                }
-                Some(json!({
-                    "id": c.id,
-                    "ide_name": e.lockfile().ide_name,
-                    "folder": c.matched.folder,
-                    "depth": c.matched.depth,
-                    "weak": c.matched.weak,
-                    "state": e.state(),
-                    "why": why,
-                }))
-            })
-            .collect();
-        let (decision, settle) = match router::decide(&usable, sticky.as_deref()) {
-            Decision::Editor(id) => (json!({"editor": id}), Value::Null),
-            Decision::NoMatch => (
-                json!({"none": format!("no open editor has a workspace folder containing {}", cwd.display())}),
-                json!("open the project in an editor with pi-ide or Claude Code integration"),
-            ),
-            Decision::Ambiguous(ids) => (
-                json!({"ambiguous": ids}),
-                json!(format!(
-                    "move the cursor in the editor you want (the last focused wins), or choose one: /ide in pi, or broker/attach {{\"editor\": \"{}\"}}",
-                    ids.first().cloned().unwrap_or_default()
-                )),
-            ),
-        };
-        json!({
-            "cwd": cwd_raw,
-            "normalized": cwd,
-            "key": key,
-            "sticky": sticky,
-            "candidates": ranked,
-            "decision": decision,
-            "settle": settle,
-        })
     }
 
     /// pi's `/new` and `/fork`: the new session key starts with the sticky target of the key

@@ -186,15 +186,13 @@ fn on_event(agent: &mut Agent, conns: &mut HashMap<String, Conn>, ev: Event) -> 
 /// `GET /v1/pi-sessions?cwd=`: the pi sessions an editor in `cwd` can follow, best first.
 async fn list(socket: &std::path::Path, cwd: &str) -> Result<Vec<PiSession>, String> {
     let path = format!("/v1/pi-sessions?cwd={}", encode_query(cwd));
-    let doc = crate::cli::client::get_json(socket, &path)
-        .await
-        .map_err(|e| match e {
-            crate::cli::client::ClientError::Refused(why) => why,
-            e => format!("{e}; pi starts it when a pi session with the pi-ide-broker extension runs (`pi-ide-broker setup`)"),
-        })?;
-    serde_json::from_value::<PiSessions>(doc)
-        .map(|l| l.sessions)
-        .map_err(|e| format!("the broker's session list is not as this build reads it ({e}); is the daemon another version? restart it"))
+    use crate::cli::client::{get, ClientError};
+    match get::<PiSessions>(socket, &path).await {
+        Ok(list) => Ok(list.sessions),
+        Err(ClientError::Refused(why)) => Err(why),
+        Err(e @ ClientError::Shape { .. }) => Err(e.to_string()),
+        Err(e) => Err(format!("{e}; pi starts it when a pi session with the pi-ide-broker extension runs (`pi-ide-broker setup`)")),
+    }
 }
 
 type Ws = tokio_tungstenite::WebSocketStream<Stream>;

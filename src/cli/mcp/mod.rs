@@ -90,7 +90,11 @@ pub async fn connect(opts: &Options, spawn: bool) -> Result<WebSocketStream<Stre
     loop {
         match crate::cli::client::upgrade(&opts.socket, &path).await {
             Ok(ws) => return Ok(ws),
-            Err(ClientError::Refused(why) | ClientError::Protocol(why)) => {
+            Err(
+                ClientError::Refused(why)
+                | ClientError::Protocol(why)
+                | ClientError::Shape { why, .. },
+            ) => {
                 return Err(StdioError::Unreachable {
                     socket: opts.socket.display().to_string(),
                     why: format!("session upgrade failed: {why}"),
