@@ -5,8 +5,9 @@
 
 use super::handle::*;
 use super::inbound::handle_editor_frame;
-use super::{Editor, PROTOCOL_VERSION};
+use super::Editor;
 use super::{LinkHost, CLOSE_WAIT};
+use crate::protocol::handshake::{InitializeParams, INITIALIZE, INITIALIZED, PROTOCOL_VERSION};
 use crate::protocol::jsonrpc::{self, Incoming};
 use crate::sys::config::Config;
 use crate::sys::sync::lock;
@@ -104,20 +105,11 @@ pub(super) async fn dial(
         writer: FrameWriter::new(wr, Role::Client),
         client_port,
     };
-    let init_params = json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
-    });
-    let initialized = || {
-        Out::Text(jsonrpc::notification(
-            "notifications/initialized",
-            json!({}),
-        ))
-    };
+    let init_params = InitializeParams::broker("pi-ide-broker", PROTOCOL_VERSION).to_value();
+    let initialized = || Out::Text(jsonrpc::notification(INITIALIZED, json!({})));
     let parked = editor.parked_for_dial();
     let (init, tools) = if parked.is_empty() {
-        let init = link.call("initialize", init_params).await?;
+        let init = link.call(INITIALIZE, init_params).await?;
         link.write(&mut [initialized()].into_iter()).await?;
         let uid = link.request("tools/list").await?;
         (init, link.tools(uid).await?)
@@ -162,11 +154,7 @@ impl Handshake<'_> {
         let init_uid = mint_id(&editor.next_id);
         let list_uid = (!known).then(|| mint_id(&editor.next_id));
         let mut frames = vec![
-            Out::Text(jsonrpc::request(
-                &init_uid.into(),
-                "initialize",
-                init_params,
-            )),
+            Out::Text(jsonrpc::request(&init_uid.into(), INITIALIZE, init_params)),
             initialized,
         ];
         if let Some(uid) = list_uid {
@@ -178,7 +166,7 @@ impl Handshake<'_> {
         }
         frames.extend(parked);
         self.write(&mut frames.into_iter()).await?;
-        let init = self.answer(init_uid, "initialize").await?;
+        let init = self.answer(init_uid, INITIALIZE).await?;
         let tools = match list_uid {
             Some(uid) => self.tools(uid).await?,
             None => lock(&editor.link).tools.clone(),

@@ -28,9 +28,6 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The protocol version the broker speaks to editors.
-pub const PROTOCOL_VERSION: &str = "2024-11-05";
-
 /// How long a closing link waits for its Close to be written, and then for the editor to
 /// close the connection.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);

@@ -93,7 +93,7 @@ pub fn removed(id: &Value, method: &str) -> String {
 /// The answer to `server/discover`: the versions, the capabilities, who the server is and
 /// how it is meant to be used, with the cache hints a discovery result carries.
 pub fn discover(id: &Value, name: &str, instructions: &str) -> String {
-    let info = json!({"name": name, "version": env!("CARGO_PKG_VERSION")});
+    let info = super::handshake::Implementation::broker(name);
     jsonrpc::result(
         id,
         json!({

@@ -3,10 +3,12 @@
 //! JSON-RPC shapes, editor families, tool schemas, the version rule, dialect translation, path
 //! maps and percent-coding. The bottom layer: uses nothing else of the crate.
 
+pub mod acp;
 pub mod bridge;
 pub mod era;
 pub mod family;
 pub mod follow;
+pub mod handshake;
 pub mod jsonrpc;
 pub mod pathmap;
 pub mod percent;

@@ -6,6 +6,7 @@
 
 use crate::editor::{Editor, Owner, Pending};
 use crate::protocol::family::Family;
+use crate::protocol::handshake;
 use crate::protocol::jsonrpc::{self, ClientId, Incoming};
 use crate::registry::Registry;
 use crate::sys::sync::lock;
@@ -252,7 +253,7 @@ pub(super) fn on_client_text(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) 
         }
         Ok(Incoming::Notification { method, msg }) => {
             match method.as_str() {
-                "notifications/initialized" => {}
+                handshake::INITIALIZED => {}
                 jsonrpc::CANCELLED => cancel_request(reg, s, &msg),
                 jsonrpc::follow::UPDATE => {
                     s.touch(reg.stamp());
@@ -295,14 +296,16 @@ pub(super) fn on_request(
     // Borrowed, not cloned: an openDiff's params can be megabytes and go straight upstream.
     let param = |k: &str| msg.get("params").and_then(|p| p.get(k));
     match method.as_str() {
-        "initialize" => {
+        handshake::INITIALIZE => {
             let cached = current_editor(reg, s).and_then(|e| e.link_info().initialize);
             let result = cached.unwrap_or_else(|| {
-                json!({
-                    "protocolVersion": param("protocolVersion").cloned().unwrap_or(json!(crate::editor::PROTOCOL_VERSION)),
-                    "capabilities": {"tools": {"listChanged": true}},
-                    "serverInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
-                })
+                let asked = handshake::InitializeParams::read(msg.get("params"));
+                let version = asked.protocol_version.as_deref();
+                handshake::InitializeResult::broker(
+                    version.unwrap_or(handshake::PROTOCOL_VERSION),
+                    true,
+                )
+                .to_value()
             });
             reply(jsonrpc::result(&id, result));
         }

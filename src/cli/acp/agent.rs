@@ -5,11 +5,13 @@
 //! I/O: it reads lines, performs the [`Out`]s and feeds the results back.
 
 use super::messages::{
-    cancel_request, initialize_result, invalid, ready, session_update, text_block,
+    cancel_request, initialize_result, invalid, ready, say, session_update, turn_ended,
 };
 use super::prompt::{fresh_parts, prompt_parts};
+use crate::protocol::acp::{self, method, PermissionOutcome, SessionUpdate, StopReason};
 use crate::protocol::follow::{Ended, Notice as _, PiSession};
 use crate::protocol::jsonrpc::{self, follow, Incoming};
+use serde::Deserialize as _;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 
@@ -18,9 +20,6 @@ use std::collections::HashMap;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// ACP's "resource not found": no pi session to follow.
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
-
-/// The ACP protocol version this agent speaks.
-pub const ACP_VERSION: u64 = 1;
 
 /// The prompt that opens a turn only to watch: it is not sent to pi, and ends on
 /// `session/cancel`. A client that shows updates only inside a turn (CodeCompanion,
@@ -115,8 +114,8 @@ struct Review {
 /// The agent.
 #[derive(Debug, Default)]
 pub struct Agent {
-    /// The client's `fs` and `terminal` capabilities, as `initialize` gave them.
-    pub client_capabilities: Value,
+    /// The client's capabilities, as `initialize` gave them.
+    pub client_capabilities: acp::ClientCapabilities,
     /// The client's name (`clientInfo.name`), for `status`.
     pub client_name: Option<String>,
     sessions: HashMap<String, Followed>,
@@ -140,84 +139,80 @@ impl Agent {
             Err(r) => vec![Out::Client(jsonrpc::rejection(&r))],
             Ok(Incoming::Request { id, method, msg }) => self.request(id, &method, &msg),
             Ok(Incoming::Notification { method, msg }) => {
-                if method == "session/cancel" {
-                    self.cancel(param_str(&msg, "sessionId"))
-                } else {
-                    Vec::new()
+                match acp::params::<acp::SessionRef>(&msg) {
+                    Some(r) if method == method::SESSION_CANCEL => self.cancel(&r.session_id),
+                    _ => Vec::new(),
                 }
             }
             Ok(Incoming::Response { id, msg }) => self.permission_answered(&id, &msg),
         }
     }
 
-    fn request(&mut self, id: Value, method: &str, msg: &Map<String, Value>) -> Vec<Out> {
-        let params = msg.get("params").cloned().unwrap_or(Value::Null);
-        match method {
-            "initialize" => {
-                self.client_capabilities = params
-                    .get("clientCapabilities")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                self.client_name = params
-                    .pointer("/clientInfo/name")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
+    fn request(&mut self, id: Value, name: &str, msg: &Map<String, Value>) -> Vec<Out> {
+        match name {
+            method::INITIALIZE => {
+                let init: acp::InitializeRequest = acp::params(msg).unwrap_or_default();
+                self.client_capabilities = init.client_capabilities;
+                self.client_name = init.client_info.map(|c| c.name);
                 vec![Out::Client(jsonrpc::result(&id, initialize_result()))]
             }
-            "authenticate" => vec![Out::Client(jsonrpc::result(&id, json!({})))],
-            "session/new" => match params.get("cwd").and_then(Value::as_str) {
-                Some(cwd) if crate::protocol::winpath::is_absolute(cwd) => vec![Out::List {
-                    cwd: cwd.to_string(),
+            method::AUTHENTICATE => vec![Out::Client(jsonrpc::result(&id, json!({})))],
+            method::SESSION_NEW => match acp::params::<acp::InFolder>(msg).and_then(|p| p.cwd) {
+                Some(cwd) if crate::protocol::winpath::is_absolute(&cwd) => vec![Out::List {
+                    cwd,
                     purpose: Purpose::New(id),
                 }],
                 _ => vec![invalid(&id, "session/new needs an absolute cwd")],
             },
-            "session/load" | "session/resume" => {
-                match params.get("sessionId").and_then(Value::as_str) {
-                    Some(key) => {
-                        let key = key.to_string();
-                        if let Some(cwd) = params.get("cwd").and_then(Value::as_str) {
-                            self.cwds.insert(key.clone(), cwd.to_string());
+            method::SESSION_LOAD | method::SESSION_RESUME => {
+                match acp::params::<acp::SessionRef>(msg) {
+                    Some(acp::SessionRef {
+                        session_id: key,
+                        cwd,
+                    }) => {
+                        if let Some(cwd) = cwd {
+                            self.cwds.insert(key.clone(), cwd);
                         }
                         let mut out = self.forget(&key);
                         out.push(Out::Connect {
                             key,
                             request: id,
-                            load: method == "session/load",
+                            load: name == method::SESSION_LOAD,
                         });
                         out
                     }
-                    None => vec![invalid(&id, &format!("{method} needs a sessionId"))],
+                    None => vec![invalid(&id, &format!("{name} needs a sessionId"))],
                 }
             }
-            "session/close" => match params.get("sessionId").and_then(Value::as_str) {
-                Some(key) if self.sessions.contains_key(key) => {
-                    let key = key.to_string();
+            method::SESSION_CLOSE => match acp::params::<acp::SessionRef>(msg) {
+                Some(r) if self.sessions.contains_key(&r.session_id) => {
+                    let key = r.session_id;
                     let mut out = self.withdraw_reviews(&key);
                     out.extend(self.forget(&key));
                     out.push(Out::Client(jsonrpc::result(&id, json!({}))));
                     out
                 }
-                Some(key) => vec![Out::Client(jsonrpc::error(
+                Some(r) => vec![Out::Client(jsonrpc::error(
                     &id,
                     RESOURCE_NOT_FOUND,
-                    &format!("no open session {key:?}"),
+                    &format!("no open session {:?}", r.session_id),
                 ))],
                 None => vec![invalid(&id, "session/close needs a sessionId")],
             },
-            "session/list" => vec![Out::List {
-                cwd: params
-                    .get("cwd")
-                    .and_then(Value::as_str)
-                    .unwrap_or("/")
-                    .to_string(),
+            method::SESSION_LIST => vec![Out::List {
+                cwd: acp::params::<acp::InFolder>(msg)
+                    .and_then(|p| p.cwd)
+                    .unwrap_or_else(|| "/".to_string()),
                 purpose: Purpose::List(id),
             }],
-            "session/prompt" => self.prompt(id, &params),
+            method::SESSION_PROMPT => match acp::params::<acp::PromptRequest>(msg) {
+                Some(p) => self.prompt(id, p),
+                None => vec![invalid(&id, "session/prompt needs a sessionId")],
+            },
             _ => vec![Out::Client(jsonrpc::error(
                 &id,
                 jsonrpc::METHOD_NOT_FOUND,
-                &format!("pi-ide-broker acp does not offer {method}"),
+                &format!("pi-ide-broker acp does not offer {name}"),
             ))],
         }
     }
@@ -248,18 +243,18 @@ impl Agent {
                 }
             }
             (Purpose::List(id), Ok(list)) => {
-                let sessions: Vec<Value> = list
-                    .iter()
+                let sessions = list
+                    .into_iter()
                     .filter_map(|s| {
-                        let key = s.session.as_deref()?;
-                        let cwd = &s.cwd;
-                        Some(json!({"sessionId": key, "cwd": cwd, "title": format!("pi in {cwd}")}))
+                        Some(acp::SessionInfo {
+                            session_id: s.session?,
+                            title: format!("pi in {}", s.cwd),
+                            cwd: s.cwd,
+                        })
                     })
                     .collect();
-                vec![Out::Client(jsonrpc::result(
-                    &id,
-                    json!({"sessions": sessions}),
-                ))]
+                let answer = acp::to_value(&acp::ListSessionsResponse { sessions });
+                vec![Out::Client(jsonrpc::result(&id, answer))]
             }
         }
     }
@@ -279,7 +274,10 @@ impl Agent {
         self.sessions.insert(key.to_string(), Followed::default());
         let info = self.info_update(key, true);
         if !load {
-            let answer = jsonrpc::result(&request, json!({"sessionId": key}));
+            let answer = acp::NewSessionResponse {
+                session_id: key.to_string(),
+            };
+            let answer = jsonrpc::result(&request, acp::to_value(&answer));
             return vec![Out::Client(answer), info];
         }
         let ours = self.mint("history");
@@ -295,15 +293,9 @@ impl Agent {
         ]
     }
 
-    fn prompt(&mut self, id: Value, params: &Value) -> Vec<Out> {
-        let Some(key) = params
-            .get("sessionId")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-        else {
-            return vec![invalid(&id, "session/prompt needs a sessionId")];
-        };
-        let (parts, unsent) = prompt_parts(params.get("prompt"));
+    fn prompt(&mut self, id: Value, request: acp::PromptRequest) -> Vec<Out> {
+        let key = request.session_id;
+        let (parts, unsent) = prompt_parts(&request.prompt);
         let ours = self.mint("prompt");
         let Some(f) = self.sessions.get_mut(&key) else {
             return vec![invalid(
@@ -327,10 +319,7 @@ impl Agent {
         let mut out = Vec::new();
         // A client sends no second prompt while one is open; one that does ends the first.
         if let Some(old) = f.turn.take() {
-            out.push(Out::Client(jsonrpc::result(
-                &old.id,
-                json!({"stopReason": "cancelled"}),
-            )));
+            out.push(turn_ended(&old.id, StopReason::Cancelled));
         }
         let watching = FOLLOW_WORDS.contains(&text.trim().to_lowercase().as_str());
         f.turn = Some(Turn {
@@ -344,10 +333,7 @@ impl Agent {
                 "(pi-ide-broker: not sent to pi: {}; only text and file links are carried)",
                 unsent.join(", ")
             );
-            out.push(session_update(
-                &key,
-                json!({"sessionUpdate": "agent_message_chunk", "content": text_block(&note)}),
-            ));
+            out.push(say(&key, &note));
         }
         if !watching {
             for p in parts {
@@ -366,10 +352,8 @@ impl Agent {
         out
     }
 
-    fn cancel(&mut self, key: Option<&str>) -> Vec<Out> {
-        let Some(key) = key.map(str::to_owned) else {
-            return Vec::new();
-        };
+    fn cancel(&mut self, key: &str) -> Vec<Out> {
+        let key = key.to_string();
         let ours = self.mint("cancel");
         let Some(f) = self.sessions.get_mut(&key) else {
             return Vec::new();
@@ -380,10 +364,7 @@ impl Agent {
         if turn.watching {
             let id = turn.id.clone();
             f.turn = None;
-            return vec![
-                ready(&key, false),
-                Out::Client(jsonrpc::result(&id, json!({"stopReason": "cancelled"}))),
-            ];
+            return vec![ready(&key, false), turn_ended(&id, StopReason::Cancelled)];
         }
         turn.cancelled = true;
         f.waits.insert(ours.clone(), BrokerWait::Cancel);
@@ -434,7 +415,9 @@ impl Agent {
             Ok(Incoming::Notification { method, msg }) => match method.as_str() {
                 follow::UPDATE => match msg.get("params").and_then(|p| p.get("update")) {
                     Some(update) if self.is_echo(key, update) => Vec::new(),
-                    Some(update) => vec![session_update(key, update.clone())],
+                    Some(update) => {
+                        vec![session_update(key, SessionUpdate::Relayed(update.clone()))]
+                    }
                     None => Vec::new(),
                 },
                 follow::ENDED => {
@@ -466,10 +449,14 @@ impl Agent {
                     .unwrap_or(Value::Null);
                 let ours = self.mint("fsread");
                 self.reads.insert(ours.clone(), (key.to_string(), id));
+                let read = acp::ReadTextFileRequest {
+                    session_id: key.to_string(),
+                    path,
+                };
                 vec![Out::Client(jsonrpc::request(
                     &Value::String(ours),
-                    "fs/read_text_file",
-                    json!({"sessionId": key, "path": path}),
+                    method::READ_TEXT_FILE,
+                    acp::to_value(&read),
                 ))]
             }
             Ok(Incoming::Request { id, .. }) => vec![Out::Broker(
@@ -487,14 +474,15 @@ impl Agent {
     /// ACP's `session_info_update` for `key`: its last activity (now), and its title ("pi in
     /// <folder>") when `titled`.
     fn info_update(&self, key: &str, titled: bool) -> Out {
-        let mut update = json!({
-            "sessionUpdate": "session_info_update",
-            "updatedAt": crate::sys::time::rfc3339(std::time::SystemTime::now()),
-        });
-        if let (true, Some(cwd)) = (titled, self.cwds.get(key)) {
-            update["title"] = json!(format!("pi in {cwd}"));
-        }
-        session_update(key, update)
+        let update = acp::OwnUpdate::SessionInfoUpdate {
+            title: self
+                .cwds
+                .get(key)
+                .filter(|_| titled)
+                .map(|cwd| format!("pi in {cwd}")),
+            updated_at: crate::sys::time::rfc3339(std::time::SystemTime::now()),
+        };
+        session_update(key, SessionUpdate::Own(update))
     }
 
     /// Whether `update` is pi mirroring this thread's own prompt back (once).
@@ -527,7 +515,7 @@ impl Agent {
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
-                    .map(|u| session_update(key, u.clone()))
+                    .map(|u| session_update(key, SessionUpdate::Relayed(u.clone())))
                     .collect();
                 out.push(Out::Client(match msg.get("error") {
                     Some(e) => jsonrpc::error(&request, INTERNAL_ERROR, &error_text(e)),
@@ -541,24 +529,17 @@ impl Agent {
                     return Vec::new();
                 };
                 let stop = if turn.cancelled {
-                    "cancelled"
+                    StopReason::Cancelled
                 } else {
-                    msg.get("result")
-                        .and_then(|r| r.get("stopReason"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("end_turn")
+                    StopReason::read(msg.get("result").and_then(|r| r.get("stopReason")))
                 };
                 let answer = match msg.get("error") {
                     Some(e) if !turn.cancelled => {
-                        jsonrpc::error(&turn.id, INTERNAL_ERROR, &error_text(e))
+                        Out::Client(jsonrpc::error(&turn.id, INTERNAL_ERROR, &error_text(e)))
                     }
-                    _ => jsonrpc::result(&turn.id, json!({"stopReason": stop})),
+                    _ => turn_ended(&turn.id, stop),
                 };
-                vec![
-                    ready(key, false),
-                    Out::Client(answer),
-                    self.info_update(key, false),
-                ]
+                vec![ready(key, false), answer, self.info_update(key, false)]
             }
         }
     }
@@ -601,25 +582,34 @@ impl Agent {
                 tab,
             },
         );
-        let request = json!({
-            "sessionId": key,
-            "toolCall": {
-                "toolCallId": tool_call_id,
-                "title": format!("{verb} {path}"),
-                "kind": "edit",
-                "status": "pending",
-                "content": [{"type": "diff", "path": path, "oldText": old_text, "newText": new_text}],
-                "locations": [{"path": path}],
+        let option = |id: &str, name: &str, kind: &str| acp::PermissionOption {
+            option_id: id.into(),
+            name: name.into(),
+            kind: kind.into(),
+        };
+        let request = acp::RequestPermissionRequest {
+            session_id: key.to_string(),
+            tool_call: acp::ToolCallUpdate {
+                tool_call_id,
+                title: format!("{verb} {path}"),
+                kind: "edit".into(),
+                status: "pending".into(),
+                content: vec![acp::DiffContent {
+                    path: path.clone(),
+                    old_text,
+                    new_text,
+                }],
+                locations: vec![acp::Location { path }],
             },
-            "options": [
-                {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
-                {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+            options: vec![
+                option("allow", "Allow", "allow_once"),
+                option("reject", "Reject", "reject_once"),
             ],
-        });
+        };
         vec![Out::Client(jsonrpc::request(
             &Value::String(ours),
-            "session/request_permission",
-            request,
+            method::REQUEST_PERMISSION,
+            acp::to_value(&request),
         ))]
     }
 
@@ -635,11 +625,13 @@ impl Agent {
         let Some(r) = id.as_str().and_then(|k| self.reviews.remove(k)) else {
             return Vec::new();
         };
-        let outcome = msg.get("result").and_then(|r| r.get("outcome"));
-        let said = |k: &str| outcome.and_then(|o| o.get(k)).and_then(Value::as_str);
-        let allowed = said("outcome") == Some("selected") && said("optionId") == Some("allow");
+        let answer = msg
+            .get("result")
+            .and_then(|r| acp::RequestPermissionResponse::deserialize(r).ok());
+        let allowed = matches!(answer.map(|a| a.outcome),
+            Some(PermissionOutcome::Selected { option_id }) if option_id == "allow");
         let result = if allowed {
-            json!({"content": [text_block("FILE_SAVED"), text_block(&r.new_text)]})
+            json!({"content": [acp::ContentBlock::text("FILE_SAVED"), acp::ContentBlock::text(&r.new_text)]})
         } else {
             jsonrpc::diff_rejected(&r.tab)
         };
@@ -651,11 +643,7 @@ impl Agent {
 
     /// Whether the client offered `fs.readTextFile` (its buffers can be read).
     pub fn reads_buffers(&self) -> bool {
-        self.client_capabilities
-            .get("fs")
-            .and_then(|f| f.get("readTextFile"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+        self.client_capabilities.fs.read_text_file
     }
 
     /// The followed pi session ended (or its connection could not be kept): an open turn ends,
@@ -668,14 +656,11 @@ impl Agent {
         self.reads.retain(|_, (s, _)| s != key);
         let mut out = Vec::new();
         if let Some(turn) = f.turn {
-            out.push(session_update(
+            out.push(say(
                 key,
-                json!({"sessionUpdate": "agent_message_chunk", "content": text_block(&format!("(pi-ide-broker: the pi session is gone: {why})"))}),
+                &format!("(pi-ide-broker: the pi session is gone: {why})"),
             ));
-            out.push(Out::Client(jsonrpc::result(
-                &turn.id,
-                json!({"stopReason": "end_turn"}),
-            )));
+            out.push(turn_ended(&turn.id, StopReason::EndTurn));
         }
         out
     }
@@ -708,15 +693,9 @@ impl Agent {
                 ))),
                 BrokerWait::Prompt => {
                     if let Some(turn) = f.turn.take() {
-                        out.push(session_update(
-                            key,
-                            json!({"sessionUpdate": "agent_message_chunk", "content": text_block("(pi-ide-broker restarted: pi's turn goes on in pi, and this thread follows it again)")}),
-                        ));
+                        out.push(say(key, "(pi-ide-broker restarted: pi's turn goes on in pi, and this thread follows it again)"));
                         out.push(ready(key, false));
-                        out.push(Out::Client(jsonrpc::result(
-                            &turn.id,
-                            json!({"stopReason": "end_turn"}),
-                        )));
+                        out.push(turn_ended(&turn.id, StopReason::EndTurn));
                     }
                 }
                 BrokerWait::Cancel => {}
@@ -733,10 +712,6 @@ impl Agent {
         }
         out
     }
-}
-
-fn param_str<'m>(msg: &'m Map<String, Value>, key: &str) -> Option<&'m str> {
-    msg.get("params")?.get(key)?.as_str()
 }
 
 fn error_text(e: &Value) -> String {

@@ -1,36 +1,70 @@
-//! The messages the ACP agent writes: to the client (ACP v1) and to the broker (the follow
-//! protocol), each built in one place.
+//! The messages the ACP agent writes: to the client (ACP v1, `protocol::acp`) and to the
+//! broker (the follow protocol), each built in one place.
 
-use super::agent::{Out, ACP_VERSION};
+use super::agent::Out;
+use crate::protocol::acp::{self, ContentBlock, OwnUpdate, SessionUpdate};
 use crate::protocol::follow::Notice as _;
 use crate::protocol::jsonrpc;
-use serde_json::{json, Value};
-
-/// An ACP content block of text.
-pub(super) fn text_block(text: &str) -> Value {
-    json!({"type": "text", "text": text})
-}
+use serde_json::Value;
 
 /// What `initialize` answers: ACP v1, history loading, text prompts only.
 pub(super) fn initialize_result() -> Value {
-    json!({
-        "protocolVersion": ACP_VERSION,
-        "agentCapabilities": {
-            "loadSession": true,
-            "promptCapabilities": {"image": false, "audio": false, "embeddedContext": false},
-            "mcpCapabilities": {"http": false, "sse": false},
-            "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+    let offered = Some(acp::Offered {});
+    acp::to_value(&acp::InitializeResponse {
+        protocol_version: acp::VERSION,
+        agent_capabilities: acp::AgentCapabilities {
+            load_session: true,
+            prompt_capabilities: acp::PromptCapabilities {
+                image: false,
+                audio: false,
+                embedded_context: false,
+            },
+            mcp_capabilities: acp::McpCapabilities {
+                http: false,
+                sse: false,
+            },
+            session_capabilities: acp::SessionCapabilities {
+                list: offered.clone(),
+                resume: offered.clone(),
+                close: offered,
+            },
         },
-        "agentInfo": {"name": "pi-ide-broker", "title": "pi (via pi-ide-broker)", "version": env!("CARGO_PKG_VERSION")},
-        "authMethods": [],
+        agent_info: acp::Implementation {
+            name: "pi-ide-broker".into(),
+            title: Some("pi (via pi-ide-broker)".into()),
+            version: Some(env!("CARGO_PKG_VERSION").into()),
+        },
+        auth_methods: Vec::new(),
     })
 }
 
 /// `session/update` for ACP session `key`.
-pub(super) fn session_update(key: &str, update: Value) -> Out {
+pub(super) fn session_update(key: &str, update: SessionUpdate) -> Out {
+    let params = acp::SessionNotification {
+        session_id: key.to_string(),
+        update,
+    };
     Out::Client(jsonrpc::notification(
-        "session/update",
-        json!({"sessionId": key, "update": update}),
+        acp::method::SESSION_UPDATE,
+        acp::to_value(&params),
+    ))
+}
+
+/// A line of the door's own in the agent's voice, on ACP session `key`.
+pub(super) fn say(key: &str, text: &str) -> Out {
+    session_update(
+        key,
+        SessionUpdate::Own(OwnUpdate::AgentMessageChunk {
+            content: ContentBlock::text(text),
+        }),
+    )
+}
+
+/// The answer that ends prompt turn `id` for `why`.
+pub(super) fn turn_ended(id: &Value, why: acp::StopReason) -> Out {
+    Out::Client(jsonrpc::result(
+        id,
+        acp::to_value(&acp::PromptResponse { stop_reason: why }),
     ))
 }
 
@@ -39,8 +73,10 @@ pub(super) fn session_update(key: &str, update: Value) -> Out {
 /// answer finds nothing).
 pub(super) fn cancel_request(ours: &str) -> Out {
     Out::Client(jsonrpc::notification(
-        "$/cancel_request",
-        json!({"requestId": ours}),
+        acp::method::CANCEL_REQUEST,
+        acp::to_value(&acp::CancelRequest {
+            request_id: ours.to_string(),
+        }),
     ))
 }
 

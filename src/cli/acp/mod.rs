@@ -11,8 +11,7 @@ mod agent;
 mod messages;
 mod prompt;
 
-pub use agent::{Agent, Out, Purpose, ACP_VERSION, FOLLOW_WORDS};
-pub use prompt::prompt_text;
+pub use agent::{Agent, Out, Purpose, FOLLOW_WORDS};
 
 use crate::cli::client::ClientError;
 use crate::cli::mcp::{CappedLines, Line};

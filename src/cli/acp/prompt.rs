@@ -2,24 +2,19 @@
 //! re-sends.
 
 use super::agent::FOLLOW_WORDS;
-use serde_json::Value;
+use crate::protocol::acp::ContentBlock;
 
-/// A prompt's text: its text blocks, and the paths of its resource links as `@path`, joined
-/// by spaces (Zed puts a mention between two text blocks).
-pub fn prompt_text(blocks: Option<&Value>) -> String {
-    prompt_parts(blocks).0.join(" ")
-}
-
-/// A prompt's parts, one per block carried (its text blocks, its resource links as `@path`),
-/// and the types of the blocks it cannot carry (an image, audio, an embedded resource).
-pub(super) fn prompt_parts(blocks: Option<&Value>) -> (Vec<String>, Vec<String>) {
+/// A prompt's parts, one per block carried (its text blocks, its resource links as `@path`;
+/// joined by spaces, as Zed puts a mention between two text blocks), and the types of the
+/// blocks it cannot carry (an image, audio, an embedded resource).
+pub(super) fn prompt_parts(blocks: &[ContentBlock]) -> (Vec<String>, Vec<String>) {
     let (mut parts, mut unsent) = (Vec::new(), Vec::new());
-    for b in blocks.and_then(Value::as_array).into_iter().flatten() {
-        match b.get("type").and_then(Value::as_str) {
-            Some("text") => parts.extend(b.get("text").and_then(Value::as_str).map(str::to_owned)),
+    for b in blocks {
+        match b.kind.as_deref() {
+            Some("text") => parts.extend(b.text.clone()),
             Some("resource_link") => parts.extend(
-                b.get("uri")
-                    .and_then(Value::as_str)
+                b.uri
+                    .as_deref()
                     .map(|u| format!("@{}", u.strip_prefix("file://").unwrap_or(u))),
             ),
             Some(other) => unsent.push(other.to_string()),

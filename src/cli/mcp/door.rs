@@ -2,7 +2,7 @@
 //! `editor_context`), the answers it rewrites, and the requests in flight it answers itself
 //! when the broker goes away.
 
-use crate::protocol::{era, jsonrpc};
+use crate::protocol::{era, handshake, jsonrpc};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -198,22 +198,16 @@ fn route_request(
 ) -> Vec<Out> {
     let tab = jsonrpc::diff_tab(&msg);
     match method.as_str() {
-        "initialize" => {
+        handshake::INITIALIZE => {
             door.speaks_legacy = true;
-            let version = msg
-                .get("params")
-                .and_then(|p| p.get("protocolVersion"))
-                .cloned()
-                .unwrap_or(json!(crate::editor::PROTOCOL_VERSION));
-            vec![Out::Client(jsonrpc::result(
-                &id,
-                json!({
-                    "protocolVersion": version,
-                    "capabilities": {"tools": {"listChanged": true}},
-                    "serverInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
-                    "instructions": INSTRUCTIONS,
-                }),
-            ))]
+            let asked = handshake::InitializeParams::read(msg.get("params"));
+            let version = asked.protocol_version.as_deref();
+            let mut answer = handshake::InitializeResult::broker(
+                version.unwrap_or(handshake::PROTOCOL_VERSION),
+                true,
+            );
+            answer.instructions = Some(INSTRUCTIONS.to_string());
+            vec![Out::Client(jsonrpc::result(&id, answer.to_value()))]
         }
         "tools/list" => {
             door.intercepts.insert(id.to_string(), Intercept::ToolsList);

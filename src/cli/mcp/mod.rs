@@ -12,12 +12,12 @@ pub use lines::{CappedLines, Line};
 
 use crate::cli::client::ClientError;
 use crate::platform::local::Stream;
-use crate::protocol::jsonrpc;
 use crate::protocol::percent::encode_query;
+use crate::protocol::{handshake, jsonrpc};
 use crate::sys::{config::Config, logging};
 use door::{from_broker, from_client, is_response, Door, Intercept, Out};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
@@ -240,8 +240,9 @@ impl Link<'_> {
         door.intercepts.insert(iid.to_string(), Intercept::Ignore);
         let hello = jsonrpc::request(
             &iid,
-            "initialize",
-            json!({"protocolVersion": crate::editor::PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "pi-ide-broker-stdio", "version": env!("CARGO_PKG_VERSION")}}),
+            handshake::INITIALIZE,
+            handshake::InitializeParams::broker("pi-ide-broker-stdio", handshake::PROTOCOL_VERSION)
+                .to_value(),
         );
         if sink.send(Message::text(hello)).await.is_err() {
             return Ok(Ended::Broker);

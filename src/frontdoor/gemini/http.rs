@@ -9,6 +9,7 @@
 
 use super::session::{Command, McpSession};
 use crate::protocol::era;
+use crate::protocol::handshake::{self, InitializeResult};
 use crate::registry::limits::HandshakeSlot;
 use crate::registry::Registry;
 use crate::sys::secret::Token;
@@ -268,7 +269,9 @@ async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
         }
     }
     match (session, method) {
-        (None, Some("initialize")) if !id.is_null() => initialize(ep, id, msg.get("params")),
+        (None, Some(handshake::INITIALIZE)) if !id.is_null() => {
+            initialize(ep, id, msg.get("params"))
+        }
         (None, _) => plain(
             StatusCode::BAD_REQUEST,
             "Mcp-Session-Id header required (initialize first)",
@@ -368,11 +371,7 @@ fn initialize(ep: &Arc<Endpoint>, id: &Value, params: Option<&Value>) -> Respons
                     .all(|b| b.is_ascii_digit() || *b == b'-')
         })
         .unwrap_or("2025-06-18");
-    let result = json!({
-        "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}},
-        "serverInfo": {"name": "pi-ide-broker", "version": env!("CARGO_PKG_VERSION")},
-    });
+    let result = InitializeResult::broker(version, false).to_value();
     let mut r = rpc_response(id, Ok(result));
     if let Ok(v) = HeaderValue::from_str(&session.id) {
         r.headers_mut().insert(SESSION_HEADER, v);

@@ -10,6 +10,8 @@
 //! replayed when the session starts, editor-initiated requests are never routed here.
 
 use crate::protocol::family::Family;
+use crate::protocol::handshake::{InitializeParams, INITIALIZE};
+use crate::protocol::jsonrpc;
 use crate::registry::Registry;
 use crate::session::{Door, Intro};
 use crate::sys::sync::lock;
@@ -259,10 +261,10 @@ impl Adapter {
         mut cmds: mpsc::UnboundedReceiver<Command>,
         place: OwnedSemaphorePermit,
     ) {
-        let init = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "gemini-cli (pi-ide-broker gemini door)", "version": env!("CARGO_PKG_VERSION")}}});
-        let mut out = vec![init.to_string()];
+        let hello =
+            InitializeParams::broker("gemini-cli (pi-ide-broker gemini door)", "2025-03-26");
+        let init = jsonrpc::request(&json!("init"), INITIALIZE, hello.to_value());
+        let mut out = vec![init];
         let mut pong: Option<Vec<u8>> = None;
         let ended = self.session.ended.clone();
         loop {
