@@ -54,7 +54,7 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
                         Ok(ExitCode::from(crate::daemon::own_binary::EXIT_REPLACED))
                     }
                     Ok(Ok(())) => Ok(ExitCode::SUCCESS),
-                    Ok(Err(crate::daemon::ServeError::Socket(e @ crate::platform::local::SocketError::AlreadyRunning { .. }))) => {
+                    Ok(Err(crate::daemon::Error::Socket(e @ crate::platform::Error::AlreadyRunning { .. }))) => {
                         eprintln!("error: {e}");
                         Ok(ExitCode::FAILURE)
                     }

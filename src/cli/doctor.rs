@@ -4,7 +4,8 @@
 //! by line, what works and what to do about what does not. It reads the same config, files and
 //! sockets the daemon does, and asks the daemon what it decided (`/v1/status`, `/v1/route`).
 
-use crate::editor::lockfile::{self, LockfileError};
+use crate::editor::lockfile;
+use crate::editor::Error as LockfileError;
 use crate::frontdoor::status::{EditorStatus, Status};
 use crate::protocol::percent::encode_query;
 use crate::registry::explain::{RouteDecision, RouteExplanation};

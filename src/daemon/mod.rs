@@ -19,12 +19,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-/// Why the daemon could not start.
+/// Why the daemon could not start: this layer's one error type.
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub enum Error {
     /// The socket could not be set up (already running, unsafe dir, …).
     #[error(transparent)]
-    Socket(#[from] crate::platform::local::SocketError),
+    Socket(#[from] crate::platform::Error),
     /// The file watcher could not start.
     #[error("cannot start the lock dir watcher: {0}")]
     Watch(#[from] notify::Error),
@@ -69,7 +69,7 @@ pub async fn serve(
     config: Config,
     shutdown: CancellationToken,
     on_ready: impl FnOnce(Ready, Handle),
-) -> Result<(), ServeError> {
+) -> Result<(), Error> {
     let config = Arc::new(config);
     let socket = config.socket_path();
     let record = config.running_record();
@@ -131,7 +131,7 @@ async fn listen(
         crate::platform::local::Listener,
         Option<crate::platform::local::Claim>,
     ),
-    ServeError,
+    Error,
 > {
     if let Some(l) = crate::platform::local::inherited() {
         tracing::info!(socket = %socket.display(), "using the socket passed by the service manager");
@@ -148,7 +148,7 @@ async fn listen(
 async fn watch(
     reg: &Arc<Registry>,
     config: &Config,
-) -> Result<mpsc::UnboundedSender<LockDirCommand>, ServeError> {
+) -> Result<mpsc::UnboundedSender<LockDirCommand>, Error> {
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (scanned_tx, scanned_rx) = oneshot::channel();

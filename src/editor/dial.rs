@@ -93,7 +93,7 @@ pub(super) async fn dial(
     )
     .await
     .map_err(|e| match e {
-        crate::wire::wsupgrade::UpgradeError::Refused => DialError::Refused,
+        crate::wire::Error::Refused => DialError::Refused,
         e => DialError::Other(format!("upgrade: {e}")),
     })?;
     let quick_ack = crate::platform::tcp::QuickAck::new(&stream);

@@ -5,6 +5,7 @@
 
 use super::lockfile::Lockfile;
 use super::parked::Parked;
+use super::Error;
 use crate::protocol::family::Family;
 use crate::protocol::jsonrpc::{self};
 use crate::sys::sync::lock;
@@ -216,17 +217,6 @@ pub struct Editor {
     pub(super) calls: AtomicU64,
 }
 
-/// Why a request could not be sent upstream.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    /// The link is down.
-    #[error("editor {0} is not connected ({1}); it is being redialled, retry shortly")]
-    Down(String, &'static str),
-    /// The editor is not reading its socket fast enough.
-    #[error("editor {0} is not keeping up (outbound queue full)")]
-    Busy(String),
-}
-
 impl Editor {
     /// A new handle for a validated lockfile; the link task is started separately.
     pub fn new(
@@ -351,7 +341,7 @@ impl Editor {
         &self,
         mut msg: Map<String, Value>,
         pending: Pending,
-    ) -> Result<u64, SendError> {
+    ) -> Result<u64, Error> {
         let tools_call = pending.method == "tools/call";
         self.send_built(
             move |uid| {
@@ -373,7 +363,7 @@ impl Editor {
         &self,
         build: impl FnOnce(u64) -> String,
         pending: Pending,
-    ) -> Result<u64, SendError> {
+    ) -> Result<u64, Error> {
         let uid = mint_id(&self.next_id);
         let text = self.to_wire(build(uid));
         let deadline = pending.deadline;
@@ -513,7 +503,7 @@ impl Editor {
     }
 
     /// A broker-originated request whose answer nobody awaits.
-    pub fn send_discard(&self, method: &'static str, params: Value) -> Result<u64, SendError> {
+    pub fn send_discard(&self, method: &'static str, params: Value) -> Result<u64, Error> {
         let mut msg = Map::new();
         msg.insert("jsonrpc".into(), "2.0".into());
         msg.insert("method".into(), method.into());
@@ -540,7 +530,7 @@ impl Editor {
 
     /// Asks the editor to close the diff tab `tab` (a broker-owned request: nobody awaits
     /// the answer, and a shutting-down link waits for it before closing).
-    pub fn close_tab(&self, tab: &str) -> Result<u64, SendError> {
+    pub fn close_tab(&self, tab: &str) -> Result<u64, Error> {
         self.send_discard(
             "tools/call",
             json!({"name": "close_tab", "arguments": {"tab_name": tab}}),
@@ -548,13 +538,13 @@ impl Editor {
     }
 
     /// Sends a frame that needs no answer (notification, or a response to the editor).
-    pub fn send_raw(&self, text: String) -> Result<(), SendError> {
+    pub fn send_raw(&self, text: String) -> Result<(), Error> {
         self.send_frame(Out::Text(text))
     }
 
     /// Puts one frame on the link: written now by the calling task when the link is idle,
     /// else queued for its writer task (see `shared_writer`).
-    pub(super) fn send_frame(&self, frame: Out) -> Result<(), SendError> {
+    pub(super) fn send_frame(&self, frame: Out) -> Result<(), Error> {
         let frame = match frame {
             Out::Text(text) if self.wsl.is_some() => Out::Text(self.to_wire(text)),
             other => other,
@@ -572,12 +562,12 @@ impl Editor {
     }
 
     /// Why a frame was refused, for the caller.
-    pub(super) fn refusal(&self, r: Refused) -> SendError {
+    pub(super) fn refusal(&self, r: Refused) -> Error {
         match r {
-            Refused::Full => SendError::Busy(self.id.clone()),
-            Refused::Broken => SendError::Down(self.id.clone(), "closing"),
+            Refused::Full => Error::Busy(self.id.clone()),
+            Refused::Broken => Error::Down(self.id.clone(), "closing"),
             // Read only on this path: a send that goes through takes no other lock.
-            Refused::Gone => SendError::Down(
+            Refused::Gone => Error::Down(
                 self.id.clone(),
                 match self.state() {
                     LinkState::Connecting => "connecting",

@@ -7,7 +7,8 @@ use super::dial::{dial, frame_str, DialError, Dialled};
 use super::handle::*;
 use super::health::{Action as HealthAction, Health};
 use super::inbound::handle_editor_frame;
-use super::lockfile::{self, LockfileError};
+use super::lockfile;
+use super::Error;
 use super::{taken, Editor, LinkHost, CLOSE_WAIT};
 use crate::sys::config::Config;
 use crate::sys::sync::lock;
@@ -181,7 +182,7 @@ fn still_there(editor: &Arc<Editor>, host: &dyn LinkHost) -> bool {
             *current = fresh;
             true
         }
-        Err(LockfileError::Incomplete) => true,
+        Err(Error::Incomplete) => true,
         Err(e) => {
             tracing::info!(editor = %editor.id, reason = %e, "editor gone");
             host.editor_gone(editor, e.to_string());
@@ -450,10 +451,7 @@ impl<'a> Live<'a> {
     }
 
     /// One frame from the editor (or the end of its stream, or a framing error).
-    fn on_frame(
-        &mut self,
-        frame: Result<Option<Frame<'_>>, crate::wire::wsframe::WsError>,
-    ) -> Step {
+    fn on_frame(&mut self, frame: Result<Option<Frame<'_>>, crate::wire::Error>) -> Step {
         let frame = match frame {
             Ok(Some(f)) => f,
             Ok(None) => return Step::End(LinkEnd::EditorClosed("connection closed".into())),

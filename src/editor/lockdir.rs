@@ -15,7 +15,8 @@
 //!   is never watched: FSEvents streams are recursive, so watching `$HOME` would wake the
 //!   daemon on every change under it.
 
-use crate::editor::lockfile::{self, Lockfile, LockfileError};
+use crate::editor::lockfile::{self, Lockfile};
+use crate::editor::Error;
 use crate::sys::config::LockDirConfig;
 use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecursiveMode, Watcher as _};
@@ -316,8 +317,8 @@ impl LockDirWatcher {
                 self.known.insert(path.to_path_buf(), lock.clone());
                 let _ = self.events.send(LockEvent::Upsert(lock));
             }
-            Err(LockfileError::NotALockfile) => {}
-            Err(LockfileError::Gone) => {
+            Err(Error::NotALockfile) => {}
+            Err(Error::Gone) => {
                 self.clear(path);
                 self.vanish(path);
             }

@@ -2,6 +2,7 @@
 //!
 //! Everything in it is hostile until proven otherwise: see docs/security.md.
 
+use super::Error;
 use crate::protocol::family::Family;
 use crate::sys::secret::Token;
 use serde::Deserialize;
@@ -36,52 +37,10 @@ pub struct Lockfile {
     pub wsl: Option<crate::protocol::winpath::Wsl>,
 }
 
-/// Why a file is not (yet) a usable lockfile.
-#[derive(Debug, thiserror::Error)]
-pub enum LockfileError {
-    /// Not a `*.lock` name, or a claudecode temp file: silently not ours to read.
-    #[error("not a lockfile name")]
-    NotALockfile,
-    /// `<x>.lock` where x is not a port in 1..=65535.
-    #[error("file name does not give a port in 1..65535")]
-    BadPort,
-    /// The path is a symlink (refused, never followed).
-    #[error("is a symlink (refused)")]
-    Symlink,
-    /// A directory, FIFO, socket or device.
-    #[error("is not a regular file")]
-    NotRegular,
-    /// Owned by someone else: a token in it cannot be trusted.
-    #[error("is owned by uid {0}, not by us")]
-    ForeignOwner(u32),
-    /// Over [`MAX_LOCKFILE_BYTES`].
-    #[error("is {0} bytes, over the {MAX_LOCKFILE_BYTES}-byte limit")]
-    TooLarge(u64),
-    /// Empty or cut off in the middle: probably being written; retried on the next event.
-    #[error("is incomplete (still being written?)")]
-    Incomplete,
-    /// Not JSON, or JSON of the wrong shape.
-    #[error("is not a valid lockfile: {0}")]
-    Malformed(String),
-    /// The pid in it is not running: a stale file left by a crash.
-    #[error("names pid {0}, which is not running (stale lockfile)")]
-    DeadPid(u32),
-    /// The pid is alive but its process started after the file was written: the editor
-    /// died and an unrelated process got its pid.
-    #[error("names pid {0}, a process that started after the file was written (recycled pid; stale lockfile)")]
-    RecycledPid(u32),
-    /// The file disappeared.
-    #[error("no longer exists")]
-    Gone,
-    /// Another I/O error.
-    #[error("cannot be read: {0}")]
-    Io(std::io::Error),
-}
-
-impl LockfileError {
+impl Error {
     /// True for states that resolve themselves (half-written files) and deserve no warning.
     pub fn is_transient(&self) -> bool {
-        matches!(self, LockfileError::Incomplete | LockfileError::Gone)
+        matches!(self, Error::Incomplete | Error::Gone)
     }
 }
 
@@ -107,40 +66,39 @@ struct Raw {
 }
 
 /// The port a lockfile name announces, or why it does not.
-pub fn port_from_name(path: &Path) -> Result<u16, LockfileError> {
+pub fn port_from_name(path: &Path) -> Result<u16, Error> {
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
-        .ok_or(LockfileError::NotALockfile)?;
+        .ok_or(Error::NotALockfile)?;
     if name.contains(".lock.tmp.") {
-        return Err(LockfileError::NotALockfile);
+        return Err(Error::NotALockfile);
     }
-    let stem = name
-        .strip_suffix(".lock")
-        .ok_or(LockfileError::NotALockfile)?;
+    let stem = name.strip_suffix(".lock").ok_or(Error::NotALockfile)?;
     match stem.parse::<u32>() {
         Ok(p) if (1..=65535).contains(&p) && !stem.starts_with('+') => {
-            u16::try_from(p).map_err(|_| LockfileError::BadPort)
+            u16::try_from(p).map_err(|_| Error::BadPort)
         }
-        _ => Err(LockfileError::BadPort),
+        _ => Err(Error::BadPort),
     }
 }
 
 /// Reads and validates `path` (in a dir of `family`). Never follows a symlink, never blocks
 /// on a FIFO, never reads more than [`MAX_LOCKFILE_BYTES`].
-pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
+pub fn read(path: &Path, family: Family) -> Result<Lockfile, Error> {
     let port = port_from_name(path)?;
-    use crate::platform::user::OpenError;
+    use crate::platform::Error as OpenError;
     let own = crate::platform::user::open_own_regular(path).map_err(|e| match e {
-        OpenError::Symlink => LockfileError::Symlink,
-        OpenError::Gone => LockfileError::Gone,
-        OpenError::NotRegular => LockfileError::NotRegular,
-        OpenError::ForeignOwner(uid) => LockfileError::ForeignOwner(uid),
-        OpenError::Io(e) => LockfileError::Io(e),
+        OpenError::Symlink => Error::Symlink,
+        OpenError::Gone => Error::Gone,
+        OpenError::NotRegular => Error::NotRegular,
+        OpenError::ForeignOwner(uid) => Error::ForeignOwner(uid),
+        OpenError::Io(e) => Error::Io(e),
+        other => Error::Io(std::io::Error::other(other.to_string())),
     })?;
     let size = own.size;
     if size > MAX_LOCKFILE_BYTES {
-        return Err(LockfileError::TooLarge(size));
+        return Err(Error::TooLarge(size));
     }
     // Sized to the file, so a lockfile is read in one call.
     let mut text = String::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
@@ -148,11 +106,11 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
         .take(MAX_LOCKFILE_BYTES + 1)
         .read_to_string(&mut text)
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => LockfileError::Malformed("not UTF-8".into()),
-            _ => LockfileError::Io(e),
+            std::io::ErrorKind::InvalidData => Error::Malformed("not UTF-8".into()),
+            _ => Error::Io(e),
         })?;
     if text.len() as u64 > MAX_LOCKFILE_BYTES {
-        return Err(LockfileError::TooLarge(text.len() as u64));
+        return Err(Error::TooLarge(text.len() as u64));
     }
     let lock = parse(&text, path, family, port)?;
     if lock.wsl.is_some() {
@@ -161,71 +119,60 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, LockfileError> {
         return Ok(lock);
     }
     let Some(process) = crate::platform::process::running(lock.pid) else {
-        return Err(LockfileError::DeadPid(lock.pid));
+        return Err(Error::DeadPid(lock.pid));
     };
     let written = own.modified_unix;
     if process
         .start_unix
         .is_some_and(|started| started > written + 1)
     {
-        return Err(LockfileError::RecycledPid(lock.pid));
+        return Err(Error::RecycledPid(lock.pid));
     }
     Ok(lock)
 }
 
 /// Parses lockfile text (no file-system checks, no pid check).
-pub fn parse(
-    text: &str,
-    path: &Path,
-    family: Family,
-    port: u16,
-) -> Result<Lockfile, LockfileError> {
+pub fn parse(text: &str, path: &Path, family: Family, port: u16) -> Result<Lockfile, Error> {
     if text.trim().is_empty() {
-        return Err(LockfileError::Incomplete);
+        return Err(Error::Incomplete);
     }
     let raw: Raw = serde_json::from_str(text).map_err(|e| {
         if e.is_eof() {
-            LockfileError::Incomplete
+            Error::Incomplete
         } else {
-            LockfileError::Malformed(e.to_string())
+            Error::Malformed(e.to_string())
         }
     })?;
     if raw.broker_marker.is_some() {
         // A broker's compat entry (ours or another's): dialling it would loop back to a broker.
-        return Err(LockfileError::NotALockfile);
+        return Err(Error::NotALockfile);
     }
     let pid = raw
         .pid
         .as_u64()
         .and_then(|p| u32::try_from(p).ok())
         .filter(|p| *p > 0 && i32::try_from(*p).is_ok())
-        .ok_or_else(|| LockfileError::Malformed("\"pid\" must be a positive integer".into()))?;
+        .ok_or_else(|| Error::Malformed("\"pid\" must be a positive integer".into()))?;
     let auth_token = match raw.auth_token {
         serde_json::Value::Null => None,
         serde_json::Value::String(s) if (10..=500).contains(&s.len()) => Some(Token::new(s)),
         serde_json::Value::String(_) => {
-            return Err(LockfileError::Malformed(
+            return Err(Error::Malformed(
                 "\"authToken\" must be 10..500 chars".into(),
             ))
         }
-        _ => {
-            return Err(LockfileError::Malformed(
-                "\"authToken\" must be a string".into(),
-            ))
-        }
+        _ => return Err(Error::Malformed("\"authToken\" must be a string".into())),
     };
     if let Some(t) = raw.transport.as_deref() {
         if t != "ws" {
-            return Err(LockfileError::Malformed(format!(
+            return Err(Error::Malformed(format!(
                 "transport {t:?} is not supported (only \"ws\")"
             )));
         }
     }
     let mut workspace_folders = raw.workspace_folders.unwrap_or_default();
     if workspace_folders.len() > 1024 {
-        return Err(LockfileError::Malformed(
-            "more than 1024 workspaceFolders".into(),
-        ));
+        return Err(Error::Malformed("more than 1024 workspaceFolders".into()));
     }
     // A Windows editor seen from WSL: its folders as this side sees them (one WSL cannot
     // reach, another machine's share, stays as written and matches no cwd here).
@@ -260,29 +207,26 @@ mod tests {
     #[test]
     fn port_comes_from_the_name() {
         assert_eq!(port_from_name(&p("12345.lock")).unwrap(), 12345);
-        assert!(matches!(
-            port_from_name(&p("0.lock")),
-            Err(LockfileError::BadPort)
-        ));
+        assert!(matches!(port_from_name(&p("0.lock")), Err(Error::BadPort)));
         assert!(matches!(
             port_from_name(&p("70000.lock")),
-            Err(LockfileError::BadPort)
+            Err(Error::BadPort)
         ));
         assert!(matches!(
             port_from_name(&p("abc.lock")),
-            Err(LockfileError::BadPort)
+            Err(Error::BadPort)
         ));
         assert!(matches!(
             port_from_name(&p("+80.lock")),
-            Err(LockfileError::BadPort)
+            Err(Error::BadPort)
         ));
         assert!(matches!(
             port_from_name(&p("80.txt")),
-            Err(LockfileError::NotALockfile)
+            Err(Error::NotALockfile)
         ));
         assert!(matches!(
             port_from_name(&p("80.lock.tmp.1.2")),
-            Err(LockfileError::NotALockfile)
+            Err(Error::NotALockfile)
         ));
     }
 
@@ -340,7 +284,7 @@ mod tests {
             r#"not json"#,
         ] {
             let e = parse(bad, &p("1.lock"), Family::Pi, 1).unwrap_err();
-            assert!(matches!(e, LockfileError::Malformed(_)), "{bad}: {e:?}");
+            assert!(matches!(e, Error::Malformed(_)), "{bad}: {e:?}");
         }
         // A token of the wrong length is told apart from one of the wrong type.
         let short = parse(
@@ -350,7 +294,7 @@ mod tests {
             1,
         );
         assert!(
-            matches!(&short, Err(LockfileError::Malformed(m)) if m.contains("10..500")),
+            matches!(&short, Err(Error::Malformed(m)) if m.contains("10..500")),
             "{short:?}"
         );
         for half in ["", "  \n", r#"{"pid":12,"auth"#] {
@@ -367,7 +311,7 @@ mod tests {
         );
         assert!(matches!(
             parse(&text, &p("1.lock"), Family::Pi, 1),
-            Err(LockfileError::NotALockfile)
+            Err(Error::NotALockfile)
         ));
     }
 
@@ -404,7 +348,7 @@ mod tests {
         child.kill().unwrap();
         let _ = child.wait();
         if crate::platform::process::start_unix(std::process::id()).is_some() {
-            assert!(matches!(r, Err(LockfileError::RecycledPid(_))), "{r:?}");
+            assert!(matches!(r, Err(Error::RecycledPid(_))), "{r:?}");
         } else {
             // Without start times (the signal-only process facts) it cannot be told.
             assert!(r.is_ok(), "{r:?}");
@@ -452,7 +396,7 @@ mod tests {
         std::fs::write(&over, body(65_537)).unwrap();
         assert!(matches!(
             read(&over, Family::Pi),
-            Err(LockfileError::TooLarge(65_537))
+            Err(Error::TooLarge(65_537))
         ));
     }
 
@@ -470,10 +414,7 @@ mod tests {
         assert!(made.success(), "mkfifo");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(matches!(
-                read(&fifo, Family::Pi),
-                Err(LockfileError::NotRegular)
-            ));
+            let _ = tx.send(matches!(read(&fifo, Family::Pi), Err(Error::NotRegular)));
         });
         let refused = rx
             .recv_timeout(std::time::Duration::from_secs(5))
@@ -496,10 +437,7 @@ mod tests {
         assert!(read(&real, Family::Pi).is_ok());
         let link = dir.path().join("4246.lock");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        assert!(matches!(
-            read(&link, Family::Pi),
-            Err(LockfileError::Symlink)
-        ));
+        assert!(matches!(read(&link, Family::Pi), Err(Error::Symlink)));
     }
 
     /// The size refused is the file's own, however large (read from its metadata, not from
@@ -511,13 +449,13 @@ mod tests {
         std::fs::write(&huge, vec![b' '; 1 << 20]).unwrap();
         assert!(matches!(
             read(&huge, Family::Pi),
-            Err(LockfileError::TooLarge(1_048_576))
+            Err(Error::TooLarge(1_048_576))
         ));
         let binary = dir.path().join("4248.lock");
         std::fs::write(&binary, b"{\"pid\":1,\"ideName\":\"\xff\xfe\"}").unwrap();
         let r = read(&binary, Family::Pi);
         assert!(
-            matches!(&r, Err(LockfileError::Malformed(m)) if m.contains("UTF-8")),
+            matches!(&r, Err(Error::Malformed(m)) if m.contains("UTF-8")),
             "{r:?}"
         );
     }
@@ -553,10 +491,7 @@ mod tests {
                 started - written
             );
             if !ok {
-                assert!(
-                    matches!(r, Err(LockfileError::RecycledPid(p)) if p == me),
-                    "{r:?}"
-                );
+                assert!(matches!(r, Err(Error::RecycledPid(p)) if p == me), "{r:?}");
             }
         }
     }
@@ -571,6 +506,6 @@ mod tests {
             parse(&text.to_string(), &p("1.lock"), Family::Pi, 1)
         };
         assert_eq!(with(1024).unwrap().workspace_folders.len(), 1024);
-        assert!(matches!(with(1025), Err(LockfileError::Malformed(_))));
+        assert!(matches!(with(1025), Err(Error::Malformed(_))));
     }
 }

@@ -18,7 +18,7 @@ mod parked;
 pub mod taken;
 
 pub use handle::{
-    CallInFlight, Delegation, Editor, LinkInfo, LinkState, Owner, Pending, SendError, Succession,
+    CallInFlight, Delegation, Editor, LinkInfo, LinkState, Owner, Pending, Succession,
 };
 pub use inbound::handle_editor_frame;
 pub use link::{run, span};
@@ -56,4 +56,54 @@ pub trait LinkHost: Send + Sync + 'static {
     fn cancel_delegated(&self, editor: &Arc<Editor>, d: &Delegation);
     /// Where the link's own tasks run (its socket's writer task), so a stop waits for them.
     fn tracker(&self) -> &tokio_util::task::TaskTracker;
+}
+
+/// Why an editor cannot be used: its lockfile refused (the reason `status` shows), or a call
+/// not sent upstream. This layer's one error type.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Not a `*.lock` name, or a claudecode temp file: silently not ours to read.
+    #[error("not a lockfile name")]
+    NotALockfile,
+    /// `<x>.lock` where x is not a port in 1..=65535.
+    #[error("file name does not give a port in 1..65535")]
+    BadPort,
+    /// The path is a symlink (refused, never followed).
+    #[error("is a symlink (refused)")]
+    Symlink,
+    /// A directory, FIFO, socket or device.
+    #[error("is not a regular file")]
+    NotRegular,
+    /// Owned by someone else: a token in it cannot be trusted.
+    #[error("is owned by uid {0}, not by us")]
+    ForeignOwner(u32),
+    /// Over [`lockfile::MAX_LOCKFILE_BYTES`].
+    #[error("is {0} bytes, over the {max}-byte limit", max = lockfile::MAX_LOCKFILE_BYTES)]
+    TooLarge(u64),
+    /// Empty or cut off in the middle: probably being written; retried on the next event.
+    #[error("is incomplete (still being written?)")]
+    Incomplete,
+    /// Not JSON, or JSON of the wrong shape.
+    #[error("is not a valid lockfile: {0}")]
+    Malformed(String),
+    /// The pid in it is not running: a stale file left by a crash.
+    #[error("names pid {0}, which is not running (stale lockfile)")]
+    DeadPid(u32),
+    /// The pid is alive but its process started after the file was written: the editor
+    /// died and an unrelated process got its pid.
+    #[error("names pid {0}, a process that started after the file was written (recycled pid; stale lockfile)")]
+    RecycledPid(u32),
+    /// The file disappeared.
+    #[error("no longer exists")]
+    Gone,
+    /// Another I/O error.
+    #[error("cannot be read: {0}")]
+    Io(std::io::Error),
+
+    /// The link is down.
+    #[error("editor {0} is not connected ({1}); it is being redialled, retry shortly")]
+    Down(String, &'static str),
+    /// The editor is not reading its socket fast enough.
+    #[error("editor {0} is not keeping up (outbound queue full)")]
+    Busy(String),
 }

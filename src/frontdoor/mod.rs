@@ -200,3 +200,18 @@ where
         .with_upgrades()
         .await
 }
+
+/// Why a door refused a peer or a request: this layer's one error type. Its message is the
+/// answer's body (`{"error": "…"}`) or the log line.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The peer's rights do not reach this (HTTP 403), or it may not connect at all.
+    #[error("{0}")]
+    Refused(String),
+    /// The request is malformed (HTTP 400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// A dir the door publishes into is not private (the gemini door's discovery files).
+    #[error("{0}")]
+    Unsafe(String),
+}

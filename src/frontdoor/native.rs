@@ -57,9 +57,9 @@ pub async fn serve(listener: Listener, reg: Arc<Registry>, socket: Socket, seen:
 }
 
 /// The peer's rights on `socket`, or why it may not connect.
-fn admit(stream: &Stream, reg: &Registry, socket: &Socket) -> Result<Peer, String> {
+fn admit(stream: &Stream, reg: &Registry, socket: &Socket) -> Result<Peer, super::Error> {
     let facts = crate::platform::peer::of_stream(stream)
-        .map_err(|e| format!("cannot read peer credentials: {e}"))?;
+        .map_err(|e| super::Error::Refused(format!("cannot read peer credentials: {e}")))?;
     let config = reg.config();
     let grants = super::rights::Grants {
         allow_uids: &config.allow_uids,
@@ -167,7 +167,7 @@ fn owner_only(peer: &Peer, act: OwnerAct) -> Option<Response<Body>> {
         origin = peer.realm().as_deref().unwrap_or("-"),
         "refused: {why}"
     );
-    Some(error(StatusCode::FORBIDDEN, &why))
+    Some(error(StatusCode::FORBIDDEN, &why.to_string()))
 }
 
 /// `GET /v1/route?cwd=&session=`: which editor a session there would get, and why.
@@ -289,7 +289,7 @@ fn session(mut req: Request<Incoming>, reg: Arc<Registry>, peer: &Peer) -> Respo
     };
     let mut intro = match parse_intro(req.uri().query().unwrap_or("")) {
         Ok(i) => i,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     if let Err((status, why)) = scope_intro(&mut intro, peer, &reg.config().remote) {
         tracing::info!(origin = peer.realm().as_deref().unwrap_or("-"), cwd = %intro.cwd, "session refused: {why}");
@@ -420,7 +420,8 @@ struct ClientQuery {
 
 /// Parses `cwd` (required, absolute), `session`, `inherit`, `editor`, `dialect` and the
 /// client's `client`, `client_version` and `protocol` from a query string.
-pub fn parse_intro(query: &str) -> Result<Intro, String> {
+pub fn parse_intro(query: &str) -> Result<Intro, super::Error> {
+    let bad = super::Error::BadRequest;
     let mut intro = Intro {
         door: Door::Native,
         cwd: String::new(),
@@ -436,8 +437,11 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
     let mut client = ClientQuery::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = crate::protocol::percent::decode_query(v)
-            .ok_or_else(|| format!("query parameter {k} is not valid percent-encoded UTF-8"))?;
+        let v = crate::protocol::percent::decode_query(v).ok_or_else(|| {
+            bad(format!(
+                "query parameter {k} is not valid percent-encoded UTF-8"
+            ))
+        })?;
         match k {
             "cwd" => intro.cwd = v,
             "session" if !v.is_empty() => intro.key = Some(v),
@@ -448,17 +452,19 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
                 intro.dialect = match v.as_str() {
                     "pi" => Family::Pi,
                     "claude" => Family::Claude,
-                    other => return Err(format!("dialect must be pi or claude, not {other:?}")),
+                    other => {
+                        return Err(bad(format!("dialect must be pi or claude, not {other:?}")))
+                    }
                 }
             }
             "door" if v == "stdio" => intro.door = Door::Stdio,
             "client" if !v.is_empty() => client.name = Some(v),
             "client_version" if !v.is_empty() => client.version = Some(v),
             "protocol" => {
-                client.protocol = Some(
-                    v.parse()
-                        .map_err(|_| format!("protocol must be a revision number, not {v:?}"))?,
-                )
+                client.protocol =
+                    Some(v.parse().map_err(|_| {
+                        bad(format!("protocol must be a revision number, not {v:?}"))
+                    })?)
             }
             _ => {}
         }
@@ -471,12 +477,15 @@ pub fn parse_intro(query: &str) -> Result<Intro, String> {
             protocol: client.protocol,
         });
     if intro.cwd.is_empty() {
-        return Err(
+        return Err(bad(
             "missing query parameter cwd (the session's absolute working directory)".into(),
-        );
+        ));
     }
     if !crate::protocol::winpath::is_absolute(&intro.cwd) {
-        return Err(format!("cwd must be an absolute path, got {:?}", intro.cwd));
+        return Err(bad(format!(
+            "cwd must be an absolute path, got {:?}",
+            intro.cwd
+        )));
     }
     Ok(intro)
 }
@@ -493,8 +502,14 @@ mod tests {
         assert_eq!(i.cwd, "/home/u/my proj");
         assert_eq!(i.key.as_deref(), Some("42"));
         assert_eq!(i.dialect, Family::Claude);
-        assert!(parse_intro("session=1").unwrap_err().contains("cwd"));
-        assert!(parse_intro("cwd=rel/x").unwrap_err().contains("absolute"));
+        assert!(parse_intro("session=1")
+            .unwrap_err()
+            .to_string()
+            .contains("cwd"));
+        assert!(parse_intro("cwd=rel/x")
+            .unwrap_err()
+            .to_string()
+            .contains("absolute"));
         assert!(parse_intro("cwd=/x&dialect=vim").is_err());
         let c = parse_intro("cwd=/p&session=k2&client=test-client&client_version=9.9.9&protocol=2")
             .expect("intro")

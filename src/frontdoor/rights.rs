@@ -98,13 +98,13 @@ pub fn decide(
     me: u32,
     own: &Place,
     grants: Grants<'_>,
-) -> Result<Peer, String> {
+) -> Result<Peer, super::Error> {
     let uid = facts.uid;
     let listed = grants.allow_uids.contains(&uid) || grants.owner_uids.contains(&uid);
     if uid != me && !listed {
-        return Err(format!(
+        return Err(super::Error::Refused(format!(
             "peer uid {uid} is neither ours ({me}) nor in allow_uids or owner_uids"
-        ));
+        )));
     }
     let origin = match socket {
         Socket::Remote(name) => Origin::Remote(name.clone()),
@@ -155,15 +155,15 @@ impl Peer {
 
     /// `Ok` when the owner may do `act`; for an agent, one line that says why it may not and
     /// what to do.
-    pub fn owner_only(&self, act: OwnerAct) -> Result<(), String> {
+    pub fn owner_only(&self, act: OwnerAct) -> Result<(), super::Error> {
         match self.rights {
             Rights::Owner => Ok(()),
-            Rights::Agent => Err(format!(
+            Rights::Agent => Err(super::Error::Refused(format!(
                 "{} needs the owner's rights, and this connection has an agent's only: {}; {}",
                 act.what(),
                 self.why(),
                 self.hint()
-            )),
+            ))),
         }
     }
 
@@ -307,7 +307,11 @@ mod tests {
         owner_uids: &[],
     };
 
-    fn origin(socket: &Socket, f: &PeerFacts, grants: Grants<'_>) -> Result<Origin, String> {
+    fn origin(
+        socket: &Socket,
+        f: &PeerFacts,
+        grants: Grants<'_>,
+    ) -> Result<Origin, crate::frontdoor::Error> {
         decide(socket, f, 1000, &ns("mnt:[1]", "pid:[1]"), grants).map(|p| p.origin)
     }
 
@@ -382,7 +386,7 @@ mod tests {
             OwnerAct::ExplainRoute,
         ] {
             assert_eq!(owner.owner_only(act), Ok(()));
-            let e = agent.owner_only(act).unwrap_err();
+            let e = agent.owner_only(act).unwrap_err().to_string();
             assert!(e.contains("agent") && e.contains("mnt:[2]"), "{e}");
             assert!(e.contains("pi-ide-broker remote"), "says what to do: {e}");
         }

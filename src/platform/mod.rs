@@ -15,6 +15,8 @@
 //! name `rustix`, `libc`, `std::os::unix` or `windows-sys`. Bottom layer: uses nothing else of
 //! the crate.
 
+use std::path::PathBuf;
+
 pub mod allocator;
 pub mod control;
 pub mod local;
@@ -25,3 +27,44 @@ pub mod ports;
 pub mod process;
 pub mod tcp;
 pub mod user;
+
+/// What the OS refused, from any need of this layer; every message says what went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Another daemon holds the socket (`local`).
+    #[error("already running (pid {pid}) on {path}; stop it first, or use `pi-ide-broker status`")]
+    AlreadyRunning {
+        /// Its pid (0 if unknown).
+        pid: u32,
+        /// The socket.
+        path: PathBuf,
+    },
+    /// The socket's dir is not safe (`local`).
+    #[error("{0}")]
+    Unsafe(String),
+    /// An OS error, with what we were doing and where.
+    #[error("{what} {path}: {source}")]
+    IoAt {
+        /// What we were doing.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file that must be ours is a symlink or a reparse point (`user`).
+    #[error("is a symlink")]
+    Symlink,
+    /// It is gone (`user`).
+    #[error("is gone")]
+    Gone,
+    /// It is a FIFO, a dir, a device (`user`).
+    #[error("is not a regular file")]
+    NotRegular,
+    /// Another user owns it: their uid, `u32::MAX` for another SID (`user`).
+    #[error("belongs to uid {0}, not to us")]
+    ForeignOwner(u32),
+    /// Another OS error.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}

@@ -5,6 +5,7 @@
 //! security descriptor; no mode bits (a file in the user's profile is private through its
 //! inherited DACL).
 
+use super::Error;
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::path::Path;
 
@@ -76,26 +77,6 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Why a file that must be ours and regular could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    /// It is a symlink (or a reparse point).
-    #[error("is a symlink")]
-    Symlink,
-    /// It is gone.
-    #[error("is gone")]
-    Gone,
-    /// It is a FIFO, a dir, a device.
-    #[error("is not a regular file")]
-    NotRegular,
-    /// Another user owns it (their uid; `u32::MAX` for another SID).
-    #[error("belongs to uid {0}, not to us")]
-    ForeignOwner(u32),
-    /// Another OS error.
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-}
-
 /// A regular file of ours, open for reading, with what one `stat` said of it.
 pub struct OwnFile {
     /// The file.
@@ -108,7 +89,7 @@ pub struct OwnFile {
 
 /// Opens `path` for reading if it is a regular file of ours, never following a symlink and
 /// never blocking on a FIFO.
-pub fn open_own_regular(path: &Path) -> Result<OwnFile, OpenError> {
+pub fn open_own_regular(path: &Path) -> Result<OwnFile, Error> {
     imp::open_own_regular(path)
 }
 
@@ -277,7 +258,7 @@ pub mod sid {
 
 #[cfg(unix)]
 mod imp {
-    use super::OpenError;
+    use crate::platform::Error;
     use rustix::fs::{Mode, OFlags};
     use std::fs::File;
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -311,23 +292,23 @@ mod imp {
         Some((meta.dev(), meta.ino()))
     }
 
-    pub(super) fn open_own_regular(path: &Path) -> Result<super::OwnFile, OpenError> {
+    pub(super) fn open_own_regular(path: &Path) -> Result<super::OwnFile, Error> {
         let fd = rustix::fs::open(
             path,
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(|e| match e {
-            rustix::io::Errno::LOOP => OpenError::Symlink,
-            rustix::io::Errno::NOENT => OpenError::Gone,
-            e => OpenError::Io(e.into()),
+            rustix::io::Errno::LOOP => Error::Symlink,
+            rustix::io::Errno::NOENT => Error::Gone,
+            e => Error::Io(e.into()),
         })?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| OpenError::Io(e.into()))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| Error::Io(e.into()))?;
         if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(OpenError::NotRegular);
+            return Err(Error::NotRegular);
         }
         if stat.st_uid != uid() {
-            return Err(OpenError::ForeignOwner(stat.st_uid));
+            return Err(Error::ForeignOwner(stat.st_uid));
         }
         #[allow(clippy::useless_conversion)] // time_t is not i64 on every target
         Ok(super::OwnFile {
@@ -340,7 +321,7 @@ mod imp {
 
 #[cfg(windows)]
 mod imp {
-    use super::OpenError;
+    use crate::platform::Error;
     use std::os::windows::fs::{MetadataExt, OpenOptionsExt};
     use std::path::Path;
 
@@ -371,24 +352,24 @@ mod imp {
         Some((0, 0))
     }
 
-    pub(super) fn open_own_regular(path: &Path) -> Result<super::OwnFile, OpenError> {
+    pub(super) fn open_own_regular(path: &Path) -> Result<super::OwnFile, Error> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(FILE_FLAG_OPEN_REPARSE_POINT)
             .open(path)
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => OpenError::Gone,
-                _ => OpenError::Io(e),
+                std::io::ErrorKind::NotFound => Error::Gone,
+                _ => Error::Io(e),
             })?;
         let meta = file.metadata()?;
         if meta.file_attributes() & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
-            return Err(OpenError::Symlink);
+            return Err(Error::Symlink);
         }
         if !meta.is_file() {
-            return Err(OpenError::NotRegular);
+            return Err(Error::NotRegular);
         }
         if !super::sid::owns_file(&file)? {
-            return Err(OpenError::ForeignOwner(u32::MAX));
+            return Err(Error::ForeignOwner(u32::MAX));
         }
         let modified_unix = meta
             .modified()

@@ -15,3 +15,11 @@ pub mod percent;
 pub mod schema;
 pub mod version;
 pub mod winpath;
+
+/// Why a message or path of a peer cannot be used: this layer's one error type.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// `C:\...` or `C:/...` in a `[[remote]]` map: it maps POSIX paths only (`pathmap`).
+    #[error("{0:?} is a Windows drive path; map the POSIX path the agent sees instead (e.g. /mnt/c/... under WSL)")]
+    WindowsPath(String),
+}

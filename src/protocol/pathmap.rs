@@ -5,6 +5,7 @@
 //! whole path components; `file://` URIs are mapped with their percent-encoding kept; Windows
 //! drive paths are refused with a clear error instead of being mangled.
 
+use super::Error;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Component, Path, PathBuf};
@@ -33,14 +34,6 @@ const PATH_KEYS: [&str; 9] = [
     "new_file_path",
     "cwd",
 ];
-
-/// Why a path cannot be mapped.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum MapError {
-    /// `C:\...` or `C:/...`: this broker maps POSIX paths only.
-    #[error("{0:?} is a Windows drive path; map the POSIX path the agent sees instead (e.g. /mnt/c/... under WSL)")]
-    WindowsPath(String),
-}
 
 /// The prefixes of one remote, both ways.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -82,9 +75,9 @@ impl PathMap {
         Some(PathMap { pairs })
     }
 
-    fn map(&self, path: &str, to_host: bool) -> Result<Option<String>, MapError> {
+    fn map(&self, path: &str, to_host: bool) -> Result<Option<String>, Error> {
         if is_windows(path) {
-            return Err(MapError::WindowsPath(path.to_string()));
+            return Err(Error::WindowsPath(path.to_string()));
         }
         if !path.starts_with('/') {
             return Ok(None);
@@ -109,18 +102,18 @@ impl PathMap {
     }
 
     /// An agent-side path on the host (unchanged, `Ok(None)`, when outside every prefix).
-    pub fn to_host(&self, path: &str) -> Result<Option<String>, MapError> {
+    pub fn to_host(&self, path: &str) -> Result<Option<String>, Error> {
         self.map(path, true)
     }
 
     /// A host path as the agent sees it (`Ok(None)` when outside every prefix).
-    pub fn to_agent(&self, path: &str) -> Result<Option<String>, MapError> {
+    pub fn to_agent(&self, path: &str) -> Result<Option<String>, Error> {
         self.map(path, false)
     }
 
     /// A `file://` URI mapped (the path part is percent-decoded to match and encoded again
     /// byte for byte as it was where it is unchanged).
-    pub fn uri(&self, uri: &str, to_host: bool) -> Result<Option<String>, MapError> {
+    pub fn uri(&self, uri: &str, to_host: bool) -> Result<Option<String>, Error> {
         let Some(rest) = uri.strip_prefix("file://") else {
             return Ok(None);
         };

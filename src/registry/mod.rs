@@ -41,6 +41,22 @@ pub enum EditorEvent {
     Gone(String),
 }
 
+/// Why the registry refused a session's choice: this layer's one error type.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// `broker/attach` named an editor that is not live.
+    #[error("no editor with id {0:?}; call broker/editors for the list")]
+    NoSuchEditor(String),
+    /// An agent's session named an editor outside its folder (its realm).
+    #[error("editor {editor:?} has no workspace folder containing {cwd}: an agent's session attaches only to an editor of its own folder (broker/editors lists them)")]
+    OutOfRealm {
+        /// The editor named.
+        editor: String,
+        /// The session's cwd.
+        cwd: String,
+    },
+}
+
 /// The most lost editor records kept for successor detection.
 const MAX_LOST_EDITORS: usize = 256;
 
@@ -289,7 +305,7 @@ impl Registry {
         }
         if let Some(want) = explicit {
             if let Err(e) = self.attach_explicit(s, want) {
-                let _ = s.control.send(Control::Detached(e));
+                let _ = s.control.send(Control::Detached(e.to_string()));
             }
             return;
         }
@@ -321,17 +337,15 @@ impl Registry {
     /// `broker/attach`: switch to a named editor (which becomes the sticky target).
     /// An agent's session (`Session::realm`) may choose only among the editors whose folders
     /// hold its cwd (those `broker/editors` lists): its rights reach no other editor.
-    pub fn attach_explicit(&self, s: &Session, id: &str) -> Result<(), String> {
+    pub fn attach_explicit(&self, s: &Session, id: &str) -> Result<(), Error> {
         if !self.editors.contains_key(id) {
-            return Err(format!(
-                "no editor with id {id:?}; call broker/editors for the list"
-            ));
+            return Err(Error::NoSuchEditor(id.to_string()));
         }
         if s.realm.is_some() && !self.holds(id, &s.cwd) {
-            return Err(format!(
-                "editor {id:?} has no workspace folder containing {}: an agent's session attaches only to an editor of its own folder (broker/editors lists them)",
-                s.cwd_raw
-            ));
+            return Err(Error::OutOfRealm {
+                editor: id.to_string(),
+                cwd: s.cwd_raw.clone(),
+            });
         }
         self.attach(s, id);
         Ok(())

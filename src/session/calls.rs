@@ -202,7 +202,7 @@ pub(super) fn call_pending(
 pub(super) fn settle_call(
     s: &Session,
     editor: &Editor,
-    sent: Result<u64, crate::editor::SendError>,
+    sent: Result<u64, crate::editor::Error>,
     progress_token: Option<Value>,
     tab_name: Option<&str>,
     id: impl FnOnce() -> Value,
@@ -339,7 +339,7 @@ pub(super) fn on_request(
             };
             match reg.attach_explicit(s, want) {
                 Ok(()) => reply(jsonrpc::result(&id, json!({"editor": want}))),
-                Err(e) => reply(jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &e)),
+                Err(e) => reply(jsonrpc::error(&id, jsonrpc::INVALID_PARAMS, &e.to_string())),
             }
         }
         jsonrpc::follow::READ => super::follow::read(s, id, msg.get("params")),

@@ -165,7 +165,7 @@ fn skew_notice(intro: &Intro, id: u64) -> Option<String> {
 fn on_frame(
     reg: &Arc<Registry>,
     session: &Arc<Session>,
-    frame: Result<Option<Frame<'_>>, crate::wire::wsframe::WsError>,
+    frame: Result<Option<Frame<'_>>, crate::wire::Error>,
     held: &mut Option<Vec<String>>,
 ) -> Option<&'static str> {
     let text = |t: &str, held: &mut Option<Vec<String>>| {

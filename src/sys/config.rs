@@ -3,6 +3,7 @@
 //! `config.example.toml` ⇄ [`Config`], with a default for every key and the environment
 //! overrides (`PI_IDE_LOCK_DIR`, `CLAUDE_CONFIG_DIR`, `PI_IDE_BROKER_SOCKET`).
 
+use super::Error;
 use crate::protocol::family::Family;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -274,53 +275,24 @@ impl Default for TimeoutConfig {
     }
 }
 
-/// Why a config could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file exists but could not be read.
-    #[error("cannot read config {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML for this schema; the message names line and key.
-    #[error("config {path} is invalid: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// toml's message, with line, column and key.
-        message: String,
-    },
-    /// A value parses but makes no sense.
-    #[error("config {path}: {message}")]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong and what to do.
-        message: String,
-    },
-}
-
 impl Config {
     /// Loads `path`; a file that does not exist gives the defaults.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    pub fn load(path: &Path) -> Result<Config, Error> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             Err(source) => {
-                return Err(ConfigError::Read {
+                return Err(Error::Read {
                     path: path.into(),
                     source,
                 })
             }
         };
-        let config: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        let config: Config = toml::from_str(&text).map_err(|e| Error::Parse {
             path: path.into(),
             message: one_line_error(&text, &e),
         })?;
-        config.check().map_err(|message| ConfigError::Invalid {
+        config.check().map_err(|message| Error::Invalid {
             path: path.into(),
             message,
         })?;

@@ -13,13 +13,16 @@ pub struct LogHandle(reload::Handle<EnvFilter, Registry>);
 
 impl LogHandle {
     /// Applies `filter` unless `RUST_LOG` is set (the environment wins).
-    pub fn set_filter(&self, filter: &str) -> Result<(), String> {
+    pub fn set_filter(&self, filter: &str) -> Result<(), super::Error> {
         if std::env::var_os("RUST_LOG").is_some() {
             return Ok(());
         }
-        let f = EnvFilter::try_new(filter)
-            .map_err(|e| format!("invalid log filter {filter:?}: {e}"))?;
-        self.0.reload(f).map_err(|e| e.to_string())
+        let invalid = |message: String| super::Error::Filter {
+            filter: filter.to_string(),
+            message,
+        };
+        let f = EnvFilter::try_new(filter).map_err(|e| invalid(e.to_string()))?;
+        self.0.reload(f).map_err(|e| invalid(e.to_string()))
     }
 }
 

@@ -9,3 +9,44 @@ pub mod shared_writer;
 pub mod woken;
 pub mod wsframe;
 pub mod wsupgrade;
+
+/// Why bytes on a connection cannot be used: this layer's one error type (framing, upgrade).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The socket failed, or closed in the middle of a frame or an upgrade.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The peer broke the framing rules (`wsframe`).
+    #[error("WebSocket protocol error: {0}")]
+    Protocol(&'static str),
+    /// A message longer than the cap (announced in a frame header: it is never read).
+    #[error("a message of {size} bytes is over the limit of {max} bytes (max_frame_bytes)")]
+    TooBig {
+        /// The size the frame header announced (with what came before it, when fragmented).
+        size: u64,
+        /// The cap.
+        max: usize,
+    },
+    /// A text message that is not UTF-8.
+    #[error("a text message is not valid UTF-8")]
+    NotUtf8,
+    /// HTTP 400 to an upgrade: the editors' answer to a wrong token (`wsupgrade`).
+    #[error("the editor refused the token (HTTP 400)")]
+    Refused,
+    /// An upgrade answered with anything else that is not a WebSocket upgrade (`wsupgrade`).
+    #[error("{0}")]
+    Bad(String),
+}
+
+impl Error {
+    /// The close code owed to the peer (RFC 6455 §7.4.1), `None` when the socket itself failed
+    /// or no WebSocket was ever up.
+    pub fn close_code(&self) -> Option<u16> {
+        match self {
+            Error::Io(_) | Error::Refused | Error::Bad(_) => None,
+            Error::Protocol(_) => Some(1002),
+            Error::TooBig { .. } => Some(1009),
+            Error::NotUtf8 => Some(1007),
+        }
+    }
+}

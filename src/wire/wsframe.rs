@@ -18,6 +18,7 @@
 //! links. The test kit's peers are tungstenite, which checks this module against another
 //! implementation in every suite test.
 
+use super::Error;
 use futures_util::Sink;
 use std::collections::VecDeque;
 use std::io;
@@ -33,40 +34,6 @@ pub enum Role {
     Client,
     /// The peer dialled (a session).
     Server,
-}
-
-/// Why a connection's frames cannot be read any more.
-#[derive(Debug, thiserror::Error)]
-pub enum WsError {
-    /// The socket failed, or closed in the middle of a frame.
-    #[error("{0}")]
-    Io(#[from] io::Error),
-    /// The peer broke the framing rules.
-    #[error("WebSocket protocol error: {0}")]
-    Protocol(&'static str),
-    /// A message longer than the cap (announced in a frame header: it is never read).
-    #[error("a message of {size} bytes is over the limit of {max} bytes (max_frame_bytes)")]
-    TooBig {
-        /// The size the frame header announced (with what came before it, when fragmented).
-        size: u64,
-        /// The cap.
-        max: usize,
-    },
-    /// A text message that is not UTF-8.
-    #[error("a text message is not valid UTF-8")]
-    NotUtf8,
-}
-
-impl WsError {
-    /// The close code owed to the peer (RFC 6455 §7.4.1), `None` when the socket itself failed.
-    pub fn close_code(&self) -> Option<u16> {
-        match self {
-            WsError::Io(_) => None,
-            WsError::Protocol(_) => Some(1002),
-            WsError::TooBig { .. } => Some(1009),
-            WsError::NotUtf8 => Some(1007),
-        }
-    }
 }
 
 /// One frame (or reassembled message), borrowed from the reader until its next read.
@@ -120,12 +87,12 @@ struct Header {
 }
 
 /// Parses the header at the start of `b`: `Ok(None)` while it is incomplete.
-fn parse_header(b: &[u8], role: Role) -> Result<Option<Header>, WsError> {
+fn parse_header(b: &[u8], role: Role) -> Result<Option<Header>, Error> {
     let (Some(&b0), Some(&b1)) = (b.first(), b.get(1)) else {
         return Ok(None);
     };
     if b0 & 0x70 != 0 {
-        return Err(WsError::Protocol(
+        return Err(Error::Protocol(
             "a reserved bit is set (no extension was agreed)",
         ));
     }
@@ -150,7 +117,7 @@ fn parse_header(b: &[u8], role: Role) -> Result<Option<Header>, WsError> {
             a.copy_from_slice(len_bytes);
             let len = u64::from_be_bytes(a);
             if len >> 63 != 0 {
-                return Err(WsError::Protocol("a frame length has its top bit set"));
+                return Err(Error::Protocol("a frame length has its top bit set"));
             }
             len
         }
@@ -160,19 +127,17 @@ fn parse_header(b: &[u8], role: Role) -> Result<Option<Header>, WsError> {
         OP_CONTINUATION | OP_TEXT | OP_BINARY => {}
         OP_CLOSE | OP_PING | OP_PONG => {
             if !fin {
-                return Err(WsError::Protocol("a control frame is fragmented"));
+                return Err(Error::Protocol("a control frame is fragmented"));
             }
             if len > 125 {
-                return Err(WsError::Protocol(
-                    "a control frame is longer than 125 bytes",
-                ));
+                return Err(Error::Protocol("a control frame is longer than 125 bytes"));
             }
         }
-        _ => return Err(WsError::Protocol("unknown opcode")),
+        _ => return Err(Error::Protocol("unknown opcode")),
     }
     let mask = match (role, masked) {
-        (Role::Server, false) => return Err(WsError::Protocol("a client frame is not masked")),
-        (Role::Client, true) => return Err(WsError::Protocol("a server frame is masked")),
+        (Role::Server, false) => return Err(Error::Protocol("a client frame is not masked")),
+        (Role::Client, true) => return Err(Error::Protocol("a server frame is masked")),
         (_, true) => Some([mask_bytes[0], mask_bytes[1], mask_bytes[2], mask_bytes[3]]),
         (_, false) => None,
     };
@@ -256,7 +221,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// The next frame. `Ok(None)` once the peer closed the socket between frames. Cancel
     /// safe: dropped before it is ready, it loses nothing.
-    pub async fn next(&mut self) -> Result<Option<Frame<'_>>, WsError> {
+    pub async fn next(&mut self) -> Result<Option<Frame<'_>>, Error> {
         if !std::future::poll_fn(|cx| self.poll_frame(cx)).await? {
             return Ok(None);
         }
@@ -273,9 +238,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// The frame handed out last, as [`Frame`].
-    fn frame(&self) -> Result<Frame<'_>, WsError> {
+    fn frame(&self) -> Result<Frame<'_>, Error> {
         let (op, payload) = match self.last {
-            Last::Nothing => return Err(WsError::Protocol("no frame")),
+            Last::Nothing => return Err(Error::Protocol("no frame")),
             Last::InPlace { op, start, end } => (op, &self.buf[start..end]),
             Last::Assembled { op } => (
                 op,
@@ -283,7 +248,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             ),
         };
         Ok(match op {
-            OP_TEXT => Frame::Text(std::str::from_utf8(payload).map_err(|_| WsError::NotUtf8)?),
+            OP_TEXT => Frame::Text(std::str::from_utf8(payload).map_err(|_| Error::NotUtf8)?),
             OP_BINARY => Frame::Binary(payload),
             OP_PING => Frame::Ping(payload),
             OP_PONG => Frame::Pong(payload),
@@ -291,15 +256,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 [] => Frame::Close(None),
                 [hi, lo, reason @ ..] => {
                     if std::str::from_utf8(reason).is_err() {
-                        return Err(WsError::NotUtf8);
+                        return Err(Error::NotUtf8);
                     }
                     let code = u16::from_be_bytes([*hi, *lo]);
                     if !close_code_allowed(code) {
-                        return Err(WsError::Protocol("a close code that may not be sent"));
+                        return Err(Error::Protocol("a close code that may not be sent"));
                     }
                     Frame::Close(Some(code))
                 }
-                [_] => return Err(WsError::Protocol("a close frame with a 1-byte payload")),
+                [_] => return Err(Error::Protocol("a close frame with a 1-byte payload")),
             },
         })
     }
@@ -321,7 +286,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Reads until a whole frame (or message) is at hand and records it in `last`.
     /// `Ready(Ok(false))` at a clean end of the stream.
-    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, WsError>> {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, Error>> {
         self.release();
         loop {
             let unread = &self.buf[self.head..];
@@ -332,7 +297,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     if matches!(h.op, OP_TEXT | OP_BINARY | OP_CONTINUATION)
                         && so_far.saturating_add(h.len) > self.max as u64
                     {
-                        return Poll::Ready(Err(WsError::TooBig {
+                        return Poll::Ready(Err(Error::TooBig {
                             size: so_far.saturating_add(h.len),
                             max: self.max,
                         }));
@@ -352,7 +317,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 if self.head == self.buf.len() && self.message.is_none() {
                     return Poll::Ready(Ok(false));
                 }
-                return Poll::Ready(Err(WsError::Io(io::Error::new(
+                return Poll::Ready(Err(Error::Io(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "the connection closed in the middle of a message",
                 ))));
@@ -362,7 +327,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// A whole frame is at `head`: unmasks it and either records it as the frame to hand out
     /// (true) or adds it to the fragmented message (false).
-    fn take(&mut self, h: Header) -> Result<bool, WsError> {
+    fn take(&mut self, h: Header) -> Result<bool, Error> {
         let start = self.head + h.size;
         let end = start + h.len as usize;
         if let Some(key) = h.mask {
@@ -371,7 +336,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let op = h.op;
         if op >= OP_CLOSE || (h.fin && op != OP_CONTINUATION) {
             if op < OP_CLOSE && self.message.is_some() {
-                return Err(WsError::Protocol("a new message inside a fragmented one"));
+                return Err(Error::Protocol("a new message inside a fragmented one"));
             }
             self.last = Last::InPlace { op, start, end };
             return Ok(true);
@@ -379,7 +344,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let payload = &self.buf[start..end];
         match (&mut self.message, op) {
             (None, OP_CONTINUATION) => {
-                return Err(WsError::Protocol(
+                return Err(Error::Protocol(
                     "a continuation frame with no message to continue",
                 ))
             }
@@ -388,7 +353,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.message_checked = 0;
             }
             (Some(_), OP_TEXT | OP_BINARY) => {
-                return Err(WsError::Protocol("a new message inside a fragmented one"))
+                return Err(Error::Protocol("a new message inside a fragmented one"))
             }
             (Some((_, m)), _) => m.extend_from_slice(payload),
         }
@@ -437,11 +402,11 @@ pub fn close_code_allowed(code: u16) -> bool {
 
 /// Checks `text[from..]` as UTF-8, allowing it to end in the middle of a sequence (the next
 /// fragment completes it); returns how far it is known good.
-fn utf8_checked_up_to(text: &[u8], from: usize) -> Result<usize, WsError> {
+fn utf8_checked_up_to(text: &[u8], from: usize) -> Result<usize, Error> {
     match std::str::from_utf8(&text[from..]) {
         Ok(_) => Ok(text.len()),
         Err(e) if e.error_len().is_none() => Ok(from + e.valid_up_to()),
-        Err(_) => Err(WsError::NotUtf8),
+        Err(_) => Err(Error::NotUtf8),
     }
 }
 

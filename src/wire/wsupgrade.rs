@@ -9,25 +9,12 @@
 //! and accept helpers are used. One upgrade per link, off the per-call path (the framing's
 //! figures are in `benches/README.md`).
 
+use super::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::handshake::{client::generate_key, derive_accept_key};
 
 /// The longest upgrade response read from an editor.
 const MAX_RESPONSE: usize = 16 * 1024;
-
-/// Why an upgrade failed.
-#[derive(Debug, thiserror::Error)]
-pub enum UpgradeError {
-    /// HTTP 400: the editors' answer to a wrong token.
-    #[error("the editor refused the token (HTTP 400)")]
-    Refused,
-    /// The socket failed or closed.
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    /// Anything else that is not a WebSocket upgrade.
-    #[error("{0}")]
-    Bad(String),
-}
 
 /// How to dial one editor: its port, its family's auth header and token, and the subprotocol
 /// its family's own agents ask for.
@@ -44,16 +31,14 @@ pub struct Dial<'a> {
 }
 
 /// The upgrade request for `dial` with `key`.
-fn request(dial: &Dial<'_>, key: &str) -> Result<String, UpgradeError> {
+fn request(dial: &Dial<'_>, key: &str) -> Result<String, Error> {
     // The rule the link used before it wrote the request itself: no CR, LF or other
     // control byte can end the header line.
     if dial
         .token
         .is_some_and(|t| hyper::header::HeaderValue::from_str(t).is_err())
     {
-        return Err(UpgradeError::Bad(
-            "the token is not a valid header value".into(),
-        ));
+        return Err(Error::Bad("the token is not a valid header value".into()));
     }
     let auth = match dial.token {
         Some(t) => format!("{}: {t}\r\n", dial.auth_header),
@@ -77,7 +62,7 @@ fn request(dial: &Dial<'_>, key: &str) -> Result<String, UpgradeError> {
 pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     dial: Dial<'_>,
-) -> Result<Vec<u8>, UpgradeError> {
+) -> Result<Vec<u8>, Error> {
     let subprotocol = dial.subprotocol;
     let key = generate_key();
     let request = request(&dial, &key)?;
@@ -85,7 +70,7 @@ pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     let mut buf = Vec::with_capacity(1024);
     loop {
         if stream.read_buf(&mut buf).await? == 0 {
-            return Err(UpgradeError::Bad(
+            return Err(Error::Bad(
                 "the editor closed the connection before answering".into(),
             ));
         }
@@ -95,21 +80,21 @@ pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(httparse::Status::Complete(end)) => end,
             Ok(httparse::Status::Partial) if buf.len() < MAX_RESPONSE => continue,
             Ok(httparse::Status::Partial) => {
-                return Err(UpgradeError::Bad(format!(
+                return Err(Error::Bad(format!(
                     "the editor's response is over {MAX_RESPONSE} bytes"
                 )))
             }
             Err(e) => {
-                return Err(UpgradeError::Bad(format!(
+                return Err(Error::Bad(format!(
                     "the editor's response is not HTTP: {e}"
                 )))
             }
         };
         match response.code {
             Some(101) => {}
-            Some(400) => return Err(UpgradeError::Refused),
+            Some(400) => return Err(Error::Refused),
             code => {
-                return Err(UpgradeError::Bad(format!(
+                return Err(Error::Bad(format!(
                     "the editor answered HTTP {} instead of 101",
                     code.unwrap_or(0)
                 )))
@@ -124,18 +109,18 @@ pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
                 .map(str::trim)
         };
         if !header("upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket")) {
-            return Err(UpgradeError::Bad(
+            return Err(Error::Bad(
                 "the editor's 101 has no Upgrade: websocket".into(),
             ));
         }
         if header("sec-websocket-accept") != Some(&derive_accept_key(key.as_bytes())) {
-            return Err(UpgradeError::Bad(
+            return Err(Error::Bad(
                 "the editor's Sec-WebSocket-Accept does not match our key".into(),
             ));
         }
         if let Some(chosen) = header("sec-websocket-protocol") {
             if subprotocol != Some(chosen) {
-                return Err(UpgradeError::Bad(format!(
+                return Err(Error::Bad(format!(
                     "the editor chose the subprotocol {chosen:?}, which was not offered"
                 )));
             }
@@ -157,7 +142,7 @@ mod tests {
     async fn against(
         answer: impl FnOnce(&str) -> Vec<u8> + Send + 'static,
         pieces: usize,
-    ) -> (Vec<String>, Result<Vec<u8>, UpgradeError>) {
+    ) -> (Vec<String>, Result<Vec<u8>, Error>) {
         against_with(Some("tok"), answer, pieces).await
     }
 
@@ -166,7 +151,7 @@ mod tests {
         token: Option<&'static str>,
         answer: impl FnOnce(&str) -> Vec<u8> + Send + 'static,
         pieces: usize,
-    ) -> (Vec<String>, Result<Vec<u8>, UpgradeError>) {
+    ) -> (Vec<String>, Result<Vec<u8>, Error>) {
         let (mut ours, theirs) = tokio::io::duplex(64 * 1024);
         let peer = tokio::spawn(async move {
             let mut r = tokio::io::BufReader::new(theirs);
@@ -257,15 +242,15 @@ mod tests {
     #[tokio::test]
     async fn refusals_and_bad_answers_are_told_apart() {
         let (_, r) = against(|_| b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec(), 1000).await;
-        assert!(matches!(r, Err(UpgradeError::Refused)), "{r:?}");
+        assert!(matches!(r, Err(Error::Refused)), "{r:?}");
         let (_, r) = against(|_| b"HTTP/1.1 404 Not Found\r\n\r\n".to_vec(), 1000).await;
-        assert!(matches!(r, Err(UpgradeError::Bad(m)) if m.contains("404")));
+        assert!(matches!(r, Err(Error::Bad(m)) if m.contains("404")));
         let (_, r) = against(|_| switching("another key").into_bytes(), 1000).await;
-        assert!(matches!(r, Err(UpgradeError::Bad(m)) if m.contains("Accept")));
+        assert!(matches!(r, Err(Error::Bad(m)) if m.contains("Accept")));
         let (_, r) = against(|_| b"SSH-2.0-OpenSSH\r\n\r\n".to_vec(), 1000).await;
-        assert!(matches!(r, Err(UpgradeError::Bad(m)) if m.contains("not HTTP")));
+        assert!(matches!(r, Err(Error::Bad(m)) if m.contains("not HTTP")));
         let (_, r) = against(|_| Vec::new(), 1000).await;
-        assert!(matches!(r, Err(UpgradeError::Bad(m)) if m.contains("closed")));
+        assert!(matches!(r, Err(Error::Bad(m)) if m.contains("closed")));
     }
 
     #[tokio::test]
@@ -281,6 +266,6 @@ mod tests {
             },
         )
         .await;
-        assert!(matches!(r, Err(UpgradeError::Bad(_))));
+        assert!(matches!(r, Err(Error::Bad(_))));
     }
 }

@@ -16,36 +16,11 @@ mod windows;
 #[cfg(windows)]
 pub use windows::*;
 
+use super::Error;
 use std::path::{Path, PathBuf};
 
-/// Why the socket could not be set up; every message says what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum SocketError {
-    /// Another daemon answers on the socket.
-    #[error("already running (pid {pid}) on {path}; stop it first, or use `pi-ide-broker status`")]
-    AlreadyRunning {
-        /// Its pid (0 if unknown).
-        pid: u32,
-        /// The socket.
-        path: PathBuf,
-    },
-    /// The dir is not safe.
-    #[error("{0}")]
-    Unsafe(String),
-    /// An OS error, with what we were doing.
-    #[error("{what} {path}: {source}")]
-    Io {
-        /// What we were doing.
-        what: &'static str,
-        /// Where.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-}
-
-fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SocketError + 'a {
-    move |source| SocketError::Io {
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::IoAt {
         what,
         path: path.to_path_buf(),
         source,

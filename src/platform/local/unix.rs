@@ -1,7 +1,7 @@
 //! The local socket on Unix and macOS: a Unix socket in a private dir (0700, ours), made
 //! 0600 before `listen`, a leftover probed before it is replaced; the claim an `flock`.
 
-use super::SocketError;
+use crate::platform::Error;
 use rustix::fs::{Mode, OFlags};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -67,7 +67,7 @@ pub fn exists(path: &Path) -> bool {
 }
 
 /// Creates (0700) or checks the socket's parent dir: it must be ours and not writable by others.
-pub fn secure_dir(dir: &Path) -> Result<(), SocketError> {
+pub fn secure_dir(dir: &Path) -> Result<(), Error> {
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::DirBuilder::new()
@@ -84,13 +84,13 @@ pub fn secure_dir(dir: &Path) -> Result<(), SocketError> {
         Ok(meta) => {
             let me = rustix::process::getuid().as_raw();
             if !meta.is_dir() {
-                return Err(SocketError::Unsafe(format!(
+                return Err(Error::Unsafe(format!(
                     "socket dir {} is not a directory; remove it or set another socket path",
                     dir.display()
                 )));
             }
             if meta.uid() != me {
-                return Err(SocketError::Unsafe(format!(
+                return Err(Error::Unsafe(format!(
                     "socket dir {} belongs to uid {}, not to you (uid {me}); remove it or set another socket path",
                     dir.display(),
                     meta.uid()
@@ -98,7 +98,7 @@ pub fn secure_dir(dir: &Path) -> Result<(), SocketError> {
             }
             let mode = meta.mode() & 0o777;
             if mode & 0o022 != 0 {
-                return Err(SocketError::Unsafe(format!(
+                return Err(Error::Unsafe(format!(
                     "socket dir {} is writable by others (mode {mode:04o}); run chmod 700 {}",
                     dir.display(),
                     dir.display()
@@ -121,7 +121,7 @@ pub struct Claim {
 }
 
 /// Takes the claim on the socket at `path`, or says who holds it.
-pub fn claim(path: &Path) -> Result<Claim, SocketError> {
+pub fn claim(path: &Path) -> Result<Claim, Error> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     secure_dir(dir)?;
     claim_file(&dir.join("daemon.lock"), path)
@@ -130,7 +130,7 @@ pub fn claim(path: &Path) -> Result<Claim, SocketError> {
 /// Takes the per-user claim in the state dir: one daemon per user, whatever socket path its
 /// environment gave it (a client with a cleared environment computes another one). `record`
 /// is the running daemon's `running.json`, read to name the holder.
-pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Claim, SocketError> {
+pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Claim, Error> {
     // (`record` names the holder: see `super::running_socket`.)
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
@@ -139,9 +139,9 @@ pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Clai
         .create(state_dir)
         .map_err(|e| io("cannot create", state_dir)(e))?;
     claim_file(&state_dir.join("daemon.lock"), socket).map_err(|e| match e {
-        SocketError::AlreadyRunning { pid, path } => {
+        Error::AlreadyRunning { pid, path } => {
             let recorded = super::running_socket(record);
-            SocketError::AlreadyRunning {
+            Error::AlreadyRunning {
                 pid,
                 path: recorded.unwrap_or(path),
             }
@@ -150,7 +150,7 @@ pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Clai
     })
 }
 
-fn claim_file(lock_path: &Path, path: &Path) -> Result<Claim, SocketError> {
+fn claim_file(lock_path: &Path, path: &Path) -> Result<Claim, Error> {
     let lock_path = lock_path.to_path_buf();
     let fd = rustix::fs::open(
         &lock_path,
@@ -163,7 +163,7 @@ fn claim_file(lock_path: &Path, path: &Path) -> Result<Claim, SocketError> {
             .ok()
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or(0);
-        return Err(SocketError::AlreadyRunning {
+        return Err(Error::AlreadyRunning {
             pid,
             path: path.to_path_buf(),
         });
@@ -180,11 +180,11 @@ fn claim_file(lock_path: &Path, path: &Path) -> Result<Claim, SocketError> {
 
 /// Binds the socket: a leftover probed (a live daemon means "already running"), mode 0600
 /// set between `bind` and `listen`. Call with the [`Claim`] held.
-pub async fn bind(path: &Path) -> Result<Listener, SocketError> {
+pub async fn bind(path: &Path) -> Result<Listener, Error> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         if !meta.file_type().is_socket() {
-            return Err(SocketError::Unsafe(format!(
+            return Err(Error::Unsafe(format!(
                 "{} exists and is not a socket; remove it or set another socket path",
                 path.display()
             )));
@@ -197,7 +197,7 @@ pub async fn bind(path: &Path) -> Result<Listener, SocketError> {
                     .and_then(|c| c.pid())
                     .and_then(|p| u32::try_from(p).ok())
                     .unwrap_or(0);
-                return Err(SocketError::AlreadyRunning {
+                return Err(Error::AlreadyRunning {
                     pid,
                     path: path.to_path_buf(),
                 });
@@ -218,7 +218,7 @@ pub async fn bind(path: &Path) -> Result<Listener, SocketError> {
 
 /// A socket bound at `path` and made 0600, not yet listening: nobody can connect to it before
 /// its mode is the owner's alone, whatever the umask.
-fn bound_private(path: &Path) -> Result<std::os::fd::OwnedFd, SocketError> {
+fn bound_private(path: &Path) -> Result<std::os::fd::OwnedFd, Error> {
     let fd = unix_stream_socket().map_err(|e| io("cannot create socket", path)(e.into()))?;
     let addr = rustix::net::SocketAddrUnix::new(path)
         .map_err(|e| io("socket path too long", path)(e.into()))?;

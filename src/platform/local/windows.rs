@@ -8,7 +8,7 @@
 //! identification impersonation level, so a squatter could not act as them. The daemon's
 //! claim is the first instance, plus a file in the state dir opened without sharing.
 
-use super::{io, SocketError};
+use super::{io, Error};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -342,14 +342,14 @@ pub fn exists(path: &Path) -> bool {
 /// Creates the dir (a pipe needs none: a pipe "path" is left alone) and checks that it is a
 /// plain dir, not a link elsewhere; a dir in the user's profile is private by its inherited
 /// DACL.
-pub fn secure_dir(dir: &Path) -> Result<(), SocketError> {
+pub fn secure_dir(dir: &Path) -> Result<(), Error> {
     if dir.to_string_lossy().starts_with(PIPE_PREFIX) || dir.as_os_str().is_empty() {
         return Ok(());
     }
     std::fs::create_dir_all(dir).map_err(io("cannot create socket dir", dir))?;
     let meta = std::fs::symlink_metadata(dir).map_err(io("cannot stat socket dir", dir))?;
     if !meta.is_dir() {
-        return Err(SocketError::Unsafe(format!(
+        return Err(Error::Unsafe(format!(
             "{} is not a directory (a link?); remove it or set another path",
             dir.display()
         )));
@@ -364,13 +364,13 @@ pub struct Claim {
 }
 
 /// The claim on a pipe name is its first instance, taken by [`bind`]; nothing more here.
-pub fn claim(_path: &Path) -> Result<Claim, SocketError> {
+pub fn claim(_path: &Path) -> Result<Claim, Error> {
     Ok(Claim { _file: None })
 }
 
 /// The per-user claim: `daemon.lock` in the state dir, opened without sharing, so a second
 /// daemon of the user cannot open it while the first runs.
-pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Claim, SocketError> {
+pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Claim, Error> {
     use std::os::windows::fs::OpenOptionsExt;
     std::fs::create_dir_all(state_dir).map_err(io("cannot create", state_dir))?;
     let lock_path = state_dir.join("daemon.lock");
@@ -384,7 +384,7 @@ pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Clai
     {
         Ok(f) => Ok(Claim { _file: Some(f) }),
         // ERROR_SHARING_VIOLATION: another daemon holds it.
-        Err(e) if e.raw_os_error() == Some(32) => Err(SocketError::AlreadyRunning {
+        Err(e) if e.raw_os_error() == Some(32) => Err(Error::AlreadyRunning {
             pid: super::recorded(record).map_or(0, |(pid, _)| pid),
             path: super::running_socket(record).unwrap_or_else(|| socket.to_path_buf()),
         }),
@@ -394,14 +394,14 @@ pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Clai
 
 /// Creates the pipe's first instance: a pipe of that name already there (another daemon, or
 /// anyone squatting it) is refused.
-pub async fn bind(path: &Path) -> Result<Listener, SocketError> {
+pub async fn bind(path: &Path) -> Result<Listener, Error> {
     let name = pipe_name(path);
     match create(&name, true) {
         Ok(first) => Ok(Listener {
             name,
             next: tokio::sync::Mutex::new(first),
         }),
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => Err(SocketError::AlreadyRunning {
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => Err(Error::AlreadyRunning {
             pid: 0,
             path: PathBuf::from(name),
         }),

@@ -55,7 +55,7 @@ fn owned(f: Frame<'_>) -> Owned {
 }
 
 /// Every frame until the end of the stream, or the error that ended it.
-async fn read_all<R: AsyncRead + Unpin>(r: &mut FrameReader<R>) -> Result<Vec<Owned>, WsError> {
+async fn read_all<R: AsyncRead + Unpin>(r: &mut FrameReader<R>) -> Result<Vec<Owned>, Error> {
     let mut out = Vec::new();
     while let Some(f) = r.next().await? {
         out.push(owned(f));
@@ -537,7 +537,7 @@ async fn an_oversized_message_is_refused_from_its_header() {
         f.extend_from_slice(&[1, 2, 3, 4]);
         let e = read_all(&mut server_reader(f)).await.unwrap_err();
         assert!(
-            matches!(e, WsError::TooBig { size, max } if size == 100 << 20 && max == 1 << 20),
+            matches!(e, Error::TooBig { size, max } if size == 100 << 20 && max == 1 << 20),
             "{e}"
         );
         assert_eq!(e.close_code(), Some(1009));
@@ -547,7 +547,7 @@ async fn an_oversized_message_is_refused_from_its_header() {
         let mut r = FrameReader::new(Pieces(VecDeque::from([b])), Role::Server, 64, &[]);
         assert!(matches!(
             read_all(&mut r).await.unwrap_err(),
-            WsError::TooBig { size: 80, .. }
+            Error::TooBig { size: 80, .. }
         ));
     })
     .await;
@@ -562,7 +562,7 @@ async fn the_buffer_grows_with_the_bytes_that_came_not_with_the_announced_size()
         f.extend_from_slice(&[1, 2, 3, 4]);
         f.extend_from_slice(&[0; 100]);
         let mut r = FrameReader::new(Pieces(VecDeque::from([f])), Role::Server, 1 << 21, &[]);
-        assert!(matches!(read_all(&mut r).await, Err(WsError::Io(_))));
+        assert!(matches!(read_all(&mut r).await, Err(Error::Io(_))));
         assert_eq!(
             r.buf.capacity(),
             READ_CHUNK,
@@ -586,14 +586,14 @@ async fn the_end_of_the_stream_is_clean_only_between_frames() {
         let cut = whole[..whole.len() - 1].to_vec();
         let e = read_all(&mut server_reader(cut)).await.unwrap_err();
         assert!(
-            matches!(&e, WsError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof),
+            matches!(&e, Error::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof),
             "{e}"
         );
         // In the middle of a fragmented message, too.
         let e = read_all(&mut server_reader(client_frame(0x01, b"a")))
             .await
             .unwrap_err();
-        assert!(matches!(e, WsError::Io(_)), "{e}");
+        assert!(matches!(e, Error::Io(_)), "{e}");
     })
     .await;
 }
@@ -769,7 +769,7 @@ proptest! {
         if let Ok(Err(e)) = end {
             // A violation owes its close code; only a stream cut mid-frame has none.
             prop_assert!(
-                e.close_code().is_some() || matches!(&e, WsError::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof),
+                e.close_code().is_some() || matches!(&e, Error::Io(io) if io.kind() == io::ErrorKind::UnexpectedEof),
                 "{e}"
             );
         }
