@@ -4,18 +4,18 @@
 //! is a client of it), the socket's HTTP client, and the stdio MCP door (`mcp`), which dials
 //! the daemon like any agent, and the ACP door (`acp`), which follows a pi session through it. May use every layer; nothing below uses it.
 
-pub mod acp;
+mod acp;
 pub mod args;
 pub mod client;
-pub mod daemon;
-pub mod doctor;
-pub mod mcp;
-pub mod paths;
-pub mod remote;
+mod daemon;
+mod doctor;
+mod mcp;
+mod paths;
+mod remote;
 pub mod service;
 pub mod setup;
-pub mod status;
-pub mod stop;
+mod status;
+mod stop;
 
 use crate::sys::config::Config;
 use anyhow::Context as _;

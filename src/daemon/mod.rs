@@ -4,8 +4,8 @@
 //! gracefully (no diff left unanswered) when the shutdown token fires; `supervisor` is what
 //! the `daemon` command tells a service manager. Uses every layer below the commands.
 
-pub mod own_binary;
-pub mod supervisor;
+pub(crate) mod own_binary;
+pub(crate) mod supervisor;
 
 use crate::editor::lockdir::{self, LockDirCommand};
 use crate::frontdoor;

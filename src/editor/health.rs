@@ -63,6 +63,7 @@ impl Health {
         self.settings = settings;
     }
 
+    #[cfg(test)]
     /// True while the editor is silent past the timeout.
     pub fn is_unhealthy(&self) -> bool {
         self.unhealthy_since.is_some()

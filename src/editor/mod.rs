@@ -9,13 +9,13 @@
 
 mod dial;
 mod handle;
-pub mod health;
+mod health;
 mod inbound;
 mod link;
-pub mod lockdir;
+pub(crate) mod lockdir;
 pub mod lockfile;
 mod parked;
-pub mod taken;
+pub(crate) mod taken;
 
 pub use handle::{
     CallInFlight, Delegation, Editor, LinkInfo, LinkState, Owner, Pending, Succession,

@@ -10,11 +10,11 @@
 
 use crate::registry::limits;
 
-pub mod compat;
-pub mod gemini;
-pub mod native;
-pub mod per_editor;
-pub mod rights;
+pub(crate) mod compat;
+pub(crate) mod gemini;
+pub(crate) mod native;
+pub(crate) mod per_editor;
+pub(crate) mod rights;
 pub mod status;
 
 /// True when a `Sec-WebSocket-Protocol` value offers `mcp` (Claude Code asks for it, and its

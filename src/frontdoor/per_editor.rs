@@ -11,7 +11,6 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-#[cfg(target_os = "linux")]
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -172,7 +171,7 @@ const TCP_BACKLOG: u32 = 4096;
 /// (it is then accepted and gets `limits::FIRST_BYTE` like any other). Held there it is a few
 /// hundred bytes of kernel memory, where accepted it would take an fd and a handshake place;
 /// with 1 s a flood's idle connections came back through the accept queue every second.
-#[cfg(target_os = "linux")]
+/// Linux only: `defer_accept` is a no-op elsewhere.
 const KERNEL_HOLDS_SILENT: Duration = Duration::from_secs(30);
 
 /// A listener on 127.0.0.1 (a port the kernel picks) for a door open to every local user.
@@ -183,7 +182,6 @@ const KERNEL_HOLDS_SILENT: Duration = Duration::from_secs(30);
 pub fn loopback_listener() -> std::io::Result<TcpListener> {
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind(([127, 0, 0, 1], 0).into())?;
-    #[cfg(target_os = "linux")]
     if let Err(e) = crate::platform::tcp::defer_accept(&socket, KERNEL_HOLDS_SILENT) {
         tracing::debug!(error = %e, "TCP_DEFER_ACCEPT not set");
     }

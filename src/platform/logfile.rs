@@ -4,8 +4,10 @@
 
 /// A log file the service manager opened for us (launchd's `StandardErrorPath`) grows without
 /// end: nothing rotates it. Past this size it is cut down to its last [`LOG_KEEP`] bytes.
+#[cfg(unix)]
 pub const LOG_CAP: u64 = 16 << 20;
 /// What a cut log keeps: its newest lines.
+#[cfg(unix)]
 pub const LOG_KEEP: u64 = 1 << 20;
 
 /// Cuts the log on stderr back to its tail when it is a regular file over [`LOG_CAP`]

@@ -18,15 +18,15 @@
 use std::path::PathBuf;
 
 pub mod allocator;
-pub mod control;
+pub(crate) mod control;
 pub mod local;
-pub mod logfile;
-pub mod notify;
-pub mod peer;
-pub mod ports;
+pub(crate) mod logfile;
+pub(crate) mod notify;
+pub(crate) mod peer;
+pub(crate) mod ports;
 pub mod process;
-pub mod tcp;
-pub mod user;
+pub(crate) mod tcp;
+pub(crate) mod user;
 
 /// What the OS refused, from any need of this layer; every message says what went wrong.
 #[derive(Debug, thiserror::Error)]

@@ -108,6 +108,7 @@ pub fn place(pid: u32) -> Place {
 }
 
 /// The program name of `pid` (Linux's `comm`, at most 15 bytes), where readable.
+#[cfg(unix)]
 pub fn program(pid: u32) -> Option<String> {
     if !cfg!(target_os = "linux") {
         return None;

@@ -40,6 +40,7 @@ pub fn clients_of(pid: u32, port: u16, except_client_port: Option<u16>) -> Optio
 }
 
 /// One established-or-not connection of the Windows TCP table, as [`count_rows`] reads it.
+#[cfg(any(windows, test))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpRow {
     /// `MIB_TCP_STATE` (5 is established).
@@ -56,6 +57,7 @@ pub struct TcpRow {
 /// process `pid` holds on `port`, the broker's own (`except_client_port`) left out. A row
 /// owned by pid 0 (the idle process: never a connection's on Windows; what wine reports for
 /// every row) counts by its port alone, as Linux's `/proc/net/tcp` does.
+#[cfg(any(windows, test))]
 pub fn count_rows(rows: &[TcpRow], pid: u32, port: u16, except_client_port: Option<u16>) -> usize {
     const ESTABLISHED_STATE: u32 = 5;
     rows.iter()

@@ -96,6 +96,7 @@ pub fn open_own_regular(path: &Path) -> Result<OwnFile, Error> {
 /// Windows security identifiers, as their string form (`S-1-5-21-…-1001`): ours, a process's,
 /// a file's owner. The string rules are plain Rust (tested everywhere); reading them from the
 /// OS is Windows only.
+#[cfg(any(windows, test))]
 pub mod sid {
     /// A SID in its string form.
     #[derive(Debug, Clone, PartialEq, Eq)]

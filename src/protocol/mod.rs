@@ -3,18 +3,18 @@
 //! JSON-RPC shapes, editor families, tool schemas, the version rule, dialect translation, path
 //! maps and percent-coding. The bottom layer: uses nothing else of the crate.
 
-pub mod acp;
+pub(crate) mod acp;
 pub mod bridge;
 pub mod era;
 pub mod family;
-pub mod follow;
-pub mod handshake;
+pub(crate) mod follow;
+pub(crate) mod handshake;
 pub mod jsonrpc;
 pub mod pathmap;
 pub mod percent;
-pub mod schema;
+pub(crate) mod schema;
 pub mod version;
-pub mod winpath;
+pub(crate) mod winpath;
 
 /// Why a message or path of a peer cannot be used: this layer's one error type.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

@@ -8,11 +8,11 @@
 //! Uses `editor` and everything below it.
 
 mod admission;
-pub mod explain;
-pub mod identity;
-pub mod limits;
+pub(crate) mod explain;
+mod identity;
+pub(crate) mod limits;
 mod link_host;
-pub mod router;
+pub(crate) mod router;
 pub mod session;
 pub mod state;
 

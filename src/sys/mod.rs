@@ -7,11 +7,11 @@
 use std::path::PathBuf;
 
 pub mod config;
-pub mod logging;
-pub mod secret;
-pub mod sync;
-pub mod time;
-pub mod wsl;
+pub(crate) mod logging;
+pub(crate) mod secret;
+pub(crate) mod sync;
+pub(crate) mod time;
+pub(crate) mod wsl;
 
 /// Why a config could not be loaded, or a log filter set: this layer's one error type.
 #[derive(Debug, thiserror::Error)]

@@ -5,10 +5,10 @@
 
 pub mod jsonscan;
 pub mod outbox;
-pub mod shared_writer;
-pub mod woken;
+pub(crate) mod shared_writer;
+pub(crate) mod woken;
 pub mod wsframe;
-pub mod wsupgrade;
+pub(crate) mod wsupgrade;
 
 /// Why bytes on a connection cannot be used: this layer's one error type (framing, upgrade).
 #[derive(Debug, thiserror::Error)]

@@ -134,7 +134,7 @@ impl Agent {
     }
 
     /// One line from the client.
-    pub fn from_client(&mut self, line: &str) -> Vec<Out> {
+    pub fn on_client_line(&mut self, line: &str) -> Vec<Out> {
         match jsonrpc::classify(line) {
             Err(r) => vec![Out::Client(jsonrpc::rejection(&r))],
             Ok(Incoming::Request { id, method, msg }) => self.request(id, &method, &msg),
@@ -409,7 +409,7 @@ impl Agent {
     }
 
     /// One frame from the broker on `key`'s follow connection.
-    pub fn from_broker(&mut self, key: &str, text: &str) -> Vec<Out> {
+    pub fn on_broker_frame(&mut self, key: &str, text: &str) -> Vec<Out> {
         match jsonrpc::classify(text) {
             Err(_) => Vec::new(),
             Ok(Incoming::Notification { method, msg }) => match method.as_str() {

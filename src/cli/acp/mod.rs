@@ -11,7 +11,7 @@ mod agent;
 mod messages;
 mod prompt;
 
-pub use agent::{Agent, Out, Purpose, FOLLOW_WORDS};
+pub use agent::{Agent, Out, Purpose};
 
 use crate::cli::client::ClientError;
 use crate::cli::mcp::{CappedLines, Line};
@@ -89,7 +89,7 @@ where
                 None => return Ok(()),
                 Some(Line::TooLong) => vec![Out::Client(jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, &format!("line longer than {} bytes refused", opts.max_line)))],
                 Some(Line::Text(l)) if l.trim().is_empty() => continue,
-                Some(Line::Text(l)) => agent.from_client(&l),
+                Some(Line::Text(l)) => agent.on_client_line(&l),
             },
             Some(ev) = events.recv() => on_event(&mut agent, &mut conns, ev),
         };
@@ -150,7 +150,7 @@ fn on_event(agent: &mut Agent, conns: &mut HashMap<String, Conn>, ev: Event) -> 
     };
     match ev {
         Event::Listed(purpose, found) => agent.listed(purpose, found),
-        Event::Frame(key, g, text) if current(conns, &key, g) => agent.from_broker(&key, &text),
+        Event::Frame(key, g, text) if current(conns, &key, g) => agent.on_broker_frame(&key, &text),
         Event::Closed(key, g, why) if current(conns, &key, g) => {
             conns.remove(&key);
             agent.ended(&key, &why)

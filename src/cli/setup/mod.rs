@@ -9,11 +9,11 @@
 
 mod command;
 mod daemon;
-pub mod extension;
+pub(crate) mod extension;
 mod jsonedit;
 pub mod mcp;
 pub mod pi;
-pub mod record;
+mod record;
 mod steps;
 
 use std::ffi::OsString;

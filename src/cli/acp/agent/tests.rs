@@ -30,8 +30,8 @@ fn line(v: Value) -> String {
 /// An agent whose ACP session `k` follows pi session `k`.
 fn followed() -> Agent {
     let mut a = Agent::default();
-    a.from_client(&line(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}}})));
-    let out = a.from_client(&line(
+    a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}}})));
+    let out = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/p"}}),
     ));
     let Some(Out::List { purpose, .. }) = out.into_iter().next() else {
@@ -54,7 +54,7 @@ fn followed() -> Agent {
 }
 
 fn prompt(a: &mut Agent, id: u64, blocks: Value) -> Vec<Out> {
-    a.from_client(&line(json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": "k", "prompt": blocks}})))
+    a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": "k", "prompt": blocks}})))
 }
 
 fn text(t: &str) -> Value {
@@ -71,7 +71,7 @@ fn sent_text(out: &[Out]) -> Option<String> {
 
 /// The broker's `pi/review` on `k`, answered by the agent with a permission request: its id.
 fn reviewed(a: &mut Agent, broker_id: &str) -> Value {
-    let out = a.from_broker(
+    let out = a.on_broker_frame(
         "k",
         &line(json!({"jsonrpc": "2.0", "id": broker_id, "method": follow::REVIEW, "params": {"arguments": {"new_file_path": "/p/a.txt", "new_file_contents": "new\n", "tab_name": "pi-write:t1"}}})),
     );
@@ -90,7 +90,7 @@ fn a_prompt_goes_to_pi_and_its_answer_ends_the_turn() {
         .into_iter()
         .find(|f| f["method"] == follow::PROMPT)
         .expect("pi/prompt");
-    let out = a.from_broker(
+    let out = a.on_broker_frame(
         "k",
         &line(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "end_turn"}})),
     );
@@ -104,7 +104,7 @@ fn a_prompt_goes_to_pi_and_its_answer_ends_the_turn() {
         .into_iter()
         .find(|f| f["method"] == follow::PROMPT)
         .expect("pi/prompt");
-    let out = a.from_broker(
+    let out = a.on_broker_frame(
         "k",
         &line(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "cancelled"}})),
     );
@@ -119,7 +119,7 @@ fn a_cancel_withdraws_an_unanswered_permission_and_rejects_the_diff() {
     let mut a = followed();
     prompt(&mut a, 3, json!([text("write a.txt")]));
     let permission = reviewed(&mut a, "review-9");
-    let out = a.from_client(&line(
+    let out = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "k"}}),
     ));
     let frames = to_broker(&out, "k");
@@ -134,7 +134,7 @@ fn a_cancel_withdraws_an_unanswered_permission_and_rejects_the_diff() {
     let told = to_client(&out);
     assert_eq!(told[0]["method"], "$/cancel_request");
     assert_eq!(told[0]["params"]["requestId"], permission);
-    let late = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    let late = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
     assert!(late.is_empty(), "a late Allow reached the broker: {late:?}");
 }
 
@@ -145,12 +145,12 @@ fn a_review_the_broker_takes_back_is_withdrawn_from_the_client() {
     let mut a = followed();
     prompt(&mut a, 3, json!([text("follow")]));
     let permission = reviewed(&mut a, "review-4");
-    let other = a.from_broker(
+    let other = a.on_broker_frame(
         "k",
         &line(json!({"jsonrpc": "2.0", "method": jsonrpc::CANCELLED, "params": {"requestId": "review-5"}})),
     );
     assert!(other.is_empty(), "another review's cancel touched this one");
-    let out = a.from_broker(
+    let out = a.on_broker_frame(
         "k",
         &line(json!({"jsonrpc": "2.0", "method": jsonrpc::CANCELLED, "params": {"requestId": "review-4"}})),
     );
@@ -158,7 +158,7 @@ fn a_review_the_broker_takes_back_is_withdrawn_from_the_client() {
     assert_eq!(told.len(), 1);
     assert_eq!(told[0]["method"], "$/cancel_request");
     assert_eq!(told[0]["params"]["requestId"], permission);
-    let late = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    let late = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
     assert!(late.is_empty(), "{late:?}");
 }
 
@@ -167,13 +167,13 @@ fn an_answered_permission_is_the_diffs_verdict() {
     let mut a = followed();
     prompt(&mut a, 3, json!([text("follow")]));
     let permission = reviewed(&mut a, "review-1");
-    let out = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    let out = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
     let frames = to_broker(&out, "k");
     assert_eq!(frames[0]["id"], "review-1");
     assert_eq!(frames[0]["result"]["content"][0]["text"], "FILE_SAVED");
     assert_eq!(frames[0]["result"]["content"][1]["text"], "new\n");
     let permission = reviewed(&mut a, "review-2");
-    let out = a.from_client(&line(
+    let out = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "cancelled"}}}),
     ));
     assert_eq!(
@@ -181,7 +181,7 @@ fn an_answered_permission_is_the_diffs_verdict() {
         "DIFF_REJECTED"
     );
     let permission = reviewed(&mut a, "review-3");
-    let out = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})));
+    let out = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})));
     assert_eq!(
         to_broker(&out, "k")[0]["result"]["content"][0]["text"],
         "DIFF_REJECTED",
@@ -195,7 +195,7 @@ fn a_watching_turn_ends_on_cancel_without_stopping_pi() {
     let mut a = followed();
     let out = prompt(&mut a, 3, json!([text(" Follow ")]));
     assert_eq!(sent_text(&out), None, "the follow word went to pi");
-    let out = a.from_client(&line(
+    let out = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "k"}}),
     ));
     assert!(to_broker(&out, "k")
@@ -210,12 +210,12 @@ fn a_watching_turn_ends_on_cancel_without_stopping_pi() {
 fn resent_blocks_and_follow_words_are_not_sent_again() {
     let mut a = followed();
     prompt(&mut a, 3, json!([text("follow")]));
-    a.from_client(&line(
+    a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "k"}}),
     ));
     let out = prompt(&mut a, 4, json!([text("follow"), text("run sleep 30")]));
     assert_eq!(sent_text(&out).as_deref(), Some("run sleep 30"));
-    a.from_client(&line(
+    a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "k"}}),
     ));
     let out = prompt(
@@ -290,14 +290,14 @@ fn a_relink_ends_a_prompt_turn_and_keeps_a_watching_one() {
 fn a_buffer_read_is_asked_of_the_client_and_answered_to_the_broker() {
     let mut a = followed();
     assert!(a.reads_buffers());
-    let out = a.from_broker(
+    let out = a.on_broker_frame(
         "k",
         &line(json!({"jsonrpc": "2.0", "id": "read-3", "method": follow::READ_BUFFER, "params": {"path": "/p/a.txt"}})),
     );
     let ask = &to_client(&out)[0];
     assert_eq!(ask["method"], "fs/read_text_file");
     assert_eq!(ask["params"], json!({"sessionId": "k", "path": "/p/a.txt"}));
-    let out = a.from_client(&line(
+    let out = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"content": "unsaved"}}),
     ));
     let back = &to_broker(&out, "k")[0];
@@ -318,12 +318,15 @@ fn the_echo_of_the_threads_own_prompt_is_dropped_once() {
     let echo = line(
         json!({"jsonrpc": "2.0", "method": follow::UPDATE, "params": {"update": {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "hello"}}}}),
     );
-    assert!(a.from_broker("k", &echo).is_empty(), "the echo was shown");
-    a.from_broker(
+    assert!(
+        a.on_broker_frame("k", &echo).is_empty(),
+        "the echo was shown"
+    );
+    a.on_broker_frame(
         "k",
         &line(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "end_turn"}})),
     );
-    let again = to_client(&a.from_broker("k", &echo));
+    let again = to_client(&a.on_broker_frame("k", &echo));
     assert_eq!(again[0]["params"]["update"]["content"]["text"], "hello");
 }
 
@@ -334,7 +337,7 @@ fn close_ends_the_follow_and_withdraws_what_waits() {
     let mut a = followed();
     prompt(&mut a, 3, json!([text("follow")]));
     reviewed(&mut a, "review-1");
-    let out = a.from_client(&line(
+    let out = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "id": 9, "method": "session/close", "params": {"sessionId": "k"}}),
     ));
     assert_eq!(
@@ -345,7 +348,7 @@ fn close_ends_the_follow_and_withdraws_what_waits() {
     let told = to_client(&out);
     assert!(told.iter().any(|m| m["id"] == 3), "the open turn ended");
     assert_eq!(told.last().map(|m| &m["result"]), Some(&json!({})));
-    let again = a.from_client(&line(
+    let again = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "id": 10, "method": "session/close", "params": {"sessionId": "k"}}),
     ));
     assert_eq!(to_client(&again)[0]["error"]["code"], RESOURCE_NOT_FOUND);
@@ -356,12 +359,12 @@ fn close_ends_the_follow_and_withdraws_what_waits() {
 #[test]
 fn the_session_info_names_the_folder_and_the_last_activity() {
     let mut a = Agent::default();
-    let init = a.from_client(&line(
+    let init = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
     ));
     let caps = &to_client(&init)[0]["result"]["agentCapabilities"]["sessionCapabilities"];
     assert_eq!(caps, &json!({"list": {}, "resume": {}, "close": {}}));
-    let out = a.from_client(&line(
+    let out = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "id": 2, "method": "session/resume", "params": {"sessionId": "k", "cwd": "/p", "mcpServers": []}}),
     ));
     assert!(matches!(&out[..], [Out::Connect { load: false, .. }]));
@@ -384,7 +387,7 @@ fn a_relink_withdraws_the_old_brokers_permissions() {
     let told = to_client(&out);
     assert_eq!(told[0]["method"], "$/cancel_request", "{told:?}");
     assert_eq!(told[0]["params"]["requestId"], permission);
-    let late = a.from_client(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})));
+    let late = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})));
     assert!(late.is_empty(), "{late:?}");
 }
 
