@@ -23,15 +23,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A headless Neovim listening on a socket, and the way to call the driver in it.
-struct Nvim {
-    bin: PathBuf,
-    server: PathBuf,
-    _child: tokio::process::Child,
+pub(crate) struct Nvim {
+    pub(crate) bin: PathBuf,
+    pub(crate) server: PathBuf,
+    pub(crate) _child: tokio::process::Child,
 }
 
 impl Nvim {
     /// `v:lua.T.<call>` evaluated in the Neovim (one `--remote-expr` client run, bounded).
-    async fn call(&self, call: &str) -> String {
+    pub(crate) async fn call(&self, call: &str) -> String {
         let out = pi_ide_broker::testkit::within(
             &format!("nvim {call}"),
             tokio::process::Command::new(&self.bin)
@@ -49,7 +49,12 @@ impl Nvim {
 
     /// Calls `call` until `done` holds for its answer (every 50 ms, at most 20 s: the chat
     /// buffer has no event a second process can wait on).
-    async fn until(&self, what: &str, call: &str, done: impl Fn(&str) -> bool) -> String {
+    pub(crate) async fn until(
+        &self,
+        what: &str,
+        call: &str,
+        done: impl Fn(&str) -> bool,
+    ) -> String {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             let got = self.call(call).await;
@@ -66,7 +71,7 @@ impl Nvim {
 }
 
 /// A Lua string literal inside a Vim expression.
-fn lua_str(s: &str) -> String {
+pub(crate) fn lua_str(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 

@@ -13,6 +13,7 @@ mod acp_nvim;
 mod acp_pi;
 mod bridge;
 mod broker_core;
+mod claudecode_nvim;
 mod cli;
 mod compat;
 mod conformance;

@@ -765,7 +765,7 @@ async fn the_official_python_sdk_adopts_the_modern_era_through_the_door() {
 }
 
 /// A real Claude Code from `var` (set by `.ci/run`), or `None` after saying it is missing.
-fn claude_from(var: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn claude_from(var: &str) -> Option<std::path::PathBuf> {
     let found = std::env::var_os(var).map(std::path::PathBuf::from);
     if found.is_none() {
         crate::common::cannot_run(&format!("Claude Code: set {var} (bash .ci/run does)"));
@@ -773,21 +773,15 @@ fn claude_from(var: &str) -> Option<std::path::PathBuf> {
     found
 }
 
-/// `pi-ide-broker mcp` for `/srv/cc`, as an MCP config's server command in `root`: the door
+/// `pi-ide-broker mcp` for `cwd`, as an MCP config's server command in `root`: the door
 /// itself, or (with `tee` logs) a wrapper that copies what the client sends into `tee.0` and
 /// what the door answers into `tee.1`.
-fn door_config(
+pub(crate) fn door_config(
     root: &std::path::Path,
+    cwd: &str,
     tee: Option<(&std::path::Path, &std::path::Path)>,
 ) -> std::path::PathBuf {
-    let args = [
-        "mcp",
-        "--cwd",
-        "/srv/cc",
-        "--no-spawn",
-        "--dialect",
-        "claude",
-    ];
+    let args = ["mcp", "--cwd", cwd, "--no-spawn", "--dialect", "claude"];
     let server = match tee {
         None => json!({"command": broker_bin(), "args": args}),
         Some((input, output)) => {
@@ -820,7 +814,7 @@ fn door_config(
 /// Claude Code headless (`-p prompt`) in a fresh HOME under `root`, with only the MCP servers
 /// of `config`, its model at `127.0.0.1:model_port`, the broker at `socket`; `tools` allowed
 /// without asking. Output is the caller's to wire.
-fn claude_command(
+pub(crate) fn claude_command(
     claude: &std::path::Path,
     root: &std::path::Path,
     prompt: &str,
@@ -863,7 +857,7 @@ async fn the_open_diff(fe: &FakeEditor, what: &str) -> String {
 }
 
 /// Claude Code's run to its end: it succeeded, and its stdout.
-async fn claude_finished(child: tokio::process::Child) -> String {
+pub(crate) async fn claude_finished(child: tokio::process::Child) -> String {
     let out =
         pi_ide_broker::testkit::within_start("Claude Code's answer", child.wait_with_output())
             .await
@@ -891,7 +885,7 @@ async fn claude_code_speaks_the_modern_era_through_the_door_with_no_fallback() {
     let (_fe, _) = b.editor(&["/srv/cc"]).await;
     let root = b.dir.path().to_path_buf();
     let (input, output) = (root.join("door-in.log"), root.join("door-out.log"));
-    let config = door_config(&root, Some((&input, &output)));
+    let config = door_config(&root, "/srv/cc", Some((&input, &output)));
     let (_hold, port) = crate::common::ports::closed_port();
     let mut cmd = claude_command(&claude, &root, "hi", &config, port, &b.socket, &[]);
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
@@ -946,7 +940,7 @@ async fn claude_code_with_a_model_reviews_a_diff_across_a_broker_restart() {
     let b = TestBroker::start().await;
     let (fe, _) = b.editor(&["/srv/cc"]).await;
     let root = b.dir.path().to_path_buf();
-    let config = door_config(&root, None);
+    let config = door_config(&root, "/srv/cc", None);
     let mut model = FakeAnthropic::start().await;
     let diff = |tab: &str| Reply::Tool {
         name: "mcp__editor__openDiff".into(),
@@ -1013,7 +1007,7 @@ async fn legacy_claude_code_keeps_the_2025_handshake_and_reviews_a_diff() {
     let (fe, _) = b.editor(&["/srv/cc"]).await;
     let root = b.dir.path().to_path_buf();
     let (input, output) = (root.join("door-in.log"), root.join("door-out.log"));
-    let config = door_config(&root, Some((&input, &output)));
+    let config = door_config(&root, "/srv/cc", Some((&input, &output)));
     let mut model = FakeAnthropic::start().await;
     model.push(Reply::Tool {
         name: "mcp__editor__openDiff".into(),
