@@ -73,6 +73,36 @@ async fn claudecode(b: &TestBroker, nvim: &Path, plugin: &Path, proj: &Path) -> 
     nv
 }
 
+/// claudecode.nvim's editor in the broker's status once its link is ready, its folder `proj`.
+async fn linked(b: &TestBroker, proj: &Path) -> Value {
+    let proj = proj.display().to_string();
+    let st = b
+        .wait_status("claudecode.nvim linked, its folder the project", |st| {
+            st["editors"].as_array().is_some_and(|e| {
+                e.iter().any(|e| {
+                    e["state"] == "ready"
+                        && e["workspace_folders"]
+                            .as_array()
+                            .is_some_and(|f| f.iter().any(|f| f == proj.as_str()))
+                })
+            })
+        })
+        .await;
+    st["editors"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["state"] == "ready").cloned())
+        .expect("the ready editor")
+}
+
+/// A fresh project folder under the broker's dir, canonical, with `file` holding `text`.
+fn project(b: &TestBroker, file: &str, text: &str) -> PathBuf {
+    let proj = b.dir.path().join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir proj");
+    let proj = std::fs::canonicalize(&proj).expect("canonical proj");
+    std::fs::write(proj.join(file), text).expect("write the file");
+    proj
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn claude_code_has_its_diffs_reviewed_in_a_real_neovim() {
     let Some((nvim, plugin)) = neovim() else {
@@ -82,24 +112,11 @@ async fn claude_code_has_its_diffs_reviewed_in_a_real_neovim() {
         return;
     };
     let b = TestBroker::start().await;
-    let proj = b.dir.path().join("proj");
-    std::fs::create_dir_all(&proj).expect("mkdir proj");
-    let proj = std::fs::canonicalize(&proj).expect("canonical proj");
+    let proj = project(&b, "a.txt", "original\n");
     let file = proj.join("a.txt");
-    std::fs::write(&file, "original\n").expect("write a.txt");
     let nv = claudecode(&b, &nvim, &plugin, &proj).await;
     let proj_str = proj.display().to_string();
-    b.wait_status("claudecode.nvim linked, its folder the project", |st| {
-        st["editors"].as_array().is_some_and(|e| {
-            e.iter().any(|e| {
-                e["state"] == "ready"
-                    && e["workspace_folders"]
-                        .as_array()
-                        .is_some_and(|f| f.iter().any(|f| f == proj_str.as_str()))
-            })
-        })
-    })
-    .await;
+    linked(&b, &proj).await;
 
     let root = b.dir.path().to_path_buf();
     let (input, output) = (root.join("door-in.log"), root.join("door-out.log"));
@@ -166,5 +183,84 @@ async fn claude_code_has_its_diffs_reviewed_in_a_real_neovim() {
         !sent.contains("\"initialize\""),
         "Claude Code fell back:\n{sent}"
     );
+    b.stop().await;
+}
+
+/// Issue 51: an agent elsewhere (a container, an SSH host) on its `[[remote]]`'s own socket, in
+/// its own paths (`/workspaces/app`), reaches the Neovim that holds the host's folder: its
+/// tools, its diagnostics, and a diff the user accepts in claudecode.nvim's diff view; it sees
+/// nothing of the host but its own session.
+#[tokio::test(flavor = "current_thread")]
+async fn a_remote_agents_diff_is_accepted_in_a_real_neovim() {
+    let Some((nvim, plugin)) = neovim() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proj = std::fs::canonicalize(dir.path())
+        .expect("canonical")
+        .join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir proj");
+    std::fs::write(proj.join("notes.txt"), "old line\n").expect("write notes.txt");
+    let host = proj.clone();
+    let b = TestBroker::start_in(dir, |c| {
+        c.remote = vec![pi_ide_broker::protocol::pathmap::RemoteConfig {
+            name: "box".into(),
+            agent: "/workspaces/app".into(),
+            host,
+        }];
+    })
+    .await;
+    let nv = claudecode(&b, &nvim, &plugin, &proj).await;
+    let e = linked(&b, &proj).await;
+    let remote = pi_ide_broker::sys::config::Config::remote_socket(&b.socket, "box");
+    let mut a = pi_ide_broker::testkit::agent::Agent::connect(
+        &remote,
+        "cwd=/workspaces/app&dialect=claude",
+    )
+    .await
+    .expect("a session on the remote's socket");
+    let att = a.attached().await;
+    assert_eq!(att["params"]["editor"], e["id"], "{att:#}");
+    let tools = a.request(json!(1), "tools/list", json!({})).await;
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        names.contains(&"openDiff") && names.contains(&"getDiagnostics"),
+        "{names:?}"
+    );
+    let diagnostics = a.call("getDiagnostics", json!({})).await;
+    assert!(diagnostics.get("result").is_some(), "{diagnostics:#}");
+    a.call_tool(
+        json!(5),
+        "openDiff",
+        json!({"old_file_path": "/workspaces/app/notes.txt", "new_file_path": "/workspaces/app/notes.txt",
+               "new_file_contents": "from the container\n", "tab_name": "remote-notes"}),
+    )
+    .await;
+    nv.until("the remote's diff open in Neovim", "pending()", |s| {
+        s.contains("remote-notes")
+    })
+    .await;
+    // Neovim is asked about the host's file: the agent's path was mapped on the way in.
+    let shown = nv
+        .call(&format!("diff_file({})", lua_str("remote-notes")))
+        .await;
+    assert_eq!(shown, proj.join("notes.txt").display().to_string());
+    let decided = nv
+        .call(&format!("decide({}, 'Accept')", lua_str("remote-notes")))
+        .await;
+    assert_eq!(decided, "ok");
+    let r = a.answer(&json!(5)).await;
+    assert_eq!(r["result"]["content"][0]["text"], "FILE_SAVED", "{r:#}");
+    assert_eq!(r["result"]["content"][1]["text"], "from the container\n");
+    // What the remote sees of the host: its own session only, with an agent's rights.
+    let st = pi_ide_broker::cli::client::get_json(&remote, "/v1/status")
+        .await
+        .expect("status");
+    assert_eq!(st["connection"]["rights"], "agent");
+    assert_eq!(st["sessions"].as_array().map(Vec::len), Some(1), "{st:#}");
+    a.close().await;
     b.stop().await;
 }
