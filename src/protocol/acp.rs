@@ -399,7 +399,7 @@ pub struct ReadTextFileRequest {
     /// The ACP session.
     pub session_id: String,
     /// The file.
-    pub path: Value,
+    pub path: String,
 }
 
 /// `$/cancel_request`'s params.

@@ -92,6 +92,64 @@ impl Notice for ReviewReady {
     const METHOD: &'static str = follow::READY;
 }
 
+/// `broker/followers`, told to the session (its extension): how many follow it, which one
+/// reviews its diffs, and whether one hands over unsaved buffers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Followers {
+    /// How many followers.
+    pub count: usize,
+    /// The reviewing follower's name, while one has its turn open.
+    pub reviewer: Option<String>,
+    /// A follower reads buffers (`broker/read` can be answered).
+    pub buffers: bool,
+}
+
+impl Notice for Followers {
+    const METHOD: &'static str = follow::FOLLOWERS;
+}
+
+/// `pi/review`'s params: the session's `openDiff`, for the follower to ask its user.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Review {
+    /// The diff.
+    #[serde(default)]
+    pub arguments: DiffArgs,
+}
+
+/// An `openDiff`'s arguments, as a follower reads them (a missing one is empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiffArgs {
+    /// The file as it is (absent: a new file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_file_path: Option<String>,
+    /// The file written.
+    #[serde(default)]
+    pub new_file_path: String,
+    /// Its text after the write.
+    #[serde(default)]
+    pub new_file_contents: String,
+    /// The session's name for the diff (pi's `pi-<tool>:<toolCallId>`).
+    #[serde(default)]
+    pub tab_name: String,
+}
+
+/// `pi/read`'s params: the file whose unsaved buffer the session wants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadBuffer {
+    /// The file.
+    pub path: String,
+}
+
+/// A request's params read as `T`, `None` when they do not fit.
+pub fn params<T: DeserializeOwned>(params: Option<&serde_json::Value>) -> Option<T> {
+    T::deserialize(params?).ok()
+}
+
+/// `value` as JSON params (these types always serialise).
+pub fn to_params<T: Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

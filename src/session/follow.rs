@@ -245,10 +245,12 @@ fn tell_session(session: &Session) {
         (list.len(), list.iter().any(|f| f.reads_buffers))
     };
     let reviewer = session.reviewer().map(|f| f.name.clone());
-    session.notify(jsonrpc::notification(
-        follow::FOLLOWERS,
-        json!({"count": count, "reviewer": reviewer, "buffers": buffers}),
-    ));
+    let told = crate::protocol::follow::Followers {
+        count,
+        reviewer,
+        buffers,
+    };
+    session.notify(told.frame());
 }
 
 /// The follower's answer to a review: back to the session as its `openDiff` result. An error
@@ -279,15 +281,13 @@ fn answer_review(session: &Session, f: &Follower, id: &Value, msg: Map<String, V
 /// A session's `openDiff` (its call id, its params) offered to the follower `f` to review.
 pub fn review(session: &Session, f: &Follower, call: Value, tab: String, params: Option<&Value>) {
     let ours = f.mint_id("review");
-    let arguments = params
-        .and_then(|p| p.get("arguments"))
-        .cloned()
-        .unwrap_or_else(|| json!({}));
+    let asked: crate::protocol::follow::Review =
+        crate::protocol::follow::params(params).unwrap_or_default();
     lock(&f.reviews).insert(ours.clone(), (call.clone(), tab.clone()));
     let sent = f.outbox.deliver(jsonrpc::request(
         &Value::String(ours.clone()),
         follow::REVIEW,
-        json!({"arguments": arguments}),
+        crate::protocol::follow::to_params(&asked),
     ));
     if !sent {
         lock(&f.reviews).remove(&ours);
@@ -378,7 +378,9 @@ pub fn read(session: &Session, call: Value, params: Option<&Value>) {
     if !f.outbox.deliver(jsonrpc::request(
         &Value::String(ours.clone()),
         follow::READ_BUFFER,
-        json!({"path": path}),
+        crate::protocol::follow::to_params(&crate::protocol::follow::ReadBuffer {
+            path: path.to_string(),
+        }),
     )) {
         lock(&f.reads).remove(&ours);
         session.outbox.deliver(jsonrpc::error(

@@ -9,7 +9,7 @@ use super::messages::{
 };
 use super::prompt::{fresh_parts, prompt_parts};
 use crate::protocol::acp::{self, method, PermissionOutcome, SessionUpdate, StopReason};
-use crate::protocol::follow::{Ended, Notice as _, PiSession};
+use crate::protocol::follow::{Ended, Notice as _, PiSession, ReadBuffer};
 use crate::protocol::jsonrpc::{self, follow, Incoming};
 use serde::Deserialize as _;
 use serde_json::{json, Map, Value};
@@ -442,11 +442,9 @@ impl Agent {
                 self.review(key, id, msg.get("params"))
             }
             Ok(Incoming::Request { id, method, msg }) if method == follow::READ_BUFFER => {
-                let path = msg
-                    .get("params")
-                    .and_then(|p| p.get("path"))
-                    .cloned()
-                    .unwrap_or(Value::Null);
+                let path = crate::protocol::follow::params::<ReadBuffer>(msg.get("params"))
+                    .map(|r| r.path)
+                    .unwrap_or_default();
                 let ours = self.mint("fsread");
                 self.reads.insert(ours.clone(), (key.to_string(), id));
                 let read = acp::ReadTextFileRequest {
@@ -547,24 +545,12 @@ impl Agent {
     /// The broker asks the client to review a diff: a `session/request_permission` whose tool
     /// call carries the diff.
     fn review(&mut self, key: &str, broker_id: Value, params: Option<&Value>) -> Vec<Out> {
-        let args = params
-            .and_then(|p| p.get("arguments"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        let arg = |k: &str| {
-            args.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        let (path, new_text, tab) = (
-            arg("new_file_path"),
-            arg("new_file_contents"),
-            arg("tab_name"),
-        );
+        let args = crate::protocol::follow::params::<crate::protocol::follow::Review>(params)
+            .unwrap_or_default()
+            .arguments;
+        let (path, new_text, tab) = (args.new_file_path, args.new_file_contents, args.tab_name);
         let old_text = args
-            .get("old_file_path")
-            .and_then(Value::as_str)
+            .old_file_path
             .and_then(|p| std::fs::read_to_string(p).ok());
         // pi's tab names are `pi-<tool>:<toolCallId>`: the permission names pi's own call.
         let tool_call_id = tab
