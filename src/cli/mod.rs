@@ -1,14 +1,16 @@
 //! The CLI process: one module per command; may use every layer, nothing below uses it.
 //!
 //! The commands, one module each (`daemon` runs the broker in this process; every other one
-//! is a client of it), the socket's HTTP client, and the stdio MCP door (`mcp`), which dials
-//! the daemon like any agent, and the ACP door (`acp`), which follows a pi session through it. May use every layer; nothing below uses it.
+//! is a client of it), the socket's HTTP client, the stdio MCP door (`mcp`), which dials the
+//! daemon like any agent, and the ACP door (`acp`), which follows a pi session through it; the
+//! two stdio doors share `lines`. May use every layer; nothing below uses it.
 
 mod acp;
 pub mod args;
 pub mod client;
 mod daemon;
 mod doctor;
+mod lines;
 mod mcp;
 mod paths;
 mod remote;

@@ -14,7 +14,7 @@ mod prompt;
 pub use agent::{Agent, Out, Purpose};
 
 use crate::cli::client::ClientError;
-use crate::cli::mcp::{CappedLines, Line};
+use crate::cli::lines::{CappedLines, Line};
 use crate::platform::local::Stream;
 use crate::protocol::follow::{PiSession, PiSessions};
 use crate::protocol::jsonrpc::{self, follow};

@@ -6,11 +6,9 @@
 //! starts the daemon when none answers.
 
 mod door;
-mod lines;
-
-pub use lines::{CappedLines, Line};
 
 use crate::cli::client::ClientError;
+use crate::cli::lines::{CappedLines, Line};
 use crate::platform::local::Stream;
 use crate::protocol::percent::encode_query;
 use crate::protocol::{handshake, jsonrpc};

@@ -1,4 +1,4 @@
-//! stdin read as lines of at most a cap, whatever arrives.
+//! stdin read as lines of at most a cap, whatever arrives (the `mcp` and `acp` doors).
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
