@@ -91,10 +91,10 @@ fn plugins(vars: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
     match (nvim, dirs) {
         (Some(n), Some(d)) => Some((PathBuf::from(n), d)),
         _ => {
-            eprintln!(
-                "acp_nvim: developer-run; set PI_IDE_BROKER_NVIM and {} (see the module doc)",
+            crate::common::skips::developer_run(&format!(
+                "acp_nvim: set PI_IDE_BROKER_NVIM and {} (see the module doc)",
                 vars.join(", ")
-            );
+            ));
             None
         }
     }

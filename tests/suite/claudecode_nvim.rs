@@ -27,8 +27,8 @@ fn neovim() -> Option<(PathBuf, PathBuf)> {
     ) {
         (Some(n), Some(p)) => Some((n.into(), p.into())),
         _ => {
-            eprintln!(
-                "claudecode_nvim: developer-run; set PI_IDE_BROKER_NVIM and PI_IDE_BROKER_CLAUDECODE_NVIM (see the module doc)"
+            crate::common::skips::developer_run(
+                "claudecode_nvim: set PI_IDE_BROKER_NVIM and PI_IDE_BROKER_CLAUDECODE_NVIM (see the module doc)",
             );
             None
         }

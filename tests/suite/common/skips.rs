@@ -15,6 +15,15 @@ pub fn cannot_run(msg: &str) {
     told::note(msg);
 }
 
+/// A developer-run test that does not run here: what it needs cannot be installed from any
+/// registry CI reaches (Neovim plugins that live only on GitHub). It says
+/// `DEVELOPER-RUN: msg` past the harness's capture, and `.ci/run`'s summary counts these
+/// apart from the skips (they never fail a run, and never pass for a run either).
+pub fn developer_run(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "DEVELOPER-RUN: {msg}");
+}
+
 /// The skips of this run, told once at exit.
 mod told {
     use std::sync::Mutex;
