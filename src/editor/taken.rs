@@ -13,13 +13,11 @@
 
 use super::parked::Parked;
 use super::{Editor, LinkHost, LinkState};
-use crate::protocol::jsonrpc;
 use crate::sys::config::{Config, SingleClient};
 use crate::sys::sync::lock;
 use crate::wire::shared_writer::Refused;
 use crate::wire::wsframe::Out;
 use futures_util::FutureExt;
-use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -289,12 +287,12 @@ pub(super) fn announce_back(editor: &Arc<Editor>, host: &dyn LinkHost) {
 }
 
 /// `broker/editor_state {editor, state, reason}` to every session attached to `editor`.
-fn announce(editor: &Arc<Editor>, host: &dyn LinkHost, state: &str, reason: Option<&str>) {
-    host.broadcast(
-        editor,
-        &jsonrpc::notification(
-            jsonrpc::broker::EDITOR_STATE,
-            json!({"editor": editor.id, "state": state, "reason": reason}),
-        ),
-    );
+fn announce(editor: &Arc<Editor>, host: &dyn LinkHost, state: &'static str, reason: Option<&str>) {
+    use crate::protocol::native::{EditorState, Notice as _};
+    let told = EditorState {
+        editor: editor.id.clone(),
+        state,
+        reason: reason.map(String::from),
+    };
+    host.broadcast(editor, &told.frame());
 }

@@ -10,6 +10,7 @@ pub mod family;
 pub(crate) mod follow;
 pub(crate) mod handshake;
 pub mod jsonrpc;
+pub(crate) mod native;
 pub mod pathmap;
 pub mod percent;
 pub(crate) mod schema;

@@ -7,7 +7,6 @@
 //! serving it: what both revisions have keeps working. Versions alone never warn.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 /// The native-door protocol revision this broker speaks. Raise it when a native client could
 /// tell the difference (a `broker/*` method or notice added, changed or gone).
@@ -27,8 +26,20 @@ pub struct ClientInfo {
 }
 
 /// The broker's side, as `broker/attached` carries it.
-pub fn broker_info() -> Value {
-    json!({"version": env!("CARGO_PKG_VERSION"), "protocol": PROTOCOL})
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BrokerInfo {
+    /// This build's version.
+    pub version: &'static str,
+    /// [`PROTOCOL`].
+    pub protocol: u32,
+}
+
+/// This broker's [`BrokerInfo`].
+pub fn broker_info() -> BrokerInfo {
+    BrokerInfo {
+        version: env!("CARGO_PKG_VERSION"),
+        protocol: PROTOCOL,
+    }
 }
 
 /// The command that updates the daemon: reinstall, then `setup` restarts the service.

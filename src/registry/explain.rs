@@ -1,4 +1,5 @@
-//! `GET /v1/route`'s document: why a session in a cwd would go where it goes.
+//! `GET /v1/route`'s document: why a session in a cwd would go where it goes; and
+//! `broker/editors`' answer, the editors a session may choose among.
 //!
 //! Typed at both ends: the registry builds a [`RouteExplanation`], the daemon serialises it and
 //! `doctor` reads it back. The field names are a contract (`doctor --json` prints them): add,
@@ -60,7 +61,66 @@ pub enum RouteDecision {
     Ambiguous(Vec<String>),
 }
 
+/// `broker/editors`' answer: the session's editor, and the candidates for its cwd, best first.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Editors {
+    /// The editor the session is attached to.
+    pub attached: Option<String>,
+    /// Every editor whose folders hold the cwd, usable or not.
+    pub editors: Vec<EditorChoice>,
+}
+
+/// One editor a session may choose (`broker/attach`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EditorChoice {
+    /// Its id.
+    pub id: String,
+    /// `ideName` from its lockfile.
+    pub ide_name: String,
+    /// Its family.
+    pub family: crate::protocol::family::Family,
+    /// Its workspace folders as written.
+    pub workspace_folders: Vec<String>,
+    /// The folder that holds the cwd.
+    pub matched_folder: PathBuf,
+    /// Its link state.
+    pub state: LinkState,
+    /// Who holds it, while it is taken (`null` otherwise).
+    pub reason: Option<String>,
+}
+
 impl Registry {
+    /// `broker/editors`: the candidates for a session's cwd, best first.
+    pub fn editors_for(&self, s: &super::session::Session) -> Editors {
+        let mut all = self.views();
+        for v in &mut all {
+            v.usable = true;
+        }
+        let editors = router::candidates(&s.cwd, &all, &self.home)
+            .iter()
+            .filter_map(|c| {
+                let e = self.editors.get(&c.id)?;
+                let l = e.lockfile();
+                let state = e.state();
+                Some(EditorChoice {
+                    id: e.id.clone(),
+                    ide_name: l.ide_name.clone(),
+                    family: e.family,
+                    workspace_folders: l.workspace_folders.clone(),
+                    matched_folder: c.matched.folder.clone(),
+                    state,
+                    reason: (state == LinkState::Taken)
+                        .then(|| e.link_info().reason)
+                        .flatten(),
+                })
+            })
+            .collect();
+        Editors {
+            attached: s.editor_id().as_deref().map(String::from),
+            editors,
+        }
+    }
+
     /// Why a session in `cwd` (with sticky `key`) would go where it goes: every editor whose
     /// folders contain the cwd, ranked, with the reason for its rank, and the decision (for
     /// `doctor` and `GET /v1/route`). Changes nothing.

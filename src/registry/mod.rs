@@ -24,7 +24,7 @@ use crate::sys::sync::lock;
 use dashmap::DashMap;
 use identity::ProcessFacts;
 use router::{Decision, EditorView};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -393,35 +393,6 @@ impl Registry {
             }
             Decision::Editor(id) => format!("editor {id} is not attached yet; retry"),
         }
-    }
-
-    /// `broker/editors`: the candidates for a session's cwd, best first.
-    pub fn editors_for(&self, s: &Session) -> Value {
-        let views = self.views();
-        let mut all = views.clone();
-        for v in &mut all {
-            v.usable = true;
-        }
-        let cands = router::candidates(&s.cwd, &all, &self.home);
-        let editors: Vec<Value> = cands
-            .iter()
-            .filter_map(|c| {
-                let e = self.editors.get(&c.id)?;
-                let l = e.lockfile();
-                Some(json!({
-                    "id": e.id,
-                    "ide_name": l.ide_name,
-                    "family": e.family,
-                    "workspace_folders": l.workspace_folders,
-                    "matched_folder": c.matched.folder,
-                    "state": e.state(),
-                    "reason": (e.state() == crate::editor::LinkState::Taken)
-                        .then(|| e.link_info().reason)
-                        .flatten(),
-                }))
-            })
-            .collect();
-        json!({"attached": s.editor_id().as_deref(), "editors": editors})
     }
 
     /// Cleans up after a session: its pending diffs are closed in the editor (only its own),

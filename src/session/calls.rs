@@ -328,7 +328,10 @@ pub(super) fn on_request(
             ));
         }
         "ping" => reply(jsonrpc::result(&id, json!({}))),
-        jsonrpc::broker::EDITORS => reply(jsonrpc::result(&id, reg.editors_for(s))),
+        jsonrpc::broker::EDITORS => reply(jsonrpc::result(
+            &id,
+            serde_json::to_value(reg.editors_for(s)).unwrap_or(Value::Null),
+        )),
         jsonrpc::broker::ATTACH => {
             let Some(want) = param("editor").and_then(Value::as_str) else {
                 return reply(jsonrpc::error(

@@ -6,6 +6,7 @@
 //! registry). Uses `registry`, `editor` and everything below them.
 
 use crate::protocol::jsonrpc::{self};
+use crate::protocol::native::{self, Notice as _};
 use crate::registry::Registry;
 use crate::sys::sync::lock;
 use crate::wire::outbox::SessionSink;
@@ -154,10 +155,11 @@ fn skew_notice(intro: &Intro, id: u64) -> Option<String> {
         .as_ref()
         .and_then(crate::protocol::version::skew_notice)?;
     tracing::info!(session = id, notice = %note, "protocol revisions differ");
-    Some(jsonrpc::notification(
-        jsonrpc::broker::NOTICE,
-        json!({"level": "warning", "message": note}),
-    ))
+    let notice = native::UserNotice {
+        level: "warning",
+        message: note,
+    };
+    Some(notice.frame())
 }
 
 /// One frame from the client (or the end of its stream, or a framing error); the reason the
@@ -216,7 +218,7 @@ fn on_control(
     let notes = match c {
         Control::Attached(e) => {
             let mut feed = subscribe(reg, &e);
-            let notice = jsonrpc::notification(jsonrpc::broker::ATTACHED, attached_params(reg, &e));
+            let notice = attached_notice(reg, &e).frame();
             // The editor's selection goes out right behind the notice, in the same delivery:
             // a client that acts on `broker/attached` finds the replay ahead of every answer
             // it asks for (the pi extension reads the selection once its next call returns).
@@ -231,19 +233,18 @@ fn on_control(
                 .editor(&e)
                 .filter(|ed| ed.state() == crate::editor::LinkState::Taken)
                 .map(|ed| {
-                    jsonrpc::notification(
-                        jsonrpc::broker::EDITOR_STATE,
-                        json!({"editor": e, "state": "taken", "reason": ed.link_info().reason}),
-                    )
+                    native::EditorState {
+                        editor: e.to_string(),
+                        state: "taken",
+                        reason: ed.link_info().reason,
+                    }
+                    .frame()
                 });
             std::iter::once(notice).chain(taken).chain(replay).collect()
         }
         Control::Detached(r) => {
             selection.follow(None);
-            vec![jsonrpc::notification(
-                jsonrpc::broker::DETACHED,
-                json!({"reason": r}),
-            )]
+            vec![native::Detached { reason: r }.frame()]
         }
         Control::Rebind => {
             selection.follow(session.editor_id().and_then(|e| subscribe(reg, &e[..])));
@@ -281,10 +282,9 @@ async fn close(
     tracing::debug!(session = id, reason, "session loop ended; flushing");
     while let Ok(c) = ctl_rx.try_recv() {
         if let Control::Detached(r) = c {
-            session.outbox.deliver(jsonrpc::notification(
-                jsonrpc::broker::DETACHED,
-                json!({"reason": r}),
-            ));
+            session
+                .outbox
+                .deliver(native::Detached { reason: r }.frame());
         }
     }
     session.outbox.finish(Duration::from_secs(1)).await;
@@ -293,14 +293,16 @@ async fn close(
     tracing::info!(session = id, reason, "session closed");
 }
 
-/// `broker/attached` params: the editor id, and its name and folders as its lockfile says.
-fn attached_params(reg: &Registry, editor: &str) -> Value {
-    match reg.editor(editor) {
-        Some(e) => {
-            let l = e.lockfile();
-            json!({"editor": editor, "ide_name": l.ide_name, "workspace_folders": l.workspace_folders, "family": e.family, "broker": crate::protocol::version::broker_info()})
-        }
-        None => json!({"editor": editor, "broker": crate::protocol::version::broker_info()}),
+/// `broker/attached`: the editor id, and its name and folders as its lockfile says.
+fn attached_notice(reg: &Registry, editor: &str) -> native::Attached {
+    let e = reg.editor(editor);
+    let l = e.as_ref().map(|e| e.lockfile());
+    native::Attached {
+        editor: editor.to_string(),
+        ide_name: l.as_ref().map(|l| l.ide_name.clone()),
+        workspace_folders: l.map(|l| l.workspace_folders),
+        family: e.as_ref().map(|e| e.family),
+        broker: crate::protocol::version::broker_info(),
     }
 }
 
