@@ -24,12 +24,43 @@ use std::time::Duration;
 
 /// A headless Neovim listening on a socket, and the way to call the driver in it.
 pub(crate) struct Nvim {
-    pub(crate) bin: PathBuf,
-    pub(crate) server: PathBuf,
-    pub(crate) _child: tokio::process::Child,
+    bin: PathBuf,
+    server: PathBuf,
+    _child: tokio::process::Child,
 }
 
 impl Nvim {
+    /// A headless Neovim listening on `server`: `rtp` on its runtime path, each of `scripts`
+    /// run with `luafile`, in `cwd`, with `env`; once its socket is there.
+    pub(crate) async fn start(
+        nvim: &Path,
+        server: &Path,
+        rtp: &[PathBuf],
+        scripts: &[PathBuf],
+        cwd: &Path,
+        env: &[(&str, PathBuf)],
+    ) -> Nvim {
+        let mut cmd = tokio::process::Command::new(nvim);
+        cmd.args(["--headless", "--clean", "--listen"]).arg(server);
+        for d in rtp {
+            cmd.arg("--cmd").arg(format!("set rtp+={}", d.display()));
+        }
+        for s in scripts {
+            cmd.arg("-c").arg(format!("luafile {}", s.display()));
+        }
+        cmd.current_dir(cwd).kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start nvim");
+        pi_ide_broker::testkit::eventually("nvim's socket", || server.exists().then_some(())).await;
+        Nvim {
+            bin: nvim.to_path_buf(),
+            server: server.to_path_buf(),
+            _child: child,
+        }
+    }
+
     /// `v:lua.T.<call>` evaluated in the Neovim (one `--remote-expr` client run, bounded).
     pub(crate) async fn call(&self, call: &str) -> String {
         let out = pi_ide_broker::testkit::within(
@@ -219,29 +250,22 @@ async fn scenario(nvim: &Path, rtp: &[PathBuf], client: Client) {
     let server = b.dir.path().join("nvim.sock");
     let cache = b.dir.path().join("nvim-cache");
     std::fs::create_dir_all(cache.join("nvim")).expect("mkdir nvim cache");
-    let child = tokio::process::Command::new(nvim)
-        .args(["--headless", "--clean", "--listen"])
-        .arg(&server)
-        .args(
-            rtp.iter()
-                .flat_map(|d| ["--cmd".to_string(), format!("set rtp+={}", d.display())]),
-        )
-        .arg("-c")
-        .arg(format!("luafile {}", fixture(driver).display()))
-        .current_dir(&proj)
-        .env("HOME", b.dir.path().join("home"))
-        .env("XDG_STATE_HOME", b.dir.path().join("nvim-state"))
-        // agentic.nvim logs to $XDG_CACHE_HOME/nvim and loses every message when it is missing.
-        .env("XDG_CACHE_HOME", &cache)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start nvim");
-    let nv = Nvim {
-        bin: nvim.to_path_buf(),
-        server: server.clone(),
-        _child: child,
-    };
-    pi_ide_broker::testkit::eventually("nvim's socket", || server.exists().then_some(())).await;
+    let nv = Nvim::start(
+        nvim,
+        &server,
+        rtp,
+        // The driver, then what both drivers share (it adds to the driver's `T`).
+        &[fixture(driver), fixture("common.lua")],
+        &proj,
+        &[
+            ("HOME", b.dir.path().join("home")),
+            ("XDG_STATE_HOME", b.dir.path().join("nvim-state")),
+            // agentic.nvim logs to $XDG_CACHE_HOME/nvim and loses every message when it is
+            // missing.
+            ("XDG_CACHE_HOME", cache),
+        ],
+    )
+    .await;
     let started = nv
         .until(
             "the driver loaded",

@@ -41,33 +41,22 @@ async fn claudecode(b: &TestBroker, nvim: &Path, plugin: &Path, proj: &Path) -> 
     let config_dir = b.dir.path().join("nvim-claude-config");
     std::fs::create_dir_all(&config_dir).expect("mkdir");
     std::os::unix::fs::symlink(&b.claude_dir, config_dir.join("ide")).expect("link the lock dir");
-    let server = b.dir.path().join("nvim.sock");
-    let child = tokio::process::Command::new(nvim)
-        .args(["--headless", "--clean", "--listen"])
-        .arg(&server)
-        .arg("--cmd")
-        .arg(format!("set rtp+={}", plugin.display()))
-        .arg("-c")
-        .arg(format!(
-            "luafile {}",
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/claudecode_nvim/driver.lua")
-                .display()
-        ))
-        .current_dir(proj)
-        .env("HOME", b.dir.path().join("nvim-home"))
-        .env("CLAUDE_CONFIG_DIR", &config_dir)
-        .env("XDG_STATE_HOME", b.dir.path().join("nvim-state"))
-        .env("XDG_CACHE_HOME", b.dir.path().join("nvim-cache"))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start nvim");
-    let nv = Nvim {
-        bin: nvim.to_path_buf(),
-        server: server.clone(),
-        _child: child,
-    };
-    pi_ide_broker::testkit::eventually("nvim's socket", || server.exists().then_some(())).await;
+    let driver =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claudecode_nvim/driver.lua");
+    let nv = Nvim::start(
+        nvim,
+        &b.dir.path().join("nvim.sock"),
+        &[plugin.to_path_buf()],
+        &[driver],
+        proj,
+        &[
+            ("HOME", b.dir.path().join("nvim-home")),
+            ("CLAUDE_CONFIG_DIR", config_dir),
+            ("XDG_STATE_HOME", b.dir.path().join("nvim-state")),
+            ("XDG_CACHE_HOME", b.dir.path().join("nvim-cache")),
+        ],
+    )
+    .await;
     nv.until("claudecode.nvim started", "start()", |s| s == "ok")
         .await;
     nv
@@ -157,14 +146,7 @@ async fn claude_code_has_its_diffs_reviewed_in_a_real_neovim() {
     }
     let stdout = claude_finished(child).await;
     assert!(stdout.contains("the edit is in"), "{stdout}");
-    let results: Vec<String> = model
-        .received()
-        .iter()
-        .flat_map(|body| body["messages"].as_array().cloned().unwrap_or_default())
-        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-        .filter(|c| c["type"] == "tool_result")
-        .map(|c| c["content"].to_string())
-        .collect();
+    let results = model.tool_results();
     assert!(
         results.first().is_some_and(|r| r.contains("DIFF_REJECTED")),
         "the denied diff: {results:?}"

@@ -973,14 +973,7 @@ async fn claude_code_with_a_model_reviews_a_diff_across_a_broker_restart() {
     assert!(fe.accept_diff(&second, "accepted by the user\n"));
     let stdout = claude_finished(child).await;
     assert!(stdout.contains("the edit is in"), "{stdout}");
-    let asked = model.received();
-    let results: Vec<String> = asked
-        .iter()
-        .flat_map(|body| body["messages"].as_array().cloned().unwrap_or_default())
-        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-        .filter(|c| c["type"] == "tool_result")
-        .map(|c| c["content"].to_string())
-        .collect();
+    let results = model.tool_results();
     assert!(
         results.iter().any(|r| r.contains("accepted by the user")),
         "the model never got the accepted text: {results:?}"

@@ -41,6 +41,18 @@ impl FakeAnthropic {
             .map(|s| s.body)
             .collect()
     }
+
+    /// The `tool_result` contents (as JSON text) of every message request received so far and
+    /// not yet taken, in order: what the model was told of each tool call.
+    pub fn tool_results(&mut self) -> Vec<String> {
+        self.received()
+            .iter()
+            .flat_map(|body| body["messages"].as_array().cloned().unwrap_or_default())
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["type"] == "tool_result")
+            .map(|c| c["content"].to_string())
+            .collect()
+    }
 }
 
 /// The Messages dialect: a request offering no tools (a title, a summary) gets text, and a
