@@ -81,6 +81,10 @@ pub async fn serve(
     if let crate::platform::peer::Place::Unreadable(why) = crate::platform::peer::own_place() {
         tracing::warn!("cannot read the broker's own namespaces ({why}): a container on the main socket cannot be told from a local process; give containers a [[remote]]'s socket");
     }
+    // A flood must meet the agents' connection budgets (`registry::limits`), not EMFILE.
+    if let Some(fds) = crate::platform::rlimit::raise_open_files() {
+        tracing::debug!(open_files = fds, "open-files limit");
+    }
     let state = StateStore::load(&config.state_dir());
     let state_file = state.path().to_path_buf();
     let reg = Registry::new(

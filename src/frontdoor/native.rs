@@ -37,15 +37,23 @@ pub async fn serve(listener: Listener, reg: Arc<Registry>, socket: Socket, seen:
                     }
                 };
                 seen.note(&peer);
+                let budget = match peer.realm() {
+                    None => None,
+                    Some(realm) => match reg.limits.agent_connection(&realm) {
+                        Ok(slot) => Some(slot),
+                        Err(why) => {
+                            reg.tracker.spawn(refuse_busy(stream, why));
+                            continue;
+                        }
+                    },
+                };
                 let permit = reg.limits.handshake("native").await;
                 let reg2 = reg.clone();
-                reg.tracker.spawn(connection(
-                    stream,
-                    reg2,
-                    permit,
-                    Arc::new(peer),
-                    seen.clone(),
-                ));
+                let seen2 = seen.clone();
+                reg.tracker.spawn(async move {
+                    connection(stream, reg2, permit, Arc::new(peer), seen2).await;
+                    drop(budget);
+                });
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -55,6 +63,25 @@ pub async fn serve(listener: Listener, reg: Arc<Registry>, socket: Socket, seen:
         }
     }
 }
+
+/// An agent over its connection budget: one HTTP 503 that says why, then the connection is
+/// closed (its descriptor back at once; the answer is bounded by [`REFUSAL_WRITE`]).
+async fn refuse_busy(mut stream: Stream, why: String) {
+    use tokio::io::AsyncWriteExt;
+    let body = serde_json::json!({ "error": why }).to_string();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_WRITE, async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+/// How long a refusal may take to write before the connection is dropped unanswered.
+const REFUSAL_WRITE: Duration = Duration::from_millis(200);
 
 /// The peer's rights on `socket`, or why it may not connect.
 fn admit(stream: &Stream, reg: &Registry, socket: &Socket) -> Result<Peer, super::Error> {

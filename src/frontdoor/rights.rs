@@ -121,8 +121,8 @@ pub fn decide(
 
 /// A peer of our uid on the main socket: local unless it is a forwarder or lives elsewhere.
 fn local_or_not(facts: &PeerFacts, own: &Place) -> Origin {
-    if let Some(p) = facts.program.as_deref().filter(|p| is_forwarder(p)) {
-        return Origin::Forwarded(p.to_string());
+    if let Some(p) = forwarder(facts) {
+        return Origin::Forwarded(p);
     }
     match (own, &facts.place) {
         (Place::Read(ours), Place::Read(theirs)) if ours.mnt != theirs.mnt => {
@@ -138,10 +138,24 @@ fn local_or_not(facts: &PeerFacts, own: &Place) -> Origin {
     }
 }
 
-/// OpenSSH's client (`ssh -R` hands a remote host's connections to a local socket) and its
-/// server's processes (`sshd`, `sshd-session`: a forward from another host).
-fn is_forwarder(program: &str) -> bool {
-    program == "ssh" || program.starts_with("sshd")
+/// The forwarder `facts` shows, named as it runs: OpenSSH's client (`ssh -R` hands a remote
+/// host's connections to a local socket) or its server's processes (`sshd`, `sshd-session`:
+/// a forward from another host). Told by what it is, not what it is called: the executable
+/// is one of OpenSSH's files (`slogin`, a link to `ssh`, or any other name for it), or its
+/// executable's or process's name is OpenSSH's.
+fn forwarder(facts: &PeerFacts) -> Option<String> {
+    let exe_name = facts
+        .exe
+        .as_deref()
+        .and_then(|e| e.rsplit('/').next())
+        .map(|n| n.trim_end_matches(" (deleted)"));
+    let named = |n: &str| n == "ssh" || n.starts_with("sshd");
+    if facts.runs_ssh || exe_name.is_some_and(named) || facts.program.as_deref().is_some_and(named)
+    {
+        let shown = facts.program.as_deref().or(exe_name).unwrap_or("ssh");
+        return Some(shown.to_string());
+    }
+    None
 }
 
 impl Peer {
@@ -298,6 +312,8 @@ mod tests {
             uid,
             pid: Some(42),
             program: Some(program.into()),
+            exe: Some(format!("/usr/bin/{program}")),
+            runs_ssh: false,
             place,
         }
     }
@@ -345,6 +361,24 @@ mod tests {
         assert_eq!(
             origin(&main, &facts(1000, "sshfs", home.clone()), NONE),
             Ok(Origin::Local)
+        );
+        // By what it is, whatever it is called: `slogin` runs OpenSSH's client file, and a
+        // renamed process still runs `ssh`'s executable.
+        let slogin = PeerFacts {
+            runs_ssh: true,
+            ..facts(1000, "slogin", home.clone())
+        };
+        assert_eq!(
+            origin(&main, &slogin, NONE),
+            Ok(Origin::Forwarded("slogin".into()))
+        );
+        let renamed = PeerFacts {
+            exe: Some("/usr/bin/ssh".into()),
+            ..facts(1000, "node", home.clone())
+        };
+        assert_eq!(
+            origin(&main, &renamed, NONE),
+            Ok(Origin::Forwarded("node".into()))
         );
         // Namespaces we cannot read: not known to be local.
         let f = facts(1000, "node", Place::Unreadable("denied".into()));

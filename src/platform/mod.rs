@@ -10,6 +10,7 @@
 //!   process sends them (signals on Unix, named events on Windows).
 //! - [`notify`]: telling the service manager (systemd) how the daemon is doing.
 //! - [`user`]: who we are, and whether a file is ours and private.
+//! - [`rlimit`]: the daemon's open-files limit, raised at start.
 //!
 //! Each module keeps its OS-specific code in `cfg`'d items of its own; the layers above never
 //! name `rustix`, `libc`, `std::os::unix` or `windows-sys`. Bottom layer: uses nothing else of
@@ -25,6 +26,7 @@ pub(crate) mod notify;
 pub(crate) mod peer;
 pub(crate) mod ports;
 pub mod process;
+pub(crate) mod rlimit;
 pub(crate) mod tcp;
 pub(crate) mod user;
 

@@ -16,6 +16,11 @@
 //! connection costs one fd: the place holds no duplicate of its socket.
 //! Evictions and refusals are logged at most once per 10 s, with their count, so a flood
 //! cannot flood the log either.
+//!
+//! Agents (connections with a realm: `frontdoor::rights`) hold their connections within a
+//! budget: [`AgentBudget`], per realm and for all realms together, sized from the daemon's
+//! open-files limit, so that no realm, nor many of them, can take the descriptors the owner's
+//! connections and the editor links need. The owner is never counted.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -39,6 +44,8 @@ pub struct Limits {
     compat: Arc<Pending>,
     /// Live sessions (any door).
     sessions: Arc<Semaphore>,
+    /// Agents' live connections, per realm and in all.
+    agents: Arc<AgentBudget>,
     /// Refusals and evictions not yet logged.
     refused: AtomicU64,
     /// When a refusal was last logged.
@@ -143,6 +150,9 @@ impl Limits {
             native: pending(),
             compat: pending(),
             sessions: Arc::new(Semaphore::new(max_sessions.max(1))),
+            agents: Arc::new(AgentBudget::for_open_files(
+                crate::platform::rlimit::open_files(),
+            )),
             refused: AtomicU64::new(0),
             last_log: Mutex::new(None),
         }
@@ -213,6 +223,22 @@ impl Limits {
         None
     }
 
+    /// A place for a connection of the agent realm `realm` (held for the connection's life),
+    /// or the refusal that says which budget is spent.
+    pub fn agent_connection(&self, realm: &str) -> Result<AgentSlot, String> {
+        self.agents.take(realm).inspect_err(|_| {
+            self.note_refusal(
+                "native",
+                "agent connections; refusing the realm's new ones (its budget is spent)",
+            )
+        })
+    }
+
+    /// The agents' budget (for status and tests).
+    pub fn agent_budget(&self) -> &AgentBudget {
+        &self.agents
+    }
+
     fn note_refusal(&self, door: &str, what: &str) {
         let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
         let mut last = crate::sys::sync::lock(&self.last_log);
@@ -225,6 +251,96 @@ impl Limits {
                 "too many {what} (max_handshakes / max_sessions)"
             );
         }
+    }
+}
+
+/// The connections agents may hold: at most `per_realm` of one realm, `total` of all realms.
+pub struct AgentBudget {
+    /// At most this many connections of one realm.
+    pub per_realm: usize,
+    /// At most this many of all agent realms together (many containers, each a realm of its
+    /// own, are still one flood).
+    pub total: usize,
+    /// Live connections by realm, and their sum.
+    held: Mutex<(std::collections::HashMap<String, usize>, usize)>,
+}
+
+/// One agent connection's place in the [`AgentBudget`], given back when dropped.
+pub struct AgentSlot {
+    /// The budget it came from.
+    budget: Arc<AgentBudget>,
+    /// Its realm.
+    realm: String,
+}
+
+impl AgentBudget {
+    /// The most connections of one realm, however many descriptors there are: far more than
+    /// any container's sessions need.
+    pub const PER_REALM_MAX: usize = 256;
+
+    /// A budget for a daemon that may hold `open_files` descriptors: agents together at most
+    /// half of them (the owner, the editor links, the state and the lock dirs keep the rest),
+    /// one realm at most a quarter, and [`Self::PER_REALM_MAX`].
+    pub fn for_open_files(open_files: Option<u64>) -> AgentBudget {
+        let fds = usize::try_from(open_files.unwrap_or(1024)).unwrap_or(usize::MAX);
+        let total = (fds / 2).max(16);
+        AgentBudget::new((fds / 4).clamp(8, Self::PER_REALM_MAX), total)
+    }
+
+    /// A budget of `per_realm` connections per realm and `total` in all.
+    pub fn new(per_realm: usize, total: usize) -> AgentBudget {
+        AgentBudget {
+            per_realm,
+            total,
+            held: Mutex::new((Default::default(), 0)),
+        }
+    }
+
+    fn take(self: &Arc<Self>, realm: &str) -> Result<AgentSlot, String> {
+        let mut held = crate::sys::sync::lock(&self.held);
+        let (by_realm, all) = &mut *held;
+        let mine = by_realm.get(realm).copied().unwrap_or(0);
+        if mine >= self.per_realm {
+            return Err(format!(
+                "too many connections from {realm} ({mine}, at most {} per agent realm); close some of its sessions or event streams",
+                self.per_realm
+            ));
+        }
+        if *all >= self.total {
+            return Err(format!(
+                "too many agent connections ({all}, at most {} from containers, remotes and other uids together); close some",
+                self.total
+            ));
+        }
+        *by_realm.entry(realm.to_string()).or_insert(0) += 1;
+        *all += 1;
+        Ok(AgentSlot {
+            budget: self.clone(),
+            realm: realm.to_string(),
+        })
+    }
+
+    /// Connections `realm` holds now.
+    pub fn held_by(&self, realm: &str) -> usize {
+        crate::sys::sync::lock(&self.held)
+            .0
+            .get(realm)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for AgentSlot {
+    fn drop(&mut self) {
+        let mut held = crate::sys::sync::lock(&self.budget.held);
+        let (by_realm, all) = &mut *held;
+        if let Some(n) = by_realm.get_mut(&self.realm) {
+            *n -= 1;
+            if *n == 0 {
+                by_realm.remove(&self.realm);
+            }
+        }
+        *all = all.saturating_sub(1);
     }
 }
 
@@ -305,6 +421,40 @@ impl Readable for crate::platform::local::Stream {
 
 #[cfg(test)]
 mod tests {
+
+    /// One realm is held to its share and all realms to the total; a slot given back makes
+    /// room again; realms do not share a count.
+    #[test]
+    fn an_agent_realm_is_held_to_its_budget_and_all_realms_to_the_total() {
+        let b = Arc::new(AgentBudget::new(2, 3));
+        let a1 = b.take("container:a").expect("first");
+        let _a2 = b.take("container:a").expect("second");
+        let e = b
+            .take("container:a")
+            .err()
+            .expect("third of a realm refused");
+        assert!(e.contains("container:a") && e.contains("at most 2"), "{e}");
+        let _b1 = b
+            .take("remote:box")
+            .expect("another realm has its own share");
+        let e = b.take("uid:7").err().expect("the total is spent");
+        assert!(e.contains("at most 3"), "{e}");
+        drop(a1);
+        assert_eq!(b.held_by("container:a"), 1);
+        let _again = b.take("uid:7").expect("a slot given back makes room");
+        assert_eq!(b.held_by("uid:7"), 1);
+    }
+
+    /// Sized from the open-files limit: agents keep at least half of the descriptors free.
+    #[test]
+    fn the_agent_budget_leaves_the_owner_half_the_descriptors() {
+        let b = AgentBudget::for_open_files(Some(1024));
+        assert_eq!((b.per_realm, b.total), (256, 512));
+        let b = AgentBudget::for_open_files(Some(64));
+        assert_eq!((b.per_realm, b.total), (16, 32));
+        let b = AgentBudget::for_open_files(Some(1 << 20));
+        assert_eq!(b.per_realm, AgentBudget::PER_REALM_MAX);
+    }
     use super::*;
 
     #[test]

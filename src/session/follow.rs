@@ -35,20 +35,24 @@ pub fn followable(s: &Session) -> bool {
             .is_some_and(|p| p >= FOLLOW_PROTOCOL)
 }
 
-/// The followable sessions working in `cwd` (the same folder or one inside it), the most
-/// recently active first: what `GET /v1/pi-sessions?cwd=` lists and `acp` picks from.
+/// The owner's followable sessions working in `cwd` (the same folder or one inside it), the
+/// most recently active first: what `GET /v1/pi-sessions?cwd=` lists and `acp` picks from.
+/// An agent's session (one with a realm: a container's, a remote's) is never a candidate,
+/// however recently active: the owner's editor would follow it unasked. It can still be
+/// followed by its key, named explicitly ([`by_key`]).
 pub fn candidates(reg: &Registry, cwd: &Path) -> Vec<Arc<Session>> {
     let cwd = crate::registry::router::normalize(cwd);
     let mut found: Vec<Arc<Session>> = reg
         .sessions()
         .into_iter()
-        .filter(|s| followable(s) && s.cwd.starts_with(&cwd))
+        .filter(|s| followable(s) && s.realm.is_none() && s.cwd.starts_with(&cwd))
         .collect();
     found.sort_by_key(|s| std::cmp::Reverse((s.last_active.load(Ordering::Relaxed), s.since)));
     found
 }
 
-/// The followable session whose sticky key is `key`.
+/// The followable session whose sticky key is `key`: an agent's keys carry its realm
+/// (`remote:box/<key>`), so only a key that names the realm reaches an agent's session.
 pub fn by_key(reg: &Registry, key: &str) -> Option<Arc<Session>> {
     reg.sessions()
         .into_iter()
@@ -357,6 +361,16 @@ pub fn read(session: &Session, call: Value, params: Option<&Value>) {
         ));
         return;
     };
+    if let Some(realm) = &session.realm {
+        // The follower's editor reads the owner's files: never for another realm's agent.
+        tracing::info!(session = session.id, realm = %realm, "refused broker/read from an agent's session");
+        session.outbox.deliver(jsonrpc::error(
+            &call,
+            jsonrpc::NO_EDITOR,
+            &format!("broker/read is for the owner's own sessions; this session is an agent's ({realm}), and a following editor never reads files for it"),
+        ));
+        return;
+    }
     let reviewer = session.reviewer().filter(|f| f.reads_buffers);
     let reader = reviewer.or_else(|| {
         lock(&session.followers)

@@ -150,6 +150,11 @@ struct Harness {
 
 impl Harness {
     fn new() -> Harness {
+        Harness::in_realm(None)
+    }
+
+    /// A harness whose session is an agent's of `realm` (`None`: the owner's).
+    fn in_realm(realm: Option<&str>) -> Harness {
         let tracker = tokio_util::task::TaskTracker::new();
         let (outbox, session_peer) = piped(1, &tracker);
         let intro = Intro {
@@ -162,7 +167,7 @@ impl Harness {
             inherit: None,
             dialect: crate::protocol::family::Family::Pi,
             client: None,
-            realm: None,
+            realm: realm.map(String::from),
         };
         let (control, _) = tokio::sync::mpsc::unbounded_channel();
         let session = Session::new(1, &intro, outbox, control, 1, None);
@@ -352,6 +357,20 @@ fn listed(
     door: Door,
     stamp: u64,
 ) -> Arc<Session> {
+    listed_in(id, cwd, key, protocol, door, stamp, None)
+}
+
+/// [`listed`], for a session of the agent realm `realm` (its key then carries the realm, as
+/// `frontdoor::native` makes it).
+fn listed_in(
+    id: u64,
+    cwd: &str,
+    key: &str,
+    protocol: Option<u32>,
+    door: Door,
+    stamp: u64,
+    realm: Option<&str>,
+) -> Arc<Session> {
     let tracker = tokio_util::task::TaskTracker::new();
     let (outbox, _) = piped(id, &tracker);
     let intro = Intro {
@@ -368,7 +387,7 @@ fn listed(
             version: None,
             protocol,
         }),
-        realm: None,
+        realm: realm.map(String::from),
     };
     let (control, _) = tokio::sync::mpsc::unbounded_channel();
     Arc::new(Session::new(id, &intro, outbox, control, stamp, None))
@@ -409,9 +428,22 @@ async fn the_followable_sessions_of_a_folder_are_listed_latest_first() {
         Door::Native,
         13,
     );
-    for s in [&old, &new, &v1, &unknown, &stdio, &elsewhere] {
+    // An agent's session, the most recently active of all: never listed (the owner's editor
+    // would follow it unasked), found only by the key that names its realm.
+    let agent = listed_in(
+        7,
+        "/p",
+        "remote:box/evil",
+        Some(FOLLOW_PROTOCOL),
+        Door::Native,
+        99,
+        Some("remote:box"),
+    );
+    for s in [&old, &new, &v1, &unknown, &stdio, &elsewhere, &agent] {
         reg.add_session(s.clone());
     }
+    assert_eq!(by_key(&reg, "remote:box/evil").map(|s| s.id), Some(7));
+    assert!(by_key(&reg, "evil").is_none());
     assert!(followable(&old) && followable(&new));
     assert!(!followable(&v1) && !followable(&unknown) && !followable(&stdio));
     let keys = |found: Vec<Arc<Session>>| -> Vec<String> {
@@ -616,4 +648,42 @@ async fn only_the_session_whose_diff_it_is_can_take_it_back() {
         "the review is still the follower's"
     );
     assert!(withdraw(&h.session, &json!(5)));
+}
+
+/// A following editor reads the owner's files for the owner's sessions only: an agent's
+/// session (a container's, a remote's) asking `broker/read` is refused, and the follower is
+/// never asked.
+#[tokio::test]
+async fn an_agents_session_never_gets_a_followers_buffer_read() {
+    let mut h = Harness::in_realm(Some("remote:box"));
+    let tracker = tokio_util::task::TaskTracker::new();
+    let (outbox, mut reader_peer) = piped(20, &tracker);
+    let reader = Arc::new(Follower::new(20, "Zed".into(), outbox, true));
+    join(&h.session, reader.clone());
+    read(
+        &h.session,
+        json!(51),
+        Some(&json!({"path": "/home/u/.ssh/id_ed25519"})),
+    );
+    let refused = h.session_peer.answer(51).await;
+    assert_eq!(refused["error"]["code"], jsonrpc::NO_EDITOR, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("remote:box")),
+        "{refused}"
+    );
+    assert!(
+        lock(&reader.reads).is_empty(),
+        "nothing asked of the follower"
+    );
+    // The follower heard nothing but its attach notice: the next thing it reads is an update.
+    fan_out(
+        &h.session,
+        &jsonrpc::notification(follow::UPDATE, json!({"update": {"n": 2}})),
+    );
+    let next = reader_peer
+        .until("the next frame", |m| m.get("method").is_some())
+        .await;
+    assert_ne!(next["method"], follow::READ_BUFFER, "{next}");
 }
