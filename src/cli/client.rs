@@ -16,6 +16,10 @@ pub enum ClientError {
     /// Nothing listens on the socket.
     #[error("pi-ide-broker is not running (nothing answers on {0})")]
     NotRunning(String),
+    /// What is at the socket path is not the user's broker (its dir or its listener is
+    /// another user's): nothing was sent to it.
+    #[error("will not use the broker socket: {0}")]
+    Untrusted(String),
     /// It answered, but not as expected.
     #[error("the daemon gave a bad answer: {0}")]
     Protocol(String),
@@ -60,7 +64,7 @@ pub async fn upgrade(
 ) -> Result<tokio_tungstenite::WebSocketStream<crate::platform::local::Stream>, ClientError> {
     let stream = crate::platform::local::connect(socket)
         .await
-        .map_err(|e| ClientError::NotRunning(format!("{}: {e}", socket.display())))?;
+        .map_err(|e| dial_error(socket, e))?;
     let url = format!("ws://localhost{path_and_query}");
     tokio_tungstenite::client_async(url.as_str(), stream)
         .await
@@ -146,6 +150,16 @@ pub async fn follow_events(
     Ok(())
 }
 
+/// Why dialling `socket` failed: refused as not the user's (`PermissionDenied`, the
+/// platform's checks), else nothing answers there.
+fn dial_error(socket: &Path, e: std::io::Error) -> ClientError {
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        ClientError::Untrusted(e.to_string())
+    } else {
+        ClientError::NotRunning(format!("{}: {e}", socket.display()))
+    }
+}
+
 /// Sends `GET path` over the socket; the response with its body still to read.
 async fn send_get(
     socket: &Path,
@@ -153,7 +167,7 @@ async fn send_get(
 ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
     let stream = crate::platform::local::connect(socket)
         .await
-        .map_err(|_| ClientError::NotRunning(socket.display().to_string()))?;
+        .map_err(|e| dial_error(socket, e))?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| ClientError::Protocol(e.to_string()))?;

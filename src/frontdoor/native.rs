@@ -363,7 +363,18 @@ fn scope_intro(
         }
         intro.remote = Some(name.clone());
         let map = crate::protocol::pathmap::PathMap::for_remote(remotes, name);
-        if !map.is_some_and(|m| matches!(m.to_host(&intro.cwd), Ok(Some(_)))) {
+        let host = map.and_then(|m| m.to_host(&intro.cwd).ok().flatten());
+        if let Some(real) = host.as_deref().and_then(|h| escapes(h, name, remotes)) {
+            return Err((
+                StatusCode::FORBIDDEN,
+                format!(
+                    "cwd {} is {} on the host once its symlinks are resolved, outside every folder of [[remote]] {name:?}; a remote's sessions stay in its folders",
+                    intro.cwd,
+                    real.display()
+                ),
+            ));
+        }
+        if host.is_none() {
             let folders: Vec<String> = remotes
                 .iter()
                 .filter(|r| &r.name == name)
@@ -397,6 +408,24 @@ fn scope_intro(
         intro.realm = Some(realm);
     }
     Ok(())
+}
+
+/// Where the host path `host` (a remote's cwd, mapped) really is when that lies outside every
+/// host folder of the remote `name`, both with their symlinks resolved (a link the agent made
+/// inside its folder to elsewhere on the host); `None` when it stays inside. Judged on the
+/// resolved path, as the session is routed by it (`registry::session`).
+fn escapes(
+    host: &str,
+    name: &str,
+    remotes: &[crate::protocol::pathmap::RemoteConfig],
+) -> Option<std::path::PathBuf> {
+    use crate::registry::router::normalize;
+    let real = normalize(std::path::Path::new(host));
+    let inside = remotes
+        .iter()
+        .filter(|r| r.name == name)
+        .any(|r| real.starts_with(normalize(&r.host)));
+    (!inside).then_some(real)
 }
 
 /// `GET /v1/events`: newline-delimited JSON, one line per change of what `status` shows
@@ -548,5 +577,92 @@ mod tests {
         );
         assert!(parse_intro("cwd=/x&protocol=two").is_err());
         assert!(parse_intro("cwd=%ZZ").is_err());
+    }
+
+    /// A remote's cwd is judged where it really is: a symlink the agent made inside its
+    /// folder to elsewhere on the host is refused (403, saying where it leads), while a link
+    /// that stays inside, a folder not made yet and a host folder configured through a
+    /// symlink are fine; the realm's keys are its own.
+    #[cfg(unix)]
+    #[test]
+    fn a_remotes_cwd_is_judged_after_its_symlinks_are_resolved() {
+        use crate::frontdoor::rights::Rights;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let app = tmp.path().join("src/app");
+        let secret = tmp.path().join("src/secret");
+        std::fs::create_dir_all(app.join("sub")).expect("mkdir");
+        std::fs::create_dir_all(&secret).expect("mkdir");
+        std::os::unix::fs::symlink(&secret, app.join("esc")).expect("symlink");
+        std::os::unix::fs::symlink(app.join("sub"), app.join("inner")).expect("symlink");
+        let via = tmp.path().join("via");
+        std::os::unix::fs::symlink(&app, &via).expect("symlink");
+        let remotes = vec![crate::protocol::pathmap::RemoteConfig {
+            name: "box".into(),
+            agent: "/workspaces/app".into(),
+            host: via.clone(),
+        }];
+        let peer = Peer {
+            origin: Origin::Remote("box".into()),
+            rights: Rights::Agent,
+        };
+        let scoped = |cwd: &str| {
+            let mut intro = parse_intro(&format!("cwd={cwd}&session=k")).expect("intro");
+            scope_intro(&mut intro, &peer, &remotes).map(|()| intro)
+        };
+        let (status, why) = scoped("/workspaces/app/esc").err().expect("an escape");
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(
+            why.contains(&secret.canonicalize().expect("real").display().to_string()),
+            "{why}"
+        );
+        assert!(scoped("/workspaces/app/esc/deeper").is_err());
+        for fine in [
+            "/workspaces/app",
+            "/workspaces/app/inner",
+            "/workspaces/app/new/dir",
+        ] {
+            let intro = scoped(fine).unwrap_or_else(|e| panic!("{fine}: {e:?}"));
+            assert_eq!(intro.key.as_deref(), Some("remote:box/k"));
+            assert_eq!(intro.realm.as_deref(), Some("remote:box"));
+        }
+    }
+
+    /// An agent's `session=` and `inherit=` are its realm's: a container naming the owner's
+    /// key in `inherit=` (pi's `/new`) does not get the owner's sticky editor, while the
+    /// owner's own `/new` does. Through the door's scoping and the registry, as a session
+    /// opens.
+    #[tokio::test]
+    async fn an_agent_cannot_inherit_the_owners_sticky_target() {
+        use crate::frontdoor::rights::Rights;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let reg = Registry::new(
+            Arc::new(crate::sys::config::Config {
+                state_dir: Some(dir.path().to_path_buf()),
+                ..Default::default()
+            }),
+            crate::registry::state::StateStore::load(dir.path()),
+            dir.path().join("sock"),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        reg.state.set_sticky("owner-key", "ed-owner");
+        let opened = |peer: &Peer| {
+            let mut intro = parse_intro("cwd=/p&session=new-key&inherit=owner-key").expect("intro");
+            scope_intro(&mut intro, peer, &[]).expect("scoped");
+            let (key, from) = (intro.key.expect("key"), intro.inherit.expect("inherit"));
+            reg.inherit_sticky(&key, &from);
+            reg.state.sticky(&key)
+        };
+        let container = Peer {
+            origin: Origin::Container("mnt:[2]".into()),
+            rights: Rights::Agent,
+        };
+        assert_eq!(
+            opened(&container),
+            None,
+            "the owner's target is not the agent's"
+        );
+        assert_eq!(reg.state.sticky("container:mnt:[2]/new-key"), None);
+        assert_eq!(opened(&Peer::owner()).as_deref(), Some("ed-owner"));
+        reg.cancel.cancel();
     }
 }

@@ -407,6 +407,61 @@ mod tests {
         assert_eq!(d.rights, Rights::Owner);
     }
 
+    /// The rights each origin is given, read from the decision itself (not only its origin):
+    /// an `allow_uids` uid, a container, a forwarder and an unknown peer are agents; only a
+    /// local process of ours and an `owner_uids` uid are the owner.
+    #[test]
+    fn each_origin_gets_the_rights_it_is_due() {
+        let home = ns("mnt:[1]", "pid:[1]");
+        let grants = Grants {
+            allow_uids: &[5],
+            owner_uids: &[7],
+        };
+        let rights = |socket: &Socket, f: &PeerFacts| {
+            decide(socket, f, 1000, &home, grants)
+                .expect("let in")
+                .rights
+        };
+        let main = Socket::Main;
+        assert_eq!(
+            rights(&main, &facts(1000, "node", home.clone())),
+            Rights::Owner
+        );
+        assert_eq!(
+            rights(&main, &facts(7, "node", home.clone())),
+            Rights::Owner
+        );
+        assert_eq!(
+            rights(&main, &facts(5, "node", home.clone())),
+            Rights::Agent
+        );
+        assert_eq!(
+            rights(&main, &facts(1000, "node", ns("mnt:[2]", "pid:[1]"))),
+            Rights::Agent
+        );
+        assert_eq!(
+            rights(&main, &facts(1000, "ssh", home.clone())),
+            Rights::Agent
+        );
+        assert_eq!(
+            rights(
+                &main,
+                &facts(1000, "node", Place::Unreadable("gone".into()))
+            ),
+            Rights::Agent
+        );
+        // On a remote's socket even the owner's uid (and an owner_uids uid) is an agent.
+        let remote = Socket::Remote("box".into());
+        assert_eq!(
+            rights(&remote, &facts(1000, "node", home.clone())),
+            Rights::Agent
+        );
+        assert_eq!(
+            rights(&remote, &facts(7, "node", home.clone())),
+            Rights::Agent
+        );
+    }
+
     #[test]
     fn only_the_owner_may_follow_list_or_explain_and_agents_are_told_why() {
         let owner = Peer::owner();

@@ -443,3 +443,167 @@ fn gemini_files(reg: &Registry) -> Vec<GeminiFile> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontdoor::rights::{Origin, Peer, Rights};
+    use crate::registry::session::Intro;
+
+    /// A session of `realm` (`None`: the owner's) with key `key` in `cwd`.
+    fn session(
+        reg: &Registry,
+        cwd: &str,
+        key: &str,
+        realm: Option<&str>,
+        on: Option<&str>,
+    ) -> Arc<Session> {
+        let tracker = tokio_util::task::TaskTracker::new();
+        let (ours, _theirs) = tokio::io::duplex(1 << 16);
+        let sink: crate::wire::outbox::SessionSink = crate::wire::wsframe::FrameWriter::new(
+            Box::pin(ours),
+            crate::wire::wsframe::Role::Server,
+        );
+        let id = reg.next_session_id();
+        let outbox = crate::wire::outbox::Outbox::new(
+            id,
+            sink,
+            tokio_util::sync::CancellationToken::new(),
+            &tracker,
+        );
+        let intro = Intro {
+            door: Door::Native,
+            cwd: cwd.into(),
+            key: Some(key.into()),
+            editor: None,
+            remote: None,
+            pinned: false,
+            inherit: None,
+            dialect: Family::Pi,
+            client: None,
+            realm: realm.map(String::from),
+        };
+        let (control, _) = tokio::sync::mpsc::unbounded_channel();
+        let s = Arc::new(Session::new(id, &intro, outbox, control, 1, None));
+        reg.add_session(s.clone());
+        if let Some(id) = on {
+            reg.attach_explicit(&s, id).expect("attach");
+        }
+        s
+    }
+
+    /// An editor of ours on `folder` (its link never comes up: nothing listens on the port).
+    fn editor(reg: &Registry, dir: &std::path::Path, port: u16, folder: &str) -> String {
+        let path = dir.join(format!("{port}.lock"));
+        let text = serde_json::json!({
+            "pid": std::process::id(),
+            "workspaceFolders": [folder],
+            "ideName": "Neovim",
+            "transport": "ws",
+            "authToken": "0123456789abcdef",
+        })
+        .to_string();
+        let lock =
+            crate::editor::lockfile::parse(&text, &path, Family::Pi, port).expect("lockfile");
+        reg.apply(crate::editor::lockdir::LockEvent::Upsert(lock));
+        reg.editors()
+            .iter()
+            .find(|e| e.lockfile().port == port)
+            .map(|e| e.id.clone())
+            .expect("admitted")
+    }
+
+    /// What an agent's status shows: its realm's sessions and sticky keys only, no refused
+    /// lockfile, no discovery file, no remote socket, no agents seen; the owner's shows all.
+    #[tokio::test]
+    async fn an_agent_sees_its_realms_sessions_and_keys_and_nothing_of_the_owners() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gemini = dir.path().join("gemini");
+        std::fs::create_dir_all(&gemini).expect("mkdir");
+        std::fs::write(
+            gemini.join(format!("{}1-2.json", crate::frontdoor::gemini::FILE_PREFIX)),
+            serde_json::json!({ crate::frontdoor::gemini::MARKER: {"editor": "ed-owner"} })
+                .to_string(),
+        )
+        .expect("write");
+        let mut config = crate::sys::config::Config {
+            state_dir: Some(dir.path().join("state")),
+            ..Default::default()
+        };
+        config.gemini.enabled = true;
+        config.gemini.dir = Some(gemini);
+        let reg = Registry::new(
+            Arc::new(config),
+            crate::registry::state::StateStore::load(&dir.path().join("state")),
+            dir.path().join("sock"),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        reg.state.set_sticky("container:mnt:[9]/k", "ed-y");
+        reg.apply(crate::editor::lockdir::LockEvent::Rejected(
+            dir.path().join("9.lock"),
+            "not JSON".into(),
+        ));
+        let theirs = editor(&reg, dir.path(), 1, "/p");
+        let owners_editor = editor(&reg, dir.path(), 2, "/q");
+        let owners = session(&reg, "/q", "owner-key", None, Some(&owners_editor));
+        let agents = session(
+            &reg,
+            "/p",
+            "remote:box/k",
+            Some("remote:box"),
+            Some(&theirs),
+        );
+        let _other = session(
+            &reg,
+            "/r",
+            "container:mnt:[9]/k",
+            Some("container:mnt:[9]"),
+            None,
+        );
+        let agent = Peer {
+            origin: Origin::Remote("box".into()),
+            rights: Rights::Agent,
+        };
+        let seen = [crate::frontdoor::rights::AgentSeen {
+            realm: "forwarded".into(),
+            why: "ssh".into(),
+            hint: String::new(),
+            connections: 1,
+            last: 0,
+        }];
+        let st = seen_by(&reg, &agent, &seen);
+        let ids: Vec<u64> = st.sessions.iter().map(|s| s.id).collect();
+        assert_eq!(ids, [agents.id], "its own session only");
+        let keys: Vec<&str> = st.sticky.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(keys, ["remote:box/k"], "its own sticky keys only");
+        assert!(
+            st.lockfiles_rejected.is_empty(),
+            "{:?}",
+            st.lockfiles_rejected
+        );
+        assert!(st.gemini_files.is_empty(), "{:?}", st.gemini_files);
+        assert!(st.agents_on_main_socket.is_empty());
+        let editors: Vec<&str> = st.editors.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(
+            editors,
+            [theirs.as_str()],
+            "only the editor its session is on"
+        );
+        let c = st.connection.expect("its connection");
+        assert_eq!(
+            (c.rights, c.realm.as_deref()),
+            (Rights::Agent, Some("remote:box"))
+        );
+        // The owner: every session, key, refusal and discovery file.
+        let st = seen_by(&reg, &Peer::owner(), &seen);
+        assert_eq!(st.sessions.len(), 3);
+        assert!(st.sessions.iter().any(|s| s.id == owners.id));
+        assert_eq!(st.editors.len(), 2);
+        assert!(st.editors.iter().any(|e| e.id == owners_editor));
+        assert_eq!(st.sticky.len(), 3);
+        assert_eq!(st.lockfiles_rejected.len(), 1);
+        assert_eq!(st.gemini_files.len(), 1);
+        assert_eq!(st.agents_on_main_socket.len(), 1);
+        reg.cancel.cancel();
+    }
+}

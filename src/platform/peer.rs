@@ -105,7 +105,7 @@ fn read_facts(uid: u32, pid: u32) -> PeerFacts {
 
 /// The facts of a peer whose process cannot be proven to be the one that connected: the
 /// uid (from the socket, which cannot race) and nothing that could grant more.
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn unproven(uid: u32, pid: u32, why: String) -> PeerFacts {
     PeerFacts {
         uid,

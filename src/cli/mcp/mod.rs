@@ -98,6 +98,13 @@ pub async fn connect(opts: &Options, spawn: bool) -> Result<WebSocketStream<Stre
                     why: format!("session upgrade failed: {why}"),
                 });
             }
+            // Not the user's broker: never a daemon started beside it, nothing sent.
+            Err(ClientError::Untrusted(why)) => {
+                return Err(StdioError::Unreachable {
+                    socket: opts.socket.display().to_string(),
+                    why,
+                });
+            }
             Err(ClientError::NotRunning(e)) => {
                 if !spawn {
                     return Err(StdioError::Unreachable {

@@ -21,14 +21,156 @@ impl Listener {
     }
 }
 
-/// Dials the daemon's socket at `path`.
+/// Dials the daemon's socket at `path`, once it is proven the user's: its dir is theirs and
+/// closed to others ([`trusted_path`]), and the process listening is of their uid
+/// ([`trusted_listener`]). Otherwise nothing is sent and the error (`PermissionDenied`,
+/// carrying [`Untrusted`]) says what to do.
 pub async fn connect(path: &Path) -> std::io::Result<Stream> {
-    tokio::net::UnixStream::connect(path).await
+    trusted_path(path)?;
+    let stream = tokio::net::UnixStream::connect(path).await?;
+    trusted_listener(&stream, path)?;
+    Ok(stream)
 }
 
-/// Dials the daemon's socket at `path`, blocking (for a quick "is it up?" outside a runtime).
+/// Dials the daemon's socket at `path`, blocking (for a quick "is it up?" outside a runtime),
+/// with [`connect`]'s checks.
 pub fn connect_blocking(path: &Path) -> std::io::Result<()> {
-    std::os::unix::net::UnixStream::connect(path).map(drop)
+    trusted_path(path)?;
+    let stream = std::os::unix::net::UnixStream::connect(path)?;
+    // Elsewhere the dir check stands alone here; the async `connect` that carries traffic
+    // checks the listener on every platform.
+    #[cfg(target_os = "linux")]
+    listener_uid_ok(
+        rustix::net::sockopt::socket_peercred(&stream)?.uid.as_raw(),
+        path,
+    )?;
+    drop(stream);
+    Ok(())
+}
+
+/// Why a client will not speak to what is at a socket path: the path or its listener is not
+/// the user's (a squatter in a shared temp dir, another user's socket).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Untrusted(pub String);
+
+/// The environment variable naming other uids whose broker a client may dial (a rootful
+/// container's root reaching its host user's socket): comma-separated.
+pub const TRUST_UID_ENV: &str = "PI_IDE_BROKER_TRUST_UID";
+
+/// The uids whose socket dirs and listeners a client trusts: its own, root's, and those of
+/// [`TRUST_UID_ENV`].
+fn trusted_uids() -> Vec<u32> {
+    let mut uids = vec![rustix::process::geteuid().as_raw(), 0];
+    if let Ok(list) = std::env::var(TRUST_UID_ENV) {
+        uids.extend(list.split(',').filter_map(|u| u.trim().parse::<u32>().ok()));
+    }
+    uids
+}
+
+fn untrusted(why: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::PermissionDenied, Untrusted(why))
+}
+
+/// The socket's dir is a place only the user (or root) can put a socket: the dir (and a
+/// symlink to it) is theirs and not writable by group or others, and each dir above it is
+/// theirs or root's, writable by others only with the sticky bit (as `/tmp`). What OpenSSH
+/// asks of an agent socket's dir, and what Codex asks of its IDE socket's.
+pub fn trusted_path(path: &Path) -> std::io::Result<()> {
+    let uids = trusted_uids();
+    let me = uids[0];
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let fix = |d: &Path| {
+        format!(
+            "someone else may be listening there; remove it (rm -rf {}) or set XDG_RUNTIME_DIR (or PI_IDE_BROKER_SOCKET) to a private dir of yours, and start the daemon again",
+            d.display()
+        )
+    };
+    let link = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        // Nothing there: the dial fails as "not running", and the daemon started next makes
+        // the dir itself (0700, refusing one it does not own).
+        Err(_) => return Ok(()),
+    };
+    if link.file_type().is_symlink() && !uids.contains(&link.uid()) {
+        return Err(untrusted(format!(
+            "the broker socket dir {} is a symlink of uid {}, not yours (uid {me}): {}",
+            dir.display(),
+            link.uid(),
+            fix(dir)
+        )));
+    }
+    let real = std::fs::canonicalize(dir)?;
+    let meta = std::fs::metadata(&real)?;
+    if !meta.is_dir() {
+        return Err(untrusted(format!(
+            "the broker socket dir {} is not a directory: {}",
+            dir.display(),
+            fix(dir)
+        )));
+    }
+    if !uids.contains(&meta.uid()) {
+        return Err(untrusted(format!(
+            "the broker socket dir {} belongs to uid {}, not you (uid {me}): {}{}",
+            real.display(),
+            meta.uid(),
+            fix(&real),
+            if me == 0 {
+                format!(
+                    " (to reach that user's broker as root, set {TRUST_UID_ENV}={})",
+                    meta.uid()
+                )
+            } else {
+                String::new()
+            }
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(untrusted(format!(
+            "the broker socket dir {} is writable by others (mode {:04o}): {}",
+            real.display(),
+            mode,
+            fix(&real)
+        )));
+    }
+    for above in real.ancestors().skip(1) {
+        let m = std::fs::metadata(above)?;
+        let mode = m.mode() & 0o7777;
+        let open = mode & 0o022 != 0 && mode & 0o1000 == 0;
+        if !uids.contains(&m.uid()) || open {
+            return Err(untrusted(format!(
+                "the broker socket dir {} lies in {}, which {}: another user could replace it; set XDG_RUNTIME_DIR (or PI_IDE_BROKER_SOCKET) to a private dir of yours",
+                real.display(),
+                above.display(),
+                if open {
+                    format!("others can write (mode {mode:04o}, no sticky bit)")
+                } else {
+                    format!("belongs to uid {}", m.uid())
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The process listening at the other end is of a trusted uid (`SO_PEERCRED`, which the
+/// kernel sets at `connect` and nobody can forge).
+pub fn trusted_listener(stream: &Stream, path: &Path) -> std::io::Result<()> {
+    listener_uid_ok(stream.peer_cred()?.uid(), path)
+}
+
+fn listener_uid_ok(uid: u32, path: &Path) -> std::io::Result<()> {
+    let uids = trusted_uids();
+    if uids.contains(&uid) {
+        return Ok(());
+    }
+    Err(untrusted(format!(
+        "the process listening on {} runs as uid {uid}, not as you (uid {}): it is not your broker; nothing was sent. Remove the socket's dir ({}) or set XDG_RUNTIME_DIR (or PI_IDE_BROKER_SOCKET) to a private dir of yours",
+        path.display(),
+        uids[0],
+        path.parent().unwrap_or(Path::new("/")).display()
+    )))
 }
 
 /// A non-blocking peek at one byte of a socket: 1 if any is waiting, 0 at the end of the
@@ -303,5 +445,107 @@ mod tests {
         assert!(refused.is_err(), "connectable before listen");
         rustix::net::listen(&fd, 1).unwrap();
         assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
+    }
+
+    fn untrusted_why(r: std::io::Result<()>) -> String {
+        let e = r.expect_err("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        assert!(
+            e.get_ref().is_some_and(|i| i.is::<Untrusted>()),
+            "carries Untrusted: {e:?}"
+        );
+        e.to_string()
+    }
+
+    /// A client dials only a socket in a dir of its own that others cannot write (a squatted
+    /// dir in a shared temp dir is refused, with what to do), reached through no one else's
+    /// symlink. Needs root (to make another uid's dir).
+    #[test]
+    fn a_socket_dir_that_is_not_the_users_is_refused_before_any_dial() {
+        if !rustix::process::getuid().is_root() {
+            println!("SKIPPED: needs root to make another uid's dir; bash .ci/run runs as root");
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let theirs = tmp.path().join("theirs");
+        std::fs::create_dir(&theirs).expect("mkdir");
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+        let why = untrusted_why(trusted_path(&theirs.join("sock")));
+        assert!(
+            why.contains("belongs to uid 65534") && why.contains("XDG_RUNTIME_DIR"),
+            "{why}"
+        );
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).expect("mkdir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let why = untrusted_why(trusted_path(&open.join("sock")));
+        assert!(why.contains("writable by others (mode 0777)"), "{why}");
+        // A symlink another user made, wherever it points.
+        let mine = tmp.path().join("mine");
+        std::fs::create_dir(&mine).expect("mkdir");
+        std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&mine, &link).expect("symlink");
+        std::os::unix::fs::lchown(&link, Some(65534), None).expect("lchown");
+        let why = untrusted_why(trusted_path(&link.join("sock")));
+        assert!(why.contains("symlink of uid 65534"), "{why}");
+        // Below a dir others may write without the sticky bit: it could be swapped.
+        let shared = open.join("inner");
+        std::fs::create_dir(&shared).expect("mkdir");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let why = untrusted_why(trusted_path(&shared.join("sock")));
+        assert!(why.contains("no sticky bit"), "{why}");
+        // The user's own private dir (in the sticky /tmp) is fine, and so is one not made yet.
+        trusted_path(&mine.join("sock")).expect("a private dir of ours");
+        trusted_path(&tmp.path().join("none").join("sock")).expect("no dir yet");
+    }
+
+    /// Whatever the dir, the process listening must be the user's: a listener of another
+    /// uid is refused after `connect` and before a byte is sent. Needs root (setuid).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_listener_of_another_uid_is_refused_and_hears_nothing() {
+        if !rustix::process::getuid().is_root() {
+            println!("SKIPPED: needs root to listen as another uid; bash .ci/run runs as root");
+            return;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("sock");
+        // Bound by root, listening as nobody: the credentials a client sees are the listen's.
+        let mut squatter = tokio::process::Command::new("python3")
+            .args([
+                "-c",
+                "import os,socket,sys\ns=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777)\nos.setgid(65534); os.setuid(65534); s.listen(8); print('ready', flush=True)\nwhile True:\n  c,_=s.accept(); d=c.recv(4096); print('got', len(d), flush=True)",
+            ])
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3");
+        let mut out = tokio::io::BufReader::new(squatter.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        crate::testkit::within("squatter ready", async {
+            use tokio::io::AsyncBufReadExt;
+            out.read_line(&mut line).await
+        })
+        .await
+        .expect("read");
+        assert_eq!(line.trim(), "ready");
+        let e = connect(&path).await.err().expect("refused");
+        assert!(e.get_ref().is_some_and(|i| i.is::<Untrusted>()), "{e:?}");
+        assert!(e.to_string().contains("runs as uid 65534"), "{e}");
+        let why = untrusted_why(connect_blocking(&path));
+        assert!(why.contains("runs as uid 65534"), "{why}");
+        // It was accepted and heard nothing: zero bytes, twice.
+        for _ in 0..2 {
+            line.clear();
+            crate::testkit::within("squatter's account", async {
+                use tokio::io::AsyncBufReadExt;
+                out.read_line(&mut line).await
+            })
+            .await
+            .expect("read");
+            assert_eq!(line.trim(), "got 0", "the squatter heard something");
+        }
     }
 }

@@ -302,7 +302,10 @@ pub async fn connect(path: &Path) -> std::io::Result<Stream> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         match client_options().open(&name) {
-            Ok(c) => return Ok(Stream::Client(c)),
+            Ok(c) => {
+                trusted_server(&c, path)?;
+                return Ok(Stream::Client(c));
+            }
             Err(e)
                 if e.raw_os_error() == Some(ERROR_PIPE_BUSY)
                     && tokio::time::Instant::now() < deadline =>
@@ -312,6 +315,33 @@ pub async fn connect(path: &Path) -> std::io::Result<Stream> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The process serving the pipe is of the user's SID (`GetNamedPipeServerProcessId`, its
+/// token): a pipe of that name made by someone else is not the user's broker, and nothing is
+/// sent to it.
+fn trusted_server(c: &NamedPipeClient, path: &Path) -> std::io::Result<()> {
+    use std::os::windows::io::AsRawHandle;
+    let mut pid = 0u32;
+    #[allow(unsafe_code)]
+    // SAFETY: the handle is the live pipe client's; `pid` is writable.
+    let ok = unsafe {
+        windows_sys::Win32::System::Pipes::GetNamedPipeServerProcessId(c.as_raw_handle(), &mut pid)
+    };
+    if ok == 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let theirs = crate::platform::user::sid::of_process(pid)?;
+    if theirs == *crate::platform::user::sid::own() {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        ErrorKind::PermissionDenied,
+        format!(
+            "the pipe {} is served by process {pid} of another user: it is not your broker; nothing was sent",
+            pipe_name(path)
+        ),
+    ))
 }
 
 /// Opens at the identification level: the server may learn who we are, never act as us.
