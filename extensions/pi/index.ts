@@ -111,8 +111,14 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	};
 
 	const notify = (text: string, kind: "info" | "warning" | "error" = "info") => ctx?.ui.notify(text, kind);
-	// Notices already shown in this pi session (a version skew is told once, not per reconnect).
+	// Notices already shown in this pi session (a version skew, an untrusted socket: told once,
+	// not per reconnect).
 	const told = new Set<string>();
+	const tellOnce = (text: string, kind: "warning" | "error") => {
+		if (told.has(text)) return;
+		told.add(text);
+		notify(text, kind);
+	};
 
 	const render = () => {
 		if (!ctx) return;
@@ -207,6 +213,9 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 					render();
 				},
 				onUnreachable: () => firstAttach.settle(),
+				// Someone else may be listening at the socket: said once (the link keeps checking
+				// at each redial, and connects once the path is fixed).
+				onUntrusted: (problem) => tellOnce(problem, "error"),
 				onNotification: (method, params) => {
 					if (method === Editor.SELECTION_CHANGED && applySelection(state, params, l.attached?.folders[0])) render();
 					if (method === Broker.FOLLOWERS) {
@@ -219,14 +228,11 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 					spawnFailed = spawnFailure(command, code, { installed: platformBinary() !== null });
 					notify(spawnFailed, "error");
 				},
-				onNotice: (message) => {
-					if (told.has(message)) return;
-					told.add(message);
-					notify(message, "warning");
-				},
+				onNotice: (message) => tellOnce(message, "warning"),
 			},
 			options.spawn ? options.command : undefined,
 			paths.log,
+			paths.named,
 		);
 		l.handle(Editor.GET_SUGGESTIONS, (params, signal) => suggest((params ?? {}) as SuggestionParams, signal));
 		l.handle(Editor.LIST_SUGGESTION_MODELS, async () => listModels());
@@ -390,7 +396,9 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 			});
 			if (!up) {
 				notify(
-					spawnFailed ?? `Failed to connect: pi-ide-broker is not answering on ${l.socket}; start it with \`${brokerCommand("daemon")}\``,
+					l.untrusted ??
+						spawnFailed ??
+						`Failed to connect: pi-ide-broker is not answering on ${l.socket}; start it with \`${brokerCommand("daemon")}\``,
 					"error",
 				);
 				return;

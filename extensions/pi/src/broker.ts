@@ -1,12 +1,15 @@
 // One pi session's connection to the broker: a WebSocket over the broker's Unix socket
 // (`GET /v1/session?cwd=&session=&dialect=pi`), JSON-RPC both ways, reconnect with backoff,
-// and a detached daemon started when none answers. Nothing here is process-global: a host
-// that runs many pi sessions in one process (pi-web) gets one link per session.
+// and a detached daemon started when none answers. Every dial is preceded by the socket's
+// trust check (src/socket_trust.ts): a path someone else may be listening at is never dialled,
+// and no daemon is started for it. Nothing here is process-global: a host that runs many pi
+// sessions in one process (pi-web) gets one link per session.
 
 import { spawn } from "node:child_process";
 import { Broker, Mcp } from "./methods.ts";
 import { appendFileSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
+import { socketTrust } from "./socket_trust.ts";
 import { CLIENT_NAME, CLIENT_VERSION, olderDaemonNotice, PROTOCOL } from "./version.ts";
 import { UnixWebSocket } from "./wsclient.ts";
 
@@ -60,6 +63,11 @@ export type LinkEvents = {
 	onDown?: (why: string) => void;
 	/** A dial failed before the socket opened (no broker answers there); redialling goes on. */
 	onUnreachable?: (why: string) => void;
+	/** The socket failed its trust check (someone else may be listening there): nothing was
+	 * sent to it and no daemon is started. `problem` says what is wrong and what to do; told
+	 * again only when it changes (redialling goes on, checking each time, so a fixed path
+	 * connects). */
+	onUntrusted?: (problem: string) => void;
 	/** A notification from the editor (selection_changed, at_mentioned, …). */
 	onNotification?: (method: string, params: unknown) => void;
 	/** Something the user should know once (the broker's `broker/notice`, a daemon too old
@@ -105,7 +113,12 @@ export class BrokerLink {
 	events: LinkEvents;
 	spawnCommand: string | undefined;
 	logPath: string | undefined;
+	/** The user named the socket (`PI_IDE_BROKER_SOCKET`, the `socket` setting): its dir may be
+	 * a shared one like /tmp (an `ssh -R` forward), see `socketTrust`. */
+	named: boolean;
 	attached: Attached | null = null;
+	/** Why the socket is not trusted, while it is not (what `/ide` then says). */
+	untrusted: string | null = null;
 	private ws: UnixWebSocket | null = null;
 	private open = false;
 	private closed = false;
@@ -118,12 +131,13 @@ export class BrokerLink {
 	private handlers = new Map<string, RequestHandler>();
 	private inflight = new Map<string, AbortController>();
 
-	constructor(socket: string, intro: Intro, events: LinkEvents, spawnCommand?: string, logPath?: string) {
+	constructor(socket: string, intro: Intro, events: LinkEvents, spawnCommand?: string, logPath?: string, named = false) {
 		this.socket = socket;
 		this.intro = intro;
 		this.events = events;
 		this.spawnCommand = spawnCommand;
 		this.logPath = logPath;
+		this.named = named;
 	}
 
 	/** Registers the answer to an editor-initiated request method. */
@@ -206,6 +220,22 @@ export class BrokerLink {
 
 	private dial(): void {
 		if (this.closed || this.ws) return;
+		// Checked at every dial, right before it: a squatter can come (or be removed) any time.
+		const trust = socketTrust(this.socket, { named: this.named });
+		if (trust.kind === "refused") {
+			// Never dialled, and no daemon started for this path (it would refuse a squatted dir
+			// anyway); told once per problem, checked again at every redial.
+			if (this.untrusted !== trust.problem) this.events.onUntrusted?.(trust.problem);
+			this.untrusted = trust.problem;
+			return this.down(`not connecting: someone else may be listening at ${this.socket}`, true);
+		}
+		this.untrusted = null;
+		if (trust.kind === "absent") {
+			// Nothing there: as an ENOENT from the dial, without the dial (in a shared dir the
+			// path could be taken between the check and the dial).
+			this.noDaemon();
+			return this.down(`pi-ide-broker is not running at ${this.socket}`, true);
+		}
 		const ws = new UnixWebSocket(this.socket, sessionPath(this.intro), { handshakeTimeout: 5000 });
 		this.ws = ws;
 		ws.on("open", () => {
@@ -230,9 +260,7 @@ export class BrokerLink {
 		ws.on("message", (text: string) => this.onMessage(text));
 		ws.on("error", (err: NodeJS.ErrnoException) => {
 			if (this.ws !== ws) return;
-			if (!this.everOpen && !this.spawned && this.spawnCommand && isNotRunning(err)) {
-				this.spawnDaemon();
-			}
+			if (isNotRunning(err)) this.noDaemon();
 		});
 		ws.on("close", () => {
 			if (this.ws !== ws) return;
@@ -260,6 +288,11 @@ export class BrokerLink {
 				this.dial();
 			}, delay);
 		}
+	}
+
+	/** No daemon answers: start one, once per link, if it has a command and never had a broker. */
+	private noDaemon(): void {
+		if (!this.everOpen && !this.spawned && this.spawnCommand) this.spawnDaemon();
 	}
 
 	private spawnDaemon(): void {

@@ -49,8 +49,10 @@ export function readOptions(
 	};
 }
 
-/** Where the broker keeps its socket and log, as the broker itself resolves them. */
-export type BrokerPaths = { socket: string; log: string | undefined };
+/** Where the broker keeps its socket and log, as the broker itself resolves them; `named` when
+ * the user named the socket (`PI_IDE_BROKER_SOCKET`, the `socket` setting) rather than taking
+ * the daemon's (the trust check differs: src/socket_trust.ts). */
+export type BrokerPaths = { socket: string; log: string | undefined; named: boolean };
 
 /** True when `dir` is a directory owned by `uid`. */
 function ownDir(dir: string, uid: number): boolean {
@@ -84,13 +86,14 @@ export function resolvePaths(opts: Options, env: NodeJS.ProcessEnv): Promise<Bro
 	const fallback: BrokerPaths = {
 		socket: opts.socket ?? defaultSocket(env, process.getuid?.() ?? 0),
 		log: undefined,
+		named: opts.socket !== undefined,
 	};
 	return new Promise((done) => {
 		execFile(opts.command, ["paths", "--json"], { timeout: 3000, env }, (err, stdout) => {
 			if (err) return done(fallback);
 			try {
 				const p = JSON.parse(stdout) as { socket?: string; log?: string };
-				done({ socket: opts.socket ?? p.socket ?? fallback.socket, log: p.log });
+				done({ socket: opts.socket ?? p.socket ?? fallback.socket, log: p.log, named: fallback.named });
 			} catch {
 				done(fallback);
 			}
