@@ -51,6 +51,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../extensions/pi/src/review.ts"),
     ),
     (
+        "src/socket_trust.ts",
+        include_str!("../../../extensions/pi/src/socket_trust.ts"),
+    ),
+    (
         "src/suggest.ts",
         include_str!("../../../extensions/pi/src/suggest.ts"),
     ),
