@@ -11,6 +11,9 @@
 #                                            # tests and the suite modules that drive them
 #                                            # (editor_quirks, broker_core, faults): ~1.5 min
 #                                            # a mutant here, about 3 h for the three files
+#   bash .ci/mutants.sh --rights             # who may do what: frontdoor::rights, status
+#                                            # (what an agent sees) and native (the door's
+#                                            # checks), against the lib tests (issue 61)
 #   bash .ci/mutants.sh src/registry/router.rs ...    # the files given (lib tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +25,7 @@ fi
 tests=(--lib)
 case "${1:-}" in
   --follow) files=(src/cli/acp/agent.rs src/session/follow.rs) ;;
+  --rights) files=(src/frontdoor/rights.rs src/frontdoor/status.rs src/frontdoor/native.rs) ;;
   --links)
     files=(src/editor/taken.rs src/editor/inbound.rs src/editor/dial.rs)
     tests=(--lib --test suite -- editor_quirks:: broker_core:: faults:: editor::)

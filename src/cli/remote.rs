@@ -38,6 +38,11 @@ pub fn command(
         |p| p.display().to_string(),
     );
     let main = config.socket_to_dial();
+    // A socket in a dir that is not the user's is not theirs to hand out (issue 61).
+    if let Err(e) = crate::platform::local::trusted_path(&main) {
+        eprintln!("error: will not print sockets of {}: {e}", main.display());
+        return ExitCode::FAILURE;
+    }
     let names: Vec<String> = config
         .remote_names()
         .into_iter()

@@ -609,7 +609,7 @@ mod tests {
             let mut intro = parse_intro(&format!("cwd={cwd}&session=k")).expect("intro");
             scope_intro(&mut intro, &peer, &remotes).map(|()| intro)
         };
-        let (status, why) = scoped("/workspaces/app/esc").err().expect("an escape");
+        let (status, why) = scoped("/workspaces/app/esc").expect_err("an escape");
         assert_eq!(status, StatusCode::FORBIDDEN);
         assert!(
             why.contains(&secret.canonicalize().expect("real").display().to_string()),

@@ -469,13 +469,14 @@ mod tests {
             origin: Origin::Container("mnt:[2]".into()),
             rights: Rights::Agent,
         };
-        for act in [
-            OwnerAct::ListPiSessions,
-            OwnerAct::Follow,
-            OwnerAct::ExplainRoute,
+        for (act, named) in [
+            (OwnerAct::ListPiSessions, "GET /v1/pi-sessions"),
+            (OwnerAct::Follow, "GET /v1/follow"),
+            (OwnerAct::ExplainRoute, "GET /v1/route"),
         ] {
             assert_eq!(owner.owner_only(act), Ok(()));
             let e = agent.owner_only(act).unwrap_err().to_string();
+            assert!(e.contains(named), "names what was refused: {e}");
             assert!(e.contains("agent") && e.contains("mnt:[2]"), "{e}");
             assert!(e.contains("pi-ide-broker remote"), "says what to do: {e}");
         }

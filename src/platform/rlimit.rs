@@ -42,6 +42,7 @@ pub fn open_files() -> Option<u64> {
 
 /// The most the broker raises its soft limit to: macOS refuses more than `OPEN_MAX` for an
 /// unlimited hard limit, and `select`-era code has no place here anyway.
+#[cfg(unix)]
 pub const CEILING: u64 = 1 << 20;
 
 #[cfg(all(test, unix))]

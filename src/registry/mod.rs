@@ -55,6 +55,14 @@ pub enum Error {
         /// The session's cwd.
         cwd: String,
     },
+    /// A session pinned to its door's editor (compat, Gemini) named another.
+    #[error("this session came in through the door of editor {pinned:?} and stays on it; it cannot attach to {editor:?} (connect through that editor's own door, or the broker socket, instead)")]
+    Pinned {
+        /// The editor named.
+        editor: String,
+        /// The editor it is pinned to.
+        pinned: String,
+    },
 }
 
 /// The most lost editor records kept for successor detection.
@@ -314,7 +322,8 @@ impl Registry {
 
     /// Attaches an unattached session if routing finds exactly one editor.
     fn place(&self, s: &Arc<Session>) {
-        if s.editor_id().is_some() || s.detached_by_client.load(Ordering::Relaxed) {
+        // A pinned session is its door's editor's or nobody's: never routed elsewhere.
+        if s.pinned || s.editor_id().is_some() || s.detached_by_client.load(Ordering::Relaxed) {
             return;
         }
         if let Decision::Editor(id) = self.decide(s) {
@@ -337,7 +346,18 @@ impl Registry {
     /// `broker/attach`: switch to a named editor (which becomes the sticky target).
     /// An agent's session (`Session::realm`) may choose only among the editors whose folders
     /// hold its cwd (those `broker/editors` lists): its rights reach no other editor.
+    /// A pinned session (a compat or Gemini door's: the door stands for one editor) may name
+    /// only that editor.
     pub fn attach_explicit(&self, s: &Session, id: &str) -> Result<(), Error> {
+        if s.pinned {
+            let pinned = s.pinned_to.as_deref().unwrap_or_default();
+            if pinned != id {
+                return Err(Error::Pinned {
+                    editor: id.to_string(),
+                    pinned: pinned.to_string(),
+                });
+            }
+        }
         if !self.editors.contains_key(id) {
             return Err(Error::NoSuchEditor(id.to_string()));
         }

@@ -95,6 +95,8 @@ pub struct Session {
     pub editor: Mutex<Option<Arc<str>>>,
     /// See [`Intro::pinned`].
     pub pinned: bool,
+    /// The editor a pinned session stands on (its door's: [`Intro::editor`]).
+    pub pinned_to: Option<Arc<str>>,
     /// Its remote's name, and the path map that goes with it.
     pub remote: Option<(String, std::sync::Arc<crate::protocol::pathmap::PathMap>)>,
     /// A path outside every prefix was logged for this session already.
@@ -212,6 +214,10 @@ impl Session {
             since: SystemTime::now(),
             editor: Mutex::new(None),
             pinned: intro.pinned,
+            pinned_to: intro
+                .pinned
+                .then(|| intro.editor.as_deref().map(Arc::from))
+                .flatten(),
             remote: intro.remote.clone().zip(map.map(std::sync::Arc::new)),
             unmapped_said: AtomicBool::new(false),
             detached_by_client: AtomicBool::new(false),

@@ -1012,3 +1012,81 @@ proptest! {
         })?;
     }
 }
+
+/// A session that came in through one editor's door (compat, Gemini: pinned) stays on that
+/// editor: `broker/attach` to another is refused and changes nothing, the same editor is
+/// fine, and routing never moves it.
+#[tokio::test]
+async fn a_pinned_session_cannot_attach_to_another_editor() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reg = Registry::new(
+        Arc::new(crate::sys::config::Config {
+            state_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        }),
+        crate::registry::state::StateStore::load(dir.path()),
+        dir.path().join("sock"),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let editor = |port: u16| {
+        let text = serde_json::json!({
+            "pid": std::process::id(),
+            "workspaceFolders": ["/p"],
+            "ideName": "Neovim",
+            "authToken": "0123456789abcdef",
+        })
+        .to_string();
+        let path = dir.path().join(format!("{port}.lock"));
+        let lock =
+            crate::editor::lockfile::parse(&text, &path, Family::Pi, port).expect("lockfile");
+        reg.apply(LockEvent::Upsert(lock));
+        reg.editors()
+            .iter()
+            .find(|e| e.lockfile().port == port)
+            .map(|e| e.id.clone())
+            .expect("admitted")
+    };
+    let (a, b) = (editor(1), editor(2));
+    let intro = Intro {
+        door: Door::Compat,
+        cwd: "/p".into(),
+        key: Some("k".into()),
+        editor: Some(a.clone()),
+        remote: None,
+        pinned: true,
+        inherit: None,
+        dialect: Family::Pi,
+        client: None,
+        realm: None,
+    };
+    let sink = FrameWriter::new(
+        Box::pin(tokio::io::sink()) as std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+        Role::Server,
+    );
+    let id = reg.next_session_id();
+    let outbox = Outbox::new(id, sink, reg.cancel.child_token(), &reg.tracker);
+    let (control, _) = tokio::sync::mpsc::unbounded_channel();
+    let s = crate::session::open(&reg, &intro, id, outbox, control);
+    assert_eq!(s.editor_id().as_deref(), Some(a.as_str()));
+    let e = reg.attach_explicit(&s, &b).expect_err("another editor");
+    assert!(matches!(e, Error::Pinned { .. }), "{e}");
+    assert!(e.to_string().contains(&a), "{e}");
+    assert_eq!(
+        s.editor_id().as_deref(),
+        Some(a.as_str()),
+        "still on its door's editor"
+    );
+    reg.attach_explicit(&s, &a).expect("its own editor");
+    // Detached, with an editor of its folder up and routable, routing leaves it alone.
+    reg.detach(&s, "test", false);
+    let up = reg.editor(&b).expect("b");
+    up.set_state(LinkState::Ready);
+    reg.editor_ready(&up);
+    reg.place(&s);
+    assert_eq!(
+        s.editor_id(),
+        None,
+        "a pinned session is never routed elsewhere"
+    );
+    reg.cancel.cancel();
+}

@@ -11,6 +11,7 @@ mod common;
 mod acp;
 mod acp_nvim;
 mod acp_pi;
+mod attacks;
 mod bridge;
 mod broker_core;
 mod claudecode_nvim;

@@ -139,13 +139,23 @@ async fn other_uids_get_in_only_when_listed() {
 /// A real OpenSSH server (in inetd mode, as ssh's ProxyCommand), with throwaway keys, and an `ssh -R`
 /// streamlocal forward of the broker's socket to another path: the agent's socket "on the
 /// dev box". Returns `None` (after saying why) where sshd cannot run at all.
-struct SshForward {
+pub(crate) struct SshForward {
     /// Its server is its ProxyCommand's child: both end when it is killed.
     _ssh: tokio::process::Child,
-    remote: std::path::PathBuf,
+    /// The forwarded socket, on the "remote" side.
+    pub(crate) remote: std::path::PathBuf,
 }
 
 async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<SshForward> {
+    ssh_forward_as(dir, local, "ssh").await
+}
+
+/// [`ssh_forward`], run as `program` (`slogin`: OpenSSH's client under another name).
+pub(crate) async fn ssh_forward_as(
+    dir: &std::path::Path,
+    local: &std::path::Path,
+    program: &str,
+) -> Option<SshForward> {
     let sshd = std::path::Path::new("/usr/sbin/sshd");
     let have = |c: &str| std::process::Command::new(c).arg("-V").output().is_ok();
     if !sshd.exists() || !have("ssh") || !rustix::process::getuid().is_root() {
@@ -177,7 +187,7 @@ async fn ssh_forward(dir: &std::path::Path, local: &std::path::Path) -> Option<S
     let _ = std::fs::create_dir_all("/run/sshd");
     let proxy = format!("ProxyCommand={} -i -e -f {}", sshd.display(), cfg.display());
     let remote = dir.join("devbox.sock");
-    let ssh = tokio::process::Command::new("ssh")
+    let ssh = tokio::process::Command::new(program)
         .args([
             "-N",
             "-o",

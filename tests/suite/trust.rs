@@ -23,7 +23,7 @@ use tokio::process::Command;
 const AGENT_DIR: &str = "/workspaces/app";
 
 /// `GET path` on `socket`: the document, or the broker's refusal (its reason).
-async fn get(socket: &Path, path: &str) -> Result<Value, String> {
+pub(crate) async fn get(socket: &Path, path: &str) -> Result<Value, String> {
     match within(path, get_json(socket, path)).await {
         Ok(v) => Ok(v),
         Err(ClientError::Refused(why)) => Err(why),
@@ -33,7 +33,7 @@ async fn get(socket: &Path, path: &str) -> Result<Value, String> {
 
 /// Upgrades to `/v1/follow?session=key` on `socket`: `Ok` when the broker attached the
 /// follower, else its refusal.
-async fn follow(socket: &Path, key: &str) -> Result<(), String> {
+pub(crate) async fn follow(socket: &Path, key: &str) -> Result<(), String> {
     let stream = tokio::net::UnixStream::connect(socket)
         .await
         .map_err(|e| e.to_string())?;
@@ -53,7 +53,7 @@ async fn follow(socket: &Path, key: &str) -> Result<(), String> {
 }
 
 /// `pi-ide-broker acp` on `socket`, initialized, optionally under `unshare ARGS…`.
-async fn acp(b: &TestBroker, socket: &Path, unshare: &[&str]) -> AcpClient {
+pub(crate) async fn acp(b: &TestBroker, socket: &Path, unshare: &[&str]) -> AcpClient {
     let mut cmd = if unshare.is_empty() {
         Command::new(broker_bin())
     } else {
@@ -69,7 +69,7 @@ async fn acp(b: &TestBroker, socket: &Path, unshare: &[&str]) -> AcpClient {
 }
 
 /// The error an ACP request got (it must fail).
-async fn acp_error(c: &mut AcpClient, method: &str, params: Value) -> String {
+pub(crate) async fn acp_error(c: &mut AcpClient, method: &str, params: Value) -> String {
     let id = c.request(method, params).await;
     let r = c.answer(&id).await;
     r["error"]["message"]
@@ -309,7 +309,8 @@ async fn a_remote_agents_own_session_works_on_its_folders_editor_and_nowhere_els
     a.close().await;
 
     // A pi session in the "container" (through the remote socket, in a folder mapped to the
-    // project): the owner lists and follows it from the host.
+    // project): the owner follows it from the host by naming its key (it is never listed:
+    // attacks::a_remote_agent_cannot_take_the_owners_acp_thread).
     let install = crate::common::pi::find_pi().expect("pi");
     let home = b.dir.path().join("pi-home");
     let mut inside = Pi::start(&install, &home, &h.view, &h.remote, &[]).await;

@@ -75,7 +75,9 @@ fn untrusted(why: String) -> std::io::Error {
 /// The socket's dir is a place only the user (or root) can put a socket: the dir (and a
 /// symlink to it) is theirs and not writable by group or others, and each dir above it is
 /// theirs or root's, writable by others only with the sticky bit (as `/tmp`). What OpenSSH
-/// asks of an agent socket's dir, and what Codex asks of its IDE socket's.
+/// asks of an agent socket's dir, and what Codex asks of its IDE socket's. One exception: a
+/// socket of the user's own in a sticky shared dir (`ssh -R /tmp/pi-ide-broker.sock:…`), which
+/// nobody else can replace there.
 pub fn trusted_path(path: &Path) -> std::io::Result<()> {
     let uids = trusted_uids();
     let me = uids[0];
@@ -127,12 +129,24 @@ pub fn trusted_path(path: &Path) -> std::io::Result<()> {
     }
     let mode = meta.mode() & 0o7777;
     if mode & 0o022 != 0 {
-        return Err(untrusted(format!(
-            "the broker socket dir {} is writable by others (mode {:04o}): {}",
-            real.display(),
-            mode,
-            fix(&real)
-        )));
+        // A shared dir with the sticky bit (`/tmp`, where `ssh -R` puts a forward): only the
+        // socket's owner may remove or replace it there, so a socket of the user's is theirs.
+        let socket_owner = std::fs::symlink_metadata(path).ok().map(|m| m.uid());
+        let theirs = socket_owner.filter(|o| !uids.contains(o));
+        if mode & 0o1000 == 0 || theirs.is_some() {
+            return Err(untrusted(match theirs {
+                Some(o) => format!(
+                    "the broker socket {} belongs to uid {o}, not you (uid {me}): someone else may be listening there; remove it or set PI_IDE_BROKER_SOCKET to a path in a private dir of yours",
+                    path.display()
+                ),
+                None => format!(
+                    "the broker socket dir {} is writable by others (mode {:04o}): {}",
+                    real.display(),
+                    mode,
+                    fix(&real)
+                ),
+            }));
+        }
     }
     for above in real.ancestors().skip(1) {
         let m = std::fs::metadata(above)?;
@@ -481,6 +495,19 @@ mod tests {
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
         let why = untrusted_why(trusted_path(&open.join("sock")));
         assert!(why.contains("writable by others (mode 0777)"), "{why}");
+        // A sticky shared dir (an `ssh -R` forward in /tmp): a socket of ours is fine there,
+        // another uid's is not.
+        let sticky = tmp.path().join("sticky");
+        std::fs::create_dir(&sticky).expect("mkdir");
+        std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        let ours = sticky.join("ours.sock");
+        let _ours = std::os::unix::net::UnixListener::bind(&ours).expect("bind");
+        trusted_path(&ours).expect("our socket in a sticky dir");
+        let theirs = sticky.join("theirs.sock");
+        let _theirs = std::os::unix::net::UnixListener::bind(&theirs).expect("bind");
+        std::os::unix::fs::lchown(&theirs, Some(65534), None).expect("lchown");
+        let why = untrusted_why(trusted_path(&theirs));
+        assert!(why.contains("belongs to uid 65534"), "{why}");
         // A symlink another user made, wherever it points.
         let mine = tmp.path().join("mine");
         std::fs::create_dir(&mine).expect("mkdir");
@@ -531,7 +558,7 @@ mod tests {
         .await
         .expect("read");
         assert_eq!(line.trim(), "ready");
-        let e = connect(&path).await.err().expect("refused");
+        let e = connect(&path).await.expect_err("refused");
         assert!(e.get_ref().is_some_and(|i| i.is::<Untrusted>()), "{e:?}");
         assert!(e.to_string().contains("runs as uid 65534"), "{e}");
         let why = untrusted_why(connect_blocking(&path));
