@@ -606,6 +606,25 @@ async fn unlinked_verdict(b: &mut Builder, what: String, e: &EditorStatus, state
 /// What to do about a refused lockfile, and whether it is in the way.
 fn fix_for(reason: &str, path: &Path) -> (Level, String) {
     let p = path.display();
+    if reason.contains("writable by group or others") {
+        return (
+            Level::Fail,
+            format!("only you may write a lockfile (whoever can may send the editor's token elsewhere): chmod 600 {p}; if the editor writes it so again, run it with umask 077"),
+        );
+    }
+    if reason.contains("is listened on by uid") {
+        let port = lockfile::port_from_name(path).map_or_else(|_| "?".into(), |p| p.to_string());
+        return (
+            Level::Fail,
+            format!("another user's program holds port {port}, so this lockfile's editor is not yours (or is not running): nothing was sent to it. See whose: ss -ltne 'sport = :{port}'; restart your editor's IDE server, or remove the file: rm {p}"),
+        );
+    }
+    if reason.contains("belongs to uid") {
+        return (
+            Level::Fail,
+            format!("the pid it names is another user's process, not your editor: remove it (rm {p}) and restart your editor's IDE server"),
+        );
+    }
     if reason.contains("not running") || reason.contains("recycled") {
         (
             Level::Warn,
@@ -856,5 +875,37 @@ mod tests {
             .fix
             .unwrap_or_default()
             .contains("service install"));
+    }
+
+    /// A lockfile refused as another user's (writable by others, another uid's pid, another
+    /// uid's listener on its port) gets the fix for that, not the broken-file one.
+    #[test]
+    fn a_lockfile_refused_as_another_users_gets_its_own_fix() {
+        use crate::editor::Error;
+        let path = Path::new("/home/u/.pi/ide/4242.lock");
+        let fix = |e: Error| {
+            let (level, fix) = fix_for(&e.to_string(), path);
+            assert_eq!(level, Level::Fail, "{e}");
+            fix
+        };
+        let writable = fix(Error::OthersMayWrite {
+            mode: 0o620,
+            path: path.to_path_buf(),
+        });
+        assert!(
+            writable.contains("chmod 600 /home/u/.pi/ide/4242.lock"),
+            "{writable}"
+        );
+        let pid = fix(Error::ForeignPid { pid: 1, uid: 0 });
+        assert!(pid.contains("another user's process"), "{pid}");
+        let port = fix(Error::ForeignListener {
+            port: 4242,
+            uid: 1001,
+        });
+        assert!(
+            port.contains("another user's program holds port 4242")
+                && port.contains("nothing was sent"),
+            "{port}"
+        );
     }
 }

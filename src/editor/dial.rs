@@ -33,6 +33,10 @@ pub(super) enum DialError {
     Answered(String),
     #[error("{0}")]
     Other(String),
+    /// The port we reached is another user's (`lockfile::check_port`): the connection is
+    /// dropped before the upgrade, so the token is never sent.
+    #[error("{0}")]
+    Foreign(super::Error),
 }
 
 /// A dialled link: both halves, and the socket's acknowledgement switch.
@@ -82,6 +86,10 @@ pub(super) async fn dial(
     let mut stream = connect(&lf).await?;
     let _ = stream.set_nodelay(true);
     let client_port = stream.local_addr().map(|a| a.port()).unwrap_or(0);
+    // The last look before the token goes: the end we reached must be the user's. Checked on
+    // the connection itself, so a listener of another user that took the port after the
+    // lockfile was read (or that left once it accepted us) gets nothing.
+    crate::editor::lockfile::check_port(&lf, Some(client_port)).map_err(DialError::Foreign)?;
     let read_ahead = crate::wire::wsupgrade::upgrade(
         &mut stream,
         crate::wire::wsupgrade::Dial {
@@ -287,5 +295,76 @@ pub(super) fn frame_str<'a>(frame: &Frame<'a>) -> Option<&'a str> {
         Frame::Text(t) => Some(t),
         Frame::Binary(b) => std::str::from_utf8(b).ok(),
         _ => None,
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::editor::lockfile::Lockfile;
+    use crate::editor::Error;
+    use crate::platform::process::other_uid;
+
+    /// An editor's port that another user's listener holds by the time of the dial (its
+    /// lockfile passed when read): the dial drops the connection before the upgrade, and not
+    /// one byte (the token least of all) reaches that listener.
+    #[tokio::test]
+    async fn a_dial_that_reaches_another_users_listener_sends_nothing() {
+        let test = "a_dial_that_reaches_another_users_listener_sends_nothing";
+        let Some((mut theirs, port)) = other_uid::accept_once(test) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let lock = Lockfile {
+            path: dir.path().join(format!("{port}.lock")),
+            family: crate::protocol::family::Family::Pi,
+            port,
+            pid: std::process::id(),
+            workspace_folders: Vec::new(),
+            ide_name: "test".into(),
+            auth_token: Some(crate::sys::secret::Token::new("SECRET-TOKEN-61".into())),
+            wsl: None,
+        };
+        let editor = Arc::new(Editor::new(
+            "test".into(),
+            lock,
+            Vec::new(),
+            crate::editor::Succession::default(),
+            tokio_util::sync::CancellationToken::new(),
+        ));
+        let config = Arc::new(Config::default());
+        let host = crate::registry::Registry::new(
+            config.clone(),
+            crate::registry::state::StateStore::load(dir.path()),
+            dir.path().join("sock"),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        let dialled = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            dial(&editor, &config, &*host),
+        )
+        .await
+        .expect("the dial came back");
+        assert!(
+            matches!(
+                &dialled,
+                Err(DialError::Foreign(Error::ForeignListener { uid: 65534, port: p }))
+                    if *p == port
+            ),
+            "{:?}",
+            dialled.as_ref().err()
+        );
+        // The connection is gone: the listener read it to its end, and got nothing.
+        let seen = tokio::task::spawn_blocking(move || {
+            let lines = [theirs.next_line(), theirs.next_line()];
+            drop(theirs);
+            lines
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            seen,
+            [Some("accepted".to_string()), Some("received".to_string())]
+        );
     }
 }

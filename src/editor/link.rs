@@ -56,6 +56,13 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
                     AfterLink::Backoff => {}
                 }
             }
+            Ok(Err(DialError::Foreign(e))) => {
+                // Not the user's editor: it is not dialled again until its lockfile is read
+                // afresh and passes (the watcher's next look).
+                tracing::warn!(editor = %editor.id, reason = %e, "lockfile refused at the dial");
+                host.lockfile_refused(&editor, e.to_string());
+                return;
+            }
             Ok(Err(e)) => {
                 let taken = match &e {
                     DialError::Refused => {
@@ -72,7 +79,7 @@ pub async fn run(editor: Arc<Editor>, host: Arc<dyn LinkHost>) {
                         }
                         taken
                     }
-                    DialError::Answered(_) | DialError::Other(_) => {
+                    DialError::Answered(_) | DialError::Other(_) | DialError::Foreign(_) => {
                         tracing::debug!(error = %e, "dial failed");
                         None
                     }
@@ -166,8 +173,9 @@ async fn after_link(
     }
 }
 
-/// Before every dial: the lockfile must still be there, name this editor and its pid be alive
-/// (the re-read lockfile is taken: a new token). False once the editor is gone (told to `host`).
+/// Before every dial: the lockfile must still be there, name this editor, its pid be alive
+/// and nothing of it be another user's (the re-read lockfile is taken: a new token). False
+/// once the editor is gone (told to `host`; a lockfile found foreign is listed as refused).
 fn still_there(editor: &Arc<Editor>, host: &dyn LinkHost) -> bool {
     let path = editor.lockfile().path;
     match lockfile::read(&path, editor.family) {
@@ -183,6 +191,11 @@ fn still_there(editor: &Arc<Editor>, host: &dyn LinkHost) -> bool {
             true
         }
         Err(Error::Incomplete) => true,
+        Err(e) if e.is_foreign() => {
+            tracing::warn!(editor = %editor.id, reason = %e, "lockfile refused before the dial");
+            host.lockfile_refused(editor, e.to_string());
+            false
+        }
         Err(e) => {
             tracing::info!(editor = %editor.id, reason = %e, "editor gone");
             host.editor_gone(editor, e.to_string());

@@ -42,6 +42,18 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Incomplete | Error::Gone)
     }
+
+    /// True when the lockfile is shown not to be the user's editor's: another user owns it,
+    /// may write it, runs its pid or listens on its port.
+    pub fn is_foreign(&self) -> bool {
+        matches!(
+            self,
+            Error::ForeignOwner(_)
+                | Error::OthersMayWrite { .. }
+                | Error::ForeignPid { .. }
+                | Error::ForeignListener { .. }
+        )
+    }
 }
 
 /// The JSON shape, liberal where the real writers differ.
@@ -85,6 +97,13 @@ pub fn port_from_name(path: &Path) -> Result<u16, Error> {
 
 /// Reads and validates `path` (in a dir of `family`). Never follows a symlink, never blocks
 /// on a FIFO, never reads more than [`MAX_LOCKFILE_BYTES`].
+///
+/// What proves it the user's editor's, each refused with its own [`Error`]: the file is ours
+/// and only we may write it (Unix: no group or other write bit); its pid runs, as us (where
+/// the platform tells whose a process is: [`crate::platform::process::real_uid`]), and
+/// started before the file was written; no other user listens on its port
+/// ([`check_port`]). A Windows editor seen from WSL (`runningInWindows`) has neither a pid
+/// nor a port we can look up: its link's health is what tells.
 pub fn read(path: &Path, family: Family) -> Result<Lockfile, Error> {
     let port = port_from_name(path)?;
     use crate::platform::Error as OpenError;
@@ -96,6 +115,12 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, Error> {
         OpenError::Io(e) => Error::Io(e),
         other => Error::Io(std::io::Error::other(other.to_string())),
     })?;
+    if let Some(mode) = own.mode.filter(|m| m & 0o022 != 0) {
+        return Err(Error::OthersMayWrite {
+            mode,
+            path: path.to_path_buf(),
+        });
+    }
     let size = own.size;
     if size > MAX_LOCKFILE_BYTES {
         return Err(Error::TooLarge(size));
@@ -121,6 +146,13 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, Error> {
     let Some(process) = crate::platform::process::running(lock.pid) else {
         return Err(Error::DeadPid(lock.pid));
     };
+    // Where the platform cannot tell whose it is (signal-only facts, Windows, a `hidepid`
+    // /proc), the pid goes unchecked, as before this check: the port's check still holds.
+    if let Some(uid) = crate::platform::process::real_uid(lock.pid)
+        .filter(|uid| *uid != crate::platform::user::uid())
+    {
+        return Err(Error::ForeignPid { pid: lock.pid, uid });
+    }
     let written = own.modified_unix;
     if process
         .start_unix
@@ -128,7 +160,37 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, Error> {
     {
         return Err(Error::RecycledPid(lock.pid));
     }
+    check_port(&lock, None)?;
     Ok(lock)
+}
+
+/// Whose the editor's port is, before its token goes there: refused when a socket of another
+/// user listens on it at an address a dial of 127.0.0.1 reaches
+/// ([`crate::platform::ports::listener_uids`]) or, given `client_port` (the local port of a
+/// connection just made to it), when the server end of that very connection is another
+/// user's ([`crate::platform::ports::accepted_uids`]: no race with a listener that came or
+/// went meanwhile). Nothing listening is no refusal: the dial fails on its own, and no token
+/// is sent. Where the kernel's table cannot be read (not Linux, or `/proc` hidden) nothing
+/// can be told, and the port is taken as before this check. A Windows editor seen from WSL
+/// listens on the Windows side, which is not in this table: not checked.
+pub fn check_port(lock: &Lockfile, client_port: Option<u16>) -> Result<(), Error> {
+    if lock.wsl.is_some() {
+        return Ok(());
+    }
+    let mut uids = crate::platform::ports::listener_uids(lock.port).unwrap_or_default();
+    if let Some(client_port) = client_port {
+        uids.extend(
+            crate::platform::ports::accepted_uids(lock.port, client_port).unwrap_or_default(),
+        );
+    }
+    let me = crate::platform::user::uid();
+    match uids.into_iter().find(|uid| *uid != me) {
+        Some(uid) => Err(Error::ForeignListener {
+            port: lock.port,
+            uid,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Parses lockfile text (no file-system checks, no pid check).
@@ -494,6 +556,166 @@ mod tests {
                 assert!(matches!(r, Err(Error::RecycledPid(p)) if p == me), "{r:?}");
             }
         }
+    }
+
+    /// A lockfile of ours at `dir/<port>.lock` naming `pid`, mode 0600.
+    #[cfg(unix)]
+    fn write_lockfile(dir: &Path, port: u16, pid: u32) -> PathBuf {
+        let path = dir.join(format!("{port}.lock"));
+        std::fs::write(
+            &path,
+            format!(r#"{{"pid":{pid},"authToken":"0123456789abcdef"}}"#),
+        )
+        .unwrap();
+        crate::platform::user::set_mode(&path, 0o600).unwrap();
+        path
+    }
+
+    /// A lockfile that group or others may write is refused, with its mode and the fix; one
+    /// only we may write (whoever may read it) is taken.
+    #[cfg(unix)]
+    #[test]
+    fn a_lockfile_others_may_write_is_refused_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_lockfile(dir.path(), 4250, std::process::id());
+        for mode in [0o620, 0o602, 0o622, 0o666, 0o660] {
+            crate::platform::user::set_mode(&path, mode).unwrap();
+            let r = read(&path, Family::Pi);
+            assert!(
+                matches!(&r, Err(Error::OthersMayWrite { mode: m, .. }) if *m == mode),
+                "mode {mode:o}: {r:?}"
+            );
+            let said = r.unwrap_err().to_string();
+            assert!(said.contains(&format!("mode 0{mode:o}")), "{said}");
+            assert!(
+                said.contains(&format!("chmod 600 {}", path.display())),
+                "{said}"
+            );
+        }
+        for mode in [0o600, 0o644, 0o400, 0o640] {
+            crate::platform::user::set_mode(&path, mode).unwrap();
+            let r = read(&path, Family::Pi);
+            assert!(r.is_ok(), "mode {mode:o}: {r:?}");
+        }
+    }
+
+    /// A live pid of another user is not our editor: refused, naming whose it is (where the
+    /// process facts tell; the signal-only ones cannot, and take it as before).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_lockfile_naming_another_users_process_is_refused() {
+        use crate::platform::process::other_uid;
+        let test = "a_lockfile_naming_another_users_process_is_refused";
+        let Some(nobody) = other_uid::sleeper(test) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_lockfile(dir.path(), 4251, nobody.pid());
+        let r = read(&path, Family::Pi);
+        if crate::platform::process::real_uid(std::process::id()).is_none() {
+            assert!(r.is_ok(), "uids unknown here: {r:?}");
+            return;
+        }
+        assert!(
+            matches!(r, Err(Error::ForeignPid { pid, uid })
+                if pid == nobody.pid() && uid == other_uid::NOBODY),
+            "{r:?}"
+        );
+        let said = r.unwrap_err().to_string();
+        assert!(
+            said.contains(&format!(
+                "pid {} belongs to uid 65534, not you",
+                nobody.pid()
+            )),
+            "{said}"
+        );
+        assert!(Error::ForeignPid { pid: 1, uid: 2 }.is_foreign());
+        // Our own process, named in the same file: taken.
+        write_lockfile(dir.path(), 4251, std::process::id());
+        assert!(read(&path, Family::Pi).is_ok());
+    }
+
+    /// A lockfile of ours, naming our live pid, whose port another user listens on: refused
+    /// (the token would go to them), and at the dial too, by the connection's own end. Our
+    /// own listener on it, or none, is fine.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_lockfile_whose_port_another_user_listens_on_is_refused() {
+        use crate::platform::process::other_uid;
+        let test = "a_lockfile_whose_port_another_user_listens_on_is_refused";
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        // Ours: taken.
+        let ours = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = ours.local_addr().unwrap().port();
+        let path = write_lockfile(dir.path(), port, me);
+        assert!(read(&path, Family::Pi).is_ok());
+        drop(ours);
+        // Nobody's listener: refused.
+        let Some((_theirs, port)) = other_uid::listener(test) else {
+            return;
+        };
+        let path = write_lockfile(dir.path(), port, me);
+        let r = read(&path, Family::Pi);
+        assert!(
+            matches!(r, Err(Error::ForeignListener { port: p, uid })
+                if p == port && uid == other_uid::NOBODY),
+            "{r:?}"
+        );
+        let said = r.unwrap_err().to_string();
+        assert!(
+            said.contains(&format!(
+                "port {port} is listened on by uid 65534, not you: the lockfile's editor is not \
+                 yours; the token was not sent"
+            )),
+            "{said}"
+        );
+        // The dial's own look: the end of a connection to it is theirs.
+        let lock = parse(
+            &std::fs::read_to_string(&path).unwrap(),
+            &path,
+            Family::Pi,
+            port,
+        )
+        .unwrap();
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let from = client.local_addr().unwrap().port();
+        assert!(matches!(
+            check_port(&lock, Some(from)),
+            Err(Error::ForeignListener { uid: 65534, .. })
+        ));
+    }
+
+    /// A listener of another user that accepted us and closed itself: no listener is left
+    /// to see, but the end of our connection is still theirs, and the dial's look says so.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_end_of_a_connection_is_whose_its_listener_was_even_once_that_is_gone() {
+        use crate::platform::process::other_uid;
+        let test = "the_end_of_a_connection_is_whose_its_listener_was_even_once_that_is_gone";
+        let Some((mut theirs, port)) = other_uid::accept_once(test) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_lockfile(dir.path(), port, std::process::id());
+        let lock = parse(
+            &std::fs::read_to_string(&path).unwrap(),
+            &path,
+            Family::Pi,
+            port,
+        )
+        .unwrap();
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let from = client.local_addr().unwrap().port();
+        assert_eq!(theirs.next_line().as_deref(), Some("accepted"));
+        assert!(check_port(&lock, None).is_ok(), "no listener is left");
+        let r = check_port(&lock, Some(from));
+        assert!(
+            matches!(r, Err(Error::ForeignListener { port: p, uid: 65534 }) if p == port),
+            "{r:?}"
+        );
+        drop(client);
+        assert_eq!(theirs.next_line().as_deref(), Some("received"));
     }
 
     /// Up to 1,024 workspace folders are taken; one more is a malformed lockfile.

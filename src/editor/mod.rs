@@ -47,6 +47,10 @@ pub trait LinkHost: Send + Sync + 'static {
     fn editor_routable(&self, editor: &Arc<Editor>);
     /// The editor is gone for good (pid dead or lockfile gone).
     fn editor_gone(&self, editor: &Arc<Editor>, reason: String);
+    /// The editor's lockfile is refused as not the user's (its owner, mode, pid or port is
+    /// another user's): the editor is gone, and the file listed as refused with `reason`
+    /// until the lock dir watcher finds it valid again.
+    fn lockfile_refused(&self, editor: &Arc<Editor>, reason: String);
     /// A notification other than `selection_changed` for every session on this editor.
     fn broadcast(&self, editor: &Arc<Editor>, text: &str);
     /// An editor-initiated request: hand it to the right session (recorded with
@@ -93,6 +97,31 @@ pub enum Error {
     /// died and an unrelated process got its pid.
     #[error("names pid {0}, a process that started after the file was written (recycled pid; stale lockfile)")]
     RecycledPid(u32),
+    /// Group or others may write it: whoever can may point the broker, and the editor's
+    /// token, at a port of their own.
+    #[error("is writable by group or others (mode {mode:04o}), so another user could rewrite it; make it yours alone: chmod 600 {}", path.display())]
+    OthersMayWrite {
+        /// Its permission bits.
+        mode: u32,
+        /// The file, for the fix.
+        path: std::path::PathBuf,
+    },
+    /// The pid in it runs, but as another user: not the user's editor.
+    #[error("names pid {pid}, but pid {pid} belongs to uid {uid}, not you: the lockfile's editor is not yours")]
+    ForeignPid {
+        /// The pid it names.
+        pid: u32,
+        /// Whose process that is (its real uid).
+        uid: u32,
+    },
+    /// Its port is listened on by another user: the editor's token must not go there.
+    #[error("port {port} is listened on by uid {uid}, not you: the lockfile's editor is not yours; the token was not sent")]
+    ForeignListener {
+        /// The port it names.
+        port: u16,
+        /// The listener's owner.
+        uid: u32,
+    },
     /// The file disappeared.
     #[error("no longer exists")]
     Gone,

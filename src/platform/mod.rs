@@ -4,8 +4,9 @@
 //!   connect, the one-daemon claim, the private dir it lives in.
 //! - [`peer`]: who is at the other end of a local connection (uid or SID, pid, program,
 //!   namespaces).
-//! - [`process`]: is a pid running, and when did it start.
-//! - [`ports`]: which other clients an editor's loopback port has (the taken-editor check).
+//! - [`process`]: is a pid running, when did it start, and whose is it.
+//! - [`ports`]: which other clients an editor's loopback port has (the taken-editor check),
+//!   and whose its listener is (no token goes to another user's).
 //! - [`control`]: stop and reload: the requests a daemon listens for and the way another
 //!   process sends them (signals on Unix, named events on Windows).
 //! - [`notify`]: telling the service manager (systemd) how the daemon is doing.

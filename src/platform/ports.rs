@@ -1,10 +1,16 @@
-//! Who else holds a loopback port, read from the kernel without connecting.
+//! Who else holds a loopback port, and whose its listener is, read from the kernel without
+//! connecting.
 //!
 //! The established connections a local server has accepted, looked up without connecting (so a
 //! single-client editor's client is never disturbed by the look). Linux reads `/proc/net/tcp`
 //! and `/proc/net/tcp6`; macOS asks libproc for the editor process's sockets
 //! (`proc_pidinfo(PROC_PIDLISTFDS)`, then `proc_pidfdinfo` with `PROC_PIDFDSOCKETINFO` on
 //! each); `None` elsewhere.
+//!
+//! Whose a port's listener is ([`listener_uids`], [`accepted_uids`]), so that an editor's token
+//! goes to no other user's listener: Linux's `NETLINK_SOCK_DIAG` for one port's listeners (the
+//! kernel walks its listening sockets only), else the `uid` column of the same tables; `None`
+//! elsewhere.
 
 /// The TCP state number of ESTABLISHED in `/proc/net/tcp`.
 const ESTABLISHED: &str = "01";
@@ -153,6 +159,280 @@ mod tcp_table {
             }));
         }
         (v4.is_some() || v6.is_some()).then(|| super::count_rows(&all, pid, port_, except))
+    }
+}
+
+/// The TCP state numbers of `/proc/net/tcp`'s `st` column: ESTABLISHED, SYN_RECV (a
+/// connection in its listener's queue, not yet accepted), LISTEN.
+const ROW_ESTABLISHED: u8 = 0x01;
+const ROW_SYN_RECV: u8 = 0x03;
+const ROW_LISTEN: u8 = 0x0A;
+
+/// The uids of the sockets listening on `port` at an address that a dial of `127.0.0.1`
+/// reaches or that is loopback (127.0.0.1, ::1, the wildcards 0.0.0.0 and ::, and their
+/// v4-mapped forms), each once; empty when nothing listens. `None` where the kernel's table
+/// cannot be read (not Linux, or `/proc` hidden): the caller cannot tell whose it is.
+pub fn listener_uids(port: u16) -> Option<Vec<u32>> {
+    // Asked on every read of a lockfile: a read of `/proc/net/tcp` formats every socket of
+    // the machine (tens of milliseconds on a busy one), the netlink query does not.
+    #[cfg(target_os = "linux")]
+    if let Some(rows) = sock_diag::listeners(port) {
+        let pick = listening_on(port);
+        return Some(sorted_uids(rows.iter().filter(|r| pick(r)).map(|r| r.uid)));
+    }
+    uids_in_tables(listening_on(port))
+}
+
+/// [`listener_uids`]'s rows.
+fn listening_on(port: u16) -> impl Fn(&Row) -> bool {
+    move |row| {
+        row.state == ROW_LISTEN && row.local.port() == port && reaches_loopback(row.local.ip())
+    }
+}
+
+/// The uids of the server end of our connection from `client_port` to a loopback `port`:
+/// accepted or still in the listener's queue, its row carries its listener's uid (the
+/// kernel gives an accepted socket its listener's owner, and shows a queued one with its
+/// listener's). Unlike [`listener_uids`], it names the very socket we reached, even once
+/// that listener is closed. `None` where the table cannot be read.
+pub fn accepted_uids(port: u16, client_port: u16) -> Option<Vec<u32>> {
+    uids_in_tables(accepted_from(port, client_port))
+}
+
+/// [`accepted_uids`]'s rows.
+fn accepted_from(port: u16, client_port: u16) -> impl Fn(&Row) -> bool {
+    move |row| {
+        matches!(row.state, ROW_ESTABLISHED | ROW_SYN_RECV)
+            && row.local.port() == port
+            && row.remote.port() == client_port
+            && reaches_loopback(row.remote.ip())
+    }
+}
+
+/// The uids of the rows that `pick` picks, in `/proc/net/tcp` and `/proc/net/tcp6`.
+fn uids_in_tables(pick: impl Fn(&Row) -> bool) -> Option<Vec<u32>> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let mut any = false;
+    let mut uids = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        any = true;
+        uids.extend(uids_in(&text, &pick));
+    }
+    any.then(|| sorted_uids(uids))
+}
+
+/// Each uid once, in order.
+fn sorted_uids(uids: impl IntoIterator<Item = u32>) -> Vec<u32> {
+    let mut uids: Vec<u32> = uids.into_iter().collect();
+    uids.sort_unstable();
+    uids.dedup();
+    uids
+}
+
+/// Linux's `NETLINK_SOCK_DIAG` (inet_diag, as `ss` asks it): the TCP sockets listening on one
+/// port, IPv4 and IPv6, with their owners' uids. `None` when netlink is refused (a sandbox)
+/// or answers what we cannot read: the caller falls back to `/proc/net/tcp`.
+#[cfg(target_os = "linux")]
+mod sock_diag {
+    use super::Row;
+    use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+    /// `SOCK_DIAG_BY_FAMILY`, the request and answer type.
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLM_F_REQUEST: u16 = 0x1;
+    const NLM_F_DUMP: u16 = 0x300;
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    const AF_INET: u8 = 2;
+    const AF_INET6: u8 = 10;
+    const IPPROTO_TCP: u8 = 6;
+    /// `TCP_LISTEN`, a bit of `idiag_states`.
+    const TCP_LISTEN: u32 = 10;
+    /// `struct nlmsghdr`.
+    const HEADER: usize = 16;
+    /// `struct inet_diag_req_v2`.
+    const REQUEST: usize = 56;
+    /// `struct inet_diag_msg` (attributes may follow).
+    const ANSWER: usize = 72;
+
+    /// The listening TCP sockets on `port`, both families.
+    pub(super) fn listeners(port: u16) -> Option<Vec<Row>> {
+        let fd = rustix::net::socket_with(
+            AddressFamily::NETLINK,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC,
+            Some(rustix::net::netlink::SOCK_DIAG),
+        )
+        .ok()?;
+        // The kernel answers at once; the bound is for a kernel that never does.
+        rustix::net::sockopt::set_socket_timeout(
+            &fd,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(std::time::Duration::from_secs(1)),
+        )
+        .ok()?;
+        let mut rows = Vec::new();
+        for (seq, family) in [(1, AF_INET), (2, AF_INET6)] {
+            rustix::net::send(
+                &fd,
+                &listeners_request(seq, family, port),
+                SendFlags::empty(),
+            )
+            .ok()?;
+            read_dump(&fd, seq, &mut rows)?;
+        }
+        Some(rows)
+    }
+
+    /// A dump request for the sockets of `family` listening on `port`: the kernel filters a
+    /// listener dump by its source port, and walks no connection when only `TCP_LISTEN` is
+    /// asked for.
+    pub(super) fn listeners_request(seq: u32, family: u8, port: u16) -> Vec<u8> {
+        let mut r = Vec::with_capacity(HEADER + REQUEST);
+        r.extend(((HEADER + REQUEST) as u32).to_ne_bytes());
+        r.extend(SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        r.extend((NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+        r.extend(seq.to_ne_bytes());
+        r.extend(0u32.to_ne_bytes());
+        r.extend([family, IPPROTO_TCP, 0, 0]);
+        r.extend((1u32 << TCP_LISTEN).to_ne_bytes());
+        // inet_diag_sockid: the source port (network order), then nothing asked for.
+        r.extend(port.to_be_bytes());
+        r.resize(HEADER + REQUEST, 0);
+        r
+    }
+
+    /// Reads the answers to dump `seq` into `rows`, until its end.
+    fn read_dump(fd: &rustix::fd::OwnedFd, seq: u32, rows: &mut Vec<Row>) -> Option<()> {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let (got, whole) = rustix::net::recv(fd, &mut buf[..], RecvFlags::empty()).ok()?;
+            if whole > got {
+                return None; // cut short: not all of it can be read
+            }
+            if parse(buf.get(..got)?, seq, rows)? {
+                return Some(());
+            }
+        }
+    }
+
+    /// The messages of one datagram for dump `seq` into `rows`: `Some(true)` at the dump's
+    /// end, `None` on an error or a message we cannot read.
+    pub(super) fn parse(mut datagram: &[u8], seq: u32, rows: &mut Vec<Row>) -> Option<bool> {
+        while datagram.len() >= HEADER {
+            let u32_at = |b: &[u8], i: usize| -> Option<u32> {
+                Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
+            };
+            let len = usize::try_from(u32_at(datagram, 0)?).ok()?;
+            let kind = u16::from_ne_bytes(datagram.get(4..6)?.try_into().ok()?);
+            let msg = datagram.get(HEADER..len)?;
+            if u32_at(datagram, 8)? == seq {
+                match kind {
+                    NLMSG_DONE => return Some(true),
+                    NLMSG_ERROR => return None,
+                    SOCK_DIAG_BY_FAMILY => rows.push(row(msg)?),
+                    _ => {}
+                }
+            }
+            // Each message is padded to 4 bytes.
+            datagram = datagram.get(len.checked_add(3)? & !3..).unwrap_or_default();
+        }
+        Some(false)
+    }
+
+    /// One `struct inet_diag_msg`.
+    fn row(msg: &[u8]) -> Option<Row> {
+        let msg = msg.get(..ANSWER)?;
+        let port = |i: usize| u16::from_be_bytes([msg[i], msg[i + 1]]);
+        let addr = |i: usize| -> Option<IpAddr> {
+            Some(match msg[0] {
+                AF_INET => Ipv4Addr::from(<[u8; 4]>::try_from(&msg[i..i + 4]).ok()?).into(),
+                AF_INET6 => Ipv6Addr::from(<[u8; 16]>::try_from(&msg[i..i + 16]).ok()?).into(),
+                _ => return None,
+            })
+        };
+        Some(Row {
+            local: SocketAddr::new(addr(8)?, port(4)),
+            remote: SocketAddr::new(addr(24)?, port(6)),
+            state: msg[1],
+            uid: u32::from_ne_bytes(msg[64..68].try_into().ok()?),
+        })
+    }
+}
+
+/// The uids of the rows of one table's text that `pick` picks.
+fn uids_in(table: &str, pick: &impl Fn(&Row) -> bool) -> Vec<u32> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(Row::parse)
+        .filter(|r| pick(r))
+        .map(|r| r.uid)
+        .collect()
+}
+
+/// One row of `/proc/net/tcp{,6}`: `sl local rem st tx:rx tr:when retrnsmt uid …`.
+struct Row {
+    local: std::net::SocketAddr,
+    remote: std::net::SocketAddr,
+    state: u8,
+    uid: u32,
+}
+
+impl Row {
+    fn parse(line: &str) -> Option<Row> {
+        let mut cols = line.split_whitespace().skip(1);
+        let local = socket_addr(cols.next()?)?;
+        let remote = socket_addr(cols.next()?)?;
+        let state = u8::from_str_radix(cols.next()?, 16).ok()?;
+        let uid = cols.nth(3)?.parse().ok()?;
+        Some(Row {
+            local,
+            remote,
+            state,
+            uid,
+        })
+    }
+}
+
+/// An `ADDR:PORT` column: the address as the kernel prints it (each 32-bit word of it in
+/// hex, in this machine's byte order), the port in hex.
+fn socket_addr(column: &str) -> Option<std::net::SocketAddr> {
+    let (addr, port) = column.rsplit_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let word = |i: usize| -> Option<[u8; 4]> {
+        let hex = addr.get(i * 8..i * 8 + 8)?;
+        Some(u32::from_str_radix(hex, 16).ok()?.to_ne_bytes())
+    };
+    let ip: std::net::IpAddr = match addr.len() {
+        8 => std::net::Ipv4Addr::from(word(0)?).into(),
+        32 => {
+            let mut bytes = [0u8; 16];
+            for (i, chunk) in bytes.chunks_exact_mut(4).enumerate() {
+                chunk.copy_from_slice(&word(i)?);
+            }
+            std::net::Ipv6Addr::from(bytes).into()
+        }
+        _ => return None,
+    };
+    Some(std::net::SocketAddr::new(ip, port))
+}
+
+/// 127.0.0.1, ::1, 0.0.0.0, ::, or a v4-mapped 127.0.0.1 or 0.0.0.0.
+fn reaches_loopback(ip: std::net::IpAddr) -> bool {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let v4 = |a: Ipv4Addr| a == Ipv4Addr::LOCALHOST || a.is_unspecified();
+    match ip {
+        IpAddr::V4(a) => v4(a),
+        IpAddr::V6(a) => {
+            a == Ipv6Addr::LOCALHOST || a.is_unspecified() || a.to_ipv4_mapped().is_some_and(v4)
+        }
     }
 }
 
@@ -500,6 +780,179 @@ mod tests {
         assert_eq!(count_in(TABLE, 8080, Some(0xA001)), 1);
         assert_eq!(count_in(TABLE, 8081, None), 0);
         assert_eq!(count_in("garbage\nmore garbage here x\n", 8080, None), 0);
+    }
+
+    /// A row of `/proc/net/tcp{,6}` as this machine's kernel prints it: each 32-bit word of
+    /// the address in hex, in the machine's byte order.
+    fn row(local: std::net::SocketAddr, remote: std::net::SocketAddr, st: u8, uid: u32) -> String {
+        let hex = |a: std::net::SocketAddr| {
+            let bytes = match a.ip() {
+                std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+                std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
+            };
+            let words: String = bytes
+                .chunks_exact(4)
+                .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+                .collect();
+            format!("{words}:{:04X}", a.port())
+        };
+        format!(
+            "   0: {} {} {st:02X} 00000000:00000000 00:00000000 00000000 {uid:>5}        0 1 1 \
+             0000000000000000 100 0 0 10 0",
+            hex(local),
+            hex(remote)
+        )
+    }
+
+    /// Listeners on 127.0.0.1, ::1 and the wildcards count (each uid once); one on another
+    /// loopback address or port, a connection, a half-closed socket do not. The server end
+    /// of one connection is found by its client's port, whether accepted or still queued.
+    #[test]
+    fn the_uids_of_a_ports_loopback_listeners_and_of_one_accepted_connection() {
+        let a = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        let none4 = a("0.0.0.0:0");
+        let none6 = a("[::]:0");
+        let v4 = [
+            row(a("127.0.0.1:8080"), none4, 0x0A, 1000),
+            row(a("0.0.0.0:8080"), none4, 0x0A, 1001),
+            row(a("127.0.0.2:8080"), none4, 0x0A, 1002),
+            row(a("127.0.0.1:8081"), none4, 0x0A, 1003),
+            row(a("192.168.1.5:8080"), none4, 0x0A, 1004),
+            row(a("127.0.0.1:8080"), a("127.0.0.1:40001"), 0x01, 1005),
+            row(a("127.0.0.1:8080"), a("127.0.0.1:40002"), 0x03, 1006),
+            row(a("127.0.0.1:8080"), a("127.0.0.1:40003"), 0x06, 1007),
+            row(a("127.0.0.1:40001"), a("127.0.0.1:8080"), 0x01, 1008),
+        ];
+        let v6 = [
+            row(a("[::1]:8080"), none6, 0x0A, 1010),
+            row(a("[::]:8080"), none6, 0x0A, 1001),
+            row(a("[::ffff:127.0.0.1]:8080"), none6, 0x0A, 1011),
+            row(a("[fe80::1]:8080"), none6, 0x0A, 1012),
+            row(a("[::1]:8080"), a("[::ffff:127.0.0.1]:40009"), 0x01, 1013),
+        ];
+        let head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   \
+                    uid  timeout inode\n";
+        let tcp = format!("{head}{}\n", v4.join("\n"));
+        let tcp6 = format!("{head}{}\n", v6.join("\n"));
+        let both = |pick: &dyn Fn(&Row) -> bool| {
+            let mut uids = uids_in(&tcp, &pick);
+            uids.extend(uids_in(&tcp6, &pick));
+            uids.sort_unstable();
+            uids.dedup();
+            uids
+        };
+        assert_eq!(both(&listening_on(8080)), vec![1000, 1001, 1010, 1011]);
+        assert_eq!(both(&listening_on(8081)), vec![1003]);
+        assert_eq!(both(&listening_on(8082)), Vec::<u32>::new());
+        assert_eq!(both(&accepted_from(8080, 40001)), vec![1005]);
+        assert_eq!(both(&accepted_from(8080, 40002)), vec![1006], "queued");
+        assert_eq!(both(&accepted_from(8080, 40003)), Vec::<u32>::new());
+        assert_eq!(both(&accepted_from(8080, 40009)), vec![1013]);
+        assert!(uids_in("garbage\n0: x y z\n", &listening_on(8080)).is_empty());
+    }
+
+    /// A netlink answer as the kernel writes it: two listeners (IPv4 on 127.0.0.1, IPv6 on
+    /// ::), another dump's message, then the end; an error ends the dump with nothing.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_sock_diag_answer_is_read_message_by_message() {
+        let request = sock_diag::listeners_request(7, 2, 8080);
+        assert_eq!(request.len(), 72);
+        assert_eq!(&request[0..4], &72u32.to_ne_bytes());
+        assert_eq!(
+            &request[24..26],
+            &8080u16.to_be_bytes(),
+            "the source port asked for"
+        );
+        let message = |kind: u16, seq: u32, body: &[u8]| {
+            let mut m = Vec::new();
+            m.extend((16 + body.len() as u32).to_ne_bytes());
+            m.extend(kind.to_ne_bytes());
+            m.extend(2u16.to_ne_bytes()); // NLM_F_MULTI
+            m.extend(seq.to_ne_bytes());
+            m.extend(0u32.to_ne_bytes());
+            m.extend(body);
+            while m.len() % 4 != 0 {
+                m.push(0);
+            }
+            m
+        };
+        let listener = |family: u8, addr: &[u8], uid: u32| {
+            let mut d = vec![family, 0x0A, 0, 0];
+            d.extend(8080u16.to_be_bytes());
+            d.extend(0u16.to_be_bytes());
+            let mut src = addr.to_vec();
+            src.resize(16, 0);
+            d.extend(src);
+            d.extend([0u8; 16 + 4 + 8 + 12]);
+            d.extend(uid.to_ne_bytes());
+            d.extend(0u32.to_ne_bytes());
+            assert_eq!(d.len(), 72);
+            d.extend([8, 0, 1, 0, 0, 0, 0, 0]); // an attribute after it, skipped
+            d
+        };
+        let mut datagram = message(20, 7, &listener(2, &[127, 0, 0, 1], 1000));
+        datagram.extend(message(20, 7, &listener(10, &[0; 16], 1001)));
+        datagram.extend(message(20, 6, &listener(2, &[127, 0, 0, 1], 1002)));
+        let mut rows = Vec::new();
+        assert_eq!(sock_diag::parse(&datagram, 7, &mut rows), Some(false));
+        datagram = message(3, 7, &[0; 4]);
+        assert_eq!(sock_diag::parse(&datagram, 7, &mut rows), Some(true));
+        let got: Vec<(String, u8, u32)> = rows
+            .iter()
+            .map(|r| (r.local.to_string(), r.state, r.uid))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("127.0.0.1:8080".to_string(), 0x0A, 1000),
+                ("[::]:8080".to_string(), 0x0A, 1001)
+            ]
+        );
+        let error = message(2, 7, &(-2i32).to_ne_bytes());
+        assert_eq!(sock_diag::parse(&error, 7, &mut rows), None);
+        assert_eq!(sock_diag::parse(&[1, 2, 3], 7, &mut rows), Some(false));
+        let short = message(20, 7, &[2, 0x0A]);
+        assert_eq!(sock_diag::parse(&short, 7, &mut rows), None, "cut short");
+    }
+
+    /// The kernel's own table: our listener is ours, uid 65534's is 65534's, and so is the
+    /// server end of our connection to it (not accepted yet).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn whose_a_real_listener_is() {
+        let me = crate::platform::user::uid();
+        let mine = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = mine.local_addr().unwrap().port();
+        let Some(uids) = listener_uids(port) else {
+            crate::platform::process::other_uid::cannot_run(
+                "whose_a_real_listener_is",
+                "/proc/net/tcp",
+            );
+            return;
+        };
+        assert_eq!(uids, vec![me]);
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let from = client.local_addr().unwrap().port();
+        assert_eq!(accepted_uids(port, from), Some(vec![me]));
+        drop(client);
+        drop(mine);
+        assert_eq!(listener_uids(port), Some(vec![]));
+        let Some((_theirs, port)) =
+            crate::platform::process::other_uid::listener("whose_a_real_listener_is")
+        else {
+            return;
+        };
+        let nobody = crate::platform::process::other_uid::NOBODY;
+        assert_eq!(listener_uids(port), Some(vec![nobody]));
+        // Netlink's answer (what `listener_uids` asks first) and the table's agree.
+        let by_netlink =
+            sock_diag::listeners(port).map(|rows| sorted_uids(rows.iter().map(|r| r.uid)));
+        assert_eq!(by_netlink, Some(vec![nobody]), "netlink answers here");
+        assert_eq!(uids_in_tables(listening_on(port)), Some(vec![nobody]));
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let from = client.local_addr().unwrap().port();
+        assert_eq!(accepted_uids(port, from), Some(vec![nobody]));
     }
 
     #[test]

@@ -1,14 +1,16 @@
-//! Process facts: is it running (a zombie is not) and when did it start.
+//! Process facts: is it running (a zombie is not), when did it start, and whose is it.
 //!
 //! What the broker needs to know about another process: is it running (not merely an
-//! unreaped zombie) and when did it start (so a recycled pid is not taken for the process
-//! that wrote a lockfile). One interface, three sources:
+//! unreaped zombie), when did it start (so a recycled pid is not taken for the process
+//! that wrote a lockfile), and which user runs it (a lockfile naming another user's process
+//! is not the user's editor's). One interface, three sources:
 //!
-//! - [`Source::Procfs`] (Linux): `/proc/<pid>/stat`, its state letter and field 22.
-//! - [`Source::Darwin`] (macOS): `proc_pidinfo(PROC_PIDTBSDINFO)`, `pbi_status` and
-//!   `pbi_start_tvsec`/`pbi_start_tvusec`.
+//! - [`Source::Procfs`] (Linux): `/proc/<pid>/stat`, its state letter and field 22;
+//!   `/proc/<pid>/status`, its `Uid:` line.
+//! - [`Source::Darwin`] (macOS): `proc_pidinfo(PROC_PIDTBSDINFO)`, `pbi_status`,
+//!   `pbi_start_tvsec`/`pbi_start_tvusec` and `pbi_ruid`.
 //! - [`Source::Signal`] (anywhere, and what the others fall back to): `kill(pid, 0)` only;
-//!   a zombie counts as alive and the start is unknown.
+//!   a zombie counts as alive, and the start and the uid are unknown.
 //!
 //! `PI_IDE_BROKER_PROCESS_FACTS=procfs|darwin|signal` picks another source for the whole
 //! process (read once): the tests run the identity and lockfile tests again with `signal`, so
@@ -116,6 +118,19 @@ pub fn facts(pid: u32) -> Option<Facts> {
     }
 }
 
+/// The real uid of running process `pid`, from the source in force: `/proc/<pid>/status`'s
+/// `Uid:` line (Linux), `pbi_ruid` of `proc_pidinfo` (macOS). `None` where the source cannot
+/// tell: the signal-only source, Windows (a lockfile's owner SID is checked there instead),
+/// a process gone meanwhile, or another user's process that `/proc` mounted with `hidepid`
+/// hides (then what proves a lockfile is the check of its port's listener, `ports`).
+pub fn real_uid(pid: u32) -> Option<u32> {
+    match Source::current() {
+        Source::Procfs => procfs::real_uid(pid),
+        Source::Darwin => darwin::real_uid(pid),
+        Source::Win32 | Source::Signal => None,
+    }
+}
+
 /// Our parent's pid, where the platform tells (`None` on Windows, where a parent may be gone
 /// and its pid reused).
 pub fn parent_id() -> Option<u32> {
@@ -178,6 +193,23 @@ pub mod procfs {
             start,
             start_unix,
         })
+    }
+
+    /// The real uid (the first of the four on the `Uid:` line) of `/proc/<pid>/status`.
+    pub(super) fn real_uid(pid: u32) -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        uid_in_status(&status)
+    }
+
+    /// The real uid of a `/proc/<pid>/status` text.
+    pub(super) fn uid_in_status(status: &str) -> Option<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
     }
 
     /// When this machine booted, in unix seconds (`btime` of `/proc/stat`), read once.
@@ -288,9 +320,10 @@ mod win32 {
 mod darwin {
     use super::Facts;
 
+    /// `PROC_PIDTBSDINFO` of `pid`: its BSD process record.
     #[cfg(target_vendor = "apple")]
     #[allow(unsafe_code)]
-    pub(super) fn facts(pid: u32) -> Option<Facts> {
+    fn bsd_info(pid: u32) -> Option<libc::proc_bsdinfo> {
         let pid = libc::c_int::try_from(pid).ok()?;
         let mut info = std::mem::MaybeUninit::<libc::proc_bsdinfo>::zeroed();
         let size = libc::c_int::try_from(std::mem::size_of::<libc::proc_bsdinfo>()).ok()?;
@@ -311,7 +344,12 @@ mod darwin {
         }
         // SAFETY: proc_pidinfo filled the whole struct (checked just above), and every field
         // of it is plain integers, valid for any bit pattern (it was zeroed first anyway).
-        let info = unsafe { info.assume_init() };
+        Some(unsafe { info.assume_init() })
+    }
+
+    #[cfg(target_vendor = "apple")]
+    pub(super) fn facts(pid: u32) -> Option<Facts> {
+        let info = bsd_info(pid)?;
         let start = info
             .pbi_start_tvsec
             .checked_mul(1_000_000)?
@@ -323,9 +361,170 @@ mod darwin {
         })
     }
 
+    /// Its real uid (`pbi_ruid`).
+    #[cfg(target_vendor = "apple")]
+    pub(super) fn real_uid(pid: u32) -> Option<u32> {
+        bsd_info(pid).map(|info| info.pbi_ruid)
+    }
+
     #[cfg(not(target_vendor = "apple"))]
     pub(super) fn facts(_pid: u32) -> Option<Facts> {
         None
+    }
+
+    #[cfg(not(target_vendor = "apple"))]
+    pub(super) fn real_uid(_pid: u32) -> Option<u32> {
+        None
+    }
+}
+
+/// Processes of another uid, for the tests: uid and gid 65534 (`nobody`) through `setpriv`
+/// (util-linux), which only root may do. Where that cannot be, the test says `SKIPPED: why`
+/// and returns (a failure under `PI_IDE_BROKER_REQUIRE_ALL=1`, as in the integration suite).
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) mod other_uid {
+    use std::io::BufRead;
+
+    /// The uid (and gid) the children run as.
+    pub const NOBODY: u32 = 65534;
+
+    /// A child running as [`NOBODY`], killed and reaped when dropped.
+    pub struct Child {
+        child: std::process::Child,
+        /// What it printed first: only once it runs as [`NOBODY`] (`setpriv` drops the ids
+        /// before it runs the program).
+        pub first_line: String,
+        /// The rest of its output (held, so that its writes never meet a closed pipe).
+        stdout: std::io::BufReader<std::process::ChildStdout>,
+    }
+
+    impl Child {
+        /// Its pid.
+        pub fn pid(&self) -> u32 {
+            self.child.id()
+        }
+
+        /// The next line it prints (blocking until it does), trimmed; `None` once it ends.
+        pub fn next_line(&mut self) -> Option<String> {
+            let mut line = String::new();
+            match self.stdout.read_line(&mut line) {
+                Ok(n) if n > 0 => Some(line.trim().to_string()),
+                _ => None,
+            }
+        }
+    }
+
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// `test` cannot run here, for want of `what`.
+    pub fn cannot_run(test: &str, what: &str) {
+        let msg = format!("{test}: needs {what}");
+        if std::env::var("PI_IDE_BROKER_REQUIRE_ALL").is_ok_and(|v| v == "1") {
+            panic!("{msg} (PI_IDE_BROKER_REQUIRE_ALL=1: nothing may be skipped)");
+        }
+        // Past the harness's capture, so a skip never passes unsaid.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+    }
+
+    /// A Python 3 that any uid may run (not one under root's home), if there is one.
+    pub fn python3() -> Option<&'static str> {
+        ["/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+    }
+
+    /// Runs `program args` as [`NOBODY`] and waits for the first line it prints; `None`
+    /// (the test said to be skipped) when we are not root or `setpriv` is missing.
+    pub fn spawn(test: &str, program: &str, args: &[&str]) -> Option<Child> {
+        if !rustix::process::getuid().is_root() {
+            cannot_run(test, "root, to run a process as uid 65534");
+            return None;
+        }
+        let spawned = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
+            .args(args)
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                cannot_run(test, &format!("setpriv (util-linux): {e}"));
+                return None;
+            }
+        };
+        let mut stdout = std::io::BufReader::new(child.stdout.take()?);
+        let mut first_line = String::new();
+        let read = stdout.read_line(&mut first_line);
+        let mut c = Child {
+            child,
+            first_line: first_line.trim().to_string(),
+            stdout,
+        };
+        assert!(
+            read.is_ok_and(|n| n > 0),
+            "{program} as uid 65534 printed nothing: {:?}",
+            c.child.try_wait()
+        );
+        Some(c)
+    }
+
+    /// A process of [`NOBODY`] that runs until dropped.
+    pub fn sleeper(test: &str) -> Option<Child> {
+        spawn(test, "/bin/sh", &["-c", "echo up; exec sleep 600"])
+    }
+
+    /// A listener of [`NOBODY`] on 127.0.0.1 (a free port), accepting nothing: its port.
+    pub fn listener(test: &str) -> Option<(Child, u16)> {
+        let Some(python) = python3() else {
+            cannot_run(test, "python3 in /usr/bin, for a listener of another uid");
+            return None;
+        };
+        let script = "import socket, signal\n\
+            l = socket.socket()\n\
+            l.bind(('127.0.0.1', 0))\n\
+            l.listen(8)\n\
+            print(l.getsockname()[1], flush=True)\n\
+            signal.pause()\n";
+        let child = spawn(test, python, &["-c", script])?;
+        let port = child.first_line.parse().expect("the listener's port");
+        Some((child, port))
+    }
+
+    /// A listener of [`NOBODY`] on 127.0.0.1 (a free port) that accepts one connection,
+    /// closes itself (printing `accepted`), then reads that connection to its end and prints
+    /// `received <hex of every byte>`: its port.
+    pub fn accept_once(test: &str) -> Option<(Child, u16)> {
+        let Some(python) = python3() else {
+            cannot_run(test, "python3 in /usr/bin, for a listener of another uid");
+            return None;
+        };
+        let script = "import socket\n\
+            l = socket.socket()\n\
+            l.bind(('127.0.0.1', 0))\n\
+            l.listen(8)\n\
+            print(l.getsockname()[1], flush=True)\n\
+            c, _ = l.accept()\n\
+            l.close()\n\
+            print('accepted', flush=True)\n\
+            data = b''\n\
+            while True:\n\
+            \x20   d = c.recv(65536)\n\
+            \x20   if not d:\n\
+            \x20       break\n\
+            \x20   data += d\n\
+            print('received', data.hex(), flush=True)\n";
+        let child = spawn(test, python, &["-c", script])?;
+        let port = child.first_line.parse().expect("the listener's port");
+        Some((child, port))
     }
 }
 
@@ -399,6 +598,31 @@ mod tests {
             Some(u64::from(std::os::unix::process::parent_id()))
         );
         assert_eq!(procfs::stat_field(me, 2), None);
+    }
+
+    /// `Uid:` of `/proc/<pid>/status` holds the real, effective, saved and file-system uids:
+    /// the first is the real one.
+    #[test]
+    fn the_real_uid_is_the_first_on_the_status_uid_line() {
+        let status = "Name:\tsu\nUmask:\t0022\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\n";
+        assert_eq!(procfs::uid_in_status(status), Some(1000));
+        assert_eq!(procfs::uid_in_status("Name:\tx\n"), None);
+        assert_eq!(procfs::uid_in_status("Uid:\tx\t0\n"), None);
+    }
+
+    /// Ours is ours; a process of uid 65534 is 65534's, where the source can tell (the
+    /// signal-only source cannot: `None`).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_process_of_another_uid_is_told_from_ours() {
+        let known = Source::current() == Source::native() && Source::current() != Source::Signal;
+        let me = crate::platform::user::uid();
+        assert_eq!(real_uid(std::process::id()), known.then_some(me));
+        assert_eq!(real_uid(u32::MAX), None);
+        let Some(nobody) = other_uid::sleeper("a_process_of_another_uid_is_told_from_ours") else {
+            return;
+        };
+        assert_eq!(real_uid(nobody.pid()), known.then_some(other_uid::NOBODY));
     }
 
     #[test]

@@ -85,6 +85,9 @@ pub struct OwnFile {
     pub size: u64,
     /// When it was last written, in unix seconds.
     pub modified_unix: i64,
+    /// Its permission bits (`mode & 0o7777`) on Unix; `None` on Windows, where a file in the
+    /// user's profile is private through its inherited DACL.
+    pub mode: Option<u32>,
 }
 
 /// Opens `path` for reading if it is a regular file of ours, never following a symlink and
@@ -316,6 +319,7 @@ mod imp {
             file: File::from(fd),
             size: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
             modified_unix: i64::try_from(stat.st_mtime).unwrap_or(i64::MAX),
+            mode: Some(u32::from(stat.st_mode) & 0o7777),
         })
     }
 }
@@ -382,6 +386,7 @@ mod imp {
             file,
             size: meta.len(),
             modified_unix,
+            mode: None,
         })
     }
 }

@@ -174,6 +174,17 @@ pub struct InFolder {
     pub cwd: Option<String>,
 }
 
+/// `session/list`'s params.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ListSessionsRequest {
+    /// Only the sessions working in this folder (exactly this one).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Where a previous page ended (the door hands out none).
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
 /// `session/new`'s result.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -192,6 +203,10 @@ pub struct SessionInfo {
     pub cwd: String,
     /// Its title.
     pub title: String,
+    /// Its last activity this door knows of (RFC 3339): the last update it relayed, else
+    /// when the pi session connected to the broker.
+    #[serde(rename = "updatedAt")]
+    pub updated_at: String,
 }
 
 /// `session/list`'s result.

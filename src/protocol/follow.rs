@@ -133,6 +133,30 @@ pub struct DiffArgs {
     pub tab_name: String,
 }
 
+/// `pi/prompt`'s params: the follower's prompt, for the session to run as its user's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptParams {
+    /// What to send to pi.
+    #[serde(default)]
+    pub text: String,
+    /// The id the session sees this `pi/prompt` under: set by the broker as it forwards the
+    /// request (whatever the follower put there), so the session can tell its followers'
+    /// prompts apart and a `pi/cancel` can name one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+}
+
+/// `pi/cancel`'s params: which prompt of the follower to stop.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelParams {
+    /// From the follower: the id of its own `pi/prompt`. The broker forwards it as the id the
+    /// session saw that prompt under ([`PromptParams::prompt`]), or answers the cancel itself
+    /// when that prompt is answered already. Absent (an older follower): every prompt of
+    /// followers, as the session sees fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+}
+
 /// `pi/read`'s params: the file whose unsaved buffer the session wants.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadBuffer {

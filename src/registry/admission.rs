@@ -38,9 +38,14 @@ impl Registry {
         let mut fresh: Vec<Lockfile> = Vec::new();
         for event in events {
             match event {
-                LockEvent::Upsert(lock) => {
-                    fresh.retain(|l| l.path != lock.path);
-                    if let Some(new) = self.upsert(lock) {
+                LockEvent::Upsert(lockfile) => {
+                    fresh.retain(|l| l.path != lockfile.path);
+                    // Valid now: no longer refused (also when the refusal was the link's,
+                    // which the watcher never heard of).
+                    if lock(&self.rejected).remove(&lockfile.path).is_some() {
+                        self.changed();
+                    }
+                    if let Some(new) = self.upsert(lockfile) {
                         fresh.push(new);
                     }
                 }
@@ -56,6 +61,14 @@ impl Registry {
                 }
                 LockEvent::Vanished(path) => {
                     fresh.retain(|l| l.path != path);
+                    // A file the link refused (`lockfile_refused`) and that is gone now: the
+                    // watcher, which knew it as valid, says only that it vanished. (A file
+                    // the watcher itself refused is still there: it told Rejected first.)
+                    if std::fs::symlink_metadata(&path).is_err()
+                        && lock(&self.rejected).remove(&path).is_some()
+                    {
+                        self.changed();
+                    }
                     if let Some((_, id)) = self.by_path.remove(&path) {
                         tracing::info!(editor = %id, file = %path.display(), "editor lockfile removed");
                         self.retire(&id);

@@ -16,6 +16,15 @@ use tokio_util::task::TaskTracker;
 
 use super::{EditorEvent, Registry};
 
+impl Registry {
+    /// `editor` is the live handle of its id (not one replaced meanwhile).
+    fn is_current(&self, editor: &Arc<Editor>) -> bool {
+        self.editors
+            .get(&editor.id)
+            .is_some_and(|e| Arc::ptr_eq(&e, editor))
+    }
+}
+
 impl LinkHost for Registry {
     fn config(&self) -> Arc<Config> {
         Registry::config(self)
@@ -55,12 +64,7 @@ impl LinkHost for Registry {
     fn editor_gone(&self, editor: &Arc<Editor>, reason: String) {
         {
             let _m = lock(&self.mutate);
-            let same = self
-                .editors
-                .get(&editor.id)
-                .map(|e| Arc::ptr_eq(&e, editor))
-                .unwrap_or(false);
-            if !same {
+            if !self.is_current(editor) {
                 return;
             }
             tracing::info!(editor = %editor.id, reason = %reason, "editor removed");
@@ -72,6 +76,20 @@ impl LinkHost for Registry {
         if let Ok(back) = lockfile::read(&editor.lockfile().path, editor.family) {
             self.apply(LockEvent::Upsert(back));
         }
+    }
+
+    fn lockfile_refused(&self, editor: &Arc<Editor>, reason: String) {
+        {
+            let _m = lock(&self.mutate);
+            if !self.is_current(editor) {
+                return;
+            }
+            tracing::warn!(editor = %editor.id, reason = %reason, "editor removed: its lockfile is refused");
+            self.retire(&editor.id);
+        }
+        // Not read again (it would be refused, or pass by a race the dial just lost): listed
+        // as refused until the watcher's next look at the file.
+        self.apply(LockEvent::Rejected(editor.lockfile().path, reason));
     }
 
     fn broadcast(&self, editor: &Arc<Editor>, text: &str) {

@@ -10,7 +10,7 @@
 //! while a prompt was open.
 
 use serde_json::{json, Value};
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
@@ -37,6 +37,9 @@ pub struct AcpClient {
     next_id: u64,
     /// Prompts sent and not yet answered (their ids).
     open_prompts: Vec<Value>,
+    /// The ids of the requests the agent answered: a second answer to one is a bug of the
+    /// agent (a turn answered twice), and fails the test where it is read.
+    answered: HashSet<String>,
     /// Messages read but not yet taken by a wait.
     backlog: VecDeque<Seen>,
     /// Every `session/update` seen, in order.
@@ -69,6 +72,7 @@ impl AcpClient {
             stdout,
             next_id: 0,
             open_prompts: Vec::new(),
+            answered: HashSet::new(),
             backlog: VecDeque::new(),
             updates: Vec::new(),
         }
@@ -108,6 +112,10 @@ impl AcpClient {
         let in_turn = !self.open_prompts.is_empty();
         if msg.get("id").is_some() && msg.get("method").is_none() {
             let id = &msg["id"];
+            assert!(
+                self.answered.insert(id.to_string()),
+                "the ACP agent answered request {id} a second time: {line}"
+            );
             self.open_prompts.retain(|p| p != id);
         }
         let seen = Seen { msg, in_turn, at };
@@ -178,6 +186,38 @@ impl AcpClient {
             json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}),
         )
         .await;
+    }
+
+    /// `$/cancel_request` for a request of this client (ACP v1's per-request cancel).
+    pub async fn cancel_request(&mut self, request: &Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request}}))
+            .await;
+    }
+
+    /// `session/close`; returns the request id.
+    pub async fn close_session(&mut self, session: &str) -> Value {
+        self.request("session/close", json!({"sessionId": session}))
+            .await
+    }
+
+    /// Reads what the agent wrote until it answers request `id`, the answer included, and
+    /// returns those messages; they stay for later waits. Something the agent should not
+    /// have said by then (a second answer to a request, a line it should not write) is in it.
+    pub async fn through_answer(&mut self, id: &Value) -> Vec<Value> {
+        let mut seen = Vec::new();
+        let found = loop {
+            match self.read().await {
+                Some(s) if s.msg.get("method").is_none() && s.msg["id"] == *id => break s,
+                Some(s) => seen.push(s),
+                None => panic!("the ACP agent ended before it answered {id}"),
+            }
+        };
+        seen.push(found);
+        let msgs = seen.iter().map(|s| s.msg.clone()).collect();
+        for s in seen.into_iter().rev() {
+            self.backlog.push_front(s);
+        }
+        msgs
     }
 
     /// The next `session/request_permission`.

@@ -9,7 +9,7 @@ use std::path::Path;
 use tokio::process::Command;
 
 /// Runs `doctor --json` with the test broker's config; returns (exit ok, report).
-async fn doctor(root: &Path, cwd: &str, extra: &str) -> (bool, Value) {
+pub(crate) async fn doctor(root: &Path, cwd: &str, extra: &str) -> (bool, Value) {
     let cfg = write_config(root, extra);
     let out = within(
         "doctor",
@@ -42,7 +42,8 @@ async fn doctor(root: &Path, cwd: &str, extra: &str) -> (bool, Value) {
     (out.status.success(), report)
 }
 
-fn check<'a>(report: &'a Value, what: &str) -> &'a Value {
+/// The check of `report` about `what`.
+pub(crate) fn check<'a>(report: &'a Value, what: &str) -> &'a Value {
     report["checks"]
         .as_array()
         .and_then(|c| {

@@ -37,6 +37,16 @@ async fn close_code(a: &mut Agent) -> Option<u16> {
     .await
 }
 
+/// Why status says `path` is refused, if it does.
+fn refusal(st: &Value, path: &std::path::Path) -> Option<String> {
+    st["lockfiles_rejected"]
+        .as_array()?
+        .iter()
+        .find(|r| r["path"].as_str() == path.to_str())
+        .and_then(|r| r["reason"].as_str())
+        .map(String::from)
+}
+
 /// The good editor still answers through a fresh session.
 async fn still_serving(b: &TestBroker, cwd: &str) {
     let mut a = Agent::open(&b.socket, cwd, None).await;
@@ -165,20 +175,29 @@ async fn malformed_lockfiles_at_a_high_rate_leave_the_good_editor_alone() {
         "every bad file is refused: {}",
         st["lockfiles_rejected"]
     );
-    // pid 1 is alive (init) but is no editor: it is listed, never becomes ready, and
-    // costs nobody else anything (a closed port: the link backs off).
+    // pid 1 is alive (init) but is no editor. Run as root, it is ours: listed, never ready,
+    // and it costs nobody else anything (a closed port: the link backs off). Run as anyone
+    // else, it is another user's process: refused as such.
     let (_held, closed_port) = crate::common::closed_port();
+    let pid1 = d.join(format!("{closed_port}.lock"));
     std::fs::write(
-        d.join(format!("{closed_port}.lock")),
+        &pid1,
         json!({"pid": 1, "authToken": "0123456789abc", "workspaceFolders": ["/good"]}).to_string(),
     )
     .unwrap();
-    b.wait_status("the pid-1 entry in backoff", |st| {
-        editor_by_port(st, closed_port).is_some_and(|e| e["state"] == "backoff")
-    })
-    .await;
+    if rustix::process::getuid().is_root() {
+        b.wait_status("the pid-1 entry in backoff", |st| {
+            editor_by_port(st, closed_port).is_some_and(|e| e["state"] == "backoff")
+        })
+        .await;
+    } else {
+        b.wait_status("the pid-1 entry refused as root's", |st| {
+            refusal(st, &pid1).is_some_and(|r| r.contains("pid 1 belongs to uid 0, not you"))
+        })
+        .await;
+    }
     still_serving(&b, "/good").await;
-    std::fs::remove_file(d.join(format!("{closed_port}.lock"))).unwrap();
+    std::fs::remove_file(&pid1).unwrap();
     b.wait_editor_gone(closed_port).await;
     // The lock dir deleted and recreated: the editor comes back when its file does.
     let (fe2, _) = b.editor(&["/second"]).await;
@@ -359,6 +378,239 @@ async fn a_fragmented_message_is_reassembled_and_answered() {
     stream.write_all(&masked_frame(0x80, rest)).await.unwrap(); // continuation, FIN=1
     let r = a.until("the answer", |v| v["id"] == "frag").await;
     assert!(r.get("result").is_some(), "{r}");
+    b.stop().await;
+}
+
+/// A listener of uid 65534 on 127.0.0.1 (Python under `setpriv`) that writes down every
+/// byte any connection sends it. Each round it reads every connection it holds before it
+/// takes a new one: what reached it before a later connection was made is written down
+/// before that connection's bytes.
+struct ForeignListener {
+    port: u16,
+    /// Every byte received so far, all connections together.
+    received: tokio::sync::watch::Receiver<Vec<u8>>,
+    child: tokio::process::Child,
+}
+
+const RECORDER: &str = r#"
+import select, socket, sys
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(('127.0.0.1', int(sys.argv[1])))
+l.listen(16)
+print('port', l.getsockname()[1], flush=True)
+conns = []
+while True:
+    ready, _, _ = select.select([l] + conns, [], [])
+    for c in list(conns):
+        c.setblocking(False)
+        try:
+            d = c.recv(65536)
+        except BlockingIOError:
+            continue
+        except ConnectionError:
+            d = b''
+        if d:
+            print('bytes', d.hex(), flush=True)
+        else:
+            conns.remove(c)
+            c.close()
+    if l in ready:
+        conns.append(l.accept()[0])
+"#;
+
+impl ForeignListener {
+    /// Listens on `port` (0: any free one) as uid 65534.
+    async fn start(python: &str, port: u16) -> ForeignListener {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", python])
+            .args(["-c", RECORDER, &port.to_string()])
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("setpriv");
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = within("the foreign listener", lines.next_line())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("uid 65534 could not listen on port {port}"));
+        let port = first
+            .strip_prefix("port ")
+            .and_then(|p| p.parse().ok())
+            .expect("its port");
+        let (tx, received) = tokio::sync::watch::channel(Vec::new());
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let Some(hex) = line.strip_prefix("bytes ") else {
+                    continue;
+                };
+                let bytes: Vec<u8> = (0..hex.len() / 2)
+                    .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+                    .collect();
+                tx.send_modify(|all| all.extend(bytes));
+            }
+        });
+        ForeignListener {
+            port,
+            received,
+            child,
+        }
+    }
+
+    /// Stops it: once this returns its port is closed.
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// Returns once `needle` is among the bytes received.
+    async fn saw(&self, needle: &str) {
+        let mut rx = self.received.clone();
+        let _ = rx
+            .wait_for(|all| all.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            .await;
+    }
+
+    /// Every byte received up to now: a connection of our own writes a marker, and once the
+    /// listener has written it down, whatever reached it before is written down too.
+    async fn received_so_far(&self, marker: &str) -> Vec<u8> {
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .expect("connect to the foreign listener");
+        c.write_all(marker.as_bytes()).await.expect("the marker");
+        within("the marker", self.saw(marker)).await;
+        self.received.borrow().clone()
+    }
+}
+
+/// Waits until status shows `lockfile` refused for the reason `why`, failing at once if
+/// `token` reaches `listener` meanwhile.
+async fn refused_without_the_token(
+    b: &TestBroker,
+    lockfile: &std::path::Path,
+    why: &str,
+    listener: &ForeignListener,
+    token: &str,
+) -> Value {
+    let what = format!("{} refused: {why}", lockfile.display());
+    tokio::select! {
+        st = b.wait_status(&what, |st| {
+            refusal(st, lockfile).is_some_and(|r| r.contains(why))
+        }) => st,
+        _ = listener.saw(token) => panic!("the editor's token reached uid 65534's listener"),
+    }
+}
+
+/// Issue 61: a lockfile of ours, naming a live pid of ours, whose port another user listens
+/// on. The broker never sends that user the token: whether the listener was there when the
+/// file was read, or came after the editor was admitted (the link's look before each
+/// dial). Status and doctor say why; our other editor works throughout.
+#[tokio::test]
+async fn a_lockfile_whose_port_another_user_listens_on_never_gets_its_token_sent() {
+    if !crate::common::process::other_uid_or_skip("foreign-listener test").await {
+        return;
+    }
+    let Some(python) = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        crate::common::cannot_run("foreign-listener test: python3 in /usr/bin, run as uid 65534");
+        return;
+    };
+    let b = TestBroker::start().await;
+    let (_good, _) = b.editor(&["/good"]).await;
+    let me = std::process::id();
+    let write_lockfile = |port: u16, token: &str, folder: &str| {
+        let path = b.pi_dir.join(format!("{port}.lock"));
+        let body = json!({
+            "pid": me,
+            "authToken": token,
+            "workspaceFolders": [folder],
+            "ideName": "Neovim",
+        });
+        std::fs::write(&path, body.to_string()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path
+    };
+    let why = |port: u16| {
+        format!(
+            "port {port} is listened on by uid 65534, not you: the lockfile's editor is not \
+             yours; the token was not sent"
+        )
+    };
+
+    // There before the lockfile: refused when the file is read.
+    let first = ForeignListener::start(python, 0).await;
+    let token = "ISSUE-61-TOKEN-READ-TIME";
+    let at_read = write_lockfile(first.port, token, "/first");
+    let st = refused_without_the_token(&b, &at_read, &why(first.port), &first, token).await;
+    assert!(editor_by_port(&st, first.port).is_none(), "never an editor");
+    still_serving(&b, "/good").await;
+    let got = first.received_so_far("MARKER-1").await;
+    assert_eq!(got, b"MARKER-1", "nothing but our marker reached it");
+
+    // Came after the editor was admitted (nothing listened: the link backs off): refused at
+    // the link's next dial, before a byte is sent.
+    let (held, port) = crate::common::closed_port();
+    let token = "ISSUE-61-TOKEN-DIAL-TIME";
+    let at_dial = write_lockfile(port, token, "/second");
+    b.wait_editor(port, "backoff").await;
+    drop(held);
+    let second = ForeignListener::start(python, port).await;
+    let st = refused_without_the_token(&b, &at_dial, &why(port), &second, token).await;
+    assert!(editor_by_port(&st, port).is_none(), "the editor is gone");
+    still_serving(&b, "/good").await;
+    let got = second.received_so_far("MARKER-2").await;
+    assert_eq!(got, b"MARKER-2", "nothing but our marker reached it");
+
+    // That listener gone and the file written again: valid, no longer listed as refused (the
+    // refusal was the link's: the watcher had never refused it), an editor again.
+    second.stop().await;
+    write_lockfile(port, token, "/second");
+    b.wait_status("the lockfile valid again", |st| {
+        refusal(st, &at_dial).is_none() && editor_by_port(st, port).is_some()
+    })
+    .await;
+    // Another user's listener once more, refused at the dial again; then the file removed:
+    // no longer listed.
+    let third = ForeignListener::start(python, port).await;
+    refused_without_the_token(&b, &at_dial, &why(port), &third, token).await;
+    let got = third.received_so_far("MARKER-3").await;
+    assert_eq!(got, b"MARKER-3", "nothing but our marker reached it");
+    let kept = std::fs::read(&at_dial).unwrap();
+    std::fs::remove_file(&at_dial).unwrap();
+    b.wait_status("a removed lockfile no longer listed", |st| {
+        refusal(st, &at_dial).is_none()
+    })
+    .await;
+    std::fs::write(&at_dial, kept).unwrap();
+    std::fs::set_permissions(&at_dial, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // Doctor says why, and what to do.
+    let (_, report) = crate::doctor::doctor(b.dir.path(), "/good", "").await;
+    for (path, port) in [(&at_read, first.port), (&at_dial, port)] {
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let verdict = crate::doctor::check(&report, name);
+        assert_eq!(verdict["level"], "fail", "{verdict}");
+        assert!(
+            verdict["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&why(port)),
+            "{verdict}"
+        );
+        assert!(
+            verdict["fix"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&format!("another user's program holds port {port}")),
+            "{verdict}"
+        );
+    }
+    still_serving(&b, "/good").await;
     b.stop().await;
 }
 

@@ -7,8 +7,10 @@
 use super::messages::{
     cancel_request, initialize_result, invalid, ready, say, session_update, turn_ended,
 };
-use super::prompt::{fresh_parts, prompt_parts};
-use crate::protocol::acp::{self, method, PermissionOutcome, SessionUpdate, StopReason};
+use super::prompt::{fresh_blocks, prompt_parts};
+use crate::protocol::acp::{
+    self, method, ContentBlock, PermissionOutcome, SessionUpdate, StopReason,
+};
 use crate::protocol::follow::{Ended, Notice as _, PiSession, ReadBuffer};
 use crate::protocol::jsonrpc::{self, follow, Incoming};
 use serde::Deserialize as _;
@@ -20,6 +22,15 @@ use std::collections::HashMap;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// ACP's "resource not found": no pi session to follow.
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
+
+/// Why a follow connection did not open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unfollowed {
+    /// The broker has no followable pi session of that key (ACP's "resource not found").
+    NotFound(String),
+    /// Anything else (no daemon, a refusal, a timeout), in words for the user.
+    Failed(String),
+}
 
 /// The prompt that opens a turn only to watch: it is not sent to pi, and ends on
 /// `session/cancel`. A client that shows updates only inside a turn (CodeCompanion,
@@ -58,8 +69,14 @@ pub enum Out {
 pub enum Purpose {
     /// `session/new`: the first (most recently active) is followed.
     New(Value),
-    /// `session/list`: all of them, answered to this request.
-    List(Value),
+    /// `session/list`: those whose cwd is `cwd` (all of them without one), answered to the
+    /// request `id`.
+    List {
+        /// The client's request.
+        id: Value,
+        /// The folder the client asked for, if it gave one.
+        cwd: Option<String>,
+    },
 }
 
 /// A turn the client has open (its `session/prompt` is not answered yet).
@@ -67,10 +84,13 @@ pub enum Purpose {
 struct Turn {
     /// The client's prompt id.
     id: Value,
-    /// A watching turn (`follow`): nothing was sent to pi.
-    watching: bool,
+    /// Our `pi/prompt` id, which `pi/cancel` names; `None` for a watching turn (`follow`):
+    /// nothing was sent to pi.
+    asked: Option<String>,
     /// `session/cancel` came: the turn's answer says `cancelled`.
     cancelled: bool,
+    /// The prompt's blocks as the client sent them: what it re-sends if it is cancelled.
+    blocks: Vec<ContentBlock>,
 }
 
 /// What a request of ours to the broker is waiting for.
@@ -89,17 +109,14 @@ enum BrokerWait {
 struct Followed {
     turn: Option<Turn>,
     waits: HashMap<String, BrokerWait>,
-    /// The prompt parts this thread sent to pi, the latest last (at most [`SENT_KEPT`]): a
+    /// The blocks of this thread's last prompt the client cancelled, until its next prompt: a
     /// client that re-sends unfinished messages with the next one (CodeCompanion) has them
-    /// dropped instead of run again.
-    sent: std::collections::VecDeque<String>,
+    /// dropped instead of run again ([`fresh_blocks`] has the rule).
+    resent: Vec<ContentBlock>,
     /// The text of this thread's prompt while its turn is open: pi mirrors it back to every
     /// follower as a user message, and this thread, which shows it already, drops its echo.
     echo: Option<String>,
 }
-
-/// How many sent prompt parts a thread remembers.
-const SENT_KEPT: usize = 64;
 
 /// A permission request of ours to the client, for a review the broker asked.
 #[derive(Debug)]
@@ -124,6 +141,9 @@ pub struct Agent {
     reads: HashMap<String, (String, Value)>,
     /// The folder of each ACP session, as listed or loaded: its title.
     cwds: HashMap<String, String>,
+    /// When this door last relayed an update of each pi session: its `updatedAt` in
+    /// `session/list` when later than the session's start.
+    seen: HashMap<String, std::time::SystemTime>,
     next_id: u64,
 }
 
@@ -138,12 +158,21 @@ impl Agent {
         match jsonrpc::classify(line) {
             Err(r) => vec![Out::Client(jsonrpc::rejection(&r))],
             Ok(Incoming::Request { id, method, msg }) => self.request(id, &method, &msg),
-            Ok(Incoming::Notification { method, msg }) => {
-                match acp::params::<acp::SessionRef>(&msg) {
-                    Some(r) if method == method::SESSION_CANCEL => self.cancel(&r.session_id),
-                    _ => Vec::new(),
+            Ok(Incoming::Notification { method, msg }) => match method.as_str() {
+                method::SESSION_CANCEL => match acp::params::<acp::SessionRef>(&msg) {
+                    Some(r) => self.cancel(&r.session_id),
+                    None => Vec::new(),
+                },
+                // ACP v1's per-request cancel: one naming an open prompt is that prompt's
+                // `session/cancel` (its answer says `cancelled`, the spec's cancellation marker).
+                method::CANCEL_REQUEST => {
+                    match msg.get("params").and_then(|p| p.get("requestId")) {
+                        Some(asked) => self.cancel_prompt(asked),
+                        None => Vec::new(),
+                    }
                 }
-            }
+                _ => Vec::new(),
+            },
             Ok(Incoming::Response { id, msg }) => self.permission_answered(&id, &msg),
         }
     }
@@ -173,7 +202,7 @@ impl Agent {
                         if let Some(cwd) = cwd {
                             self.cwds.insert(key.clone(), cwd);
                         }
-                        let mut out = self.forget(&key);
+                        let mut out = self.unfollow(&key);
                         out.push(Out::Connect {
                             key,
                             request: id,
@@ -186,9 +215,7 @@ impl Agent {
             }
             method::SESSION_CLOSE => match acp::params::<acp::SessionRef>(msg) {
                 Some(r) if self.sessions.contains_key(&r.session_id) => {
-                    let key = r.session_id;
-                    let mut out = self.withdraw_reviews(&key);
-                    out.extend(self.forget(&key));
+                    let mut out = self.unfollow(&r.session_id);
                     out.push(Out::Client(jsonrpc::result(&id, json!({}))));
                     out
                 }
@@ -199,12 +226,20 @@ impl Agent {
                 ))],
                 None => vec![invalid(&id, "session/close needs a sessionId")],
             },
-            method::SESSION_LIST => vec![Out::List {
-                cwd: acp::params::<acp::InFolder>(msg)
-                    .and_then(|p| p.cwd)
-                    .unwrap_or_else(|| "/".to_string()),
-                purpose: Purpose::List(id),
-            }],
+            method::SESSION_LIST => {
+                let asked: acp::ListSessionsRequest = acp::params(msg).unwrap_or_default();
+                if let Some(cursor) = asked.cursor {
+                    // Every session is in the first page: no cursor was ever handed out.
+                    return vec![invalid(
+                        &id,
+                        &format!("unknown cursor {cursor:?}: session/list answers in one page and hands out no cursor"),
+                    )];
+                }
+                vec![Out::List {
+                    cwd: asked.cwd.clone().unwrap_or_else(|| "/".to_string()),
+                    purpose: Purpose::List { id, cwd: asked.cwd },
+                }]
+            }
             method::SESSION_PROMPT => match acp::params::<acp::PromptRequest>(msg) {
                 Some(p) => self.prompt(id, p),
                 None => vec![invalid(&id, "session/prompt needs a sessionId")],
@@ -220,14 +255,14 @@ impl Agent {
     /// The followable sessions, listed for `purpose`.
     pub fn listed(&mut self, purpose: Purpose, found: Result<Vec<PiSession>, String>) -> Vec<Out> {
         match (purpose, found) {
-            (Purpose::New(id) | Purpose::List(id), Err(why)) => {
+            (Purpose::New(id) | Purpose::List { id, .. }, Err(why)) => {
                 vec![Out::Client(jsonrpc::error(&id, INTERNAL_ERROR, &why))]
             }
             (Purpose::New(id), Ok(list)) => {
                 match list.first().and_then(|s| Some((s.session.clone()?, s.cwd.clone()))) {
                     Some((key, cwd)) => {
                         self.cwds.insert(key.clone(), cwd);
-                        let mut out = self.forget(&key);
+                        let mut out = self.unfollow(&key);
                         out.push(Out::Connect {
                             key,
                             request: id,
@@ -242,13 +277,25 @@ impl Agent {
                     ))],
                 }
             }
-            (Purpose::List(id), Ok(list)) => {
+            (Purpose::List { id, cwd }, Ok(list)) => {
+                // The broker lists the folder and those inside it (what `session/new` may
+                // follow); ACP's filter is the session's cwd itself.
+                let wanted = |s: &PiSession| {
+                    cwd.as_deref()
+                        .is_none_or(|c| std::path::Path::new(&s.cwd) == std::path::Path::new(c))
+                };
                 let sessions = list
                     .into_iter()
+                    .filter(wanted)
                     .filter_map(|s| {
+                        let key = s.session?;
+                        let started =
+                            std::time::UNIX_EPOCH + std::time::Duration::from_secs(s.since);
+                        let active = self.seen.get(&key).copied().filter(|t| *t > started);
                         Some(acp::SessionInfo {
-                            session_id: s.session?,
                             title: format!("pi in {}", s.cwd),
+                            updated_at: crate::sys::time::rfc3339(active.unwrap_or(started)),
+                            session_id: key,
                             cwd: s.cwd,
                         })
                     })
@@ -266,10 +313,20 @@ impl Agent {
         key: &str,
         request: Value,
         load: bool,
-        ok: Result<(), String>,
+        ok: Result<(), Unfollowed>,
     ) -> Vec<Out> {
-        if let Err(why) = ok {
-            return vec![Out::Client(jsonrpc::error(&request, INTERNAL_ERROR, &why))];
+        match ok {
+            Ok(()) => {}
+            Err(Unfollowed::NotFound(why)) => {
+                return vec![Out::Client(jsonrpc::error(
+                    &request,
+                    RESOURCE_NOT_FOUND,
+                    &why,
+                ))]
+            }
+            Err(Unfollowed::Failed(why)) => {
+                return vec![Out::Client(jsonrpc::error(&request, INTERNAL_ERROR, &why))]
+            }
         }
         self.sessions.insert(key.to_string(), Followed::default());
         let info = self.info_update(key, true);
@@ -295,7 +352,6 @@ impl Agent {
 
     fn prompt(&mut self, id: Value, request: acp::PromptRequest) -> Vec<Out> {
         let key = request.session_id;
-        let (parts, unsent) = prompt_parts(&request.prompt);
         let ours = self.mint("prompt");
         let Some(f) = self.sessions.get_mut(&key) else {
             return vec![invalid(
@@ -303,7 +359,8 @@ impl Agent {
                 &format!("no session {key:?}: open one with session/new"),
             )];
         };
-        let parts = fresh_parts(&parts, &f.sent);
+        let resent = std::mem::take(&mut f.resent);
+        let (parts, unsent) = prompt_parts(fresh_blocks(&request.prompt, &resent));
         if parts.is_empty() {
             let why = if unsent.is_empty() {
                 "empty prompt: type a message (or `follow` to watch pi)".to_string()
@@ -324,8 +381,9 @@ impl Agent {
         let watching = FOLLOW_WORDS.contains(&text.trim().to_lowercase().as_str());
         f.turn = Some(Turn {
             id,
-            watching,
+            asked: (!watching).then(|| ours.clone()),
             cancelled: false,
+            blocks: request.prompt,
         });
         out.push(ready(&key, true));
         if !unsent.is_empty() {
@@ -336,47 +394,84 @@ impl Agent {
             out.push(say(&key, &note));
         }
         if !watching {
-            for p in parts {
-                if f.sent.len() == SENT_KEPT {
-                    f.sent.pop_front();
-                }
-                f.sent.push_back(p.trim().to_string());
-            }
             f.echo = Some(text.clone());
             f.waits.insert(ours.clone(), BrokerWait::Prompt);
+            let asked = crate::protocol::follow::PromptParams { text, prompt: None };
             out.push(Out::Broker(
                 key.clone(),
-                jsonrpc::request(&Value::String(ours), follow::PROMPT, json!({"text": text})),
+                jsonrpc::request(
+                    &Value::String(ours),
+                    follow::PROMPT,
+                    crate::protocol::follow::to_params(&asked),
+                ),
             ));
         }
         out
     }
 
+    /// `session/cancel` for ACP session `key`: every permission it holds is answered to the
+    /// broker as rejected and withdrawn from the client, whatever the turn (a watching turn's
+    /// permissions are pi's own turn's writes, which wait for them); a watching turn ends
+    /// now; pi is asked to stop the prompt turn's own prompt (queued, it is dropped; running,
+    /// aborted), whose answer then ends the turn `cancelled`.
     fn cancel(&mut self, key: &str) -> Vec<Out> {
-        let key = key.to_string();
-        let ours = self.mint("cancel");
-        let Some(f) = self.sessions.get_mut(&key) else {
+        if !self.sessions.contains_key(key) {
             return Vec::new();
-        };
-        let Some(turn) = f.turn.as_mut() else {
-            return Vec::new();
-        };
-        if turn.watching {
-            let id = turn.id.clone();
-            f.turn = None;
-            return vec![ready(&key, false), turn_ended(&id, StopReason::Cancelled)];
         }
-        turn.cancelled = true;
-        f.waits.insert(ours.clone(), BrokerWait::Cancel);
         // ACP: "the client MUST answer pending permissions with `cancelled`"; agentic.nvim does
         // not, and pi's turn cannot end while its write waits for a verdict. The door answers
         // them itself, rejected, before pi is told to stop; a late answer finds nothing.
-        let mut out = self.withdraw_reviews(&key);
-        out.push(Out::Broker(
-            key,
-            jsonrpc::request(&Value::String(ours), follow::CANCEL, json!({})),
-        ));
+        let mut out = self.withdraw_reviews(key);
+        let ours = self.mint("cancel");
+        let Some(f) = self.sessions.get_mut(key) else {
+            return out;
+        };
+        let Some(turn) = f.turn.as_mut() else {
+            return out;
+        };
+        if !turn.cancelled {
+            f.resent = turn.blocks.clone();
+        }
+        match turn.asked.clone() {
+            None => {
+                let id = turn.id.clone();
+                f.turn = None;
+                out.push(ready(key, false));
+                out.push(turn_ended(&id, StopReason::Cancelled));
+            }
+            Some(_) if turn.cancelled => {}
+            Some(asked) => {
+                turn.cancelled = true;
+                f.waits.insert(ours.clone(), BrokerWait::Cancel);
+                let cancel = crate::protocol::follow::CancelParams {
+                    prompt: Some(asked),
+                };
+                out.push(Out::Broker(
+                    key.to_string(),
+                    jsonrpc::request(
+                        &Value::String(ours),
+                        follow::CANCEL,
+                        crate::protocol::follow::to_params(&cancel),
+                    ),
+                ));
+            }
+        }
         out
+    }
+
+    /// The client's `$/cancel_request` for its request `asked`: one naming an open prompt is
+    /// that session's `session/cancel`. The door's other answers wait on the broker for
+    /// seconds at most (a list, a dial, a history), and are not cancelled.
+    fn cancel_prompt(&mut self, asked: &Value) -> Vec<Out> {
+        let key = self
+            .sessions
+            .iter()
+            .find(|(_, f)| f.turn.as_ref().is_some_and(|t| t.id == *asked))
+            .map(|(k, _)| k.clone());
+        match key {
+            Some(key) => self.cancel(&key),
+            None => Vec::new(),
+        }
     }
 
     /// Takes the pending permissions of ACP session `key` (only the one asking the broker's
@@ -416,6 +511,11 @@ impl Agent {
                 follow::UPDATE => match msg.get("params").and_then(|p| p.get("update")) {
                     Some(update) if self.is_echo(key, update) => Vec::new(),
                     Some(update) => {
+                        let now = std::time::SystemTime::now();
+                        match self.seen.get_mut(key) {
+                            Some(at) => *at = now,
+                            None => _ = self.seen.insert(key.to_string(), now),
+                        }
                         vec![session_update(key, SessionUpdate::Relayed(update.clone()))]
                     }
                     None => Vec::new(),
@@ -638,9 +738,8 @@ impl Agent {
         let Some(f) = self.sessions.remove(key) else {
             return Vec::new();
         };
-        self.take_reviews(key, None);
-        self.reads.retain(|_, (s, _)| s != key);
-        let mut out = Vec::new();
+        // Nobody is left to answer: the client's permissions and reads are withdrawn.
+        let mut out = self.withdraw_from_client(key);
         if let Some(turn) = f.turn {
             out.push(say(
                 key,
@@ -690,11 +789,40 @@ impl Agent {
         out
     }
 
-    /// Drops an ACP session about to be followed again (its turn ends, its connection closes).
-    fn forget(&mut self, key: &str) -> Vec<Out> {
-        let mut out = self.ended(key, "followed again");
-        if !out.is_empty() || self.sessions.contains_key(key) {
-            out.push(Out::Disconnect(key.to_string()));
+    /// Ends the following of ACP session `key` (`session/close`, or a session followed again
+    /// by `session/load`, `session/resume` or `session/new`): its ongoing work is cancelled as
+    /// `session/cancel` cancels it, an open turn is answered `cancelled` (pi's answer to a
+    /// prompt will not reach a closed connection), and the follow connection closes.
+    fn unfollow(&mut self, key: &str) -> Vec<Out> {
+        if !self.sessions.contains_key(key) {
+            return Vec::new();
+        }
+        let mut out = self.cancel(key);
+        out.extend(self.withdraw_from_client(key));
+        if let Some(turn) = self.sessions.remove(key).and_then(|f| f.turn) {
+            out.push(turn_ended(&turn.id, StopReason::Cancelled));
+        }
+        out.push(Out::Disconnect(key.to_string()));
+        out
+    }
+
+    /// What ACP session `key` still asks of the client (permissions, buffer reads) taken
+    /// back with `$/cancel_request`; a late answer finds nothing.
+    fn withdraw_from_client(&mut self, key: &str) -> Vec<Out> {
+        let mut out: Vec<Out> = self
+            .take_reviews(key, None)
+            .iter()
+            .map(|(ours, _)| cancel_request(ours))
+            .collect();
+        let reads: Vec<String> = self
+            .reads
+            .iter()
+            .filter(|(_, (s, _))| s == key)
+            .map(|(ours, _)| ours.clone())
+            .collect();
+        for ours in reads {
+            self.reads.remove(&ours);
+            out.push(cancel_request(&ours));
         }
         out
     }

@@ -11,7 +11,7 @@ mod agent;
 mod messages;
 mod prompt;
 
-pub use agent::{Agent, Out, Purpose};
+pub use agent::{Agent, Out, Purpose, Unfollowed};
 
 use crate::cli::client::ClientError;
 use crate::cli::lines::{CappedLines, Line};
@@ -53,7 +53,7 @@ enum Event {
         generation: u64,
         request: Value,
         load: bool,
-        result: Result<mpsc::UnboundedSender<String>, String>,
+        result: Result<mpsc::UnboundedSender<String>, Unfollowed>,
     },
     /// A follow connection ended for good, and why.
     Closed(String, u64, String),
@@ -208,7 +208,7 @@ struct Dial {
 
 impl Dial {
     /// Dials `/v1/follow?session=<key>` and waits for `follow/attached`.
-    async fn open(&self) -> Result<Ws, String> {
+    async fn open(&self) -> Result<Ws, Unfollowed> {
         dial(
             &self.socket,
             &self.key,
@@ -224,7 +224,7 @@ async fn dial(
     key: &str,
     client: Option<&str>,
     buffers: bool,
-) -> Result<Ws, String> {
+) -> Result<Ws, Unfollowed> {
     let path = format!(
         "/v1/follow?session={}&client={}{}",
         encode_query(key),
@@ -234,10 +234,7 @@ async fn dial(
     let open = async {
         let mut ws = crate::cli::client::upgrade(socket, &path)
             .await
-            .map_err(|e| match e {
-                ClientError::Refused(why) => why,
-                other => other.to_string(),
-            })?;
+            .map_err(unfollowed)?;
         while let Some(frame) = ws.next().await {
             if let Ok(Message::Text(t)) = frame {
                 if is_notification(t.as_str(), follow::ATTACHED) {
@@ -245,16 +242,33 @@ async fn dial(
                 }
             }
         }
-        Err("the broker closed the follow connection".to_string())
+        Err(Unfollowed::Failed(
+            "the broker closed the follow connection".to_string(),
+        ))
     };
     tokio::time::timeout(CONNECT_WAIT, open)
         .await
         .map_err(|_| {
-            format!(
+            Unfollowed::Failed(format!(
                 "the broker did not open the follow connection within {} s",
                 CONNECT_WAIT.as_secs()
-            )
+            ))
         })?
+}
+
+/// Why the broker did not let a follow connection open: its 404 (no such pi session) is
+/// ACP's "resource not found", anything else a failure said in words.
+pub(crate) fn unfollowed(e: ClientError) -> Unfollowed {
+    match e {
+        // `client::upgrade_refusal` writes the status first: `HTTP 404 Not Found: <why>`.
+        ClientError::Refused(why) if why.starts_with("HTTP 404 ") => Unfollowed::NotFound(
+            why.split_once(": ")
+                .map_or(why.as_str(), |(_, w)| w)
+                .to_string(),
+        ),
+        ClientError::Refused(why) => Unfollowed::Failed(why),
+        other => Unfollowed::Failed(other.to_string()),
+    }
 }
 
 /// Whether a frame is the notification `method` (read as JSON-RPC, never by a substring: a

@@ -1,7 +1,6 @@
 //! What an ACP prompt carries to pi: its text and file links, without the blocks a client
 //! re-sends.
 
-use super::agent::FOLLOW_WORDS;
 use crate::protocol::acp::ContentBlock;
 
 /// A prompt's parts, one per block carried (its text blocks, its resource links as `@path`;
@@ -25,21 +24,31 @@ pub(super) fn prompt_parts(blocks: &[ContentBlock]) -> (Vec<String>, Vec<String>
     (parts, unsent)
 }
 
-/// The parts of a prompt that are new: leading parts this thread already sent to pi, or a
-/// `follow` word, are a client re-sending unfinished messages (CodeCompanion re-sends a
-/// cancelled one with the next) and are dropped; the last part always stays.
-pub(super) fn fresh_parts<'p>(
-    parts: &'p [String],
-    sent: &std::collections::VecDeque<String>,
-) -> &'p [String] {
-    let mut start = 0;
-    while start + 1 < parts.len() {
-        let p = parts[start].trim();
-        if FOLLOW_WORDS.contains(&p.to_lowercase().as_str()) || sent.iter().any(|s| s == p) {
-            start += 1;
-        } else {
-            break;
-        }
+/// The blocks of a prompt that are new, given `resent`: the blocks of this thread's last
+/// prompt that the client cancelled (none once a prompt came after it).
+///
+/// CodeCompanion sends each message of its chat as blocks of its own and marks them sent when
+/// their turn ends, unless the user stopped it: a stopped message goes again, whole, at the
+/// head of the next prompt. So the re-sent part is exactly the cancelled prompt's blocks, all
+/// of them, in order, and a message of its own follows, starting with a text block after a
+/// text block. One message typed in Zed is text split around its mentions (`explain `, a
+/// link, ` and this`): it never has two text blocks in a row, so it is never cut, even when
+/// it starts as the cancelled one did. Anything else is sent whole: a block the thread sent
+/// before (the same file mentioned again, the same words) is meant again.
+pub(super) fn fresh_blocks<'b>(
+    blocks: &'b [ContentBlock],
+    resent: &[ContentBlock],
+) -> &'b [ContentBlock] {
+    let n = resent.len();
+    let is_text = |b: Option<&ContentBlock>| b.is_some_and(|b| b.kind.as_deref() == Some("text"));
+    let cut = n > 0
+        && blocks.len() > n
+        && blocks[..n] == *resent
+        && is_text(blocks.get(n - 1))
+        && is_text(blocks.get(n));
+    if cut {
+        &blocks[n..]
+    } else {
+        blocks
     }
-    &parts[start..]
 }

@@ -405,3 +405,349 @@ fn a_method_name_quoted_in_a_frame_is_not_that_notification() {
     let prompt = json!({"jsonrpc": "2.0", "id": "p-1", "method": follow::PROMPT, "params": {"text": "say follow/review"}}).to_string();
     assert!(!is_notification(&prompt, follow::READY));
 }
+
+fn cancel(a: &mut Agent) -> Vec<Out> {
+    a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "k"}}),
+    ))
+}
+
+fn close(a: &mut Agent, id: u64) -> Vec<Out> {
+    a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": id, "method": "session/close", "params": {"sessionId": "k"}}),
+    ))
+}
+
+/// The `pi/prompt` frame sent to the broker in `out`.
+fn asked_pi(out: &[Out]) -> Value {
+    to_broker(out, "k")
+        .into_iter()
+        .find(|f| f["method"] == follow::PROMPT)
+        .expect("a pi/prompt")
+}
+
+fn link(path: &str) -> Value {
+    json!({"type": "resource_link", "uri": format!("file://{path}"), "name": path})
+}
+
+/// Issue 63 fault 1: a cancel in a watching turn (`follow`) with a permission pending (pi's
+/// terminal turn asked to write) answers the diff rejected and withdraws the permission, as a
+/// prompt turn's cancel does: pi's write never waits for a permission nobody will answer.
+#[test]
+fn a_cancel_in_a_watching_turn_withdraws_its_permissions() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("follow")]));
+    let permission = reviewed(&mut a, "review-7");
+    let out = cancel(&mut a);
+    let frames = to_broker(&out, "k");
+    let verdict = frames
+        .iter()
+        .find(|f| f["id"] == "review-7")
+        .unwrap_or_else(|| panic!("the diff was not answered: {frames:?}"));
+    assert_eq!(verdict["result"]["content"][0]["text"], "DIFF_REJECTED");
+    assert!(
+        frames.iter().all(|f| f["method"] != follow::CANCEL),
+        "a watching turn stops nothing in pi: {frames:?}"
+    );
+    let told = to_client(&out);
+    assert!(
+        told.iter()
+            .any(|m| m["method"] == "$/cancel_request" && m["params"]["requestId"] == permission),
+        "{told:?}"
+    );
+    assert!(told
+        .iter()
+        .any(|m| m["id"] == 3 && m["result"]["stopReason"] == "cancelled"));
+    // Outside any turn, a cancel still takes back a permission that came late.
+    let late = reviewed(&mut a, "review-8");
+    let out = cancel(&mut a);
+    assert_eq!(to_broker(&out, "k")[0]["id"], "review-8");
+    assert_eq!(to_client(&out)[0]["params"]["requestId"], late);
+}
+
+/// A cancelled watching turn is answered once: neither the next prompt nor another cancel
+/// answers its id again.
+#[test]
+fn a_cancelled_watching_turn_is_answered_once() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("follow")]));
+    let out = cancel(&mut a);
+    assert_eq!(to_client(&out).iter().filter(|m| m["id"] == 3).count(), 1);
+    assert!(to_client(&cancel(&mut a)).is_empty(), "cancelled twice");
+    let out = prompt(&mut a, 4, json!([text("hello")]));
+    let again: Vec<Value> = to_client(&out)
+        .into_iter()
+        .filter(|m| m["id"] == 3)
+        .collect();
+    assert!(
+        again.is_empty(),
+        "the old turn was answered again: {again:?}"
+    );
+}
+
+/// Issue 63 fault 2: the re-send filter drops only a cancelled prompt sent again whole, ahead
+/// of a message of its own (CodeCompanion); text and mentions meant again go to pi.
+#[test]
+fn the_resend_filter_drops_only_a_cancelled_prompt_sent_again() {
+    let mut a = followed();
+    let answer = |a: &mut Agent, out: &[Out]| {
+        let asked = asked_pi(out);
+        a.on_broker_frame(
+            "k",
+            &line(
+                json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "end_turn"}}),
+            ),
+        );
+    };
+    // Zed: the same words with another file; then the file first, mentioned before.
+    let out = prompt(&mut a, 3, json!([text("explain "), link("/p/a.rs")]));
+    assert_eq!(sent_text(&out).as_deref(), Some("explain  @/p/a.rs"));
+    answer(&mut a, &out);
+    let out = prompt(&mut a, 4, json!([text("explain "), link("/p/b.rs")]));
+    assert_eq!(sent_text(&out).as_deref(), Some("explain  @/p/b.rs"));
+    answer(&mut a, &out);
+    let out = prompt(&mut a, 5, json!([link("/p/a.rs"), text("now fix it")]));
+    assert_eq!(sent_text(&out).as_deref(), Some("@/p/a.rs now fix it"));
+    answer(&mut a, &out);
+    // A message answered is not re-sent: the same words again are meant again.
+    let out = prompt(&mut a, 6, json!([text("now fix it"), text("and test it")]));
+    assert_eq!(sent_text(&out).as_deref(), Some("now fix it and test it"));
+    answer(&mut a, &out);
+    // Zed after a cancel: the prompt asked again, longer, starts as the cancelled one did.
+    prompt(&mut a, 7, json!([text("explain "), link("/p/a.rs")]));
+    cancel(&mut a);
+    let out = prompt(
+        &mut a,
+        8,
+        json!([text("explain "), link("/p/a.rs"), text(" in detail")]),
+    );
+    assert_eq!(
+        sent_text(&out).as_deref(),
+        Some("explain  @/p/a.rs  in detail")
+    );
+    // CodeCompanion after a cancel: the cancelled message, whole, then the new one.
+    cancel(&mut a);
+    let out = prompt(
+        &mut a,
+        9,
+        json!([
+            text("explain "),
+            link("/p/a.rs"),
+            text(" in detail"),
+            text("shorter")
+        ]),
+    );
+    assert_eq!(sent_text(&out).as_deref(), Some("shorter"));
+    answer(&mut a, &out);
+    // Only the last cancelled prompt, and only until the next one: not a part of it.
+    prompt(&mut a, 10, json!([text("one"), text("two")]));
+    cancel(&mut a);
+    let out = prompt(&mut a, 11, json!([text("one"), text("three")]));
+    assert_eq!(sent_text(&out).as_deref(), Some("one three"));
+}
+
+/// Issue 63 fault 3: `session/close` during a running prompt cancels it as `session/cancel`
+/// does (pi is told to stop that prompt), answers it `cancelled` (pi's answer will not reach a
+/// closed connection) and says nothing false about pi.
+#[test]
+fn close_during_a_prompt_cancels_it_as_session_cancel_would() {
+    let mut a = followed();
+    let out = prompt(&mut a, 3, json!([text("run sleep 20")]));
+    let asked = asked_pi(&out);
+    let out = close(&mut a, 9);
+    let frames = to_broker(&out, "k");
+    let stop = frames
+        .iter()
+        .find(|f| f["method"] == follow::CANCEL)
+        .unwrap_or_else(|| panic!("pi was not told to stop: {frames:?}"));
+    assert_eq!(stop["params"]["prompt"], asked["id"], "it names the prompt");
+    let stop_at = out
+        .iter()
+        .position(|o| matches!(o, Out::Broker(_, f) if f.contains(follow::CANCEL)));
+    let gone_at = out.iter().position(|o| *o == Out::Disconnect("k".into()));
+    assert!(stop_at < gone_at && gone_at.is_some(), "{out:?}");
+    let told = to_client(&out);
+    let ends: Vec<&Value> = told.iter().filter(|m| m["id"] == 3).collect();
+    assert_eq!(ends.len(), 1, "{told:?}");
+    assert_eq!(ends[0]["result"]["stopReason"], "cancelled");
+    assert!(
+        !format!("{told:?}").contains("gone"),
+        "a false word about pi: {told:?}"
+    );
+    assert_eq!(told.last().map(|m| &m["result"]), Some(&json!({})));
+}
+
+/// Issue 63 fault 6: `session/close` with no turn open drops the follow connection too.
+#[test]
+fn close_without_a_turn_drops_the_follow_connection() {
+    let mut a = followed();
+    let out = close(&mut a, 9);
+    assert!(out.contains(&Out::Disconnect("k".into())), "{out:?}");
+    assert_eq!(
+        to_client(&out),
+        vec![json!({"jsonrpc": "2.0", "id": 9, "result": {}})]
+    );
+}
+
+/// Issue 63 fault 5: the client's `$/cancel_request` for its open prompt is that prompt's
+/// `session/cancel`; one for another id cancels nothing.
+#[test]
+fn a_cancel_request_for_an_open_prompt_cancels_it() {
+    let mut a = followed();
+    let out = prompt(&mut a, 3, json!([text("long job")]));
+    let asked = asked_pi(&out);
+    let other = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 99}}),
+    ));
+    assert!(other.is_empty(), "{other:?}");
+    let out = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 3}}),
+    ));
+    let stop = &to_broker(&out, "k")[0];
+    assert_eq!(stop["method"], follow::CANCEL);
+    assert_eq!(stop["params"]["prompt"], asked["id"]);
+    let out = a.on_broker_frame(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "end_turn"}})),
+    );
+    assert_eq!(to_client(&out)[0]["result"]["stopReason"], "cancelled");
+    // A watching turn's id ends it at once.
+    prompt(&mut a, 4, json!([text("follow")]));
+    let out = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 4}}),
+    ));
+    assert_eq!(to_client(&out)[0]["result"]["stopReason"], "cancelled");
+}
+
+/// Issue 63 fault 5: `session/list {cwd}` lists the sessions of that folder, not those below
+/// it, each with its `updatedAt`; a cursor (none is ever handed out) is an error.
+#[test]
+fn session_list_filters_by_the_exact_cwd_and_dates_each_session() {
+    let mut a = followed();
+    let out = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": {"cwd": "/p"}}),
+    ));
+    let Some(Out::List { purpose, cwd }) = out.into_iter().next() else {
+        panic!("session/list lists");
+    };
+    assert_eq!(cwd, "/p");
+    let session = |key: &str, cwd: &str, since: u64| crate::protocol::follow::PiSession {
+        session: Some(key.into()),
+        cwd: cwd.into(),
+        since,
+        editor: None,
+        followers: 0,
+    };
+    let out = a.listed(
+        purpose,
+        Ok(vec![
+            session("sub", "/p/sub", 1_000),
+            session("here", "/p/", 2_000_000_000),
+        ]),
+    );
+    let list = &to_client(&out)[0]["result"]["sessions"];
+    assert_eq!(
+        list,
+        &json!([{"sessionId": "here", "cwd": "/p/", "title": "pi in /p/", "updatedAt": "2033-05-18T03:33:20Z"}])
+    );
+    // Without a cwd: every session.
+    let out = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": 6, "method": "session/list", "params": {}}),
+    ));
+    let Some(Out::List { purpose, .. }) = out.into_iter().next() else {
+        panic!("session/list lists");
+    };
+    let out = a.listed(purpose, Ok(vec![session("sub", "/p/sub", 1_000)]));
+    assert_eq!(
+        to_client(&out)[0]["result"]["sessions"][0]["updatedAt"],
+        "1970-01-01T00:16:40Z"
+    );
+    // A session this door relays is as recent as its last update.
+    a.on_broker_frame(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "method": follow::UPDATE, "params": {"update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}})),
+    );
+    let out = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": 8, "method": "session/list", "params": {}}),
+    ));
+    let Some(Out::List { purpose, .. }) = out.into_iter().next() else {
+        panic!("session/list lists");
+    };
+    let out = a.listed(purpose, Ok(vec![session("k", "/p", 1_000)]));
+    let at = to_client(&out)[0]["result"]["sessions"][0]["updatedAt"].clone();
+    assert!(at.as_str().is_some_and(|t| t > "2025"), "{at}");
+    let out = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": 7, "method": "session/list", "params": {"cursor": "bogus"}}),
+    ));
+    assert_eq!(to_client(&out)[0]["error"]["code"], jsonrpc::INVALID_PARAMS);
+}
+
+/// Issue 63 fault 5: `session/resume` (or load) of a session the broker does not know is
+/// ACP's "resource not found", not an internal error quoting HTTP.
+#[test]
+fn resuming_an_unknown_session_is_resource_not_found() {
+    use crate::cli::client::ClientError;
+    let mut a = Agent::default();
+    let out = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/resume", "params": {"sessionId": "nobody", "cwd": "/p"}}),
+    ));
+    assert!(matches!(&out[..], [Out::Connect { .. }]));
+    let why = crate::cli::acp::unfollowed(ClientError::Refused(
+        "HTTP 404 Not Found: no pi session \"nobody\" runs".into(),
+    ));
+    assert_eq!(
+        why,
+        Unfollowed::NotFound("no pi session \"nobody\" runs".into())
+    );
+    let err = &to_client(&a.connected("nobody", json!(2), false, Err(why)))[0]["error"];
+    assert_eq!(err["code"], RESOURCE_NOT_FOUND, "{err}");
+    let refused =
+        crate::cli::acp::unfollowed(ClientError::Refused("HTTP 403 Forbidden: no".into()));
+    assert_eq!(refused, Unfollowed::Failed("HTTP 403 Forbidden: no".into()));
+    let err = &to_client(&a.connected("x", json!(3), false, Err(refused)))[0]["error"];
+    assert_eq!(err["code"], INTERNAL_ERROR);
+}
+
+/// pi's error on `pi/prompt` (no model, say) is the prompt's error, not a turn that ended.
+#[test]
+fn pis_error_on_a_prompt_is_the_prompts_error() {
+    let mut a = followed();
+    let out = prompt(&mut a, 3, json!([text("hello")]));
+    let asked = asked_pi(&out);
+    let out = a.on_broker_frame(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": asked["id"], "error": {"code": -32603, "message": "no model selected"}})),
+    );
+    let told = to_client(&out);
+    let answer = told.iter().find(|m| m["id"] == 3).expect("an answer");
+    assert_eq!(answer["error"]["code"], INTERNAL_ERROR, "{answer}");
+    assert_eq!(answer["error"]["message"], "no model selected");
+    assert!(answer.get("result").is_none());
+}
+
+/// The echo of the thread's own prompt is dropped once: the same words typed in pi's
+/// terminal during the turn show.
+#[test]
+fn the_same_words_typed_in_pis_terminal_during_the_turn_show() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("hello")]));
+    let said = |t: &str| {
+        line(
+            json!({"jsonrpc": "2.0", "method": follow::UPDATE, "params": {"update": {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": t}}}}),
+        )
+    };
+    let agent = line(
+        json!({"jsonrpc": "2.0", "method": follow::UPDATE, "params": {"update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}}),
+    );
+    assert_eq!(to_client(&a.on_broker_frame("k", &agent)).len(), 1);
+    assert_eq!(to_client(&a.on_broker_frame("k", &said("other"))).len(), 1);
+    assert!(
+        a.on_broker_frame("k", &said("hello")).is_empty(),
+        "the echo"
+    );
+    let typed = to_client(&a.on_broker_frame("k", &said("hello")));
+    assert_eq!(
+        typed[0]["params"]["update"]["content"]["text"], "hello",
+        "the terminal's own words were dropped"
+    );
+}
