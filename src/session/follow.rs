@@ -3,7 +3,9 @@
 //! `GET /v1/follow?session=<key>` upgrades to a WebSocket on which `pi-ide-broker acp` follows
 //! the pi session with that key (`GET /v1/pi-sessions?cwd=` lists the candidates). The broker
 //! relays: the session's `pi/update`s go to every follower; a follower's `pi/history`,
-//! `pi/prompt` and `pi/cancel` go to the session under ids of ours; while a follower's turn is
+//! `pi/prompt` and `pi/cancel` go to the session under ids of ours (a `pi/prompt` carries its
+//! id as `prompt`, and a `pi/cancel {prompt}` names only the follower's own prompt, by that
+//! id: [`on_follower_text`]); while a follower's turn is
 //! open (`follow/review {ready}`) the session's diffs (`openDiff`) go to it as `pi/review`
 //! instead of to the editor. The session's extension learns who follows from
 //! `broker/followers`. Nothing here reads a transcript: the frames pass as they came.
@@ -186,6 +188,15 @@ pub fn on_follower_text(session: &Session, f: &Follower, text: &str) {
                 return;
             }
             let ours = format!("follow-{}-{}", f.id, session.mint_delegated_id());
+            if method == follow::PROMPT {
+                // The session tells its followers' prompts apart by the id it sees.
+                set_param(&mut msg, "prompt", Value::String(ours.clone()));
+            } else if method == follow::CANCEL && !name_own_prompt(session, f, &mut msg) {
+                // The prompt it names is answered already (or is none of its own): nothing
+                // of this follower runs to be stopped.
+                f.outbox.deliver(jsonrpc::result(&id, json!({})));
+                return;
+            }
             lock(&session.follow_calls).insert(ours.clone(), (f.id, id.clone()));
             msg.insert("id".into(), Value::String(ours.clone()));
             if !session.outbox.deliver(Value::Object(msg).to_string()) {
@@ -211,6 +222,40 @@ pub fn on_follower_text(session: &Session, f: &Follower, text: &str) {
                 answer_review(session, f, &id, msg)
             }
         }
+    }
+}
+
+/// `params[name] = value` in a request (its params made an object if they were none).
+fn set_param(msg: &mut Map<String, Value>, name: &str, value: Value) {
+    let params = msg
+        .entry("params")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !params.is_object() {
+        *params = Value::Object(Map::new());
+    }
+    if let Value::Object(p) = params {
+        p.insert(name.to_string(), value);
+    }
+}
+
+/// A follower's `pi/cancel {prompt}` names its own `pi/prompt` by the follower's id: that is
+/// rewritten to the id the session saw it under. Whether the cancel goes on: without a
+/// `prompt` (an older follower) it does, as it came; naming no prompt of this follower that
+/// the session still runs, it does not (a follower never stops another's prompt).
+fn name_own_prompt(session: &Session, f: &Follower, msg: &mut Map<String, Value>) -> bool {
+    let Some(theirs) = msg.get("params").and_then(|p| p.get("prompt")).cloned() else {
+        return true;
+    };
+    let ours = lock(&session.follow_calls)
+        .iter()
+        .find(|(_, (fid, id))| *fid == f.id && *id == theirs)
+        .map(|(ours, _)| ours.clone());
+    match ours {
+        Some(ours) => {
+            set_param(msg, "prompt", Value::String(ours));
+            true
+        }
+        None => false,
     }
 }
 

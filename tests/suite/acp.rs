@@ -429,3 +429,138 @@ async fn a_broker_restart_is_followed_through() {
     assert_eq!(c.answer(&p).await["result"]["stopReason"], "end_turn");
     c.close().await;
 }
+
+/// Issue 63 faults 1 and 6, and a turn answered twice: a cancel in a watching turn with a
+/// permission pending answers pi's diff (rejected) and withdraws the permission; the next
+/// prompt is answered once, and the cancelled turn never again (the test client fails on a
+/// second answer); `session/close` with no turn open lets the follow connection go.
+#[tokio::test(flavor = "current_thread")]
+async fn a_watching_turns_cancel_settles_its_permission_and_close_lets_go() {
+    let b = TestBroker::start().await;
+    let root = b.dir.path().join("proj");
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("a.txt");
+    let (cwd, path) = (root.to_str().unwrap(), file.to_str().unwrap());
+    let mut pi = pi_session(&b, cwd, KEY).await;
+    let mut c = acp(&b).await;
+    assert_eq!(c.new_session(cwd).await["result"]["sessionId"], KEY);
+    followers(&mut pi).await;
+    let watch = c.prompt(KEY, "follow").await;
+    assert_eq!(followers(&mut pi).await["reviewer"], "fake-acp-client");
+    pi.send_request(
+        json!(1),
+        "tools/call",
+        json!({"name": "openDiff", "arguments": pi_ide_broker::testkit::diff_args(path, "new\n", "pi-write:call_1")}),
+    )
+    .await;
+    let ask = c.permission().await;
+    c.cancel(KEY).await;
+    let verdict = pi.answer(&json!(1)).await;
+    assert_eq!(
+        pi_ide_broker::testkit::text(&verdict),
+        "DIFF_REJECTED",
+        "{verdict}"
+    );
+    let withdrawn = c
+        .until("$/cancel_request", |m| m["method"] == "$/cancel_request")
+        .await;
+    assert_eq!(withdrawn.msg["params"]["requestId"], ask.msg["id"]);
+    assert_eq!(c.answer(&watch).await["result"]["stopReason"], "cancelled");
+    assert_eq!(followers(&mut pi).await["reviewer"], Value::Null);
+
+    let p = c.prompt(KEY, "hello").await;
+    let asked_prompt = asked(&mut pi, "pi/prompt").await;
+    reply(
+        &mut pi,
+        &asked_prompt["id"],
+        json!({"stopReason": "end_turn"}),
+    )
+    .await;
+    assert_eq!(c.answer(&p).await["result"]["stopReason"], "end_turn");
+
+    let close = c.close_session(KEY).await;
+    assert_eq!(c.answer(&close).await["result"], json!({}));
+    pi.until("the follower gone", |m| {
+        m["method"] == "broker/followers" && m["params"]["count"] == 0
+    })
+    .await;
+    c.close().await;
+}
+
+/// Issue 63 fault 3: `session/close` during a running prompt stops that prompt in pi (as
+/// `session/cancel` would), answers it `cancelled` without a false word about pi, then lets
+/// the follow connection go.
+#[tokio::test(flavor = "current_thread")]
+async fn close_during_a_prompt_stops_it_and_lets_go() {
+    let b = TestBroker::start().await;
+    let root = b.dir.path().join("proj");
+    let cwd = root.to_str().unwrap();
+    let mut pi = pi_session(&b, cwd, KEY).await;
+    let mut c = acp(&b).await;
+    assert_eq!(c.new_session(cwd).await["result"]["sessionId"], KEY);
+    followers(&mut pi).await;
+    let p = c.prompt(KEY, "run sleep 20").await;
+    let job = asked(&mut pi, "pi/prompt").await;
+    assert_eq!(job["params"]["prompt"], job["id"], "{job}");
+    let close = c.close_session(KEY).await;
+    let told = c.through_answer(&close).await;
+    let ended = told
+        .iter()
+        .find(|m| m["id"] == p)
+        .unwrap_or_else(|| panic!("the prompt was not answered before the close: {told:?}"));
+    assert_eq!(ended["result"]["stopReason"], "cancelled", "{ended}");
+    assert!(!c.agent_text().contains("gone"), "{}", c.agent_text());
+    let stop = asked(&mut pi, "pi/cancel").await;
+    assert_eq!(stop["params"]["prompt"], job["id"], "{stop}");
+    pi.until("the follower gone", |m| {
+        m["method"] == "broker/followers" && m["params"]["count"] == 0
+    })
+    .await;
+    c.close().await;
+}
+
+/// Issue 63 fault 5: `session/list {cwd}` is exact and dates each session; a cursor is an
+/// error; the client's `$/cancel_request` for its prompt cancels it; resuming a session the
+/// broker does not know is ACP's "resource not found".
+#[tokio::test(flavor = "current_thread")]
+async fn list_cancel_request_and_not_found_as_acp_says() {
+    let b = TestBroker::start().await;
+    let root = b.dir.path().join("proj");
+    let cwd = root.to_str().unwrap();
+    // The session below the folder is there first: the folder's own is the one to follow.
+    let _sub = pi_session(&b, &format!("{cwd}/sub"), "in-sub").await;
+    let mut pi = pi_session(&b, cwd, KEY).await;
+    let mut c = acp(&b).await;
+    let list = c.request("session/list", json!({"cwd": cwd})).await;
+    let list = c.answer(&list).await;
+    let sessions = list["result"]["sessions"].as_array().expect("sessions");
+    assert_eq!(sessions.len(), 1, "{list}");
+    assert_eq!(sessions[0]["sessionId"], KEY);
+    let at = sessions[0]["updatedAt"].as_str().unwrap_or_default();
+    assert!(at.len() == 20 && at.ends_with('Z'), "{list}");
+    let bogus = c
+        .request("session/list", json!({"cwd": cwd, "cursor": "bogus"}))
+        .await;
+    assert_eq!(c.answer(&bogus).await["error"]["code"], -32602);
+
+    let resume = c
+        .request(
+            "session/resume",
+            json!({"sessionId": "nobody", "cwd": cwd, "mcpServers": []}),
+        )
+        .await;
+    let refused = c.answer(&resume).await;
+    assert_eq!(refused["error"]["code"], -32002, "{refused}");
+
+    assert_eq!(c.new_session(cwd).await["result"]["sessionId"], KEY);
+    followers(&mut pi).await;
+    let p = c.prompt(KEY, "long job").await;
+    let job = asked(&mut pi, "pi/prompt").await;
+    c.cancel_request(&p).await;
+    let stop = asked(&mut pi, "pi/cancel").await;
+    assert_eq!(stop["params"]["prompt"], job["id"]);
+    reply(&mut pi, &stop["id"], json!({})).await;
+    reply(&mut pi, &job["id"], json!({"stopReason": "cancelled"})).await;
+    assert_eq!(c.answer(&p).await["result"]["stopReason"], "cancelled");
+    c.close().await;
+}

@@ -687,3 +687,109 @@ async fn an_agents_session_never_gets_a_followers_buffer_read() {
         .await;
     assert_ne!(next["method"], follow::READ_BUFFER, "{next}");
 }
+
+/// A verdict is an `openDiff` result only with a `content` array: one whose `content` is
+/// text, an object or null is no verdict, and the diff is answered as not reviewed.
+#[tokio::test]
+async fn a_verdict_whose_content_is_not_an_array_never_reaches_the_session() {
+    let mut h = Harness::new();
+    h.step(&Op::Attach).await.expect("attach");
+    let (f, mut peer) = h.followers.remove(&10).expect("follower");
+    let params = json!({"name": "openDiff", "arguments": {"tab_name": "t"}});
+    for (call, content) in [
+        (61, json!("FILE_SAVED")),
+        (62, json!({"type": "text", "text": "FILE_SAVED"})),
+        (63, Value::Null),
+    ] {
+        review(&h.session, &f, json!(call), "t".into(), Some(&params));
+        let asked = peer
+            .until("the review", |m| m["method"] == follow::REVIEW)
+            .await;
+        let bad = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"content": content}});
+        on_follower_text(&h.session, &f, &bad.to_string());
+        let verdict = h.session_peer.answer(call).await;
+        assert!(
+            verdict["result"]["_meta"]["pi-ide-broker/undelivered"].is_string(),
+            "content {content} reached the session as a verdict: {verdict}"
+        );
+        assert_eq!(verdict["result"]["content"][0]["text"], "DIFF_REJECTED");
+    }
+}
+
+/// A follower's `pi/prompt` reaches the session named by the id the session sees (whatever
+/// the follower wrote there); its `pi/cancel {prompt}` names that prompt the same way. A
+/// cancel naming a prompt answered already, or another follower's, goes nowhere: the broker
+/// answers it, and nothing of the session is stopped.
+#[tokio::test]
+async fn a_cancel_names_the_followers_own_prompt_and_no_other() {
+    let mut h = Harness::new();
+    h.step(&Op::Attach).await.expect("attach");
+    h.step(&Op::Attach).await.expect("attach");
+    let (a, mut peer_a) = h.followers.remove(&10).expect("a");
+    let (b, mut peer_b) = h.followers.remove(&11).expect("b");
+    let req = |id: &str, method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    on_follower_text(
+        &h.session,
+        &a,
+        &req(
+            "prompt-1",
+            follow::PROMPT,
+            json!({"text": "hi", "prompt": "forged"}),
+        ),
+    );
+    let sent = h
+        .session_peer
+        .until("a's prompt", |m| m["method"] == follow::PROMPT)
+        .await;
+    assert_eq!(sent["params"]["prompt"], sent["id"], "{sent}");
+    assert_eq!(sent["params"]["text"], "hi");
+    // b names a's prompt by a's id: not b's, so nothing is forwarded.
+    on_follower_text(
+        &h.session,
+        &b,
+        &req("cancel-1", follow::CANCEL, json!({"prompt": "prompt-1"})),
+    );
+    let answered = peer_b
+        .until("b's cancel answered", |m| m["id"] == "cancel-1")
+        .await;
+    assert_eq!(answered["result"], json!({}));
+    // a's own cancel goes on, naming the prompt as the session knows it.
+    on_follower_text(
+        &h.session,
+        &a,
+        &req("cancel-2", follow::CANCEL, json!({"prompt": "prompt-1"})),
+    );
+    let stop = h
+        .session_peer
+        .until("a's cancel", |m| m["method"] == follow::CANCEL)
+        .await;
+    assert_eq!(stop["params"]["prompt"], sent["id"], "{stop}");
+    // Once the prompt is answered, a cancel naming it stops nothing.
+    let mut answer = serde_json::Map::new();
+    answer.insert("jsonrpc".into(), json!("2.0"));
+    answer.insert("result".into(), json!({"stopReason": "cancelled"}));
+    answer_forwarded(&h.session, &sent["id"], answer);
+    peer_a
+        .until("the prompt's answer", |m| m["id"] == "prompt-1")
+        .await;
+    on_follower_text(
+        &h.session,
+        &a,
+        &req("cancel-3", follow::CANCEL, json!({"prompt": "prompt-1"})),
+    );
+    let late = peer_a
+        .until("the late cancel answered", |m| m["id"] == "cancel-3")
+        .await;
+    assert_eq!(late["result"], json!({}));
+    // An older follower's cancel names no prompt: it goes on as it came.
+    on_follower_text(&h.session, &a, &req("cancel-4", follow::CANCEL, json!({})));
+    let old = h
+        .session_peer
+        .until("the old follower's cancel", |m| {
+            m["method"] == follow::CANCEL
+        })
+        .await;
+    assert_eq!(old["params"], json!({}));
+}
