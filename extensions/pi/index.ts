@@ -237,11 +237,23 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		l.handle(Editor.GET_SUGGESTIONS, (params, signal) => suggest((params ?? {}) as SuggestionParams, signal));
 		l.handle(Editor.LIST_SUGGESTION_MODELS, async () => listModels());
 		l.handle(Follow.HISTORY, async () => ({ updates: follow.history(c.cwd, ctx?.sessionManager.getBranch() ?? []) }));
-		l.handle(Follow.PROMPT, (params) => promptFromFollower(String((params as { text?: unknown })?.text ?? "")));
-		l.handle(Follow.CANCEL, async () => {
-			ctx?.abort();
-			// A prompt cancelled before its run began leaves no run to settle: answer it now.
-			if (ctx?.isIdle()) followers.settled(true);
+		l.handle(Follow.PROMPT, (params) => {
+			const p = (params ?? {}) as { text?: unknown; prompt?: unknown };
+			return promptFromFollower(String(p.text ?? ""), typeof p.prompt === "string" ? p.prompt : undefined);
+		});
+		l.handle(Follow.CANCEL, async (params) => {
+			const named = (params as { prompt?: unknown } | null)?.prompt;
+			// Only a follower's own prompt is stopped: a queued one leaves the queue untouched by
+			// pi, a running one (its run was started for it) is aborted; pi's terminal turn and
+			// another follower's prompt go on.
+			if (followers.cancel(typeof named === "string" ? named : undefined) === "abort") {
+				ctx?.abort();
+				// Stopped before its run began: no run will settle it, so it is answered now.
+				if (ctx?.isIdle()) {
+					followers.unstarted();
+					startQueued();
+				}
+			}
 			return {};
 		});
 		link = l;
@@ -249,16 +261,21 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		return l;
 	};
 
-	/** A prompt typed in a following ACP editor: sent to pi as the user's (queued behind a
-	 * running turn), answered when pi has settled. */
-	const promptFromFollower = async (text: string): Promise<{ stopReason: string }> => {
-		const c = ctx;
-		if (!c) throw new Error("session not yet started");
+	/** A prompt typed in a following ACP editor (`id`: the broker's name for it): sent to pi as
+	 * the user's once pi is idle (queued here behind a running turn, so that its cancel can take
+	 * it back), answered when its run has settled. */
+	const promptFromFollower = async (text: string, id: string | undefined): Promise<{ stopReason: string }> => {
+		if (!ctx) throw new Error("session not yet started");
 		if (!text.trim()) throw new Error("empty prompt");
-		const settled = followers.untilSettled();
-		if (c.isIdle()) pi.sendUserMessage(text);
-		else pi.sendUserMessage(text, { deliverAs: "followUp" });
+		const settled = followers.prompt(id, text);
+		startQueued();
 		return { stopReason: follow.stopReason(await settled) };
+	};
+
+	/** Hands pi the oldest queued follower prompt, if pi is idle and none of them runs. */
+	const startQueued = () => {
+		const text = followers.next(ctx?.isIdle() ?? false);
+		if (text !== null) pi.sendUserMessage(text);
 	};
 
 	const suggest = async (params: SuggestionParams, signal: AbortSignal): Promise<{ suggestions: string[] }> => {
@@ -363,10 +380,11 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	});
 	pi.on("agent_settled", (event) => {
 		followers.settled(Boolean((event as { aborted?: unknown }).aborted));
+		startQueued();
 	});
 
 	pi.on("session_shutdown", () => {
-		followers.settled(true);
+		followers.ended();
 		link?.close();
 		link = null;
 		reviewing = false;

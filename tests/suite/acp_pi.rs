@@ -430,6 +430,196 @@ async fn a_permission_left_unanswered_never_wedges_a_cancel_or_pis_abort() {
     pi.quit().await;
 }
 
+/// Issue 63 fault 1: a cancel in a watching turn (`follow`) while pi's own turn (typed in its
+/// terminal) waits on the thread's permission for a write: the diff is answered rejected, the
+/// permission withdrawn, and pi settles at once (printed: the issue's bound is 1 s).
+#[tokio::test(flavor = "current_thread")]
+async fn a_watching_turns_cancel_lets_pis_own_write_settle() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
+    let mut c = acp_following(&b, &proj, &key).await;
+    let watch = c.prompt(&key, "follow").await;
+    let from = pi.mark();
+    pi.toast(from, "Diffs are reviewed in fake-acp-client")
+        .await;
+    model.push(Reply::Tool {
+        name: "write".into(),
+        args: json!({"path": "never.txt", "content": "no\n"}),
+    });
+    model.push(Reply::Text("as you wish".into()));
+    let from = pi.mark();
+    let r = pi
+        .command("prompt", json!({"message": "write never.txt"}))
+        .await;
+    assert_eq!(r["success"], true, "{r}");
+    let ask = c.permission().await;
+    let t0 = std::time::Instant::now();
+    c.cancel(&key).await;
+    let settled = pi
+        .until("pi settled after the watching turn's cancel", from, |v| {
+            v["type"] == "agent_settled"
+        })
+        .await;
+    eprintln!(
+        "cancel of a follow turn with a permission pending: pi settled after {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        settled["aborted"], false,
+        "pi's own turn went on: {settled}"
+    );
+    let withdrawn = c
+        .until("$/cancel_request", |m| m["method"] == "$/cancel_request")
+        .await;
+    assert_eq!(withdrawn.msg["params"]["requestId"], ask.msg["id"]);
+    assert_eq!(c.answer(&watch).await["result"]["stopReason"], "cancelled");
+    let results = pi.tool_results(from);
+    assert!(
+        results
+            .iter()
+            .any(|(tool, error, text)| tool == "write" && *error && text.contains("rejected")),
+        "{results:?}"
+    );
+    assert!(
+        !proj.join("never.txt").exists(),
+        "the write reached the disk"
+    );
+    c.close().await;
+    pi.quit().await;
+}
+
+/// Issue 63 fault 4: an editor's prompt queued behind pi's own turn (a command typed in its
+/// terminal), then cancelled, leaves the queue: the terminal's command runs to its end (not
+/// "Command aborted"), and the cancelled text never runs.
+#[tokio::test(flavor = "current_thread")]
+async fn cancelling_a_queued_editor_prompt_leaves_pis_own_turn_alone() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
+    let mut c = acp_following(&b, &proj, &key).await;
+    model.push(Reply::Tool {
+        name: "bash".into(),
+        args: json!({"command": "sleep 4; echo slept"}),
+    });
+    model.push(Reply::Text("the terminal's turn is done".into()));
+    let from = pi.mark();
+    let r = pi
+        .command("prompt", json!({"message": "run the sleep"}))
+        .await;
+    assert_eq!(r["success"], true, "{r}");
+    let bash = c
+        .update("the terminal's command running", |u| {
+            u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress"
+        })
+        .await;
+    let id = bash.msg["params"]["update"]["toolCallId"].clone();
+    let t0 = std::time::Instant::now();
+    let queued = c.prompt(&key, "queued from the editor").await;
+    c.cancel(&key).await;
+    let end = c.answer(&queued).await;
+    assert_eq!(end["result"]["stopReason"], "cancelled", "{end}");
+    eprintln!(
+        "a queued editor prompt cancelled: answered after {:?}",
+        t0.elapsed()
+    );
+    let done = c
+        .update("the terminal's command ended", |u| {
+            u["sessionUpdate"] == "tool_call_update"
+                && u["toolCallId"] == id
+                && u["status"] != "in_progress"
+        })
+        .await;
+    assert_eq!(
+        done.msg["params"]["update"]["status"], "completed",
+        "{}",
+        done.msg
+    );
+    let settled = pi
+        .until("the terminal's turn settled", from, |v| {
+            v["type"] == "agent_settled"
+        })
+        .await;
+    assert_eq!(settled["aborted"], false, "{settled}");
+    let results = pi.tool_results(from);
+    assert!(
+        results
+            .iter()
+            .any(|(tool, error, text)| tool == "bash" && !*error && text.contains("slept")),
+        "{results:?}"
+    );
+    // Another terminal turn, to its end: the cancelled text would have run before it.
+    model.push(Reply::Text("next".into()));
+    pi.prompt("and now").await;
+    let ran = pi.log[from..].iter().any(|v| {
+        v["type"] == "message_start"
+            && v["message"]["role"] == "user"
+            && user_text(v).contains("queued from the editor")
+    });
+    assert!(!ran, "the cancelled editor prompt ran");
+    c.close().await;
+    pi.quit().await;
+}
+
+/// Issue 63 fault 3: `session/close` while the thread's prompt runs stops it in pi as
+/// `session/cancel` would (a 30 s command, aborted), answers it `cancelled`, and says nothing
+/// false about pi.
+#[tokio::test(flavor = "current_thread")]
+async fn close_during_a_running_prompt_stops_it_in_pi() {
+    let Some(FollowedPi {
+        b,
+        mut pi,
+        model,
+        proj,
+        key,
+    }) = followed_pi().await
+    else {
+        return;
+    };
+    let mut c = acp_following(&b, &proj, &key).await;
+    model.push(Reply::Tool {
+        name: "bash".into(),
+        args: json!({"command": "sleep 30"}),
+    });
+    model.push(Reply::Text("never".into()));
+    let from = pi.mark();
+    let long = c.prompt(&key, "run the long job").await;
+    c.update("the command running", |u| {
+        u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress"
+    })
+    .await;
+    let close = c.close_session(&key).await;
+    let told = c.through_answer(&close).await;
+    let ended = told
+        .iter()
+        .find(|m| m["id"] == long)
+        .unwrap_or_else(|| panic!("the prompt was not answered before the close: {told:?}"));
+    assert_eq!(ended["result"]["stopReason"], "cancelled", "{ended}");
+    assert!(!c.agent_text().contains("gone"), "{}", c.agent_text());
+    let settled = pi
+        .until("pi stopped by the close", from, |v| {
+            v["type"] == "agent_settled"
+        })
+        .await;
+    assert_eq!(settled["aborted"], true, "{settled}");
+    c.close().await;
+    pi.quit().await;
+}
+
 /// Issue 53 F4, the rule of docs/protocol.md ("Who reviews a diff"): with a follower that has
 /// no turn open and no editor attached, nobody reviews, so pi writes as it does alone, and the
 /// thread sees the write as a tool call that completed; the next write, with the thread's
@@ -483,9 +673,24 @@ async fn a_write_with_a_follower_but_no_turn_and_no_editor_is_pis_own() {
     pi.quit().await;
 }
 
+/// The text of a user message as pi logged it (`message_start`).
+fn user_text(started: &Value) -> String {
+    let content = &started["message"]["content"];
+    match content {
+        Value::String(s) => s.clone(),
+        _ => content
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b["text"].as_str())
+            .collect(),
+    }
+}
+
 /// Issue 53 F5: a client that re-sends an unfinished message with the next one (CodeCompanion
-/// after a cancel) has pi run only the new one: the cancelled job does not run again and the
-/// `follow` word does not ride along.
+/// after a cancel: every message of the cancelled turn, whole, then the new one) has pi run
+/// only the new one: the cancelled job does not run again and the `follow` word does not ride
+/// along.
 #[tokio::test(flavor = "current_thread")]
 async fn a_resent_unfinished_message_is_not_run_again() {
     let Some(FollowedPi {
@@ -507,7 +712,22 @@ async fn a_resent_unfinished_message_is_not_run_again() {
         args: json!({"command": "sleep 30"}),
     });
     let from = pi.mark();
-    let long = c.prompt(&key, "run the long job").await;
+    // CodeCompanion re-sends the cancelled `follow` with the next message.
+    let long = c
+        .request(
+            "session/prompt",
+            json!({"sessionId": key, "prompt": [
+                {"type": "text", "text": "follow"},
+                {"type": "text", "text": "run the long job"},
+            ]}),
+        )
+        .await;
+    let started = pi
+        .until("the long job's message", from, |v| {
+            v["type"] == "message_start" && v["message"]["role"] == "user"
+        })
+        .await;
+    assert_eq!(user_text(&started), "run the long job", "{started}");
     c.update("the command running", |u| {
         u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress"
     })
@@ -534,17 +754,7 @@ async fn a_resent_unfinished_message_is_not_run_again() {
             v["type"] == "message_start" && v["message"]["role"] == "user"
         })
         .await;
-    let content = &started["message"]["content"];
-    let text = match content {
-        Value::String(s) => s.clone(),
-        _ => content
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|b| b["text"].as_str())
-            .collect(),
-    };
-    assert_eq!(text, "create the file please", "{started}");
+    assert_eq!(user_text(&started), "create the file please", "{started}");
     let end = c.answer(&id).await;
     assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
     c.close().await;
