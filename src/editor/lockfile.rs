@@ -115,7 +115,11 @@ pub fn read(path: &Path, family: Family) -> Result<Lockfile, Error> {
         OpenError::Io(e) => Error::Io(e),
         other => Error::Io(std::io::Error::other(other.to_string())),
     })?;
-    if let Some(mode) = own.mode.filter(|m| m & 0o022 != 0) {
+    // Writable by others: refused. Writable by its group: refused unless that group is the
+    // user's own primary group (`umask 002` systems give each user a group of their own, and
+    // Node writes editors' lockfiles 0664 there).
+    let open_to = if own.group_is_ours { 0o002 } else { 0o022 };
+    if let Some(mode) = own.mode.filter(|m| m & open_to != 0) {
         return Err(Error::OthersMayWrite {
             mode,
             path: path.to_path_buf(),
@@ -571,14 +575,23 @@ mod tests {
         path
     }
 
-    /// A lockfile that group or others may write is refused, with its mode and the fix; one
-    /// only we may write (whoever may read it) is taken.
+    /// A lockfile that others, or a group not the user's own, may write is refused, with its
+    /// mode and the fix; one only we may write (whoever may read it) is taken, and so is one
+    /// only our own primary group may also write (`umask 002`: Node writes 0664 there).
     #[cfg(unix)]
     #[test]
     fn a_lockfile_others_may_write_is_refused_with_the_fix() {
         let dir = tempfile::tempdir().unwrap();
         let path = write_lockfile(dir.path(), 4250, std::process::id());
-        for mode in [0o620, 0o602, 0o622, 0o666, 0o660] {
+        let ours = rustix::process::getegid().as_raw();
+        std::os::unix::fs::chown(&path, None, Some(ours)).unwrap();
+        let mut refused = vec![0o602, 0o622, 0o666];
+        if rustix::process::getuid().is_root() {
+            // A shared group (another gid): its members could write the file.
+            std::os::unix::fs::chown(&path, None, Some(65534)).unwrap();
+            refused.extend([0o620, 0o660]);
+        }
+        for mode in refused {
             crate::platform::user::set_mode(&path, mode).unwrap();
             let r = read(&path, Family::Pi);
             assert!(
@@ -592,7 +605,8 @@ mod tests {
                 "{said}"
             );
         }
-        for mode in [0o600, 0o644, 0o400, 0o640] {
+        std::os::unix::fs::chown(&path, None, Some(ours)).unwrap();
+        for mode in [0o600, 0o644, 0o400, 0o640, 0o664, 0o620] {
             crate::platform::user::set_mode(&path, mode).unwrap();
             let r = read(&path, Family::Pi);
             assert!(r.is_ok(), "mode {mode:o}: {r:?}");

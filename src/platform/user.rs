@@ -88,6 +88,10 @@ pub struct OwnFile {
     /// Its permission bits (`mode & 0o7777`) on Unix; `None` on Windows, where a file in the
     /// user's profile is private through its inherited DACL.
     pub mode: Option<u32>,
+    /// Its group is the user's own primary group (a user-private group, as `umask 002`
+    /// systems give each user): its group-write bit lets in nobody else. Always true on
+    /// Windows.
+    pub group_is_ours: bool,
 }
 
 /// Opens `path` for reading if it is a regular file of ours, never following a symlink and
@@ -320,6 +324,7 @@ mod imp {
             size: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
             modified_unix: i64::try_from(stat.st_mtime).unwrap_or(i64::MAX),
             mode: Some(u32::from(stat.st_mode) & 0o7777),
+            group_is_ours: stat.st_gid == rustix::process::getegid().as_raw(),
         })
     }
 }
@@ -387,6 +392,7 @@ mod imp {
             size: meta.len(),
             modified_unix,
             mode: None,
+            group_is_ours: true,
         })
     }
 }
