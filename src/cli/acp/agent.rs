@@ -780,7 +780,13 @@ impl Agent {
                     if let Some(turn) = f.turn.take() {
                         out.push(say(key, "(pi-ide-broker restarted: pi's turn goes on in pi, and this thread follows it again)"));
                         out.push(ready(key, false));
-                        out.push(turn_ended(&turn.id, StopReason::EndTurn));
+                        // One the client stopped says so, as pi's answer would have.
+                        let stop = if turn.cancelled {
+                            StopReason::Cancelled
+                        } else {
+                            StopReason::EndTurn
+                        };
+                        out.push(turn_ended(&turn.id, stop));
                     }
                 }
                 BrokerWait::Cancel => {}

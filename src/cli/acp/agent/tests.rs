@@ -282,6 +282,15 @@ fn a_relink_ends_a_prompt_turn_and_keeps_a_watching_one() {
     assert_eq!(ends[0]["result"]["stopReason"], "end_turn");
     prompt(&mut a, 4, json!([text("follow")]));
     assert!(to_client(&a.relinked("k")).is_empty());
+    // A prompt the client cancelled, its answer lost with the old broker: still `cancelled`.
+    prompt(&mut a, 5, json!([text("long job")]));
+    cancel(&mut a);
+    let out = a.relinked("k");
+    let end = to_client(&out).into_iter().find(|m| m["id"] == 5);
+    assert_eq!(
+        end.map(|m| m["result"]["stopReason"].clone()),
+        Some(json!("cancelled"))
+    );
 }
 
 /// A buffer read goes to the client as `fs/read_text_file` and its answer back under the
