@@ -333,15 +333,10 @@ mod tests {
             tokio_util::sync::CancellationToken::new(),
         ));
         let config = Arc::new(Config::default());
-        let host = crate::registry::Registry::new(
-            config.clone(),
-            crate::registry::state::StateStore::load(dir.path()),
-            dir.path().join("sock"),
-            tokio_util::sync::CancellationToken::new(),
-        );
+        let host = NoHost(config.clone(), tokio_util::task::TaskTracker::new());
         let dialled = tokio::time::timeout(
             std::time::Duration::from_secs(10),
-            dial(&editor, &config, &*host),
+            dial(&editor, &config, &host),
         )
         .await
         .expect("the dial came back");
@@ -366,5 +361,35 @@ mod tests {
             seen,
             [Some("accepted".to_string()), Some("received".to_string())]
         );
+    }
+
+    /// A link host that does nothing (this layer may not name the registry, its real host).
+    struct NoHost(Arc<Config>, tokio_util::task::TaskTracker);
+
+    impl LinkHost for NoHost {
+        fn config(&self) -> Arc<Config> {
+            self.0.clone()
+        }
+        fn stamp(&self) -> u64 {
+            1
+        }
+        fn state_changed(&self) {}
+        fn editor_ready(&self, _: &Arc<Editor>) {}
+        fn editor_routable(&self, _: &Arc<Editor>) {}
+        fn editor_gone(&self, _: &Arc<Editor>, _: String) {}
+        fn lockfile_refused(&self, _: &Arc<Editor>, _: String) {}
+        fn broadcast(&self, _: &Arc<Editor>, _: &str) {}
+        fn delegate(
+            &self,
+            _: &Arc<Editor>,
+            _: &serde_json::Value,
+            _: serde_json::Map<String, serde_json::Value>,
+        ) -> bool {
+            false
+        }
+        fn cancel_delegated(&self, _: &Arc<Editor>, _: &crate::editor::handle::Delegation) {}
+        fn tracker(&self) -> &tokio_util::task::TaskTracker {
+            &self.1
+        }
     }
 }

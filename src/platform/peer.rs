@@ -434,9 +434,11 @@ mod tests {
             .stdin(std::process::Stdio::piped())
             .spawn()
             .expect("python3");
-        let (stream, _) = crate::testkit::within("accept", listener.accept())
-            .await
-            .expect("accept");
+        let (stream, _) =
+            tokio::time::timeout(std::time::Duration::from_secs(10), listener.accept())
+                .await
+                .expect("accepted in time")
+                .expect("accept");
         let facts = of_stream(&stream).expect("credentials");
         assert_eq!(facts.pid, child.id());
         assert_eq!(&facts.place, own_place());

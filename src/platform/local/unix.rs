@@ -551,11 +551,12 @@ mod tests {
             .expect("python3");
         let mut out = tokio::io::BufReader::new(squatter.stdout.take().expect("stdout"));
         let mut line = String::new();
-        crate::testkit::within("squatter ready", async {
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
             use tokio::io::AsyncBufReadExt;
             out.read_line(&mut line).await
         })
         .await
+        .expect("in time")
         .expect("read");
         assert_eq!(line.trim(), "ready");
         let e = connect(&path).await.expect_err("refused");
@@ -566,11 +567,12 @@ mod tests {
         // It was accepted and heard nothing: zero bytes, twice.
         for _ in 0..2 {
             line.clear();
-            crate::testkit::within("squatter's account", async {
+            tokio::time::timeout(std::time::Duration::from_secs(10), async {
                 use tokio::io::AsyncBufReadExt;
                 out.read_line(&mut line).await
             })
             .await
+            .expect("in time")
             .expect("read");
             assert_eq!(line.trim(), "got 0", "the squatter heard something");
         }
