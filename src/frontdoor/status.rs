@@ -601,13 +601,21 @@ mod tests {
         assert_eq!(st.editors.len(), 2);
         assert!(st.editors.iter().any(|e| e.id == owners_editor));
         // Each editor counts the sessions on it; times are unix seconds of now.
-        assert!(st.editors.iter().all(|e| e.sessions == 1), "{:?}", st.editors);
+        assert!(
+            st.editors.iter().all(|e| e.sessions == 1),
+            "{:?}",
+            st.editors
+        );
         let now = unix(SystemTime::now());
         for s in &st.sessions {
             assert!(s.since + 60 > now && s.since <= now, "{}", s.since);
             assert!(!s.bridged, "a pi session on a pi editor is not bridged");
         }
-        assert!(st.sticky.iter().all(|k| k.since + 60 > now), "{:?}", st.sticky);
+        assert!(
+            st.sticky.iter().all(|k| k.since + 60 > now),
+            "{:?}",
+            st.sticky
+        );
         assert_eq!(st.sticky.len(), 3);
         assert_eq!(st.lockfiles_rejected.len(), 1);
         assert_eq!(st.gemini_files.len(), 1);

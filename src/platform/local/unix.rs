@@ -148,6 +148,12 @@ pub fn trusted_path(path: &Path) -> std::io::Result<()> {
             }));
         }
     }
+    trusted_ancestors(&real, &uids)
+}
+
+/// Each dir above `real` is a trusted uid's and, if others may write it, sticky: nobody else
+/// can swap what is below it.
+fn trusted_ancestors(real: &Path, uids: &[u32]) -> std::io::Result<()> {
     for above in real.ancestors().skip(1) {
         let m = std::fs::metadata(above)?;
         let mode = m.mode() & 0o7777;
