@@ -83,11 +83,18 @@ pub async fn run_upgraded<S: IntoHalves>(
     use crate::wire::wsframe::{FrameReader, FrameWriter, Role};
     use hyper_util::rt::TokioIo;
     let max = reg.config().max_frame_bytes;
+    // Long messages share the budget for messages in flight: an agent's as its realm's, a
+    // follower's (the owner only) and the owner's sessions' as the owner's.
+    let realm = match &target {
+        Upgraded::Session(intro) => intro.realm.as_deref(),
+        Upgraded::Follow(..) => None,
+    };
+    let share = reg.frames.share(realm);
     match up.downcast::<TokioIo<S>>() {
         Ok(parts) => {
             let hyper::upgrade::Parts { io, read_buf, .. } = parts;
             let (rd, wr) = io.into_inner().into_halves();
-            let reader = FrameReader::new(rd, Role::Server, max, &read_buf);
+            let reader = FrameReader::new(rd, Role::Server, max, &read_buf).with_budget(share);
             // Copied, and dropped before the session runs: `read_buf` keeps hyper's whole
             // read buffer alive (4 KiB a session).
             drop(read_buf);
@@ -96,7 +103,7 @@ pub async fn run_upgraded<S: IntoHalves>(
         }
         Err(up) => {
             let (rd, wr) = tokio::io::split(TokioIo::new(up));
-            let reader = FrameReader::new(rd, Role::Server, max, &[]);
+            let reader = FrameReader::new(rd, Role::Server, max, &[]).with_budget(share);
             let writer = FrameWriter::new(Box::pin(wr) as _, Role::Server);
             serve_upgraded(reg, reader, writer, target).await;
         }

@@ -110,6 +110,9 @@ pub struct Registry {
     me: Weak<Registry>,
     /// Caps on connections in the handshake and on live sessions, for every door.
     pub limits: crate::registry::limits::Limits,
+    /// The memory long messages in flight share across every connection
+    /// (`max_frames_in_flight_bytes`, `wire::budget`). Read at start.
+    pub frames: Arc<crate::wire::budget::FrameBudget>,
     /// Where process liveness, start times and the loss clock come from.
     facts: Arc<dyn ProcessFacts>,
     /// False only in the registry's model test, which plays the links' part itself.
@@ -143,8 +146,10 @@ impl Registry {
             .home
             .clone()
             .unwrap_or_else(crate::sys::config::home_dir);
+        let frames = crate::wire::budget::FrameBudget::new(config.frames_in_flight_bytes());
         Arc::new_cyclic(|me| Registry {
             limits,
+            frames,
             config: RwLock::new(config),
             editors: DashMap::default(),
             by_path: DashMap::new(),

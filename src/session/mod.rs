@@ -177,6 +177,20 @@ fn on_frame(
     };
     match frame {
         Ok(None) => return Some("closed by client"),
+        // Read past, never held: the client is told (with the message's id, picked out as it
+        // passed) and the session reads on.
+        Err(crate::wire::Error::OverBudget { size, id }) => {
+            tracing::debug!(
+                session = session.id,
+                size,
+                "a long message refused: the budget for messages in flight is taken"
+            );
+            session.outbox.deliver(jsonrpc::error(
+                id.as_ref().unwrap_or(&Value::Null),
+                jsonrpc::BUSY,
+                &format!("the broker is reading too many long messages at once (max_frames_in_flight_bytes): this one of {size} bytes was dropped unread; send it again"),
+            ));
+        }
         Err(e) => {
             tracing::info!(session = session.id, error = %e, "session connection error");
             if let Some(code) = e.close_code() {

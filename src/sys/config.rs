@@ -22,6 +22,10 @@ pub struct Config {
     pub log_format: LogFormat,
     /// The largest WebSocket message accepted from any peer, in bytes.
     pub max_frame_bytes: usize,
+    /// The most bytes of long messages (over 2 KiB) that readers may hold at once, across
+    /// every connection (`wire::budget`): agents together half of it, one agent realm a
+    /// quarter. `None`: four of the largest messages (`4 × max_frame_bytes`). Read at start.
+    pub max_frames_in_flight_bytes: Option<usize>,
     /// The lock dirs to watch; `None` means the two default families.
     pub lock_dirs: Option<Vec<LockDirConfig>>,
     /// Link health checking.
@@ -225,6 +229,7 @@ impl Default for Config {
             log: "info".into(),
             log_format: LogFormat::Text,
             max_frame_bytes: 64 * 1024 * 1024,
+            max_frames_in_flight_bytes: None,
             lock_dirs: None,
             health: HealthConfig::default(),
             backoff: BackoffConfig::default(),
@@ -309,6 +314,15 @@ impl Config {
         if self.max_frame_bytes < 1024 {
             return Err("max_frame_bytes must be at least 1024".into());
         }
+        if self
+            .max_frames_in_flight_bytes
+            .is_some_and(|n| n < self.max_frame_bytes)
+        {
+            return Err(
+                "max_frames_in_flight_bytes must be at least max_frame_bytes (else no message of the largest size could ever be read)"
+                    .into(),
+            );
+        }
         if let Some(r) = self.remote.iter().find(|r| !remote_name_ok(&r.name)) {
             return Err(format!(
                 "[[remote]] name {:?} must be 1 to 32 letters, digits, '-', '_' or '.' (it names the remote's socket dir)",
@@ -316,6 +330,13 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// The budget for long messages in flight: `max_frames_in_flight_bytes`, or four of the
+    /// largest messages (two for agents together, one for one agent realm).
+    pub fn frames_in_flight_bytes(&self) -> usize {
+        self.max_frames_in_flight_bytes
+            .unwrap_or_else(|| self.max_frame_bytes.saturating_mul(4))
     }
 
     /// The remote names, each once, in the order first given.
@@ -598,12 +619,40 @@ mod tests {
     }
 
     #[test]
+    fn the_budget_for_frames_in_flight_is_four_of_the_largest_or_at_least_one() {
+        let d = Config::default();
+        assert_eq!(d.frames_in_flight_bytes(), 256 * 1024 * 1024);
+        let c: Config = toml::from_str("max_frame_bytes = 1048576\n").unwrap();
+        assert_eq!(
+            c.frames_in_flight_bytes(),
+            4 << 20,
+            "follows max_frame_bytes"
+        );
+        let c: Config =
+            toml::from_str("max_frame_bytes = 1048576\nmax_frames_in_flight_bytes = 1048576\n")
+                .unwrap();
+        assert!(c.check().is_ok());
+        assert_eq!(c.frames_in_flight_bytes(), 1 << 20);
+        let c: Config =
+            toml::from_str("max_frame_bytes = 1048576\nmax_frames_in_flight_bytes = 1048575\n")
+                .unwrap();
+        assert!(c
+            .check()
+            .unwrap_err()
+            .contains("max_frames_in_flight_bytes must be at least max_frame_bytes"));
+    }
+
+    #[test]
     fn example_config_parses_and_equals_defaults() {
         let text = include_str!("../../config.example.toml");
         let parsed: Config = toml::from_str(text).unwrap();
         let d = Config::default();
         assert_eq!(parsed.log, d.log);
         assert_eq!(parsed.max_frame_bytes, d.max_frame_bytes);
+        assert_eq!(
+            parsed.max_frames_in_flight_bytes,
+            d.max_frames_in_flight_bytes
+        );
         assert_eq!(parsed.health.interval_ms, d.health.interval_ms);
         assert_eq!(parsed.health.timeout_ms, d.health.timeout_ms);
         assert_eq!(parsed.health.drop_after_ms, d.health.drop_after_ms);

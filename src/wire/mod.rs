@@ -3,6 +3,8 @@
 //! The WebSocket frame codec and upgrade, the writers several tasks share, the waker and
 //! quick-ack helpers, one-pass JSON reading. Uses only `sys`.
 
+pub mod budget;
+pub mod idscan;
 pub mod jsonscan;
 pub mod outbox;
 pub(crate) mod shared_writer;
@@ -27,6 +29,16 @@ pub enum Error {
         /// The cap.
         max: usize,
     },
+    /// A message the budget for messages in flight (`budget`) had no room for: it was read
+    /// past, never held, and the connection is still usable (the reader reads on). The peer
+    /// is owed a JSON-RPC error (busy) with the message's id.
+    #[error("a message of {size} bytes was dropped: too many long messages are in flight at once (max_frames_in_flight_bytes)")]
+    OverBudget {
+        /// The message's length.
+        size: u64,
+        /// Its top-level id, when it had one that can be an id (`idscan`).
+        id: Option<serde_json::Value>,
+    },
     /// A text message that is not UTF-8.
     #[error("a text message is not valid UTF-8")]
     NotUtf8,
@@ -46,6 +58,8 @@ impl Error {
             Error::Io(_) | Error::Refused | Error::Bad(_) => None,
             Error::Protocol(_) => Some(1002),
             Error::TooBig { .. } => Some(1009),
+            // For a caller that ends the connection on it (it need not): try again later.
+            Error::OverBudget { .. } => Some(1013),
             Error::NotUtf8 => Some(1007),
         }
     }

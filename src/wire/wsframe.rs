@@ -14,10 +14,18 @@
 //! Both work on split socket halves, so reading and writing never take a lock. No extension
 //! is ever agreed (the handshakes offer none), so a frame with a reserved bit set is refused.
 //!
+//! A reader given a share of the budget for messages in flight ([`FrameReader::with_budget`],
+//! `wire::budget`) claims a long frame's bytes from its header, before it reads the payload;
+//! a frame the budget cannot take is read past in small pieces (its id picked out on the way,
+//! `wire::idscan`), [`Error::OverBudget`] says so, and the reader reads on. Once a long frame
+//! is dropped its buffer shrinks back and the claim is given back.
+//!
 //! The handshakes are elsewhere: hyper's on the doors (`frontdoor`), `wsupgrade` on editor
 //! links. The test kit's peers are tungstenite, which checks this module against another
 //! implementation in every suite test.
 
+use super::budget::{Claim, Share};
+use super::idscan::IdScan;
 use super::Error;
 use futures_util::Sink;
 use std::collections::VecDeque;
@@ -72,8 +80,9 @@ const OP_PING: u8 = 9;
 const OP_PONG: u8 = 10;
 
 /// The read buffer a connection starts with (and returns to once a long frame is read):
-/// JSON-RPC frames are mostly a few hundred bytes, and 1000 sessions hold 1000 of these.
-const READ_CHUNK: usize = 2 * 1024;
+/// JSON-RPC frames are mostly a few hundred bytes, and 1000 sessions hold 1000 of these. A
+/// frame that fits it is never counted against the budget for messages in flight.
+const READ_CHUNK: usize = super::budget::FREE;
 
 /// A frame header, parsed.
 #[derive(Debug, PartialEq, Eq)]
@@ -183,6 +192,20 @@ enum Last {
     },
 }
 
+/// A message refused for want of budget, being read past.
+struct Skip {
+    /// Payload bytes of the current frame not read yet.
+    left: u64,
+    /// The current frame's masking key, turned to the next byte's place in it.
+    mask: Option<[u8; 4]>,
+    /// The current frame is the message's last.
+    fin: bool,
+    /// The message's length so far (its frames' announced lengths).
+    size: u64,
+    /// Its id, looked for in the bytes as they pass.
+    id: IdScan,
+}
+
 /// The read half: frames from `io`, each borrowed until the next read.
 pub struct FrameReader<R> {
     io: R,
@@ -199,6 +222,10 @@ pub struct FrameReader<R> {
     /// How much of a fragmented text message is known to be UTF-8 (checked as each fragment
     /// comes, so a bad byte is refused at once, not after up to `max` bytes are buffered).
     message_checked: usize,
+    /// What it holds of the budget for messages in flight; `None`: outside it (an editor link).
+    claim: Option<Claim>,
+    /// A message refused for want of budget, being read past.
+    skip: Option<Box<Skip>>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -216,11 +243,23 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             last: Last::Nothing,
             message: None,
             message_checked: 0,
+            claim: None,
+            skip: None,
         }
     }
 
+    /// Puts the reader's long messages under `share` of the budget for messages in flight: a
+    /// frame longer than the read buffer is claimed from its header before its payload is
+    /// read; one the budget cannot take is read past, never held, and [`Self::next`] returns
+    /// [`Error::OverBudget`] for it, after which it reads on.
+    pub fn with_budget(mut self, share: Share) -> Self {
+        self.claim = Some(share.claim());
+        self
+    }
+
     /// The next frame. `Ok(None)` once the peer closed the socket between frames. Cancel
-    /// safe: dropped before it is ready, it loses nothing.
+    /// safe: dropped before it is ready, it loses nothing. Every error ends the connection
+    /// but [`Error::OverBudget`] (a reader [`Self::with_budget`]): after it, it reads on.
     pub async fn next(&mut self) -> Result<Option<Frame<'_>>, Error> {
         if !std::future::poll_fn(|cx| self.poll_frame(cx)).await? {
             return Ok(None);
@@ -269,34 +308,74 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         })
     }
 
-    /// Drops the frame handed out last.
+    /// Drops the frame handed out last; once a whole message is dropped, gives back what it
+    /// held of the budget.
     fn release(&mut self) {
-        match std::mem::replace(&mut self.last, Last::Nothing) {
-            Last::Nothing => {}
-            Last::InPlace { end, .. } => self.head = end,
-            Last::Assembled { .. } => self.message = None,
-        }
+        let handed_out = match std::mem::replace(&mut self.last, Last::Nothing) {
+            Last::Nothing => false,
+            Last::InPlace { end, .. } => {
+                self.head = end;
+                true
+            }
+            Last::Assembled { .. } => {
+                self.message = None;
+                true
+            }
+        };
         if self.head == self.buf.len() {
             self.head = 0;
             self.buf.clear();
             // A long frame grew it: 1000 idle sessions should not each keep one.
             self.buf.shrink_to(READ_CHUNK);
         }
+        // Not on a control frame in the middle of a message, nor on a poll that found the
+        // frame still coming (nothing was handed out): its claim stands.
+        if handed_out && self.message.is_none() && self.claim.as_ref().is_some_and(|c| c.held() > 0)
+        {
+            self.compact();
+            if let Some(c) = &mut self.claim {
+                c.release();
+            }
+        }
+    }
+
+    /// Drops the bytes before `head` and shrinks the buffer to what is left (at least
+    /// [`READ_CHUNK`]): the memory a long frame took is given back, not kept as capacity.
+    fn compact(&mut self) {
+        self.buf.drain(..self.head);
+        self.head = 0;
+        self.buf.shrink_to(READ_CHUNK.max(self.buf.len()));
     }
 
     /// Reads until a whole frame (or message) is at hand and records it in `last`.
-    /// `Ready(Ok(false))` at a clean end of the stream.
+    /// `Ready(Ok(false))` at a clean end of the stream; [`Error::OverBudget`] once a message
+    /// the budget refused has been read past.
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, Error>> {
         self.release();
         loop {
-            let unread = &self.buf[self.head..];
-            let need = match parse_header(unread, self.role)? {
+            if self.skip.is_some() {
+                match self.skip_buffered() {
+                    SkipStep::Done(e) => return Poll::Ready(Err(e)),
+                    SkipStep::NextHeader => {}
+                    SkipStep::MoreBytes => {
+                        if !ready!(self.poll_fill(cx, 1))? {
+                            return Poll::Ready(Err(mid_message_eof()));
+                        }
+                        continue;
+                    }
+                }
+            }
+            let unread = self.buf.len() - self.head;
+            let need = match parse_header(&self.buf[self.head..], self.role)? {
                 None => 14, // the longest header: read until it is all there
                 Some(h) => {
+                    let data = matches!(h.op, OP_TEXT | OP_BINARY | OP_CONTINUATION);
+                    if data && self.skip.is_some() {
+                        self.skip_next_frame(&h)?;
+                        continue;
+                    }
                     let so_far = self.message.as_ref().map_or(0, |(_, m)| m.len() as u64);
-                    if matches!(h.op, OP_TEXT | OP_BINARY | OP_CONTINUATION)
-                        && so_far.saturating_add(h.len) > self.max as u64
-                    {
+                    if data && so_far.saturating_add(h.len) > self.max as u64 {
                         return Poll::Ready(Err(Error::TooBig {
                             size: so_far.saturating_add(h.len),
                             max: self.max,
@@ -304,7 +383,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     }
                     // Within `max` (a data frame) or 125 bytes (a control frame): fits usize.
                     let total = h.size + h.len as usize;
-                    if unread.len() >= total {
+                    if data && !self.claim_for(&h, total) {
+                        self.refuse(&h, so_far + h.len);
+                        continue;
+                    }
+                    if unread >= total {
                         if self.take(h)? {
                             return Poll::Ready(Ok(true));
                         }
@@ -313,16 +396,133 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     total
                 }
             };
+            if need <= READ_CHUNK && self.buf.capacity() > READ_CHUNK {
+                // Waiting for a short frame (or a header) with a buffer a long one grew (the
+                // frames read with it are all handed out): it shrinks back before the wait,
+                // so a peer that stops here keeps nothing of it.
+                self.compact();
+            }
             if !ready!(self.poll_fill(cx, need))? {
-                if self.head == self.buf.len() && self.message.is_none() {
+                if self.head == self.buf.len() && self.message.is_none() && self.skip.is_none() {
                     return Poll::Ready(Ok(false));
                 }
-                return Poll::Ready(Err(Error::Io(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the connection closed in the middle of a message",
-                ))));
+                return Poll::Ready(Err(mid_message_eof()));
             }
         }
+    }
+
+    /// Whether the frame `h` (`total` bytes with its header) may be read: always without a
+    /// budget, or when it fits the read buffer; else when the budget takes what the reader
+    /// will hold with it: the frame, and if it joins a fragmented message, the buffer the
+    /// fragments came through and the message's room. (A claim only grows until the message
+    /// is handed out and dropped.)
+    fn claim_for(&mut self, h: &Header, total: usize) -> bool {
+        if self.claim.is_none() {
+            return true;
+        }
+        let need = if !h.fin || h.op == OP_CONTINUATION {
+            self.buf.capacity().max(total) + self.message_room(h.len as usize)
+        } else {
+            total
+        };
+        need <= READ_CHUNK || self.claim.as_mut().is_some_and(|c| c.hold(need))
+    }
+
+    /// The capacity the message being put together will have once `add` more bytes join it:
+    /// doubled as it grows (as `Vec` would), within `max`, so that its claim is known before
+    /// the bytes are read.
+    fn message_room(&self, add: usize) -> usize {
+        match &self.message {
+            None => add,
+            Some((_, m)) if m.len() + add <= m.capacity() => m.capacity(),
+            Some((_, m)) => (m.len() + add).max(m.capacity() * 2).min(self.max),
+        }
+    }
+
+    /// Refuses the message that the data frame `h` at `head` starts or continues (`size`
+    /// bytes so far, this frame's with them): what was put together of it is dropped and the
+    /// claim given back, and the rest of it is read past.
+    fn refuse(&mut self, h: &Header, size: u64) {
+        let mut id = IdScan::default();
+        if let Some((_, m)) = self.message.take() {
+            id.feed(&m);
+        }
+        self.message_checked = 0;
+        self.head += h.size;
+        if let Some(c) = &mut self.claim {
+            c.budget().note_refusal(size);
+            c.release();
+        }
+        self.skip = Some(Box::new(Skip {
+            left: h.len,
+            mask: h.mask,
+            fin: h.fin,
+            size,
+            id,
+        }));
+    }
+
+    /// Reads past what is buffered of the refused message's current frame.
+    fn skip_buffered(&mut self) -> SkipStep {
+        let Some(skip) = self.skip.as_deref_mut() else {
+            return SkipStep::NextHeader;
+        };
+        let buffered = self.buf.len() - self.head;
+        let here = usize::try_from(skip.left).map_or(buffered, |left| left.min(buffered));
+        if here > 0 {
+            let bytes = &mut self.buf[self.head..self.head + here];
+            if let Some(mut key) = skip.mask {
+                apply_mask(bytes, key);
+                key.rotate_left(here % 4);
+                skip.mask = Some(key);
+            }
+            skip.id.feed(bytes);
+            self.head += here;
+            skip.left -= here as u64;
+        }
+        if skip.left > 0 {
+            // Everything read is read past: the buffer starts over, and stays small.
+            self.head = 0;
+            self.buf.clear();
+            self.buf.shrink_to(READ_CHUNK);
+            return SkipStep::MoreBytes;
+        }
+        if !skip.fin {
+            return SkipStep::NextHeader;
+        }
+        let done = self.skip.take();
+        if self.buf.capacity() > READ_CHUNK {
+            self.compact();
+        }
+        match done {
+            Some(skip) => SkipStep::Done(Error::OverBudget {
+                size: skip.size,
+                id: skip.id.id(),
+            }),
+            None => SkipStep::NextHeader,
+        }
+    }
+
+    /// The refused message goes on with the data frame `h` at `head`: it is read past too.
+    fn skip_next_frame(&mut self, h: &Header) -> Result<(), Error> {
+        let Some(skip) = self.skip.as_deref_mut() else {
+            return Ok(());
+        };
+        if h.op != OP_CONTINUATION {
+            return Err(Error::Protocol("a new message inside a fragmented one"));
+        }
+        skip.size = skip.size.saturating_add(h.len);
+        if skip.size > self.max as u64 {
+            return Err(Error::TooBig {
+                size: skip.size,
+                max: self.max,
+            });
+        }
+        skip.left = h.len;
+        skip.mask = h.mask;
+        skip.fin = h.fin;
+        self.head += h.size;
+        Ok(())
     }
 
     /// A whole frame is at `head`: unmasks it and either records it as the frame to hand out
@@ -341,6 +541,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             self.last = Last::InPlace { op, start, end };
             return Ok(true);
         }
+        let room = self.message_room(end - start);
         let payload = &self.buf[start..end];
         match (&mut self.message, op) {
             (None, OP_CONTINUATION) => {
@@ -355,7 +556,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             (Some(_), OP_TEXT | OP_BINARY) => {
                 return Err(Error::Protocol("a new message inside a fragmented one"))
             }
-            (Some((_, m)), _) => m.extend_from_slice(payload),
+            (Some((_, m)), _) => {
+                // Grown to the room its claim was made for.
+                m.reserve_exact(room - m.len());
+                m.extend_from_slice(payload);
+            }
         }
         self.head = end;
         if let Some((OP_TEXT, m)) = &self.message {
@@ -391,6 +596,24 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         ))?;
         Poll::Ready(Ok(n > 0))
     }
+}
+
+/// What reading past a refused message came to.
+enum SkipStep {
+    /// All of it is read past: the error that says so.
+    Done(Error),
+    /// Its current frame is read past and another of it follows (or it is done already).
+    NextHeader,
+    /// More of its current frame is to come.
+    MoreBytes,
+}
+
+/// The error for a stream that ends in the middle of a frame or a message.
+fn mid_message_eof() -> Error {
+    Error::Io(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "the connection closed in the middle of a message",
+    ))
 }
 
 /// Close codes a peer may send (RFC 6455 §7.4, as tungstenite decides): the defined ones that

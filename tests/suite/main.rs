@@ -22,6 +22,7 @@ mod doctor;
 mod editor_quirks;
 mod fakes;
 mod faults;
+mod frames_in_flight;
 mod gemini;
 mod gemini_cli;
 mod hostile;

@@ -13,6 +13,7 @@ use crate::protocol::handshake::{self, InitializeResult};
 use crate::registry::limits::HandshakeSlot;
 use crate::registry::Registry;
 use crate::sys::secret::Token;
+use crate::wire::budget::{Claim, FREE};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Bytes, Incoming};
@@ -240,25 +241,31 @@ async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
     if announced.is_some_and(|n| n > max as u64) {
         return too_large(max);
     }
-    let body = match Limited::new(req.into_body(), max).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => return too_large(max),
-    };
-    let msg: Value = match serde_json::from_slice(&body) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => {
-            return rpc_error_response(
-                &Value::Null,
-                crate::protocol::jsonrpc::INVALID_REQUEST,
-                "one JSON-RPC message per request (no batches)",
-            )
-        }
-        Err(e) => {
-            return rpc_error_response(
-                &Value::Null,
-                crate::protocol::jsonrpc::PARSE_ERROR,
-                &format!("Parse error: {e}"),
-            )
+    // The body's memory is claimed from the budget for messages in flight (the owner's share:
+    // the token is in a 0600 file), and given back, with the body, once it is parsed.
+    let msg: Value = {
+        let mut claim = ep.reg.frames.share(None).claim();
+        let body = match read_body(req.into_body(), max, announced, &mut claim).await {
+            Ok(b) => b,
+            Err(Unread::TooLarge) => return too_large(max),
+            Err(Unread::Busy) => return busy(),
+        };
+        match serde_json::from_slice(&body) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => {
+                return rpc_error_response(
+                    &Value::Null,
+                    crate::protocol::jsonrpc::INVALID_REQUEST,
+                    "one JSON-RPC message per request (no batches)",
+                )
+            }
+            Err(e) => {
+                return rpc_error_response(
+                    &Value::Null,
+                    crate::protocol::jsonrpc::PARSE_ERROR,
+                    &format!("Parse error: {e}"),
+                )
+            }
         }
     };
     let method = msg.get("method").and_then(Value::as_str);
@@ -540,6 +547,72 @@ fn rpc_response(id: &Value, outcome: Result<Value, (i64, String)>) -> Response<B
 fn rpc_error_response(id: &Value, code: i64, message: &str) -> Response<Body> {
     let mut r = rpc_response(id, Err((code, message.to_string())));
     *r.status_mut() = StatusCode::BAD_REQUEST;
+    r
+}
+
+/// Why a request body was not read.
+enum Unread {
+    /// Over `max_frame_bytes`, or cut short.
+    TooLarge,
+    /// Over the budget for messages in flight.
+    Busy,
+}
+
+/// A request body of at most `max` bytes, its memory claimed from `claim` as it is read (a
+/// body that fits [`FREE`] costs nothing): one `announced` in `Content-Length` is claimed
+/// whole before any of it is read, so a body the budget cannot take is never read; the buffer
+/// itself grows with the bytes that come, not with the announced size.
+async fn read_body(
+    body: Incoming,
+    max: usize,
+    announced: Option<u64>,
+    claim: &mut Claim,
+) -> Result<Vec<u8>, Unread> {
+    let limit = announced
+        .and_then(|n| usize::try_from(n).ok())
+        .map_or(max, |n| n.min(max));
+    let refused = |claim: &Claim, size: usize| {
+        claim.budget().note_refusal(size as u64);
+        Unread::Busy
+    };
+    if announced.is_some() && limit > FREE && !claim.hold(limit) {
+        return Err(refused(claim, limit));
+    }
+    let mut body = Limited::new(body, max);
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| Unread::TooLarge)?.into_data() else {
+            continue; // trailers
+        };
+        let len = buf.len() + data.len();
+        if len > buf.capacity() {
+            // Doubled as it grows, within the announced length (hyper holds the body to it)
+            // or `max` (`Limited` does).
+            let room = len.max(buf.capacity() * 2).min(limit).max(len);
+            if room > FREE && !claim.hold(room) {
+                return Err(refused(claim, len));
+            }
+            buf.reserve_exact(room - buf.len());
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf)
+}
+
+/// The answer to a body the budget for messages in flight could not take: a JSON-RPC "busy"
+/// error (its id unknown: the body was not read), and the connection closed rather than the
+/// body read past.
+fn busy() -> Response<Body> {
+    let mut r = rpc_response(
+        &Value::Null,
+        Err((
+            crate::protocol::jsonrpc::BUSY,
+            "the broker is reading too many long messages at once (max_frames_in_flight_bytes): this one was dropped unread; send it again".to_string(),
+        )),
+    );
+    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
 }
 

@@ -108,7 +108,10 @@ impl McpSession {
         let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
         let (srv_rd, srv_wr) = tokio::io::split(theirs);
         let max = reg.config().max_frame_bytes;
-        let reader = FrameReader::new(srv_rd, Role::Server, max, &[]);
+        // The session's side is under the budget for messages in flight (the owner's share:
+        // the door's token is in a 0600 file); the adapter's reads the broker's own frames.
+        let reader =
+            FrameReader::new(srv_rd, Role::Server, max, &[]).with_budget(reg.frames.share(None));
         let writer = FrameWriter::new(Box::pin(srv_wr) as _, Role::Server);
         reg.tracker.spawn(crate::session::run(
             reg.clone(),

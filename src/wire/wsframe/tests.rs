@@ -784,3 +784,341 @@ proptest! {
         prop_assert_eq!(wide, narrow);
     }
 }
+
+// The budget for messages in flight (`wire::budget`).
+
+/// A client's frame of any length: FIN and opcode in `b0`, masked with a fixed key.
+fn long_client_frame(b0: u8, payload: &[u8]) -> Vec<u8> {
+    let key = [0x5a, 0x17, 0xc3, 0x81];
+    let mut f = vec![b0, 0x80 | 127];
+    f.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+    f.extend_from_slice(&key);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    f
+}
+
+/// A JSON-RPC request of about `len` bytes whose id comes last (as the MCP SDKs write it).
+fn long_request(id: u64, len: usize) -> String {
+    format!(
+        r#"{{"method":"tools/call","params":{{"text":"{}"}},"jsonrpc":"2.0","id":{id}}}"#,
+        "x".repeat(len)
+    )
+}
+
+/// `bytes` handed out in reads of `n` bytes, noting the most room any read was offered: the
+/// reader's buffer, less what it held unread.
+struct Counted {
+    pieces: Pieces,
+    most_room: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.most_room
+            .fetch_max(buf.remaining(), std::sync::atomic::Ordering::Relaxed);
+        Pin::new(&mut self.pieces).poll_read(cx, buf)
+    }
+}
+
+use std::sync::Arc;
+
+fn counted(bytes: &[u8], n: usize) -> (Counted, Arc<std::sync::atomic::AtomicUsize>) {
+    let most_room = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let pieces = Pieces(bytes.chunks(n).map(<[u8]>::to_vec).collect());
+    (
+        Counted {
+            pieces,
+            most_room: most_room.clone(),
+        },
+        most_room,
+    )
+}
+
+#[tokio::test]
+async fn a_frame_over_the_budget_is_read_past_unheld_answered_and_the_next_is_read() {
+    bounded(async {
+        let budget = crate::wire::budget::FrameBudget::new(1 << 20);
+        // Another connection holds most of it.
+        let mut other = budget.share(None).claim();
+        assert!(other.hold((1 << 20) - 100_000));
+        let big = long_request(42, 300_000);
+        let mut bytes = long_client_frame(0x81, big.as_bytes());
+        bytes.extend(client_frame(
+            0x81,
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        ));
+        // Reads of an odd size: the masking key's phase moves from read to read.
+        let (io, most_room) = counted(&bytes, 1001);
+        let mut r =
+            FrameReader::new(io, Role::Server, 1 << 20, &[]).with_budget(budget.share(None));
+        let e = r.next().await.unwrap_err();
+        let Error::OverBudget { size, id } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(*size, big.len() as u64);
+        assert!(
+            matches!(id, Some(id) if *id == 42),
+            "its id, which came last: {e}"
+        );
+        assert!(
+            r.buf.capacity() <= READ_CHUNK,
+            "the refused frame was never buffered: {}",
+            r.buf.capacity()
+        );
+        assert!(
+            most_room.load(std::sync::atomic::Ordering::Relaxed) <= READ_CHUNK,
+            "no read was offered more room than the small buffer"
+        );
+        assert_eq!(budget.held(), (1 << 20) - 100_000, "nothing claimed for it");
+        assert_eq!(
+            r.next().await.unwrap(),
+            Some(Frame::Text(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)),
+            "the connection reads on"
+        );
+        assert_eq!(r.next().await.unwrap(), None);
+        // With room again, the same frame is read whole.
+        drop(other);
+        let mut r = FrameReader::new(Pieces(VecDeque::from([bytes])), Role::Server, 1 << 20, &[])
+            .with_budget(budget.share(None));
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Text(big.as_str())));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_long_frame_is_claimed_while_held_and_given_back_with_its_memory() {
+    bounded(async {
+        let budget = crate::wire::budget::FrameBudget::new(1 << 20);
+        let big = long_request(7, 200_000);
+        let mut bytes = long_client_frame(0x81, big.as_bytes());
+        // A message in three fragments, with a ping between.
+        let second = long_request(8, 100_000);
+        let (a, rest) = second.as_bytes().split_at(30_000);
+        let (b, c) = rest.split_at(40_000);
+        bytes.extend(long_client_frame(0x01, a));
+        bytes.extend(client_frame(0x89, b"p"));
+        bytes.extend(long_client_frame(0x00, b));
+        bytes.extend(long_client_frame(0x80, c));
+        bytes.extend(client_frame(0x81, b"small"));
+        let mut r = FrameReader::new(Pieces(VecDeque::from([bytes])), Role::Server, 1 << 20, &[])
+            .with_budget(budget.share(Some("remote:box")));
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Text(big.as_str())));
+        let held = budget.held();
+        assert!(
+            held >= big.len(),
+            "the frame is claimed while it is held: {held}"
+        );
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Ping(b"p")));
+        assert!(budget.held() > 0, "the fragments so far are claimed");
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Text(second.as_str())));
+        let held = budget.held();
+        assert!(
+            held >= second.len() && held <= 2 * second.len() + 100_000,
+            "the message and the buffer are claimed: {held}"
+        );
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Text("small")));
+        assert_eq!(
+            budget.held(),
+            0,
+            "all given back once the long frames are dropped"
+        );
+        assert!(
+            r.buf.capacity() <= READ_CHUNK,
+            "the buffer shrank back: {}",
+            r.buf.capacity()
+        );
+        assert_eq!(r.next().await.unwrap(), None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_fragmented_message_over_the_budget_is_dropped_whole_and_the_connection_reads_on() {
+    bounded(async {
+        let budget = crate::wire::budget::FrameBudget::new(100_000);
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":"frag","method":"x","params":"{}"}}"#,
+            "y".repeat(150_000)
+        );
+        let (a, rest) = msg.as_bytes().split_at(20_000);
+        let (b, c) = rest.split_at(100_000);
+        let mut bytes = long_client_frame(0x01, a); // fits: claimed
+        bytes.extend(long_client_frame(0x00, b)); // over the budget: the message is refused
+        bytes.extend(client_frame(0x89, b"between")); // still handed out
+        bytes.extend(long_client_frame(0x80, c)); // read past
+        bytes.extend(client_frame(0x81, b"after"));
+        let mut r = FrameReader::new(Pieces(VecDeque::from([bytes])), Role::Server, 1 << 20, &[])
+            .with_budget(budget.share(None));
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Ping(b"between")));
+        assert_eq!(
+            budget.held(),
+            0,
+            "what the first fragment held is given back"
+        );
+        // Said once the whole message is read past (its size: every fragment's).
+        let e = r.next().await.unwrap_err();
+        let Error::OverBudget { size, id } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(*size, msg.len() as u64);
+        assert!(
+            matches!(id, Some(id) if *id == "frag"),
+            "the id from the fragment put together before the refusal: {e}"
+        );
+        assert_eq!(r.next().await.unwrap(), Some(Frame::Text("after")));
+        assert_eq!(r.next().await.unwrap(), None);
+        assert_eq!(budget.held(), 0);
+        assert!(r.buf.capacity() <= READ_CHUNK, "{}", r.buf.capacity());
+        // The stream ending in the middle of a refused message is no clean end.
+        let cut = long_client_frame(0x01, &vec![b'z'; 150_000]);
+        let mut r = FrameReader::new(Pieces(VecDeque::from([cut])), Role::Server, 1 << 20, &[])
+            .with_budget(budget.share(None));
+        let e = r.next().await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof),
+            "{e}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn small_frames_cost_nothing_and_readers_without_a_budget_are_not_counted() {
+    bounded(async {
+        let budget = crate::wire::budget::FrameBudget::new(1 << 20);
+        let mut all = budget.share(None).claim();
+        assert!(all.hold(1 << 20), "the whole budget taken");
+        let small = "s".repeat(READ_CHUNK - 8);
+        let mut bytes = client_frame(0x81, small.as_bytes());
+        bytes.extend(client_frame(0x81, b"tiny"));
+        let mut r = FrameReader::new(
+            Pieces(VecDeque::from([bytes.clone()])),
+            Role::Server,
+            1 << 20,
+            &[],
+        )
+        .with_budget(budget.share(None));
+        assert_eq!(
+            read_all(&mut r).await.unwrap(),
+            vec![Owned::Text(small.clone()), Owned::Text("tiny".into())],
+            "frames that fit the read buffer are read with the budget all taken"
+        );
+        // An editor link's reader has no budget: a long answer is read whatever is held.
+        let big = long_client_frame(0x82, &[1; 300_000]);
+        let mut r = FrameReader::new(Pieces(VecDeque::from([big])), Role::Server, 1 << 20, &[]);
+        assert!(matches!(r.next().await.unwrap(), Some(Frame::Binary(b)) if b.len() == 300_000));
+    })
+    .await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// Messages of any length, in any fragments, cut into any pieces, against a budget partly
+    /// taken by others: each comes out whole or is refused with its size and id, in order,
+    /// and everything the reader claimed is given back, with its memory.
+    #[test]
+    fn every_message_is_read_whole_or_refused_whole(
+        messages in proptest::collection::vec((0usize..9000, 1usize..4), 1..8),
+        total in 4096usize..40_000,
+        others in 0usize..40_000,
+        cut in 1usize..3000,
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let budget = crate::wire::budget::FrameBudget::new(total);
+        let mut other = budget.share(None).claim();
+        let others = others.min(total);
+        prop_assert!(other.hold(others));
+        let texts: Vec<String> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, (len, _))| format!(r#"{{"t":"{}","id":{i}}}"#, "a".repeat(*len)))
+            .collect();
+        let mut bytes = Vec::new();
+        for (text, (_, parts)) in texts.iter().zip(&messages) {
+            let step = text.len().div_ceil(*parts);
+            let chunks: Vec<&[u8]> = text.as_bytes().chunks(step).collect();
+            for (k, chunk) in chunks.iter().enumerate() {
+                let op = if k == 0 { 0x01 } else { 0x00 };
+                let fin = if k + 1 == chunks.len() { 0x80 } else { 0 };
+                bytes.extend(long_client_frame(fin | op, chunk));
+            }
+        }
+        let pieces = bytes.chunks(cut).map(<[u8]>::to_vec).collect();
+        let mut r = FrameReader::new(Pieces(pieces), Role::Server, 1 << 20, &[])
+            .with_budget(budget.share(Some("container:x")));
+        let got = rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                let mut got = Vec::new();
+                loop {
+                    match r.next().await {
+                        Ok(Some(Frame::Text(t))) => got.push(Ok(t.to_string())),
+                        Ok(None) => return got,
+                        Err(Error::OverBudget { size, id }) => got.push(Err((size, id))),
+                        other => panic!("{other:?}"),
+                    }
+                }
+            })
+            .await
+        });
+        let got = got.map_err(|_| TestCaseError::fail("the reader hung"))?;
+        prop_assert_eq!(got.len(), texts.len());
+        for (i, (g, want)) in got.iter().zip(&texts).enumerate() {
+            match g {
+                Ok(t) => prop_assert_eq!(t, want),
+                Err((size, id)) => {
+                    prop_assert_eq!(*size, want.len() as u64);
+                    prop_assert_eq!(id.as_ref().and_then(|v| v.as_u64()), Some(i as u64));
+                }
+            }
+        }
+        prop_assert_eq!(budget.held(), others, "all given back");
+        prop_assert!(r.buf.capacity() <= READ_CHUNK, "{}", r.buf.capacity());
+    }
+}
+
+/// A long first fragment and one byte of the next frame's header, read, and then the peer
+/// stops: what the waiting reader's buffer holds. Then the rest, with one byte of the frame
+/// after: the message is read, and again what the waiting reader holds.
+async fn waits_small(budget: Option<crate::wire::budget::Share>) -> (usize, usize) {
+    use tokio::io::AsyncWriteExt;
+    let (mut peer, ours) = tokio::io::duplex(1 << 20);
+    let mut r = FrameReader::new(ours, Role::Server, 1 << 20, &[]);
+    if let Some(share) = budget {
+        r = r.with_budget(share);
+    }
+    let mut bytes = long_client_frame(0x02, &[7; 300_000]);
+    let mut tail = client_frame(0x80, b"end");
+    tail.extend_from_slice(&client_frame(0x81, b"next")[..3]);
+    bytes.push(tail.remove(0));
+    peer.write_all(&bytes).await.unwrap();
+    {
+        let first = std::pin::pin!(r.next());
+        assert!(futures_util::poll!(first).is_pending());
+    }
+    let stalled = r.buf.capacity();
+    peer.write_all(&tail).await.unwrap();
+    assert!(matches!(r.next().await.unwrap(), Some(Frame::Binary(b)) if b.len() == 300_003));
+    {
+        let next = std::pin::pin!(r.next());
+        assert!(futures_util::poll!(next).is_pending());
+    }
+    (stalled, r.buf.capacity())
+}
+
+#[tokio::test]
+async fn a_reader_waiting_for_a_short_frame_keeps_no_long_buffer() {
+    bounded(async {
+        // An editor link's reader (no budget), and a session's.
+        let caps = waits_small(None).await;
+        assert!(caps.0 <= READ_CHUNK && caps.1 <= READ_CHUNK, "{caps:?}");
+        let budget = crate::wire::budget::FrameBudget::new(1 << 20);
+        let caps = waits_small(Some(budget.share(None))).await;
+        assert!(caps.0 <= READ_CHUNK && caps.1 <= READ_CHUNK, "{caps:?}");
+        assert_eq!(budget.held(), 0);
+    })
+    .await;
+}
