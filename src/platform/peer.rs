@@ -215,9 +215,22 @@ mod linux {
             )
         };
         if r == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOSYS) {
+            return Err(e);
+        }
+        // An emulator without the syscall (valgrind): the pidfd's own account of its process,
+        // whose `Pid:` is -1 (or 0, outside our namespace) once it has exited.
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))?;
+        let pid = info
+            .lines()
+            .find_map(|l| l.strip_prefix("Pid:"))
+            .and_then(|p| p.trim().parse::<i64>().ok());
+        match pid {
+            Some(p) if p > 0 => Ok(()),
+            _ => Err(std::io::Error::from_raw_os_error(libc::ESRCH)),
         }
     }
 }
