@@ -616,6 +616,17 @@ mod tests {
             "{why}"
         );
         assert!(scoped("/workspaces/app/esc/deeper").is_err());
+        // The remote is the socket's: naming another is refused, naming its own is fine.
+        let mut other = parse_intro("cwd=/workspaces/app&remote=other").expect("intro");
+        let (status, why) = scope_intro(&mut other, &peer, &remotes).expect_err("another remote");
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(why.contains("\"other\""), "{why}");
+        let mut own = parse_intro("cwd=/workspaces/app&remote=box").expect("intro");
+        scope_intro(&mut own, &peer, &remotes).expect("its own remote");
+        // Owner-only endpoints: the owner passes, an agent gets the 403 that says why.
+        assert!(owner_only(&Peer::owner(), OwnerAct::Follow).is_none());
+        let refused = owner_only(&peer, OwnerAct::Follow).expect("refused");
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
         for fine in [
             "/workspaces/app",
             "/workspaces/app/inner",
