@@ -793,3 +793,48 @@ async fn a_cancel_names_the_followers_own_prompt_and_no_other() {
         .await;
     assert_eq!(old["params"], json!({}));
 }
+
+/// A follower leaving: its held diff is answered as not reviewed; it hears `follow/ended`
+/// when the session ended, and nothing when the broker stops (the session comes back with the
+/// broker, and the follower redials it).
+#[tokio::test]
+async fn a_follower_leaving_hears_why_only_when_the_session_ended() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = Arc::new(crate::sys::config::Config {
+        state_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    let reg = Registry::new(
+        config,
+        crate::registry::state::StateStore::load(dir.path()),
+        dir.path().join("sock"),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    for stopping in [false, true] {
+        let mut h = Harness::new();
+        h.step(&Op::Attach).await.expect("attach");
+        let (f, mut peer) = h.followers.remove(&10).expect("follower");
+        let params = json!({"name": "openDiff", "arguments": {"tab_name": "t"}});
+        review(&h.session, &f, json!(71), "t".into(), Some(&params));
+        peer.until("the review", |m| m["method"] == follow::REVIEW)
+            .await;
+        h.session.gone.cancel();
+        if stopping {
+            reg.accepting.cancel();
+        }
+        leave(&reg, &h.session, &f, "the pi session ended").await;
+        let held = h.session_peer.answer(71).await;
+        assert!(
+            held["result"]["_meta"]["pi-ide-broker/undelivered"].is_string(),
+            "{held}"
+        );
+        assert!(lock(&h.session.followers).is_empty());
+        let mut told = Vec::new();
+        while let Some(m) = peer.read().await {
+            told.push(m["method"].clone());
+        }
+        let ended = told.iter().any(|m| m == follow::ENDED);
+        assert_eq!(ended, !stopping, "stopping: {stopping}, told: {told:?}");
+    }
+    reg.cancel.cancel();
+}

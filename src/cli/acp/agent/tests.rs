@@ -615,6 +615,9 @@ fn a_cancel_request_for_an_open_prompt_cancels_it() {
     let stop = &to_broker(&out, "k")[0];
     assert_eq!(stop["method"], follow::CANCEL);
     assert_eq!(stop["params"]["prompt"], asked["id"]);
+    // Asked again (its session/cancel too): pi was told once.
+    let again = cancel(&mut a);
+    assert!(to_broker(&again, "k").is_empty(), "{again:?}");
     let out = a.on_broker_frame(
         "k",
         &line(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "end_turn"}})),
@@ -759,4 +762,53 @@ fn the_same_words_typed_in_pis_terminal_during_the_turn_show() {
         typed[0]["params"]["update"]["content"]["text"], "hello",
         "the terminal's own words were dropped"
     );
+}
+
+/// The setup requests a client may send: `authenticate` is answered (there is nothing to log
+/// into), `session/new` needs an absolute folder, and the error codes are ACP's own.
+#[test]
+fn setup_requests_and_error_codes_are_acps() {
+    let mut a = Agent::default();
+    let out = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "authenticate", "params": {"methodId": "x"}}),
+    ));
+    assert_eq!(to_client(&out)[0]["result"], json!({}));
+    for cwd in [json!("relative/dir"), json!(""), Value::Null] {
+        let out = a.on_client_line(&line(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": cwd}}),
+        ));
+        assert_eq!(
+            to_client(&out)[0]["error"]["code"],
+            jsonrpc::INVALID_PARAMS,
+            "{cwd}"
+        );
+    }
+    // -32000 is ACP's "authentication required": never used for these.
+    assert_eq!((INTERNAL_ERROR, RESOURCE_NOT_FOUND), (-32603, -32002));
+}
+
+/// Two permissions pending at once are two requests to the client, each answered and each
+/// withdrawn on its own.
+#[test]
+fn two_pending_permissions_are_asked_and_withdrawn_apart() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("follow")]));
+    let first = reviewed(&mut a, "review-1");
+    let second = reviewed(&mut a, "review-2");
+    assert_ne!(first, second);
+    let out = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": first, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    assert_eq!(to_broker(&out, "k")[0]["id"], "review-1");
+    let out = cancel(&mut a);
+    let verdicts: Vec<Value> = to_broker(&out, "k")
+        .into_iter()
+        .filter(|f| f.get("result").is_some())
+        .map(|f| f["id"].clone())
+        .collect();
+    assert_eq!(verdicts, vec![json!("review-2")]);
+    let withdrawn: Vec<Value> = to_client(&out)
+        .into_iter()
+        .filter(|m| m["method"] == "$/cancel_request")
+        .map(|m| m["params"]["requestId"].clone())
+        .collect();
+    assert_eq!(withdrawn, vec![second]);
 }
