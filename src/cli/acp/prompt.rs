@@ -41,9 +41,9 @@ pub(super) fn fresh_blocks<'b>(
 ) -> &'b [ContentBlock] {
     let n = resent.len();
     let is_text = |b: Option<&ContentBlock>| b.is_some_and(|b| b.kind.as_deref() == Some("text"));
+    // A text block after the re-sent ones: something of its own follows them.
     let cut = n > 0
-        && blocks.len() > n
-        && blocks[..n] == *resent
+        && blocks.get(..n) == Some(resent)
         && is_text(blocks.get(n - 1))
         && is_text(blocks.get(n));
     if cut {

@@ -812,3 +812,113 @@ fn two_pending_permissions_are_asked_and_withdrawn_apart() {
         .collect();
     assert_eq!(withdrawn, vec![second]);
 }
+
+/// The broker ends the follow (`follow/ended`): an open turn is answered, saying the pi
+/// session is gone and why; its permission is withdrawn; the session is no longer followed.
+#[test]
+fn the_pi_session_ending_ends_the_turn_saying_so() {
+    let mut a = followed();
+    prompt(&mut a, 3, json!([text("follow")]));
+    let permission = reviewed(&mut a, "review-1");
+    let out = a.on_broker_frame(
+        "k",
+        &line(
+            json!({"jsonrpc": "2.0", "method": follow::ENDED, "params": {"reason": "pi exited"}}),
+        ),
+    );
+    let told = to_client(&out);
+    assert!(
+        told.iter()
+            .any(|m| m["method"] == "$/cancel_request" && m["params"]["requestId"] == permission),
+        "{told:?}"
+    );
+    assert!(told.iter().any(|m| m["params"]["update"]["content"]["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("gone: pi exited"))));
+    let end = told.iter().find(|m| m["id"] == 3).expect("the turn ended");
+    assert_eq!(end["result"]["stopReason"], "end_turn");
+    let out = prompt(&mut a, 4, json!([text("hello")]));
+    assert_eq!(to_client(&out)[0]["error"]["code"], jsonrpc::INVALID_PARAMS);
+}
+
+/// What the broker asks that the door does not offer is refused, never taken for a buffer
+/// read; a client without `fs.readTextFile` reads no buffers; a client's error to a buffer
+/// read reaches the broker as it said it.
+#[test]
+fn broker_requests_and_buffer_reads_go_where_they_belong() {
+    let mut a = followed();
+    let out = a.on_broker_frame(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": "x-1", "method": "pi/unknown", "params": {"path": "/p/a"}})),
+    );
+    assert!(to_client(&out).is_empty(), "{out:?}");
+    assert_eq!(
+        to_broker(&out, "k")[0]["error"]["code"],
+        jsonrpc::METHOD_NOT_FOUND
+    );
+    let out = a.on_broker_frame(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": "read-1", "method": follow::READ_BUFFER, "params": {"path": "/p/a.txt"}})),
+    );
+    let ask = &to_client(&out)[0];
+    let out = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": ask["id"], "error": {"code": -32002, "message": "no buffer for /p/a.txt"}}),
+    ));
+    let back = &to_broker(&out, "k")[0];
+    assert_eq!(back["id"], "read-1");
+    assert_eq!(back["error"]["message"], "no buffer for /p/a.txt");
+    let mut plain = Agent::default();
+    plain.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": false}}}}),
+    ));
+    assert!(!plain.reads_buffers());
+}
+
+/// A prompt the client cancelled is answered `cancelled`, even when pi answers its
+/// `pi/prompt` with an error (pi stopped it before it ran).
+#[test]
+fn a_cancelled_prompt_is_cancelled_whatever_pi_answers() {
+    let mut a = followed();
+    let out = prompt(&mut a, 3, json!([text("hello")]));
+    let asked = asked_pi(&out);
+    cancel(&mut a);
+    let out = a.on_broker_frame(
+        "k",
+        &line(json!({"jsonrpc": "2.0", "id": asked["id"], "error": {"code": -32603, "message": "aborted"}})),
+    );
+    let told = to_client(&out);
+    let end = told.iter().find(|m| m["id"] == 3).expect("answered");
+    assert_eq!(end["result"]["stopReason"], "cancelled", "{end}");
+}
+
+/// A buffer read the client has not answered goes with the follow: a close withdraws it
+/// (`$/cancel_request`); after a broker restart its late answer goes to no broker.
+#[test]
+fn a_pending_buffer_read_goes_with_the_follow() {
+    let read = |a: &mut Agent| {
+        let out = a.on_broker_frame(
+            "k",
+            &line(json!({"jsonrpc": "2.0", "id": "read-1", "method": follow::READ_BUFFER, "params": {"path": "/p/a.txt"}})),
+        );
+        to_client(&out)[0]["id"].clone()
+    };
+    let mut a = followed();
+    let asked = read(&mut a);
+    let out = a.relinked("k");
+    assert!(to_client(&out).is_empty(), "{out:?}");
+    let late = a.on_client_line(&line(
+        json!({"jsonrpc": "2.0", "id": asked, "result": {"content": "x"}}),
+    ));
+    assert!(
+        late.is_empty(),
+        "a read of the old broker reached the new: {late:?}"
+    );
+    let asked = read(&mut a);
+    let out = close(&mut a, 9);
+    let withdrawn: Vec<Value> = to_client(&out)
+        .into_iter()
+        .filter(|m| m["method"] == "$/cancel_request")
+        .map(|m| m["params"]["requestId"].clone())
+        .collect();
+    assert_eq!(withdrawn, vec![asked]);
+}
