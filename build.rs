@@ -12,8 +12,23 @@ fn main() {
         .or_else(packaged_commit)
         .unwrap_or_else(|| "unknown commit".into());
     println!("cargo:rustc-env=PI_IDE_BROKER_COMMIT={commit}");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/refs/heads");
+    // Where git keeps them: in a linked worktree `.git` is a file, and a path that does not
+    // exist would make cargo rebuild the crate on every build.
+    for (name, fallback) in [("HEAD", ".git/HEAD"), ("refs/heads", ".git/refs/heads")] {
+        let path = git_path(name).unwrap_or_else(|| fallback.into());
+        println!("cargo:rerun-if-changed={path}");
+    }
+}
+
+/// `git rev-parse --git-path NAME`: the file git keeps NAME in for this checkout.
+fn git_path(name: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--git-path", name])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let path = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    std::path::Path::new(&path).exists().then_some(path)
 }
 
 /// The commit a crates.io package was made from (`cargo package` writes it into
