@@ -7,6 +7,7 @@
 use super::messages::{
     cancel_request, initialize_result, invalid, ready, say, session_update, turn_ended,
 };
+pub use super::messages::{Out, Purpose};
 use super::prompt::{fresh_blocks, prompt_parts};
 use crate::protocol::acp::{
     self, method, ContentBlock, PermissionOutcome, SessionUpdate, StopReason,
@@ -36,48 +37,6 @@ pub enum Unfollowed {
 /// `session/cancel`. A client that shows updates only inside a turn (CodeCompanion,
 /// agent-shell, JetBrains) shows pi's terminal activity and asks its reviews in it.
 pub const FOLLOW_WORDS: [&str; 2] = ["follow", "/follow"];
-
-/// Something the I/O loop must do.
-#[derive(Debug, PartialEq)]
-pub enum Out {
-    /// A line to the client (stdout).
-    Client(String),
-    /// A frame to the broker, on the follow connection of this ACP session.
-    Broker(String, String),
-    /// List the followable pi sessions in `cwd` and call [`Agent::listed`] with them.
-    List {
-        /// The folder.
-        cwd: String,
-        /// What the list is for.
-        purpose: Purpose,
-    },
-    /// Open a follow connection to pi session `key`, then call [`Agent::connected`].
-    Connect {
-        /// The pi session's key (the ACP session id).
-        key: String,
-        /// The client's request that waits for it (`session/new` or `session/load`).
-        request: Value,
-        /// Replay the history once connected (`session/load`).
-        load: bool,
-    },
-    /// Close the follow connection of this ACP session.
-    Disconnect(String),
-}
-
-/// Why sessions are listed.
-#[derive(Debug, PartialEq, Clone)]
-pub enum Purpose {
-    /// `session/new`: the first (most recently active) is followed.
-    New(Value),
-    /// `session/list`: those whose cwd is `cwd` (all of them without one), answered to the
-    /// request `id`.
-    List {
-        /// The client's request.
-        id: Value,
-        /// The folder the client asked for, if it gave one.
-        cwd: Option<String>,
-    },
-}
 
 /// A turn the client has open (its `session/prompt` is not answered yet).
 #[derive(Debug)]

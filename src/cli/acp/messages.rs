@@ -1,11 +1,53 @@
 //! The messages the ACP agent writes: to the client (ACP v1, `protocol::acp`) and to the
 //! broker (the follow protocol), each built in one place.
 
-use super::agent::Out;
 use crate::protocol::acp::{self, ContentBlock, OwnUpdate, SessionUpdate};
 use crate::protocol::follow::Notice as _;
 use crate::protocol::jsonrpc;
 use serde_json::Value;
+
+/// Something the I/O loop must do.
+#[derive(Debug, PartialEq)]
+pub enum Out {
+    /// A line to the client (stdout).
+    Client(String),
+    /// A frame to the broker, on the follow connection of this ACP session.
+    Broker(String, String),
+    /// List the followable pi sessions in `cwd` and call [`Agent::listed`](super::agent::Agent::listed) with them.
+    List {
+        /// The folder.
+        cwd: String,
+        /// What the list is for.
+        purpose: Purpose,
+    },
+    /// Open a follow connection to pi session `key`, then call
+    /// [`Agent::connected`](super::agent::Agent::connected).
+    Connect {
+        /// The pi session's key (the ACP session id).
+        key: String,
+        /// The client's request that waits for it (`session/new` or `session/load`).
+        request: Value,
+        /// Replay the history once connected (`session/load`).
+        load: bool,
+    },
+    /// Close the follow connection of this ACP session.
+    Disconnect(String),
+}
+
+/// Why sessions are listed.
+#[derive(Debug, PartialEq, Clone)]
+pub enum Purpose {
+    /// `session/new`: the first (most recently active) is followed.
+    New(Value),
+    /// `session/list`: those whose cwd is `cwd` (all of them without one), answered to the
+    /// request `id`.
+    List {
+        /// The client's request.
+        id: Value,
+        /// The folder the client asked for, if it gave one.
+        cwd: Option<String>,
+    },
+}
 
 /// What `initialize` answers: ACP v1, history loading, text prompts only.
 pub(super) fn initialize_result() -> Value {
