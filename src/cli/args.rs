@@ -1,5 +1,7 @@
-//! The command line: every command's arguments (the clap tree, which is also `--help`, the
-//! completions and the man page), and the dispatch of a parsed command to its module.
+//! The command line: every command's arguments, and the dispatch of a parsed command.
+//!
+//! The clap tree is also `--help`, the completions and the man page; a parsed command goes to
+//! its module.
 
 use crate::cli::{self, service};
 use crate::sys::config::Config;

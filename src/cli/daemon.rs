@@ -1,5 +1,4 @@
-//! `daemon`: the broker in the foreground, with stop and reload requests, sd-notify and the
-//! log trimmed.
+//! `daemon`: the broker in the foreground, as a service manager runs it.
 //!
 //! The `daemon` command: the broker in the foreground as a service manager runs it: stop and
 //! reload requests (`platform::control`: TERM/INT stop and HUP reloads on Unix), sd-notify,

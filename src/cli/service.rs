@@ -1,5 +1,4 @@
-//! `service`: the systemd or launchd user unit, or the Windows logon start, written, started,
-//! removed and shown.
+//! `service`: the systemd or launchd user unit, or the Windows logon start, and its commands.
 //!
 //! `service install|uninstall|status` for systemd (Linux), launchd (macOS) and the Run key
 //! (Windows): the unit this binary writes, the manager's steps (each required or tolerated,

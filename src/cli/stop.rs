@@ -1,5 +1,6 @@
-//! `stop` and `reload`: the running daemon of this machine asked to stop gracefully or to read
-//! its config again, however it was started.
+//! `stop` and `reload`: the running daemon asked to stop, or to read its config again.
+//!
+//! Either works however the daemon was started.
 
 use super::client;
 use crate::cli::service;

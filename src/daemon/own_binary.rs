@@ -1,5 +1,7 @@
-//! The daemon's own binary, watched: removed or replaced on disk (an uninstall, an upgrade),
-//! the daemon stops once no call is pending, so the next client starts the current binary.
+//! The daemon's own binary, watched for its removal or replacement on disk.
+//!
+//! Removed or replaced (an uninstall, an upgrade), the daemon stops once no call is pending,
+//! so the next client starts the current binary.
 //!
 //! `pi remove npm:pi-ide-broker` deletes the platform package while the daemon runs from it,
 //! and an upgrade writes a new file over the path: either way the running daemon is a binary

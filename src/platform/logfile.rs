@@ -1,5 +1,6 @@
-//! A log file the service manager left on stderr (launchd's `StandardErrorPath`), cut back to
-//! its tail while the daemon runs: nothing else rotates it. Unix only (a Windows daemon's log
+//! A log file the service manager left on stderr, cut back to its tail while the daemon runs.
+//!
+//! launchd's `StandardErrorPath`: nothing else rotates it. Unix only (a Windows daemon's log
 //! is the logon script's redirect, which this does not touch).
 
 /// A log file the service manager opened for us (launchd's `StandardErrorPath`) grows without

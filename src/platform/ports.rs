@@ -1,5 +1,4 @@
-//! Who else holds a loopback port, and whose its listener is, read from the kernel without
-//! connecting.
+//! Who else holds a loopback port, and whose its listener is, read without connecting.
 //!
 //! The established connections a local server has accepted, looked up without connecting (so a
 //! single-client editor's client is never disturbed by the look). Linux reads `/proc/net/tcp`

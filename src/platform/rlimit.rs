@@ -1,6 +1,7 @@
-//! The daemon's open-files limit: raised to the hard limit at start, so a flood of
-//! connections runs into the broker's own budgets (`registry::limits`) long before `accept`
-//! runs out of descriptors.
+//! The daemon's open-files limit, raised to the hard limit at start.
+//!
+//! A flood of connections then runs into the broker's own budgets (`registry::limits`) long
+//! before `accept` runs out of descriptors.
 
 /// The soft open-files limit after raising it to the hard one (capped at [`CEILING`]), or the
 /// limit as it was when it cannot be raised; `None` where the platform has no such limit.

@@ -1,5 +1,7 @@
-//! TCP socket options the broker tunes: prompt ACKs on an editor link while answers are owed,
-//! and the kernel holding back silent connections to a loopback door.
+//! TCP socket options the broker tunes, on editor links and on loopback doors.
+//!
+//! Prompt ACKs on an editor link while answers are owed, and the kernel holding back silent
+//! connections to a loopback door.
 //!
 //! Editors built on libuv (the Lua ones: pi-ide.nvim, claudecode.nvim) leave Nagle's algorithm
 //! on. A direct client has one call in flight per connection, so that costs it nothing; the

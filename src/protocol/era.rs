@@ -1,6 +1,8 @@
-//! MCP's protocol eras, per request: the 2025 era (an `initialize` handshake, then requests)
-//! and the stateless 2026-07-28 era (every request says its version in `_meta`; no
-//! handshake; `server/discover`; results carry `resultType` and cache hints).
+//! MCP's protocol eras, told apart per request: the 2025 era and the stateless 2026-07-28 one.
+//!
+//! The 2025 era has an `initialize` handshake, then requests; in the 2026-07-28 era every
+//! request says its version in `_meta` (no handshake; `server/discover`; results carry
+//! `resultType` and cache hints).
 //!
 //! The era is decided per request, as the 2026-07-28 revision says (a server may serve both
 //! on one stream): a request whose `params._meta` names `io.modelcontextprotocol/protocolVersion`

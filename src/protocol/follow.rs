@@ -1,8 +1,9 @@
-//! The follow protocol's own messages, typed: the notices the broker and a follower (the ACP
-//! door) tell each other about the follow itself, and `GET /v1/pi-sessions`' answer (what can
-//! be followed). Built and read through these types on both sides; the session traffic a
-//! follower relays (`pi/*` requests, transcript updates) stays JSON-RPC as pi writes it.
-//! Method names are `jsonrpc::follow`'s.
+//! The follow protocol's own messages, typed.
+//!
+//! The notices the broker and a follower (the ACP door) tell each other about the follow
+//! itself, and `GET /v1/pi-sessions`' answer (what can be followed). Built and read through
+//! these types on both sides; the session traffic a follower relays (`pi/*` requests,
+//! transcript updates) stays JSON-RPC as pi writes it. Method names are `jsonrpc::follow`'s.
 
 use crate::protocol::jsonrpc::{self, follow};
 use crate::protocol::version::ClientInfo;

@@ -1,5 +1,7 @@
-//! The MCP handshake (`initialize`) as types: what the broker asks as a client (of an editor,
-//! of its own daemon) and answers as a server (to sessions, the stdio door, Gemini CLI).
+//! The MCP handshake (`initialize`) as types, for the broker as a client and as a server.
+//!
+//! What the broker asks as a client (of an editor, of its own daemon) and answers as a server
+//! (to sessions, the stdio door, Gemini CLI).
 //!
 //! An editor's own `initialize` answer is not retyped: the broker replays it to sessions as
 //! the editor wrote it (its capabilities and instructions are the editor's to say).

@@ -1,6 +1,7 @@
-//! The native door's `broker/*` notices to a session (the pi extension reads them), typed:
-//! each built in one place. Method names are `jsonrpc::broker`'s; `docs/protocol.md` has the
-//! wire. `broker/editors`' answer is `registry`'s (it names link states).
+//! The native door's `broker/*` notices to a session (the pi extension reads them), typed.
+//!
+//! Each is built in one place. Method names are `jsonrpc::broker`'s; `docs/protocol.md` has
+//! the wire. `broker/editors`' answer is `registry`'s (it names link states).
 
 use super::family::Family;
 use super::jsonrpc::{self, broker};

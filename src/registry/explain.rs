@@ -1,5 +1,7 @@
-//! `GET /v1/route`'s document: why a session in a cwd would go where it goes; and
-//! `broker/editors`' answer, the editors a session may choose among.
+//! Where a session would go and why (`GET /v1/route`), and the editors it may choose among.
+//!
+//! `GET /v1/route`'s document says why a session in a cwd would go where it goes;
+//! `broker/editors`' answer lists the editors a session may choose among.
 //!
 //! Typed at both ends: the registry builds a [`RouteExplanation`], the daemon serialises it and
 //! `doctor` reads it back. The field names are a contract (`doctor --json` prints them): add,

@@ -1,5 +1,7 @@
-//! The broker inside WSL, facing a Windows machine: where its drives are mounted, which
-//! distro this is, where the Windows user's profile is, and how to reach Windows' loopback.
+//! The broker inside WSL, facing a Windows machine: what it needs to know of that machine.
+//!
+//! Where its drives are mounted, which distro this is, where the Windows user's profile is, and
+//! how to reach Windows' loopback.
 //!
 //! Read once from the environment and the files WSL writes. Each fact can be set by hand
 //! (`PI_IDE_BROKER_WSL_MOUNT_ROOT`, `PI_IDE_BROKER_WINDOWS_HOME`, `PI_IDE_BROKER_WINDOWS_HOST`)

@@ -68,6 +68,15 @@ pub fn check(repo: &Path, print_codemap: bool, print_graph: bool) -> Result<Stri
     let Some(written) = between(&doc, "<!-- codemap -->", "<!-- /codemap -->") else {
         return Err(vec!["ARCHITECTURE.md has no <!-- codemap --> block".into()]);
     };
+    let cut: Vec<String> = crate_
+        .codemap()
+        .lines()
+        .filter(|l| !l.ends_with(['.', '!', '?']))
+        .map(|l| format!("codemap: a first //! line that stops mid-sentence (the codemap shows only it): {l}"))
+        .collect();
+    if !cut.is_empty() {
+        return Err(cut);
+    }
     if written.trim() != crate_.codemap() {
         return Err(vec!["ARCHITECTURE.md's codemap is not the modules' first //! lines; paste `layer-check --codemap` between its markers".into()]);
     }
