@@ -1,7 +1,7 @@
-//! What the peers' messages mean, as values; the bottom layer.
+//! What the peers' messages mean, as values, using nothing else of the crate.
 //!
 //! JSON-RPC shapes, editor families, tool schemas, the version rule, dialect translation, path
-//! maps and percent-coding. The bottom layer: uses nothing else of the crate.
+//! maps and percent-coding. It and `platform` use no other folder: the two bottom layers.
 
 pub(crate) mod acp;
 pub mod bridge;
