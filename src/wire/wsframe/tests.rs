@@ -1,8 +1,8 @@
 use super::*;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{Sink, SinkExt, StreamExt};
 use proptest::prelude::*;
 use std::collections::VecDeque;
-use tokio::io::ReadBuf;
+use tokio::io::{AsyncWrite, ReadBuf};
 use tokio_tungstenite::tungstenite::protocol::{self as tproto, frame::coding::CloseCode};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
