@@ -100,6 +100,9 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	let frame = 0;
 	let attachWaiters: (() => void)[] = [];
 	const firstAttach = new FirstAttach();
+	/** Said with the next attach (or alone, if none comes): the daemon had gone and this
+	 * session started it again. */
+	let restartNote: string | null = null;
 	/** The editor id of the last attachment. */
 	let lastEditor: string | null = null;
 	let lastName = "the editor";
@@ -154,7 +157,9 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		}
 		lastEditor = a.id;
 		lastName = a.ideName;
-		notify(`${switched ? "Switched to" : nextAttachToast} ${a.ideName}`);
+		// One toast for an outage: the reattach, and why it was needed when we restarted the daemon.
+		notify(`${switched ? "Switched to" : nextAttachToast} ${a.ideName}${restartNote ? ` (${restartNote})` : ""}`);
+		restartNote = null;
 		nextAttachToast = "Reconnected to";
 		for (const w of attachWaiters.splice(0)) w();
 		firstAttach.settle();
@@ -201,6 +206,10 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 						(r: { attached?: string | null; editors?: unknown[] }) => {
 							// Answered after the attach notice, if the broker placed the session.
 							if (!r?.attached) firstAttach.settle();
+							if (!r?.attached && restartNote) {
+								notify(restartNote);
+								restartNote = null;
+							}
 							if (!r?.attached && Array.isArray(r?.editors) && r.editors.length > 1) {
 								notify(`${r.editors.length} editors match ${c.cwd}; choose one with /ide`, "warning");
 							}
@@ -223,7 +232,10 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 						if (took) notify(`Diffs are reviewed in ${took} while its turn is open`);
 					}
 				},
-				onSpawned: (log) => notify(`Started pi-ide-broker${log ? ` (log: ${log})` : ""}`),
+				onSpawned: (log, again) => {
+					if (again) restartNote = `pi-ide-broker had stopped and was started again${log ? `; log: ${log}` : ""}`;
+					else notify(`Started pi-ide-broker${log ? ` (log: ${log})` : ""}`);
+				},
 				onSpawnFailed: (command, code) => {
 					spawnFailed = spawnFailure(command, code, { installed: platformBinary() !== null });
 					notify(spawnFailed, "error");
