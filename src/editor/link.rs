@@ -329,6 +329,7 @@ impl<'a> Live<'a> {
             client_port: _,
         } = link;
         let broken = editor.out.install(writer, OUTBOUND_QUEUE, host.tracker());
+        editor.close_leftovers();
         editor.flush_parked();
         announce_ready(editor, host);
         let live = Live {
