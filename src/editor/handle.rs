@@ -372,7 +372,7 @@ impl Editor {
         let uid = mint_id(&self.next_id);
         let text = self.to_wire(build(uid));
         let deadline = pending.deadline;
-        // Journalled before it can reach the editor: a crash after the send leaves it known.
+        // Journalled before it can reach the editor (a crash after the send leaves it known).
         let diff = pending.editor_tab().map(str::to_string);
         if let Some(tab) = &diff {
             self.diffs.opened(self.key(), tab);
@@ -544,48 +544,22 @@ impl Editor {
     /// Asks the editor to close the diff tab `tab` (a broker-owned request: nobody awaits
     /// the answer, and a shutting-down link waits for it before closing).
     pub fn close_tab(&self, tab: &str) -> Result<u64, Error> {
-        let sent = self.send_discard(
-            "tools/call",
-            json!({"name": "close_tab", "arguments": {"tab_name": tab}}),
-        )?;
-        self.diffs.closed(self.key(), tab);
+        let args = json!({"name": "close_tab", "arguments": {"tab_name": tab}});
+        let sent = self.send_discard("tools/call", args)?;
+        self.diffs.closed(self.key(), tab); // sent: it is closed for the journal
         Ok(sent)
     }
 
     /// The editor process, as the journal of open diffs knows it.
     pub(super) fn key(&self) -> EditorKey {
         let l = lock(&self.lock);
-        EditorKey {
-            port: l.port,
-            pid: l.pid,
-        }
+        EditorKey::new(l.port, l.pid)
     }
 
-    /// A diff this editor answered: it is closed there (claudecode keeps an accepted one
-    /// shown until its session's `close_tab`, which the session sends).
+    /// A diff this editor answered: closed there (claudecode's accepted one: by its session).
     pub(super) fn diff_answered(&self, p: &Pending) {
         if let Some(tab) = p.editor_tab() {
             self.diffs.closed(self.key(), tab);
-        }
-    }
-
-    /// Closes in the editor the diffs a dead daemon or a lost link left open there (the
-    /// journal's, less those a session waits on): called as a link comes up, before anything
-    /// else is sent on it, so the user only ever sees the diffs someone waits for. On a
-    /// Claude-family editor only marked names are closed: its `close_tab` deletes the buffer
-    /// any other name matches.
-    pub(super) fn close_leftovers(&self) {
-        let key = self.key();
-        let waiting = |tab: &str| self.pending.iter().any(|p| p.editor_tab() == Some(tab));
-        for tab in self.diffs.leftovers(key, waiting) {
-            if self.family == Family::Claude && !crate::protocol::bridge::is_marked(&tab) {
-                self.diffs.closed(key, &tab);
-                continue;
-            }
-            tracing::info!(editor = %self.id, tab = %tab, "closing a diff left open by a daemon that died or a link that was lost");
-            if let Err(e) = self.close_tab(&tab) {
-                tracing::warn!(editor = %self.id, error = %e, "could not close a diff left open; it is tried again on the next link");
-            }
         }
     }
 

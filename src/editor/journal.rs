@@ -36,6 +36,13 @@ pub struct EditorKey {
     pub pid: u32,
 }
 
+impl EditorKey {
+    /// The editor process on `port` with `pid`.
+    pub fn new(port: u16, pid: u32) -> EditorKey {
+        EditorKey { port, pid }
+    }
+}
+
 /// One line of the file.
 #[derive(Debug, Serialize, Deserialize)]
 struct Line {
@@ -339,5 +346,73 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// One step of a daemon's life as the journal sees it.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Opened(bool, u8),
+        Closed(bool, u8),
+        /// The daemon is killed and the next one reads the file (`bool`: the second editor
+        /// died meanwhile).
+        Restart(bool),
+        /// The second editor dies while the daemon runs.
+        SecondDies,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (any::<bool>(), 0u8..6).prop_map(|(e, t)| Step::Opened(e, t)),
+            4 => (any::<bool>(), 0u8..6).prop_map(|(e, t)| Step::Closed(e, t)),
+            1 => any::<bool>().prop_map(Step::Restart),
+            1 => Just(Step::SecondDies),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Against a model (the set of diffs open per editor process): after every step, what
+        /// the journal (and a daemon started on its file after a kill) says is open is the
+        /// model's; a dead editor's diffs are never leftovers.
+        #[test]
+        fn the_journal_is_the_set_of_open_diffs_across_kills(steps in proptest::collection::vec(step(), 1..60)) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut alive = vec![7u32, 8];
+            let mut j = next_daemon(dir.path(), &alive);
+            let mut model: BTreeSet<(EditorKey, String)> = BTreeSet::new();
+            let key = |second: bool| if second { OTHER } else { ED };
+            for s in steps {
+                match s {
+                    Step::Opened(e, t) if alive.contains(&key(e).pid) => {
+                        j.opened(key(e), &format!("t{t}"));
+                        model.insert((key(e), format!("t{t}")));
+                    }
+                    Step::Opened(..) => {}
+                    Step::Closed(e, t) => {
+                        j.closed(key(e), &format!("t{t}"));
+                        model.remove(&(key(e), format!("t{t}")));
+                    }
+                    Step::Restart(second_died) => {
+                        if second_died {
+                            alive.retain(|p| *p != OTHER.pid);
+                            model.retain(|(k, _)| *k != OTHER);
+                        }
+                        drop(j);
+                        j = next_daemon(dir.path(), &alive);
+                    }
+                    Step::SecondDies => {
+                        alive.retain(|p| *p != OTHER.pid);
+                        model.retain(|(k, _)| *k != OTHER);
+                        j.forget_dead(|pid| alive.contains(&pid));
+                    }
+                }
+                for k in [ED, OTHER] {
+                    let want: Vec<String> = model.iter().filter(|(m, _)| *m == k).map(|(_, t)| t.clone()).collect();
+                    proptest::prop_assert_eq!(j.leftovers(k, |_| false), want);
+                }
+                let reread = read(&dir.path().join(FILE)).into_iter().filter(|(k, _)| alive.contains(&k.pid)).collect::<BTreeSet<_>>();
+                proptest::prop_assert_eq!(&reread, &model, "the file, as the next daemon reads it");
+            }
+        }
     }
 }

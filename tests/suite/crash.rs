@@ -102,6 +102,49 @@ async fn a_diff_left_open_by_a_killed_daemon_is_closed_first_by_the_next_one() {
     assert_eq!(std::fs::read_to_string(&journal).expect("the journal"), "");
 }
 
+/// The same daemon, its link to an editor lost while a diff was open (the editor frozen past
+/// `health.drop_after_ms`, then thawed): the session is answered at once (undelivered, never
+/// reviewed), and the diff it left open in the editor is the first thing the next link closes.
+#[tokio::test]
+async fn a_diff_cut_off_by_a_lost_link_is_closed_when_the_link_is_back() {
+    let b = crate::common::TestBroker::start_with(|c| {
+        c.health.interval_ms = 100;
+        c.health.timeout_ms = 100;
+        c.health.drop_after_ms = 300;
+        c.timeouts.handshake_ms = 500;
+    })
+    .await;
+    let (ed, _) = b.editor(&["/k"]).await;
+    let mut ev = ed.events();
+    let mut a = Agent::open(&b.socket, "/k", Some("s1")).await;
+    a.attached().await;
+    a.call_tool(json!(1), "openDiff", diff_args("/k/f", "x", "tab-cut"))
+        .await;
+    let (tool, _) = next_tool_call(&mut ev).await;
+    assert_eq!(tool, "openDiff");
+    ed.freeze(true);
+    let answer = a.answer(&json!(1)).await;
+    assert_eq!(pi_ide_broker::testkit::text(&answer), "DIFF_REJECTED");
+    assert!(
+        answer["result"]["_meta"]["pi-ide-broker/undelivered"].is_string(),
+        "{answer}"
+    );
+    assert_eq!(
+        ed.pending_diffs(),
+        vec!["tab-cut".to_string()],
+        "still open in the editor"
+    );
+    ed.freeze(false);
+    let (tool, args) = next_tool_call(&mut ev).await;
+    assert_eq!(
+        (tool.as_str(), &args["tab_name"]),
+        ("close_tab", &json!("tab-cut")),
+        "the new link's first call closes the diff the lost one left"
+    );
+    assert!(ed.pending_diffs().is_empty());
+    b.stop().await;
+}
+
 /// The real pi, its extension starting the daemon (this build, on a config of the test's), and
 /// a headless Neovim with pi-ide.nvim, all in one throwaway dir.
 struct World {
