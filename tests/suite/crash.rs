@@ -483,20 +483,15 @@ async fn fault_rounds_with_real_pi_and_neovim() {
     let Some(mut w) = World::start().await else {
         return;
     };
-    let rounds: u32 = std::env::var("PI_IDE_BROKER_CRASH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let seed: u64 = std::env::var("PI_IDE_BROKER_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-                | 1
-        });
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let rounds = env("PI_IDE_BROKER_CRASH_ROUNDS").unwrap_or(100);
+    let seed = env("PI_IDE_BROKER_CRASH_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+            | 1
+    });
     eprintln!("fault run: {rounds} rounds, PI_IDE_BROKER_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
     let mut tally = Tally::default();
@@ -509,45 +504,7 @@ async fn fault_rounds_with_real_pi_and_neovim() {
         let content = format!("round {n}\n");
         let (from, group) = w.write_turn(&content).await;
         let old = w.daemon_pid().await;
-        match kind {
-            Round::Accept | Round::Reject => {
-                let verb = if kind == Round::Accept {
-                    "accept"
-                } else {
-                    "reject"
-                };
-                let said =
-                    w.nv.call(&format!("decide({}, {})", lua_str(&group), lua_str(verb)))
-                        .await;
-                assert_eq!(said, "ok", "{ctx}");
-            }
-            Round::EditorKill => {
-                let pid: i32 = w.nv.call("pid()").await.parse().expect("nvim's pid");
-                signal(pid, Signal::KILL);
-            }
-            Round::BrokerKill => signal(old, Signal::KILL),
-            Round::BrokerTerm => signal(old, Signal::TERM),
-            Round::BrokerRestart => {
-                signal(old, Signal::TERM);
-                // As a service manager restarts it: once the old one is gone.
-                let t0 = Instant::now();
-                while pi_ide_broker::platform::process::alive(old as u32) {
-                    assert!(
-                        t0.elapsed() < Duration::from_secs(10),
-                        "{ctx}: the daemon did not stop"
-                    );
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                let mut cmd = tokio::process::Command::new(broker_bin());
-                cmd.arg("--config").arg(&w.cfg).arg("daemon");
-                crate::common::process::isolate(&mut cmd, &w.root);
-                cmd.kill_on_drop(true)
-                    .stdin(std::process::Stdio::null())
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null());
-                w.restarted.push(cmd.spawn().expect("restart the daemon"));
-            }
-        }
+        act(&mut w, kind, &group, old, &ctx).await;
         let ((blocked, said), took) = w.settled(from, Duration::from_secs(10)).await;
         tally.settle_ms.push(took.as_millis() as u64);
         let after = w.read_file();
@@ -561,13 +518,7 @@ async fn fault_rounds_with_real_pi_and_neovim() {
             eprintln!("{ctx}: UNREVIEWED WRITE: the file holds {after:?}; pi said {said:?}");
         }
         assert_eq!(blocked, !accepted, "{ctx}: pi said {said:?}");
-        if kind == Round::EditorKill {
-            w.nv = start_nvim(&w.root, w.nvims, &w.nvim, &w.plugin, &w.proj).await;
-            w.nvims += 1;
-        }
-        if !matches!(kind, Round::Accept | Round::Reject) {
-            let not = (kind != Round::EditorKill).then_some(old);
-            let back = w.reattached(not, Duration::from_secs(10)).await;
+        if let Some(back) = recover(&mut w, kind, old).await {
             tally.reattach_ms.push(back.as_millis() as u64);
         }
         if let Err(open) = w.no_diff_within(Duration::from_secs(3)).await {
@@ -575,30 +526,90 @@ async fn fault_rounds_with_real_pi_and_neovim() {
             eprintln!("{ctx}: a diff left open 3 s after the round: {open}");
         }
     }
-    let stats = |v: &mut Vec<u64>| {
-        v.sort_unstable();
-        (
-            v.get(v.len() / 2).copied().unwrap_or(0),
-            v.last().copied().unwrap_or(0),
-        )
-    };
-    let (settle_median, settle_worst) = stats(&mut tally.settle_ms);
-    let (back_median, back_worst) = stats(&mut tally.reattach_ms);
-    eprintln!(
-        "fault run, seed {seed}: {:?} in {:?}; unreviewed writes {}, lost accepts {}, diffs left open {}; turn settled after the action: median {settle_median} ms, worst {settle_worst} ms; reattached after a fault: median {back_median} ms, worst {back_worst} ms",
-        tally.rounds,
-        t_run.elapsed(),
-        tally.unreviewed,
-        tally.lost_accepts,
-        tally.leftovers
-    );
-    assert_eq!(
-        (tally.unreviewed, tally.lost_accepts, tally.leftovers),
-        (0, 0, 0),
-        "seed {seed}: {tally:?}"
-    );
+    tally.report(seed, t_run.elapsed());
     w.pi.quit().await;
     for mut c in w.restarted.drain(..) {
         let _ = c.start_kill();
+    }
+}
+
+/// Does to the diff `group` waiting in Neovim what round `kind` does (`old`: the daemon's pid).
+async fn act(w: &mut World, kind: Round, group: &str, old: i32, ctx: &str) {
+    match kind {
+        Round::Accept | Round::Reject => {
+            let verb = if kind == Round::Accept {
+                "accept"
+            } else {
+                "reject"
+            };
+            let call = format!("decide({}, {})", lua_str(group), lua_str(verb));
+            assert_eq!(w.nv.call(&call).await, "ok", "{ctx}");
+        }
+        Round::EditorKill => {
+            let pid: i32 = w.nv.call("pid()").await.parse().expect("nvim's pid");
+            signal(pid, Signal::KILL);
+        }
+        Round::BrokerKill => signal(old, Signal::KILL),
+        Round::BrokerTerm => signal(old, Signal::TERM),
+        Round::BrokerRestart => {
+            signal(old, Signal::TERM);
+            // As a service manager restarts it: once the old one is gone.
+            let t0 = Instant::now();
+            while pi_ide_broker::platform::process::alive(old as u32) {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "{ctx}: the daemon did not stop"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let mut cmd = tokio::process::Command::new(broker_bin());
+            cmd.arg("--config").arg(&w.cfg).arg("daemon");
+            crate::common::process::isolate(&mut cmd, &w.root);
+            cmd.kill_on_drop(true)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            w.restarted.push(cmd.spawn().expect("restart the daemon"));
+        }
+    }
+}
+
+/// After a fault round: a killed Neovim started again, and pi's session attached again (to a
+/// daemon other than `old` when the daemon went); how long the reattach took.
+async fn recover(w: &mut World, kind: Round, old: i32) -> Option<Duration> {
+    match kind {
+        Round::Accept | Round::Reject => return None,
+        Round::EditorKill => {
+            w.nv = start_nvim(&w.root, w.nvims, &w.nvim, &w.plugin, &w.proj).await;
+            w.nvims += 1;
+        }
+        Round::BrokerKill | Round::BrokerTerm | Round::BrokerRestart => {}
+    }
+    let not = (kind != Round::EditorKill).then_some(old);
+    Some(w.reattached(not, Duration::from_secs(10)).await)
+}
+
+impl Tally {
+    /// Prints the counts and timings, and fails on an unreviewed write, a lost accept or a
+    /// diff left open.
+    fn report(mut self, seed: u64, took: Duration) {
+        let stats = |v: &mut Vec<u64>| {
+            v.sort_unstable();
+            (
+                v.get(v.len() / 2).copied().unwrap_or(0),
+                v.last().copied().unwrap_or(0),
+            )
+        };
+        let (settle_median, settle_worst) = stats(&mut self.settle_ms);
+        let (back_median, back_worst) = stats(&mut self.reattach_ms);
+        eprintln!(
+            "fault run, seed {seed}: {:?} in {took:?}; unreviewed writes {}, lost accepts {}, diffs left open {}; turn settled after the action: median {settle_median} ms, worst {settle_worst} ms; reattached after a fault: median {back_median} ms, worst {back_worst} ms",
+            self.rounds, self.unreviewed, self.lost_accepts, self.leftovers
+        );
+        assert_eq!(
+            (self.unreviewed, self.lost_accepts, self.leftovers),
+            (0, 0, 0),
+            "seed {seed}: {self:?}"
+        );
     }
 }
