@@ -216,28 +216,10 @@ impl DiffJournal {
     }
 }
 
-/// Writes `text` as the whole of the file at `path` (0600, its dir made 0700 if missing):
-/// a temporary file beside it renamed into place; returns the file open for appending.
+/// Writes `text` as the whole of the file at `path` (see `platform::user::replace_private`);
+/// returns the file open for appending.
 fn replace(path: &Path, text: &str) -> std::io::Result<std::fs::File> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    crate::platform::user::private_dir_builder()
-        .recursive(true)
-        .create(dir)?;
-    let tmp = dir.join(format!(".{FILE}.tmp.{}", std::process::id()));
-    let written = (|| {
-        let mut f = crate::platform::user::private_file_options()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        drop(f); // closed before the rename: Windows renames no open file
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written?;
+    crate::platform::user::replace_private(path, text.as_bytes(), false)?;
     crate::platform::user::private_file_options()
         .append(true)
         .open(path)
