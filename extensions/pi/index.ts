@@ -41,6 +41,8 @@ export type Limits = {
 export const DEFAULT_LIMITS: Limits = { diagnosticsMs: 1000, firstAttachMs: 1000 };
 /** How long a write/edit waits for a dropped broker link to come back before it is blocked. */
 const REATTACH_WAIT_MS = 3000;
+/** How long the note that the daemon was started again waits to ride with the reattach. */
+const RESTART_NOTE_WAIT_MS = 3000;
 /** How long a `read` waits for a following editor's buffer: a big buffer (6 MB for 300,000
  * lines) crosses the client, `acp`, the broker and this socket, and pi's read has run already. */
 const BUFFER_READ_MS = 3000;
@@ -206,9 +208,13 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 						(r: { attached?: string | null; editors?: unknown[] }) => {
 							// Answered after the attach notice, if the broker placed the session.
 							if (!r?.attached) firstAttach.settle();
+							// A restarted daemon links its editors as the session arrives: the note
+							// waits for the attach a moment, and is said alone if none comes.
 							if (!r?.attached && restartNote) {
-								notify(restartNote);
-								restartNote = null;
+								setTimeout(() => {
+									if (restartNote) notify(restartNote);
+									restartNote = null;
+								}, RESTART_NOTE_WAIT_MS);
 							}
 							if (!r?.attached && Array.isArray(r?.editors) && r.editors.length > 1) {
 								notify(`${r.editors.length} editors match ${c.cwd}; choose one with /ide`, "warning");
