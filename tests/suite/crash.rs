@@ -389,6 +389,7 @@ async fn a_killed_broker_leaves_no_diff_in_neovim_and_the_next_review_is_answere
         return;
     };
     let (from, stale) = w.write_turn("first\n").await;
+    let from_kill = w.pi.mark();
     let old = w.daemon_pid().await;
     signal(old, Signal::KILL);
     let ((refused, said), took) = w.settled(from, Duration::from_secs(10)).await;
@@ -417,13 +418,20 @@ async fn a_killed_broker_leaves_no_diff_in_neovim_and_the_next_review_is_answere
     eprintln!("the rejection was answered in {:?}", t0.elapsed());
     assert!(rejected && said.contains("rejected"), "{said}");
     assert_eq!(w.read_file(), "original\n");
-    let told = w.pi.log.iter().any(|v| {
-        v["method"] == "notify"
-            && v["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("had stopped and was started again"))
-    });
-    assert!(told, "the user was not told the daemon was started again");
+    // Told once: one toast for the outage, the reattach and why.
+    let told: Vec<&str> = w.pi.log[from_kill..]
+        .iter()
+        .filter(|v| v["method"] == "notify")
+        .filter_map(|v| v["message"].as_str())
+        .filter(|m| m.contains("Reconnected") || m.contains("started again"))
+        .collect();
+    assert!(
+        told.len() == 1
+            && told[0].starts_with(
+                "Reconnected to Neovim (pi-ide-broker had stopped and was started again"
+            ),
+        "{told:?}"
+    );
     w.pi.quit().await;
 }
 
