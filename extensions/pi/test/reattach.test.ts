@@ -12,14 +12,38 @@ import { test } from "node:test";
 import { pathToFileURL } from "node:url";
 import { BrokerLink } from "../src/broker.ts";
 
-/** Bounded wait until `cond` holds, checked on every event the link reports (polled at 10 ms:
- * the test has no other event to wait on). */
-async function until(what: string, cond: () => boolean, ms = 10_000): Promise<void> {
-	const t0 = Date.now();
-	while (!cond()) {
-		if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
-		await new Promise((r) => setTimeout(r, 10));
-	}
+/** What the link told, and a bounded wait for it: `until` checks its condition at each event
+ * the link reports (no polling), failing after `ms`. */
+function recorder() {
+	const opens: boolean[] = [];
+	const spawned: boolean[] = [];
+	let wake = () => {};
+	const told = () => wake();
+	const events = {
+		onOpen: (again: boolean) => {
+			opens.push(again);
+			told();
+		},
+		onSpawned: (_log: string | undefined, again: boolean) => {
+			spawned.push(again);
+			told();
+		},
+	};
+	const until = async (what: string, cond: () => boolean, ms = 10_000) => {
+		const deadline = Date.now() + ms;
+		while (!cond()) {
+			const left = deadline - Date.now();
+			if (left <= 0) throw new Error(`timed out waiting for ${what}`);
+			await new Promise<void>((resolve) => {
+				const t = setTimeout(resolve, left);
+				wake = () => {
+					clearTimeout(t);
+					resolve();
+				};
+			});
+		}
+	};
+	return { opens, spawned, events, until };
 }
 
 /** A dir (0700) with the socket path, and a fake daemon command that serves it. */
@@ -69,14 +93,8 @@ server.listen(${JSON.stringify(socket)}, () => writeFileSync(${JSON.stringify(pi
 
 test("a daemon that crashes is started again once and the link reopens on it", async () => {
 	const w = world();
-	const opens: boolean[] = [];
-	const spawned: boolean[] = [];
-	const link = new BrokerLink(
-		w.socket,
-		{ cwd: "/p", session: "s" },
-		{ onOpen: (again) => opens.push(again), onSpawned: (_log, again) => spawned.push(again) },
-		w.script,
-	);
+	const { opens, spawned, events, until } = recorder();
+	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, events, w.script);
 	link.respawnAfterMs = 300;
 	try {
 		link.start();
@@ -99,8 +117,8 @@ test("a daemon that crashes is started again once and the link reopens on it", a
 
 test("an outage shorter than the service manager's restart starts no daemon", async () => {
 	const w = world();
-	const opens: boolean[] = [];
-	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, { onOpen: (again) => opens.push(again) }, w.script);
+	const { opens, events, until } = recorder();
+	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, events, w.script);
 	link.respawnAfterMs = 60_000;
 	try {
 		link.start();
@@ -121,10 +139,10 @@ test("an outage shorter than the service manager's restart starts no daemon", as
 
 test("a link without a command never starts a daemon, before or after a crash", async () => {
 	const w = world();
-	const opens: boolean[] = [];
+	const { opens, events, until } = recorder();
 	const { spawn } = await import("node:child_process");
 	spawn(w.script, ["daemon"], { stdio: "ignore" }).unref();
-	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, { onOpen: (again) => opens.push(again) });
+	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, events);
 	link.respawnAfterMs = 0;
 	try {
 		link.start();
