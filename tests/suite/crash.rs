@@ -488,6 +488,9 @@ struct Tally {
 /// `PI_IDE_BROKER_CRASH_ROUNDS=1000 cargo test --test suite crash::fault_rounds -- --nocapture`.
 #[tokio::test(flavor = "current_thread")]
 async fn fault_rounds_with_real_pi_and_neovim() {
+    // A minute of daemons, Neovims and pi started and killed, each turn bounded at 10 s: not
+    // beside a release build or a browser.
+    let _heavy = crate::common::machine_heavy().await;
     let Some(mut w) = World::start().await else {
         return;
     };
