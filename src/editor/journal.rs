@@ -57,8 +57,10 @@ struct Line {
 /// What is open, and the file that keeps it.
 struct Inner {
     open: BTreeSet<(EditorKey, String)>,
-    /// `None`: kept in memory only (no state dir, or it cannot be written: said once).
+    /// `None`: kept in memory only (no state dir yet, or it could not be written).
     file: Option<std::fs::File>,
+    /// A write failed (said once): kept in memory only from then on.
+    failed: bool,
     /// Lines appended since the file was last written whole.
     appended: usize,
 }
@@ -86,6 +88,7 @@ impl DiffJournal {
             inner: Mutex::new(Inner {
                 open,
                 file: None,
+                failed: false,
                 appended: 0,
             }),
         };
@@ -100,6 +103,7 @@ impl DiffJournal {
             inner: Mutex::new(Inner {
                 open: BTreeSet::new(),
                 file: None,
+                failed: false,
                 appended: 0,
             }),
         }
@@ -184,7 +188,7 @@ impl DiffJournal {
     /// Writes the file afresh from what is open (empty when nothing is) and keeps it open for
     /// appending.
     fn rewrite(&self, inner: &mut Inner) {
-        let Some(path) = &self.path else {
+        let Some(path) = self.path.as_ref().filter(|_| !inner.failed) else {
             return;
         };
         let mut text = String::new();
@@ -212,6 +216,7 @@ impl DiffJournal {
 
     fn failed(&self, inner: &mut Inner, e: &std::io::Error) {
         inner.file = None;
+        inner.failed = true;
         tracing::warn!(file = %self.path.as_deref().unwrap_or(Path::new("")).display(), error = %e, "cannot write the journal of open diffs: a diff left open by a crash will not be closed by the next daemon");
     }
 }
@@ -314,6 +319,19 @@ mod tests {
         std::fs::write(dir.path().join(FILE), format!("{good}\n{{\"open\":tr")).unwrap();
         let j = next_daemon(dir.path(), &[7]);
         assert_eq!(j.leftovers(ED, |_| false), vec!["pi-write:x"]);
+    }
+
+    #[test]
+    fn a_state_dir_that_cannot_be_written_leaves_the_journal_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, "").unwrap();
+        let j = next_daemon(&not_a_dir.join("state"), &[7]);
+        j.opened(ED, "a");
+        j.opened(ED, "b");
+        j.closed(ED, "a");
+        assert_eq!(j.leftovers(ED, |_| false), vec!["b"]);
+        assert!(lock(&j.inner).failed, "said once, then in memory only");
     }
 
     #[cfg(unix)]
