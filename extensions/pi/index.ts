@@ -41,6 +41,8 @@ export type Limits = {
 export const DEFAULT_LIMITS: Limits = { diagnosticsMs: 1000, firstAttachMs: 1000 };
 /** How long a write/edit waits for a dropped broker link to come back before it is blocked. */
 const REATTACH_WAIT_MS = 3000;
+/** How long the note that the daemon was started again waits to ride with the reattach. */
+const RESTART_NOTE_WAIT_MS = 3000;
 /** How long a `read` waits for a following editor's buffer: a big buffer (6 MB for 300,000
  * lines) crosses the client, `acp`, the broker and this socket, and pi's read has run already. */
 const BUFFER_READ_MS = 3000;
@@ -100,6 +102,9 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 	let frame = 0;
 	let attachWaiters: (() => void)[] = [];
 	const firstAttach = new FirstAttach();
+	/** Said with the next attach (or alone, if none comes): the daemon had gone and this
+	 * session started it again. */
+	let restartNote: string | null = null;
 	/** The editor id of the last attachment. */
 	let lastEditor: string | null = null;
 	let lastName = "the editor";
@@ -154,7 +159,9 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		}
 		lastEditor = a.id;
 		lastName = a.ideName;
-		notify(`${switched ? "Switched to" : nextAttachToast} ${a.ideName}`);
+		// One toast for an outage: the reattach, and why it was needed when we restarted the daemon.
+		notify(`${switched ? "Switched to" : nextAttachToast} ${a.ideName}${restartNote ? ` (${restartNote})` : ""}`);
+		restartNote = null;
 		nextAttachToast = "Reconnected to";
 		for (const w of attachWaiters.splice(0)) w();
 		firstAttach.settle();
@@ -201,6 +208,14 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 						(r: { attached?: string | null; editors?: unknown[] }) => {
 							// Answered after the attach notice, if the broker placed the session.
 							if (!r?.attached) firstAttach.settle();
+							// A restarted daemon links its editors as the session arrives: the note
+							// waits for the attach a moment, and is said alone if none comes.
+							if (!r?.attached && restartNote) {
+								setTimeout(() => {
+									if (restartNote) notify(restartNote);
+									restartNote = null;
+								}, RESTART_NOTE_WAIT_MS);
+							}
 							if (!r?.attached && Array.isArray(r?.editors) && r.editors.length > 1) {
 								notify(`${r.editors.length} editors match ${c.cwd}; choose one with /ide`, "warning");
 							}
@@ -223,7 +238,10 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 						if (took) notify(`Diffs are reviewed in ${took} while its turn is open`);
 					}
 				},
-				onSpawned: (log) => notify(`Started pi-ide-broker${log ? ` (log: ${log})` : ""}`),
+				onSpawned: (log, again) => {
+					if (again) restartNote = `pi-ide-broker had stopped and was started again${log ? `; log: ${log}` : ""}`;
+					else notify(`Started pi-ide-broker${log ? ` (log: ${log})` : ""}`);
+				},
 				onSpawnFailed: (command, code) => {
 					spawnFailed = spawnFailure(command, code, { installed: platformBinary() !== null });
 					notify(spawnFailed, "error");

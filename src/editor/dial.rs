@@ -331,6 +331,7 @@ mod tests {
             Vec::new(),
             crate::editor::Succession::default(),
             tokio_util::sync::CancellationToken::new(),
+            Arc::new(crate::editor::DiffJournal::in_memory()),
         ));
         let config = Arc::new(Config::default());
         let host = NoHost(config.clone(), tokio_util::task::TaskTracker::new());

@@ -3,6 +3,7 @@
 //! `Editor`: the handle every session and the registry share: the lockfile, link state, the
 //! pending table with its deadlines, minted ids, cached selection and tools, the `send_*` methods.
 
+use super::journal::{DiffJournal, EditorKey};
 use super::lockfile::Lockfile;
 use super::parked::Parked;
 use super::Error;
@@ -215,6 +216,8 @@ pub struct Editor {
     pub(super) reclaimed: std::sync::atomic::AtomicBool,
     /// Session calls sent, ever (the hand-back waits until it stops moving).
     pub(super) calls: AtomicU64,
+    /// The diffs open in editors, the daemon's one journal (see `journal`).
+    pub(super) diffs: Arc<DiffJournal>,
 }
 
 impl Editor {
@@ -225,6 +228,7 @@ impl Editor {
         folders: Vec<PathBuf>,
         succession: Succession,
         cancel: CancellationToken,
+        diffs: Arc<DiffJournal>,
     ) -> Self {
         Editor {
             id,
@@ -257,6 +261,7 @@ impl Editor {
             sent: Mutex::new(Vec::new()),
             reclaimed: std::sync::atomic::AtomicBool::new(false),
             calls: AtomicU64::new(0),
+            diffs,
         }
     }
 
@@ -367,6 +372,11 @@ impl Editor {
         let uid = mint_id(&self.next_id);
         let text = self.to_wire(build(uid));
         let deadline = pending.deadline;
+        // Journalled before it can reach the editor (a crash after the send leaves it known).
+        let diff = pending.editor_tab().map(str::to_string);
+        if let Some(tab) = &diff {
+            self.diffs.opened(self.key(), tab);
+        }
         if matches!(pending.owner, Owner::Session { .. }) {
             self.calls.fetch_add(1, Ordering::Relaxed);
         }
@@ -387,6 +397,9 @@ impl Editor {
             .send_or(Out::Text(text), |frame| self.park(uid, frame, deadline));
         if let Err(r) = sent {
             self.pending.remove(&uid);
+            if let Some(tab) = &diff {
+                self.diffs.closed(self.key(), tab);
+            }
             return Err(self.refusal(r));
         }
         Ok(uid)
@@ -531,10 +544,23 @@ impl Editor {
     /// Asks the editor to close the diff tab `tab` (a broker-owned request: nobody awaits
     /// the answer, and a shutting-down link waits for it before closing).
     pub fn close_tab(&self, tab: &str) -> Result<u64, Error> {
-        self.send_discard(
-            "tools/call",
-            json!({"name": "close_tab", "arguments": {"tab_name": tab}}),
-        )
+        let args = json!({"name": "close_tab", "arguments": {"tab_name": tab}});
+        let sent = self.send_discard("tools/call", args)?;
+        self.diffs.closed(self.key(), tab); // sent: it is closed for the journal
+        Ok(sent)
+    }
+
+    /// The editor process, as the journal of open diffs knows it.
+    pub(super) fn key(&self) -> EditorKey {
+        let l = lock(&self.lock);
+        EditorKey::new(l.port, l.pid)
+    }
+
+    /// A diff this editor answered: closed there (claudecode's accepted one: by its session).
+    pub(super) fn diff_answered(&self, p: &Pending) {
+        if let Some(tab) = p.editor_tab() {
+            self.diffs.closed(self.key(), tab);
+        }
     }
 
     /// Sends a frame that needs no answer (notification, or a response to the editor).
@@ -725,6 +751,7 @@ mod tests {
             Vec::new(),
             Succession::default(),
             CancellationToken::new(),
+            Arc::new(DiffJournal::in_memory()),
         )
     }
 

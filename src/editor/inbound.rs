@@ -89,6 +89,9 @@ fn deliver_answer(editor: &Editor, id: &Value, mut msg: Map<String, Value>) {
         tracing::debug!(editor = %editor.id, %id, "answer to no pending request (late or cancelled)");
         return;
     };
+    if p.is_diff() {
+        editor.diff_answered(&p);
+    }
     if let Some(b) = &p.bridge {
         if let Some(crate::protocol::bridge::Followup::CloseTab(tab)) =
             crate::protocol::bridge::inbound(b, &mut msg)
@@ -150,6 +153,9 @@ fn fast_reply(editor: &Editor, text: &str) -> Option<()> {
     let (_, p) = editor.pending.remove_if(&uid, |_, p| {
         matches!(p.owner, Owner::Session { .. }) && p.bridge.is_none() && p.map.is_none()
     })?;
+    if p.is_diff() {
+        editor.diff_answered(&p);
+    }
     if let Owner::Session { outbox, id, .. } = p.owner {
         // The id's JSON text, borrowed where it can be: the answer is written from its parts
         // (the editor's result bytes among them) without being assembled.

@@ -10,6 +10,7 @@ use super::inbound::handle_editor_frame;
 use super::lockfile;
 use super::Error;
 use super::{taken, Editor, LinkHost, CLOSE_WAIT};
+use crate::protocol::family::Family;
 use crate::sys::config::Config;
 use crate::sys::sync::lock;
 use crate::wire::shared_writer::Broken;
@@ -329,6 +330,7 @@ impl<'a> Live<'a> {
             client_port: _,
         } = link;
         let broken = editor.out.install(writer, OUTBOUND_QUEUE, host.tracker());
+        close_leftovers(editor);
         editor.flush_parked();
         announce_ready(editor, host);
         let live = Live {
@@ -530,6 +532,26 @@ impl<'a> Live<'a> {
                 }
             }
             _ => out.discard(),
+        }
+    }
+}
+
+/// Closes in the editor the diffs a dead daemon or a lost link left open there (the
+/// journal's, less those a session waits on): called as a link comes up, before anything
+/// else is sent on it, so the user only ever sees the diffs someone waits for. On a
+/// Claude-family editor only marked names are closed: its `close_tab` deletes the buffer
+/// any other name matches.
+fn close_leftovers(editor: &Editor) {
+    let key = editor.key();
+    let waiting = |tab: &str| editor.pending.iter().any(|p| p.editor_tab() == Some(tab));
+    for tab in editor.diffs.leftovers(key, waiting) {
+        if editor.family == Family::Claude && !crate::protocol::bridge::is_marked(&tab) {
+            editor.diffs.closed(key, &tab);
+            continue;
+        }
+        tracing::info!(editor = %editor.id, tab = %tab, "closing a diff left open by a daemon that died or a link that was lost");
+        if let Err(e) = editor.close_tab(&tab) {
+            tracing::warn!(editor = %editor.id, error = %e, "could not close a diff left open; it is tried again on the next link");
         }
     }
 }

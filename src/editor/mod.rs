@@ -11,6 +11,7 @@ mod dial;
 mod handle;
 mod health;
 mod inbound;
+pub mod journal;
 mod link;
 pub(crate) mod lockdir;
 pub mod lockfile;
@@ -21,6 +22,7 @@ pub use handle::{
     CallInFlight, Delegation, Editor, LinkInfo, LinkState, Owner, Pending, Succession,
 };
 pub use inbound::handle_editor_frame;
+pub use journal::DiffJournal;
 pub use link::{run, span};
 
 use crate::sys::config::Config;

@@ -28,6 +28,40 @@ pub fn private_file_options() -> OpenOptions {
     o
 }
 
+/// Writes `bytes` as the whole of the file at `path`, only ours (0600; its dir made 0700 when
+/// missing): a temporary file beside it renamed into place, so a reader or a crash sees the old
+/// content or the new, never half; `sync` flushes file and dir to disk before returning.
+pub fn replace_private(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    private_dir_builder().recursive(true).create(dir)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        {
+            // Closed before the rename: Windows renames no file that is open.
+            let mut f = private_file_options()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)?;
+            f.write_all(bytes)?;
+            if sync {
+                f.sync_all()?;
+            }
+        }
+        std::fs::rename(&tmp, path)?;
+        if sync {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// A path's owner and permission bits where the platform has them (`None` on Windows).
 pub fn owner_and_mode(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
     imp::owner_and_mode(meta)

@@ -198,6 +198,7 @@ impl Registry {
                 previous_pid: assigned.previous_pid,
             },
             self.cancel.child_token(),
+            self.diffs.clone(),
         ));
         self.editors.insert(id.clone(), editor.clone());
         self.by_path.insert(path, id.clone());
@@ -227,6 +228,8 @@ impl Registry {
         self.by_path.retain(|_, v| v != id);
         e.stop();
         self.changed();
+        // A dead editor's diffs went with it.
+        self.diffs.forget_dead(crate::platform::process::alive);
         // Only this handle's process is lost: when it died and a restart already inherited
         // the id (`admit` retires the dead one after the book named its successor), the
         // record is the successor's and stays live.

@@ -117,6 +117,8 @@ pub struct Registry {
     facts: Arc<dyn ProcessFacts>,
     /// False only in the registry's model test, which plays the links' part itself.
     spawn_links: bool,
+    /// The diffs open in editors, journalled beside the state file (`editor::journal`).
+    pub diffs: Arc<crate::editor::DiffJournal>,
 }
 
 impl Registry {
@@ -147,7 +149,12 @@ impl Registry {
             .clone()
             .unwrap_or_else(crate::sys::config::home_dir);
         let frames = crate::wire::budget::FrameBudget::new(config.frames_in_flight_bytes());
+        let diffs = Arc::new(match state.path().parent() {
+            Some(dir) => crate::editor::DiffJournal::open(dir, crate::platform::process::alive),
+            None => crate::editor::DiffJournal::in_memory(),
+        });
         Arc::new_cyclic(|me| Registry {
+            diffs,
             limits,
             frames,
             config: RwLock::new(config),

@@ -8,7 +8,6 @@ use crate::registry::identity::Book;
 use crate::sys::sync::lock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -243,35 +242,7 @@ pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Writes a temporary file beside `path` and renames it into place; `sync` flushes both.
 fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    crate::platform::user::private_dir_builder()
-        .recursive(true)
-        .create(dir)?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        {
-            // Closed before the rename: Windows renames no file that is open.
-            let mut f = crate::platform::user::private_file_options()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
-            f.write_all(bytes)?;
-            if sync {
-                f.sync_all()?;
-            }
-        }
-        std::fs::rename(&tmp, path)?;
-        if sync {
-            crate::platform::user::sync_dir(dir)?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    crate::platform::user::replace_private(path, bytes, sync)
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ mod claudecode_nvim;
 mod cli;
 mod compat;
 mod conformance;
+mod crash;
 mod doctor;
 mod editor_quirks;
 mod fakes;

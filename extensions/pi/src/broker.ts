@@ -1,6 +1,8 @@
 // One pi session's connection to the broker: a WebSocket over the broker's Unix socket
 // (`GET /v1/session?cwd=&session=&dialect=pi`), JSON-RPC both ways, reconnect with backoff,
-// and a detached daemon started when none answers. Every dial is preceded by the socket's
+// and a detached daemon started when none answers: before the first connection, and again
+// once in each outage after one (the daemon crashed or was stopped), so the session is back
+// within a second or so. Every dial is preceded by the socket's
 // trust check (src/socket_trust.ts): a path someone else may be listening at is never dialled,
 // and no daemon is started for it. Nothing here is process-global: a host that runs many pi
 // sessions in one process (pi-web) gets one link per session.
@@ -73,8 +75,9 @@ export type LinkEvents = {
 	/** Something the user should know once (the broker's `broker/notice`, a daemon too old
 	 * to say its version); the owner shows each text once. */
 	onNotice?: (message: string) => void;
-	/** The daemon we started answers; where it logs. */
-	onSpawned?: (log: string | undefined) => void;
+	/** The daemon we started answers; where it logs. `again`: it was started after the daemon
+	 * this link was connected to had gone (crashed, stopped), not before the first connection. */
+	onSpawned?: (log: string | undefined, again: boolean) => void;
 	/** The daemon could not be started with `command` (its errno name, when there is one). */
 	onSpawnFailed?: (command: string, code: string | undefined) => void;
 };
@@ -104,6 +107,10 @@ export function sessionPath(intro: Intro): string {
 	return `/v1/session?${q.toString()}`;
 }
 
+/** How long an outage lasts before the link starts a daemon again: a service manager restarts
+ * a daemon it runs after 1 s (the systemd unit's `RestartSec=1`), and that one should win. */
+export const RESPAWN_AFTER_MS = 1500;
+
 type Pending = { resolve: (v: any) => void; reject: (e: Error) => void };
 
 /** The session's link to the broker. */
@@ -123,7 +130,12 @@ export class BrokerLink {
 	private open = false;
 	private closed = false;
 	private everOpen = false;
+	/** A daemon was started since the link was last open (at most one per outage). */
 	private spawned = false;
+	/** When the open link was last lost (0: never open). */
+	private lostAt = 0;
+	/** See {@link RESPAWN_AFTER_MS} (tests shorten it). */
+	respawnAfterMs = RESPAWN_AFTER_MS;
 	private attempt = 0;
 	private timer: ReturnType<typeof setTimeout> | null = null;
 	private nextId = 1;
@@ -244,7 +256,8 @@ export class BrokerLink {
 			this.attempt = 0;
 			const reconnected = this.everOpen;
 			// "Started" only now that the daemon this link spawned answers.
-			if (!this.everOpen && this.spawned) this.events.onSpawned?.(this.logPath);
+			if (this.spawned) this.events.onSpawned?.(this.logPath, reconnected);
+			this.spawned = false;
 			this.everOpen = true;
 			// A proper MCP client: initialize first (answered by the broker, which also holds
 			// back notifications until then).
@@ -279,10 +292,14 @@ export class BrokerLink {
 		// Not a detach: the broker keeps the session's sticky target and re-attaches it when
 		// the link is back.
 		this.attached = null;
+		if (wasOpen) this.lostAt = Date.now();
 		if (wasOpen) this.events.onDown?.(why);
 		else if (reconnect) this.events.onUnreachable?.(why);
 		if (reconnect && !this.closed) {
-			const delay = backoffDelay(this.attempt++);
+			let delay = backoffDelay(this.attempt++);
+			// A daemon is due to be started: the dial that starts it comes when it is due.
+			const due = this.lostAt + this.respawnAfterMs - Date.now();
+			if (this.everOpen && !this.spawned && this.spawnCommand && due > 0) delay = Math.min(delay, due + 10);
 			this.timer = setTimeout(() => {
 				this.timer = null;
 				this.dial();
@@ -290,9 +307,15 @@ export class BrokerLink {
 		}
 	}
 
-	/** No daemon answers: start one, once per link, if it has a command and never had a broker. */
+	/** No daemon answers: start one, if the link has a command, once per outage: before the
+	 * first connection, and after the daemon it was connected to went away (a crash, a stop).
+	 * Another session may start one at the same moment: the daemon's own lock keeps one. */
 	private noDaemon(): void {
-		if (!this.everOpen && !this.spawned && this.spawnCommand) this.spawnDaemon();
+		if (this.spawned || !this.spawnCommand) return;
+		if (this.everOpen && Date.now() - this.lostAt < this.respawnAfterMs) return;
+		this.spawnDaemon();
+		// Dialled again soon: the daemon binds its socket within a few hundred ms.
+		this.attempt = 0;
 	}
 
 	private spawnDaemon(): void {
