@@ -198,3 +198,258 @@ async fn a_replaced_binary_hands_the_socket_to_the_new_one_and_sessions_come_bac
     );
     b.close().await;
 }
+
+/// Stages and packs the pi package and the linux-x64 platform package at `version` into
+/// `out`, as `packaging/pack.sh` lays them out, the platform binary being this build's: the
+/// daemon an upgrade starts from and the one it upgrades to are both the code under test.
+/// (root tarball, platform tarball)
+async fn pack(version: &str, out: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let stage = out.join(format!("stage-{version}"));
+    let platform = stage.join("linux-x64");
+    let vendor = platform.join("vendor/x86_64-unknown-linux-musl/bin");
+    std::fs::create_dir_all(&vendor).expect("mkdir vendor");
+    let with_version = |from: &Path, to: &Path, pin_platform: bool| {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(from).expect("package.json"))
+                .expect("package.json is JSON");
+        v["version"] = json!(version);
+        if pin_platform {
+            // Only the platform package this machine installs is published here.
+            v["optionalDependencies"] = json!({"pi-ide-broker-linux-x64": version});
+        }
+        std::fs::write(to, v.to_string()).expect("write package.json");
+    };
+    with_version(
+        &repo.join("packaging/npm/linux-x64/package.json"),
+        &platform.join("package.json"),
+        false,
+    );
+    let bin = vendor.join("pi-ide-broker");
+    std::fs::copy(broker_bin(), &bin).expect("copy the binary");
+    // A debug build's symbols are most of its size; packed and published twice, they cost more
+    // than the test. Without `strip` (binutils) the binary goes as it is.
+    let _ = tokio::process::Command::new("strip")
+        .arg("--strip-debug")
+        .arg(&bin)
+        .status()
+        .await;
+    let root = stage.join("pi-ide-broker");
+    for rel in ["extensions/pi/src", "extensions/pi/bin"] {
+        std::fs::create_dir_all(root.join(rel)).expect("mkdir");
+        for e in std::fs::read_dir(repo.join(rel))
+            .expect("read_dir")
+            .flatten()
+        {
+            let name = e.file_name();
+            let keep = [".ts", ".js"]
+                .iter()
+                .any(|x| name.to_string_lossy().ends_with(x));
+            if keep {
+                std::fs::copy(e.path(), root.join(rel).join(&name)).expect("copy");
+            }
+        }
+    }
+    std::fs::copy(
+        repo.join("extensions/pi/index.ts"),
+        root.join("extensions/pi/index.ts"),
+    )
+    .expect("copy index.ts");
+    with_version(&repo.join("package.json"), &root.join("package.json"), true);
+    let mut tarballs = Vec::new();
+    for dir in [&root, &platform] {
+        let out_dir = out.to_path_buf();
+        let packed = tokio::process::Command::new("npm")
+            .args(["pack", "--silent", "--ignore-scripts", "--pack-destination"])
+            .arg(&out_dir)
+            .current_dir(dir)
+            .env("npm_config_update_notifier", "false")
+            .output();
+        let packed = pi_ide_broker::testkit::within_start("npm pack", packed)
+            .await
+            .expect("run npm pack");
+        assert!(
+            packed.status.success(),
+            "npm pack in {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&packed.stderr)
+        );
+        let name = String::from_utf8_lossy(&packed.stdout).trim().to_string();
+        tarballs.push(out_dir.join(name));
+    }
+    (tarballs[0].clone(), tarballs[1].clone())
+}
+
+/// Issue 62's acceptance, with the real programs: pi installs `pi-ide-broker` from a local
+/// registry (verdaccio), a pi session autoconnects (its daemon started by the extension from
+/// the platform package) to a real Neovim with pi-ide.nvim; a newer version is published and
+/// `pi install npm:pi-ide-broker` run while the session is open. The same session's next
+/// write is reviewed in Neovim within 5 s of the install, served by a daemon running the new
+/// file, with no new pi session; rejected there, the write is refused. Before the handover the
+/// old daemon exited (75) and nothing started the new one: no diff came, the write was refused
+/// as "not reachable".
+#[tokio::test]
+async fn pi_install_of_a_newer_version_under_an_open_session_keeps_its_writes_reviewed() {
+    use crate::common::fake_model::{FakeModel, Reply};
+    use crate::common::pi::{find_pi, pi_home, Pi};
+    use crate::npm_install::{path_without_cargo, pi_package_cmd, Registry};
+    let Some(pi) = find_pi() else { return };
+    let Some((_, verdaccio)) = crate::npm_install::find_tools() else {
+        return;
+    };
+    let Some((nvim, mut plugins)) =
+        crate::common::nvim_plugins::neovim_with("upgrade", &["PI_IDE_BROKER_PI_IDE_NVIM"])
+    else {
+        return;
+    };
+    let plugin = plugins.pop().expect("pi-ide.nvim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(dir.path()).expect("canonical");
+    let registry = Registry::start(&pi, &verdaccio, &root).await;
+    let (old_root, old_platform) = pack("0.0.1", &root).await;
+    let (new_root, new_platform) = pack("0.0.2", &root).await;
+    registry.publish(&old_platform).await;
+    registry.publish(&old_root).await;
+
+    let model = FakeModel::start().await;
+    let home = pi_home(&root, &model.models_json());
+    let path = path_without_cargo(&pi);
+    // npm may answer a second install from its cached metadata, which a publish seconds ago
+    // has not reached (pi says so itself): ask the registry every time, as a user's later
+    // upgrade, minutes or days on, does.
+    std::fs::write(home.join(".npmrc"), "prefer-online=true\n").expect("write .npmrc");
+    // The newer version named: `npm install <name>` keeps the version its project already
+    // depends on (`^0.0.1` is 0.0.1 alone).
+    let install = |spec: &'static str| {
+        let (pi, home, url, path) = (&pi, &home, registry.url.clone(), path.clone());
+        async move {
+            let (ok, out, took) = pi_package_cmd(pi, home, &url, &path, &["install", spec]).await;
+            assert!(ok, "pi install {spec}: {out}");
+            took
+        }
+    };
+    install("npm:pi-ide-broker").await;
+    let binary = home.join(
+        ".pi/agent/npm/node_modules/pi-ide-broker-linux-x64/vendor/x86_64-unknown-linux-musl/bin/pi-ide-broker",
+    );
+    let first_binary = identity(&binary);
+
+    let project = home.join("project");
+    std::fs::create_dir_all(&project).expect("mkdir project");
+    let file = project.join("a.txt");
+    std::fs::write(&file, "original\n").expect("write");
+    let lock_dir = home.join(".pi/ide");
+    std::fs::create_dir_all(&lock_dir).expect("mkdir lock dir");
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crash/pi_ide.lua");
+    let nv = crate::acp_nvim::Nvim::start(
+        &nvim,
+        &root.join("nvim.sock"),
+        &[plugin],
+        &[driver],
+        &project,
+        &[
+            ("PI_IDE_LOCK_DIR", lock_dir.clone()),
+            ("HOME", root.join("nvim-home")),
+            ("XDG_STATE_HOME", root.join("nvim-state")),
+            ("XDG_CACHE_HOME", root.join("nvim-cache")),
+            ("XDG_CONFIG_HOME", root.join("nvim-config")),
+        ],
+    )
+    .await;
+    nv.until("pi-ide.nvim set up", "start()", |s| s == "ok")
+        .await;
+    nv.until("pi-ide.nvim's server", "port()", |s| !s.is_empty())
+        .await;
+
+    let state_dir = home.join(".local/state/pi-ide-broker");
+    let _reaper = DaemonReaper(state_dir.clone());
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("mkdir tmp");
+    let env = [("PATH", path.as_os_str()), ("TMPDIR", tmp.as_os_str())];
+    let mut session = Pi::start_installed(&pi, &home, &project, &env).await;
+    session.toast(0, "Auto-connected to").await;
+    let first_daemon = running_pid(&state_dir).expect("the daemon's running record");
+
+    registry.publish(&new_platform).await;
+    registry.publish(&new_root).await;
+    let took = install("npm:pi-ide-broker@0.0.2").await;
+    let installed = std::time::Instant::now();
+    eprintln!(
+        "pi install of the newer version took {} ms",
+        took.as_millis()
+    );
+    let versions = ["pi-ide-broker", "pi-ide-broker-linux-x64"].map(|p| {
+        std::fs::read_to_string(
+            home.join(".pi/agent/npm/node_modules")
+                .join(p)
+                .join("package.json"),
+        )
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .map(|v| v["version"].to_string())
+    });
+    assert_ne!(
+        identity(&binary),
+        first_binary,
+        "the second pi install did not replace the binary (installed: {versions:?}; npm's project: {})",
+        std::fs::read_to_string(home.join(".pi/agent/npm/package.json")).unwrap_or_default()
+    );
+
+    // The open session's next write: reviewed in Neovim, within 5 s of the install.
+    let text_of = |s: &str| s.to_string();
+    model.push(Reply::Tool {
+        name: "write".into(),
+        args: json!({"path": file.display().to_string(), "content": "upgraded\n"}),
+    });
+    model.push(Reply::Text("turn done".into()));
+    let from = session.mark();
+    let r = session
+        .command("prompt", json!({"message": "write upgraded"}))
+        .await;
+    assert_eq!(r["success"], true, "{r}");
+    let shown = nv
+        .until("the write's diff in Neovim", "diffs()", |s| !s.is_empty())
+        .await;
+    let reviewed_after = installed.elapsed();
+    eprintln!(
+        "the write after the upgrade was in Neovim {} ms after pi install returned",
+        reviewed_after.as_millis()
+    );
+    assert!(
+        reviewed_after <= std::time::Duration::from_secs(5),
+        "the write's diff came {reviewed_after:?} after the install"
+    );
+    let successor = running_pid(&state_dir).expect("the successor's running record");
+    assert_ne!(successor, first_daemon, "the old daemon still serves");
+    assert_eq!(
+        identity(Path::new(&format!("/proc/{successor}/exe"))),
+        identity(&binary),
+        "the daemon serving now runs the newly installed file"
+    );
+    assert_eq!(
+        nv.call(&format!(
+            "decide({}, \"reject\")",
+            crate::acp_nvim::lua_str(&shown)
+        ))
+        .await,
+        "ok"
+    );
+    session
+        .until("the turn settled", from, |v| v["type"] == "agent_settled")
+        .await;
+    let (_, is_error, result) = session
+        .tool_results(from)
+        .into_iter()
+        .find(|(name, _, _)| name == "write")
+        .expect("the write's result");
+    assert!(
+        is_error && !result.contains("not reachable"),
+        "the write was not refused by the reviewer: {result}"
+    );
+    assert_eq!(
+        text_of(&std::fs::read_to_string(&file).unwrap()),
+        "original\n"
+    );
+    session.quit().await;
+    drop(registry);
+}
