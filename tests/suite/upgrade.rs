@@ -34,6 +34,20 @@ fn running_pid(state: &Path) -> Option<u32> {
     u32::try_from(v["pid"].as_u64()?).ok()
 }
 
+/// The pi session's key in the handover test.
+const PI_KEY: &str = "pi-session-upgrade";
+
+/// A pi session as the extension opens it (protocol 2, followable), on `cwd`.
+async fn pi_session(socket: &Path, cwd: &str) -> Agent {
+    let q = format!(
+        "cwd={}&session={PI_KEY}&client=pi-ide-broker-pi&client_version=0.1.0&protocol=2",
+        pi_ide_broker::protocol::percent::encode_query(cwd)
+    );
+    within("the pi session's connect", Agent::connect(socket, &q))
+        .await
+        .expect("pi session")
+}
+
 /// Dials `socket` again and again until stopped, keeping every failure: a client arriving
 /// during the handover must find a listener.
 struct Dialler {
@@ -76,7 +90,8 @@ impl Dialler {
 /// diff is open: the daemon waits for the reviewer (the diff is answered FILE_SAVED by the
 /// old daemon), then starts the new file, which takes the socket over. A client dialling all
 /// along is never refused; the old daemon exits 0, the successor runs the new file, and the
-/// native session (same key, same editor) and the `mcp` door are attached again at once.
+/// native session (same key, same editor), the `mcp` door and an ACP door following a pi
+/// session are attached again at once.
 /// Before the handover the daemon exited 75 and nobody listened until a new session started
 /// one: the dialler saw ECONNREFUSED/ENOENT and no successor ran.
 #[tokio::test]
@@ -130,6 +145,19 @@ async fn a_replaced_binary_hands_the_socket_to_the_new_one_and_sessions_come_bac
         .await
         .get("result")
         .is_some());
+    // A pi session (as the extension opens it) and an ACP editor following it.
+    let mut pi = pi_session(&socket, &folder).await;
+    let mut acp_cmd = tokio::process::Command::new(broker_bin());
+    acp_cmd.arg("--config").arg(&cfg).arg("acp");
+    isolate(&mut acp_cmd, &root);
+    let mut acp = pi_ide_broker::testkit::acp_client::AcpClient::spawn(&mut acp_cmd);
+    acp.initialize(true, false).await;
+    assert_eq!(
+        acp.new_session(&folder).await["result"]["sessionId"],
+        PI_KEY
+    );
+    pi.until("the follower", |m| m["method"] == "broker/followers")
+        .await;
 
     let file = proj.join("a.rs").display().to_string();
     a.call_tool(
@@ -153,6 +181,7 @@ async fn a_replaced_binary_hands_the_socket_to_the_new_one_and_sessions_come_bac
     assert!(fe.accept_diff("t", "new\n"));
     assert_eq!(text(&a.answer(&json!("d")).await), "FILE_SAVED");
     let status = d.wait_exit().await;
+    let stepped_down = std::time::Instant::now();
     assert!(status.success(), "{status:?}\n{}", d.seen.join("\n"));
     let successor = eventually("the successor's running record", || {
         running_pid(&state).filter(|p| *p != old_pid)
@@ -188,6 +217,34 @@ async fn a_replaced_binary_hands_the_socket_to_the_new_one_and_sessions_come_bac
     })
     .await;
     assert!(answer.get("result").is_some(), "{answer}");
+    // The pi session comes back (as the extension redials) and the ACP door follows it again
+    // by itself: its next prompt reaches pi.
+    let mut pi = pi_session(&socket, &folder).await;
+    pi.until("the follower, again", |m| {
+        m["method"] == "broker/followers" && m["params"]["count"] == 1
+    })
+    .await;
+    eprintln!(
+        "the ACP door followed the pi session again {} ms after the old daemon exited",
+        stepped_down.elapsed().as_millis()
+    );
+    let prompt = acp.prompt(PI_KEY, "after the upgrade").await;
+    let asked = pi
+        .until("the prompt", |m| {
+            m["method"] == "pi/prompt" && m.get("id").is_some()
+        })
+        .await;
+    assert_eq!(asked["params"]["text"], "after the upgrade");
+    pi.send_text(
+        &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"stopReason": "end_turn"}})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(
+        acp.answer(&prompt).await["result"]["stopReason"],
+        "end_turn"
+    );
+    acp.close().await;
     let (dials, refused) = dialler.finish();
     assert!(dials > 10, "the dialler ran ({dials} dials)");
     assert!(
