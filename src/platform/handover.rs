@@ -95,7 +95,7 @@ pub fn taken() -> Option<Taken> {
     if TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
         return None;
     }
-    let found = imp::taken(&spec);
+    let found = parse(&spec).and_then(|(from, listener, pair)| imp::taken(from, listener, pair));
     if found.is_none() {
         tracing::warn!(
             "{ENV}={spec} names no handover to this process (not from its parent, or not a listening socket); starting as usual"
@@ -183,8 +183,7 @@ mod imp {
         }
     }
 
-    pub(super) fn taken(spec: &str) -> Option<Taken> {
-        let (from, listen_raw, pair_raw) = super::parse(spec)?;
+    pub(super) fn taken(from: u32, listen_raw: i32, pair_raw: i32) -> Option<Taken> {
         let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
         if parent != i32::try_from(from).ok() {
             return None;
@@ -247,7 +246,7 @@ mod imp {
         Err("no handover on Windows".into())
     }
 
-    pub(super) fn taken(_: &str) -> Option<Taken> {
+    pub(super) fn taken(_: u32, _: i32, _: i32) -> Option<Taken> {
         None
     }
 
