@@ -40,10 +40,12 @@ family = "pi"
 CONF
 mkdir -p "$dir/pi-ide" "$dir/proj"
 
-# "<tid> <switches>" for every thread of PID: voluntary and involuntary context switches.
+# "<tid> <switches>" for every thread of PID: its context switches of KIND (`ctxt_switches`:
+# voluntary and involuntary; `^voluntary`: those where it waited for something, i.e. its
+# wake-ups whatever else runs on the machine).
 switches() {
   for t in /proc/"$1"/task/*; do
-    awk -v t="${t##*/}" '/ctxt_switches/ { n += $2 } END { print t, n + 0 }' "$t/status" 2>/dev/null || true
+    awk -v t="${t##*/}" -v k="$2" '$1 ~ k { n += $2 } END { print t, n + 0 }' "$t/status" 2>/dev/null || true
   done
 }
 
@@ -91,12 +93,15 @@ for run in $(seq "$runs"); do
     sleep 0.1
   done
   sleep "$warm"
-  switches "$daemon_pid" >"$dir/before"
+  switches "$daemon_pid" ctxt_switches >"$dir/before"
+  switches "$daemon_pid" ^voluntary >"$dir/before.vol"
   sleep "$seconds"
-  switches "$daemon_pid" >"$dir/after"
+  switches "$daemon_pid" ctxt_switches >"$dir/after"
+  switches "$daemon_pid" ^voluntary >"$dir/after.vol"
   n=$(woken "$dir/before" "$dir/after")
+  vol=$(woken "$dir/before.vol" "$dir/after.vol")
   rate=$(awk -v n="$n" -v s="$seconds" 'BEGIN { printf "%.2f", n / s }')
-  echo "run $run: $n wake-ups in ${seconds} s = $rate a second ($(wc -l <"$dir/after") threads)"
+  echo "run $run: $n context switches in ${seconds} s = $rate a second ($vol voluntary; $(wc -l <"$dir/after") threads)"
   rates+=("$rate")
   kill "${session_pids[@]}" "$daemon_pid" 2>/dev/null || true
   wait "$daemon_pid" 2>/dev/null || true
@@ -104,5 +109,5 @@ done
 printf '%s\n' "${rates[@]}" | sort -g | awk -v bin="$daemon" '
   { v[NR] = $1 } END {
     m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "idle wake-ups a second, 3 editors + 2 sessions (%s): median %.2f, worst %.2f over %d runs\n", bin, m, v[NR], NR
+    printf "idle context switches a second, 3 editors + 2 sessions (%s): median %.2f, worst %.2f over %d runs\n", bin, m, v[NR], NR
   }'

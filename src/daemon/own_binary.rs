@@ -26,6 +26,11 @@ use tokio_util::sync::CancellationToken;
 pub const REMOVED_GRACE: Duration = Duration::from_secs(3);
 /// While calls are pending after a change, how often they are counted again.
 const PENDING_RECHECK: Duration = Duration::from_millis(500);
+/// A change is acted on once the path has been quiet this long (an installer still writing
+/// or `chmod`ing the new file is let finish), or after [`SETTLE_AT_MOST`] of changes.
+const QUIET: Duration = Duration::from_millis(300);
+/// The longest a change waits for the path to be quiet.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(5);
 
 /// The exit status of a daemon that stopped because its binary went (EX_TEMPFAIL): not a
 /// success, so a service manager that restarts on failure (the systemd unit's
@@ -54,9 +59,25 @@ pub enum Change {
 pub struct OwnBinary {
     /// Its path.
     pub path: PathBuf,
-    /// (device, inode) of the file the daemon runs, or after a failed handover, of the file
-    /// that could not take over (so only a further change is acted on).
+    /// (device, inode) of the file the daemon runs.
     id: (u64, u64),
+    /// What the path held when a successor could not take over from it: only a further
+    /// change (a new file, or this one written again or made executable) is tried.
+    failed: Option<Stamp>,
+}
+
+/// What a file at a path is, as far as trying it again goes: its identity, size, modification
+/// time and exec bit.
+type Stamp = ((u64, u64), u64, Option<std::time::SystemTime>, bool);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((
+        crate::platform::user::file_identity(&m)?,
+        m.len(),
+        m.modified().ok(),
+        crate::platform::user::is_executable(&m),
+    ))
 }
 
 impl OwnBinary {
@@ -68,15 +89,20 @@ impl OwnBinary {
         }
         let path = crate::platform::process::own_exe()?;
         let id = identity(&path)?;
-        Some(OwnBinary { path, id })
+        Some(OwnBinary {
+            path,
+            id,
+            failed: None,
+        })
     }
 
     /// What happened to the path since, if it no longer holds the running binary.
     pub fn gone(&self) -> Option<Change> {
         match identity(&self.path) {
             None => Some(Change::Removed),
-            Some(id) if id != self.id => Some(Change::Replaced),
-            Some(_) => None,
+            Some(id) if id == self.id => None,
+            Some(_) if self.failed.is_some() && self.failed == stamp(&self.path) => None,
+            Some(_) => Some(Change::Replaced),
         }
     }
 
@@ -128,7 +154,16 @@ pub async fn watch(handle: Handle, mut own: OwnBinary, shutdown: CancellationTok
                     c = settled(&own, &mut events) => c,
                 }
             }
-            replaced => replaced,
+            Change::Replaced => {
+                tokio::select! {
+                    _ = reg.cancel.cancelled() => return,
+                    _ = quiet(&mut events) => {}
+                }
+                match own.gone() {
+                    Some(c) => c,
+                    None => continue,
+                }
+            }
         };
         let why = own.why(change);
         let next = match change {
@@ -145,9 +180,7 @@ pub async fn watch(handle: Handle, mut own: OwnBinary, shutdown: CancellationTok
             return;
         }
         // The new file could not take over: only a further change is tried again.
-        if let Some(id) = identity(&own.path) {
-            own.id = id;
-        }
+        own.failed = stamp(&own.path);
     }
 }
 
@@ -171,13 +204,26 @@ async fn changed(own: &OwnBinary, events: &mut FsEvents) -> Option<Change> {
     }
 }
 
+/// Resolves once no event has come for [`QUIET`], or after [`SETTLE_AT_MOST`].
+async fn quiet(events: &mut FsEvents) {
+    let until = tokio::time::Instant::now() + SETTLE_AT_MOST;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return,
+            _ = tokio::time::sleep(QUIET) => return,
+            ev = events.recv() => if ev.is_none() { return },
+        }
+    }
+}
+
 /// A removed binary's path given [`REMOVED_GRACE`] to hold a new file: `Replaced` as soon as
 /// one is there, `Removed` if none came.
 async fn settled(own: &OwnBinary, events: &mut FsEvents) -> Change {
     let until = tokio::time::Instant::now() + REMOVED_GRACE;
     loop {
         if own.gone() == Some(Change::Replaced) {
-            return Change::Replaced;
+            quiet(events).await;
+            return own.gone().unwrap_or(Change::Replaced);
         }
         tokio::select! {
             _ = tokio::time::sleep_until(until) => return own.gone().unwrap_or(Change::Replaced),
@@ -235,9 +281,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("bin");
         std::fs::write(&path, b"one").expect("write");
-        let own = OwnBinary {
+        let mut own = OwnBinary {
             id: identity(&path).expect("id"),
             path: path.clone(),
+            failed: None,
         };
         assert_eq!(own.gone(), None);
         // Written over in place (same inode): still the file we run.
@@ -247,6 +294,12 @@ mod tests {
         let next = dir.path().join("bin.new");
         std::fs::write(&next, b"three").expect("write new");
         std::fs::rename(&next, &path).expect("rename");
+        assert_eq!(own.gone(), Some(Change::Replaced));
+        // A new file that could not take over is not tried again as it is...
+        own.failed = stamp(&path);
+        assert_eq!(own.gone(), None);
+        // ...but once it changes (written again, made executable), it is.
+        std::fs::write(&path, b"three, whole").expect("rewrite the new one");
         assert_eq!(own.gone(), Some(Change::Replaced));
         std::fs::remove_file(&path).expect("remove");
         assert_eq!(own.gone(), Some(Change::Removed));

@@ -427,6 +427,7 @@ async fn pi_install_of_a_newer_version_under_an_open_session_keeps_its_writes_re
     session.toast(0, "Auto-connected to").await;
     let first_daemon = running_pid(&state_dir).expect("the daemon's running record");
 
+    let before_upgrade = session.mark();
     registry.publish(&new_platform).await;
     registry.publish(&new_root).await;
     let took = install("npm:pi-ide-broker@0.0.2").await;
@@ -453,7 +454,6 @@ async fn pi_install_of_a_newer_version_under_an_open_session_keeps_its_writes_re
     );
 
     // The open session's next write: reviewed in Neovim, within 5 s of the install.
-    let text_of = |s: &str| s.to_string();
     model.push(Reply::Tool {
         name: "write".into(),
         args: json!({"path": file.display().to_string(), "content": "upgraded\n"}),
@@ -504,8 +504,23 @@ async fn pi_install_of_a_newer_version_under_an_open_session_keeps_its_writes_re
         "the write was not refused by the reviewer: {result}"
     );
     assert_eq!(
-        text_of(&std::fs::read_to_string(&file).unwrap()),
+        std::fs::read_to_string(&file).expect("the file"),
         "original\n"
+    );
+    // The user was told once, and nothing alarming: the session is back on its editor.
+    session.toast(before_upgrade, "Reconnected to").await;
+    let notices: Vec<&str> = session.log[before_upgrade..]
+        .iter()
+        .filter(|v| v["type"] == "extension_ui_request" && v["method"] == "notify")
+        .filter_map(|v| v["message"].as_str())
+        .collect();
+    assert_eq!(
+        notices
+            .iter()
+            .filter(|m| m.contains("Reconnected to"))
+            .count(),
+        1,
+        "{notices:?}"
     );
     session.quit().await;
     drop(registry);
