@@ -106,14 +106,7 @@ pub async fn serve(
     let socket = config.socket_path();
     let record = config.running_record();
     // One daemon per user, and one per socket: both claims held until we return.
-    let (_user_claim, listener, claim) = match crate::platform::handover::taken() {
-        Some(taken) => take_over(taken, &config, &socket).await?,
-        None => {
-            let user = crate::platform::local::claim_user(&config.state_dir(), &socket, &record)?;
-            let (listener, claim) = listen(&socket).await?;
-            (user, listener, claim)
-        }
-    };
+    let (_user_claim, listener, claim) = claim_and_listen(&config, &socket, &record).await?;
     let kept = crate::platform::handover::keep(&listener).map(Arc::new);
     let handed_over = Arc::new(AtomicBool::new(false));
     let remotes = bind_remotes(&config, &socket).await;
@@ -177,6 +170,30 @@ pub async fn serve(
     Ok(())
 }
 
+/// The per-user claim, the listening socket and the socket's claim (none for a socket the
+/// service manager passed).
+type Claimed = (
+    crate::platform::local::Claim,
+    crate::platform::local::Listener,
+    Option<crate::platform::local::Claim>,
+);
+
+/// [`Claimed`]: taken over from the daemon this binary replaces, or taken and bound here.
+async fn claim_and_listen(
+    config: &Config,
+    socket: &std::path::Path,
+    record: &std::path::Path,
+) -> Result<Claimed, Error> {
+    match crate::platform::handover::taken() {
+        Some(taken) => take_over(taken, config, socket).await,
+        None => {
+            let user = crate::platform::local::claim_user(&config.state_dir(), socket, record)?;
+            let (listener, claim) = listen(socket).await?;
+            Ok((user, listener, claim))
+        }
+    }
+}
+
 /// A successor's start: tells the daemon it replaces that it runs, waits for that daemon's
 /// claims (it lets go once its stop order is done and its state saved), then serves on the
 /// listening socket it inherited, which never stopped listening: clients that came meanwhile
@@ -185,14 +202,7 @@ async fn take_over(
     mut taken: crate::platform::handover::Taken,
     config: &Config,
     socket: &std::path::Path,
-) -> Result<
-    (
-        crate::platform::local::Claim,
-        crate::platform::local::Listener,
-        Option<crate::platform::local::Claim>,
-    ),
-    Error,
-> {
+) -> Result<Claimed, Error> {
     tracing::info!(
         from = taken.from,
         "taking over the socket from the daemon this binary replaces"
