@@ -132,12 +132,8 @@ mod imp {
         args: &[std::ffi::OsString],
         kept: &Kept,
     ) -> std::io::Result<Successor> {
-        let (ours, theirs) = rustix::net::socketpair(
-            rustix::net::AddressFamily::UNIX,
-            rustix::net::SocketType::STREAM,
-            rustix::net::SocketFlags::CLOEXEC,
-            None,
-        )?;
+        // Close-on-exec on every platform (std sets it), so only the successor inherits one.
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         let listen_raw = kept.fd.as_raw_fd();
         let pair_raw = theirs.as_raw_fd();
         let mut cmd = tokio::process::Command::new(exe);
@@ -163,9 +159,8 @@ mod imp {
         }
         let child = cmd.spawn()?;
         drop(theirs);
-        let std_stream = std::os::unix::net::UnixStream::from(ours);
-        std_stream.set_nonblocking(true)?;
-        let started = tokio::net::UnixStream::from_std(std_stream)?;
+        ours.set_nonblocking(true)?;
+        let started = tokio::net::UnixStream::from_std(ours)?;
         Ok(Successor { child, started })
     }
 
@@ -200,14 +195,21 @@ mod imp {
         for fd in [&listener, &started] {
             let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
         }
-        let listening = rustix::net::sockopt::socket_acceptconn(&listener).unwrap_or(false)
-            && rustix::net::sockopt::socket_domain(&listener).ok()
-                == Some(rustix::net::AddressFamily::UNIX);
-        listening.then_some(Taken {
+        listening_unix(&listener).then_some(Taken {
             from,
             listener,
             started: Some(started),
         })
+    }
+
+    /// A Unix socket, listening (where the OS says; Apple's `getsockopt` has no
+    /// `SO_ACCEPTCONN` in rustix, and there the address family alone is checked).
+    fn listening_unix(fd: &OwnedFd) -> bool {
+        let unix = rustix::net::getsockname(fd)
+            .is_ok_and(|a| a.address_family() == rustix::net::AddressFamily::UNIX);
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let unix = unix && rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false);
+        unix
     }
 
     pub(super) fn tell_started(t: &mut Taken) {
