@@ -68,9 +68,10 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
                     // On the daemon's tracker, so the stop order waits for it like every task.
                     let reg = h.registry();
                     reg.tracker.spawn(trim_log_until(reg.cancel.clone()));
-                    // Uninstalled or upgraded under us: stop once nothing is pending.
+                    // Upgraded under us: hand over to the new binary; uninstalled: stop (once
+                    // nothing is pending either way).
                     if let Some(own) = crate::daemon::own_binary::OwnBinary::current() {
-                        reg.tracker.spawn(crate::daemon::own_binary::watch(reg.clone(), own, shutdown.clone()));
+                        reg.tracker.spawn(crate::daemon::own_binary::watch(h.clone(), own, shutdown.clone()));
                     }
                     supervisor::announce_ready(reg);
                 }

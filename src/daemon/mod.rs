@@ -14,6 +14,7 @@ use crate::registry::Registry;
 use crate::session::Control;
 use crate::sys::config::Config;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -39,12 +40,26 @@ pub struct Ready {
     pub state_file: PathBuf,
 }
 
-/// A handle to reconfigure a running daemon (SIGHUP).
+/// A handle to reconfigure a running daemon (SIGHUP) or hand it over to its successor.
 #[derive(Clone)]
 pub struct Handle {
     reg: Arc<Registry>,
     lockdir: mpsc::UnboundedSender<LockDirCommand>,
+    /// The listening socket, kept to hand over (none on Windows).
+    kept: Option<Arc<crate::platform::handover::Kept>>,
+    /// Set once a successor runs and this daemon steps down for it: the socket and the
+    /// running record are the successor's then, not removed at the stop.
+    handed_over: Arc<AtomicBool>,
 }
+
+/// How long a successor may take to say it runs before the handover is given up.
+const SUCCESSOR_STARTS_WITHIN: Duration = Duration::from_secs(10);
+/// How long a successor waits for the daemon it replaces to let go, beyond that daemon's own
+/// shutdown timeout.
+const TAKE_OVER_SLACK: Duration = Duration::from_secs(10);
+/// What sessions are told at a stop; the pi extension stays quiet on "shutting down" (the
+/// link comes back), and says "Reconnected" when it is attached again.
+const STOPPING: &str = "broker is shutting down";
 
 impl Handle {
     /// Applies a new config: lock dirs, health and timeout settings (sessions stay connected).
@@ -61,6 +76,23 @@ impl Handle {
     pub fn registry(&self) -> &Arc<Registry> {
         &self.reg
     }
+
+    /// Starts `exe` with this daemon's own arguments to take over its listening socket, and
+    /// waits until it says it runs (its pid): the caller then stops this daemon, which leaves
+    /// the socket listening for it. An error says why the successor cannot take over; this
+    /// daemon then serves on as before.
+    pub async fn hand_over(&self, exe: &std::path::Path) -> Result<u32, String> {
+        let kept = self
+            .kept
+            .as_ref()
+            .ok_or("this daemon's socket cannot be handed over here")?;
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+        let successor = crate::platform::handover::start_successor(exe, &args, kept)
+            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+        let pid = successor.started(SUCCESSOR_STARTS_WITHIN).await?;
+        self.handed_over.store(true, Ordering::Release);
+        Ok(pid)
+    }
 }
 
 /// Runs the broker until `shutdown` is cancelled. `on_ready` is called once the socket is
@@ -73,10 +105,10 @@ pub async fn serve(
     let config = Arc::new(config);
     let socket = config.socket_path();
     let record = config.running_record();
-    // One daemon per user: held until we return, whatever socket path another would pick.
-    let _user_claim = crate::platform::local::claim_user(&config.state_dir(), &socket, &record)?;
-    // The socket's claim is held until we return: no second daemon can take it meanwhile.
-    let (listener, claim) = listen(&socket).await?;
+    // One daemon per user, and one per socket: both claims held until we return.
+    let (_user_claim, listener, claim) = claim_and_listen(&config, &socket, &record).await?;
+    let kept = crate::platform::handover::keep(&listener).map(Arc::new);
+    let handed_over = Arc::new(AtomicBool::new(false));
     let remotes = bind_remotes(&config, &socket).await;
     if let crate::platform::peer::Place::Unreadable(why) = crate::platform::peer::own_place() {
         tracing::warn!("cannot read the broker's own namespaces ({why}): a container on the main socket cannot be told from a local process; give containers a [[remote]]'s socket");
@@ -114,17 +146,74 @@ pub async fn serve(
         Handle {
             reg: reg.clone(),
             lockdir,
+            kept,
+            handed_over: handed_over.clone(),
         },
     );
     shutdown.cancelled().await;
-    stop(&reg, &config).await;
-    // Last, the sockets and the running record go, then the claims (on return).
+    let handing_over = handed_over.load(Ordering::Acquire);
+    let why = if handing_over {
+        format!("{STOPPING}: handing over to its upgraded binary")
+    } else {
+        STOPPING.to_string()
+    };
+    stop(&reg, &config, &why).await;
+    // Last, the sockets and the running record go (unless a successor listens on the socket
+    // and writes the record), then the claims (on return), which the successor waits for.
     remove_remote_sockets(&reg, &config);
-    let _ = std::fs::remove_file(&socket);
-    let _ = std::fs::remove_file(&record);
+    if !handing_over {
+        let _ = std::fs::remove_file(&socket);
+        let _ = std::fs::remove_file(&record);
+    }
     drop(claim);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The per-user claim, the listening socket and the socket's claim (none for a socket the
+/// service manager passed).
+type Claimed = (
+    crate::platform::local::Claim,
+    crate::platform::local::Listener,
+    Option<crate::platform::local::Claim>,
+);
+
+/// [`Claimed`]: taken over from the daemon this binary replaces, or taken and bound here.
+async fn claim_and_listen(
+    config: &Config,
+    socket: &std::path::Path,
+    record: &std::path::Path,
+) -> Result<Claimed, Error> {
+    match crate::platform::handover::taken() {
+        Some(taken) => take_over(taken, config, socket).await,
+        None => {
+            let user = crate::platform::local::claim_user(&config.state_dir(), socket, record)?;
+            let (listener, claim) = listen(socket).await?;
+            Ok((user, listener, claim))
+        }
+    }
+}
+
+/// A successor's start: tells the daemon it replaces that it runs, waits for that daemon's
+/// claims (it lets go once its stop order is done and its state saved), then serves on the
+/// listening socket it inherited, which never stopped listening: clients that came meanwhile
+/// wait in its backlog.
+async fn take_over(
+    mut taken: crate::platform::handover::Taken,
+    config: &Config,
+    socket: &std::path::Path,
+) -> Result<Claimed, Error> {
+    tracing::info!(
+        from = taken.from,
+        "taking over the socket from the daemon this binary replaces"
+    );
+    taken.tell_started();
+    let wait = Duration::from_millis(config.shutdown_timeout_ms) + TAKE_OVER_SLACK;
+    let user =
+        crate::platform::local::claim_user_when_free(&config.state_dir(), socket, wait).await?;
+    let claim = crate::platform::local::claim_when_free(socket, wait).await?;
+    let listener = taken.listener().map_err(crate::platform::Error::Io)?;
+    Ok((user, listener, Some(claim)))
 }
 
 /// The listening socket: the one the service manager passed, or ours, bound with its claim.
@@ -265,16 +354,14 @@ fn remove_remote_sockets(reg: &Registry, config: &Config) {
 /// 3. everything else stops: links drain what they owe the editor, sessions flush and close,
 ///    the watcher, its supervisor, the saver (between writes) and the service pings;
 /// 4. the state is saved once more, with no saver left to race.
-async fn stop(reg: &Arc<Registry>, config: &Config) {
+async fn stop(reg: &Arc<Registry>, config: &Config, why: &str) {
     tracing::info!("stopping");
     reg.accepting.cancel();
     for e in reg.editors() {
-        e.reject_pending_diffs("broker is shutting down");
+        e.reject_pending_diffs(why);
     }
     for s in reg.sessions() {
-        let _ = s
-            .control
-            .send(Control::Detached("broker is shutting down".into()));
+        let _ = s.control.send(Control::Detached(why.into()));
     }
     reg.cancel.cancel();
     reg.tracker.close();

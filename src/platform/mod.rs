@@ -9,6 +9,7 @@
 //!   and whose its listener is (no token goes to another user's).
 //! - [`control`]: stop and reload: the requests a daemon listens for and the way another
 //!   process sends them (signals on Unix, named events on Windows).
+//! - [`handover`]: a daemon's listening socket handed to its successor (an upgrade).
 //! - [`notify`]: telling the service manager (systemd) how the daemon is doing.
 //! - [`user`]: who we are, and whether a file is ours and private.
 //! - [`rlimit`]: the daemon's open-files limit, raised at start.
@@ -21,6 +22,7 @@ use std::path::PathBuf;
 
 pub mod allocator;
 pub(crate) mod control;
+pub(crate) mod handover;
 pub mod local;
 pub(crate) mod logfile;
 pub(crate) mod notify;

@@ -23,6 +23,18 @@ pub fn listening() -> bool {
     cfg!(unix) && std::env::var_os("NOTIFY_SOCKET").is_some()
 }
 
+/// True when systemd started this very process (`SYSTEMD_EXEC_PID`, or a socket activation's
+/// `LISTEN_PID`, names our pid; a child that inherited the variables has another pid): its
+/// unit restarts it after a failure, so a daemon whose binary was replaced leaves the start
+/// of the new one to it. A process merely started from a shell inside a systemd unit (a
+/// terminal's) is not.
+pub fn restarts_us() -> bool {
+    let me = std::process::id().to_string();
+    ["SYSTEMD_EXEC_PID", "LISTEN_PID"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|pid| pid == me))
+}
+
 /// Sends `notices` to the service manager; a no-op where none listens.
 pub fn send(notices: &[Notice<'_>]) {
     if !listening() {

@@ -131,6 +131,18 @@ pub fn real_uid(pid: u32) -> Option<u32> {
     }
 }
 
+/// The path this process's binary was started from, even once that file was replaced or
+/// removed (Linux's `/proc/self/exe` then reads `<path> (deleted)`): where the binary
+/// installed now is.
+pub fn own_exe() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let installed = exe.to_str().and_then(|t| t.strip_suffix(" (deleted)"));
+    match installed {
+        Some(path) if cfg!(target_os = "linux") => Some(std::path::PathBuf::from(path)),
+        _ => Some(exe),
+    }
+}
+
 /// Our parent's pid, where the platform tells (`None` on Windows, where a parent may be gone
 /// and its pid reused).
 pub fn parent_id() -> Option<u32> {

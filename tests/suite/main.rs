@@ -41,6 +41,7 @@ mod sessions;
 mod setup;
 mod stdio;
 mod trust;
+mod upgrade;
 mod version;
 mod vscode;
 mod windows;

@@ -21,7 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// The packed tarballs and the registry program, or `None` after saying what is missing.
-fn find_tools() -> Option<(PathBuf, PathBuf)> {
+pub(crate) fn find_tools() -> Option<(PathBuf, PathBuf)> {
     let packages = std::env::var_os("PI_IDE_BROKER_PACKAGES").map(PathBuf::from);
     let verdaccio = std::env::var_os("PI_IDE_BROKER_VERDACCIO").map(PathBuf::from);
     match (packages, verdaccio) {
@@ -40,15 +40,15 @@ fn tarball(name: &str) -> String {
 }
 
 /// A verdaccio on a loopback port with an empty storage and no uplink: only what the test
-/// publishes is there.
-struct Registry {
+/// publishes is there (also the upgrade suite's).
+pub(crate) struct Registry {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     npmrc: PathBuf,
 }
 
 impl Registry {
-    async fn start(pi: &PiInstall, verdaccio: &Path, dir: &Path) -> Registry {
+    pub(crate) async fn start(pi: &PiInstall, verdaccio: &Path, dir: &Path) -> Registry {
         let (_hold, port) = closed_port();
         drop(_hold);
         let config = dir.join("verdaccio.yaml");
@@ -93,7 +93,7 @@ impl Registry {
         Registry { child, url, npmrc }
     }
 
-    async fn publish(&self, tarball: &Path) {
+    pub(crate) async fn publish(&self, tarball: &Path) {
         let out = Command::new("npm")
             .arg("publish")
             .arg(tarball)
@@ -217,7 +217,7 @@ fn leftovers(home: &Path, tmp: &Path) -> Vec<PathBuf> {
 }
 
 /// `PATH` with pi's node and the system's tools, and no Rust toolchain.
-fn path_without_cargo(pi: &PiInstall) -> OsString {
+pub(crate) fn path_without_cargo(pi: &PiInstall) -> OsString {
     let node_dir = pi.node.parent().expect("node's dir").to_path_buf();
     let path = std::env::join_paths([node_dir, "/usr/bin".into(), "/bin".into()]).expect("PATH");
     let has_cargo = std::env::split_paths(&path).any(|d| d.join("cargo").exists());
@@ -225,7 +225,9 @@ fn path_without_cargo(pi: &PiInstall) -> OsString {
     path
 }
 
-async fn pi_package_cmd(
+/// `pi <args>` (install, remove) in `home` against the registry at `registry`, with `path`;
+/// (success, output, how long it took).
+pub(crate) async fn pi_package_cmd(
     pi: &PiInstall,
     home: &Path,
     registry: &str,

@@ -10,7 +10,8 @@ use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-struct Mcp {
+/// `pi-ide-broker mcp` as a child, driven line by line (also the upgrade suite's).
+pub(crate) struct Mcp {
     child: Child,
     stdin: Option<ChildStdin>,
     out: Lines<BufReader<ChildStdout>>,
@@ -19,7 +20,7 @@ struct Mcp {
 }
 
 impl Mcp {
-    fn spawn(cmd: &mut Command) -> Mcp {
+    pub(crate) fn spawn(cmd: &mut Command) -> Mcp {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -36,7 +37,7 @@ impl Mcp {
         }
     }
 
-    async fn send(&mut self, v: Value) {
+    pub(crate) async fn send(&mut self, v: Value) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         within("mcp write", stdin.write_all(format!("{v}\n").as_bytes()))
             .await
@@ -52,14 +53,14 @@ impl Mcp {
     }
 
     /// Calls `tool` with `args` (an id of its own) and returns the answer.
-    async fn call(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) async fn call(&mut self, tool: &str, args: Value) -> Value {
         self.calls += 1;
         let id = json!(1_000_000 + self.calls);
         self.request(id, "tools/call", json!({"name": tool, "arguments": args}))
             .await
     }
 
-    async fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
+    pub(crate) async fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
         loop {

@@ -142,7 +142,13 @@ fn spawn_daemon(opts: &Options) -> Result<(), StdioError> {
         .create(true)
         .append(true)
         .open(opts.log_dir.join("daemon.log"))?;
-    let exe = std::env::current_exe()?;
+    // The binary installed at our path now (an upgrade may have replaced the one we run).
+    let exe = crate::platform::process::own_exe().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "cannot find this binary's path",
+        )
+    })?;
     let mut cmd = std::process::Command::new(exe);
     if let Some(c) = &opts.config {
         cmd.arg("--config").arg(c);

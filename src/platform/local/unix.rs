@@ -19,6 +19,22 @@ impl Listener {
     pub async fn accept(&self) -> std::io::Result<Stream> {
         self.0.accept().await.map(|(s, _)| s)
     }
+
+    /// A listening socket this process inherited (from a service manager or the daemon it
+    /// succeeds), made close-on-exec and non-blocking.
+    pub(crate) fn from_inherited(fd: std::os::fd::OwnedFd) -> std::io::Result<Listener> {
+        rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
+        let fl = rustix::fs::fcntl_getfl(&fd)?;
+        rustix::fs::fcntl_setfl(&fd, fl | OFlags::NONBLOCK)?;
+        let std_listener = std::os::unix::net::UnixListener::from(fd);
+        tokio::net::UnixListener::from_std(std_listener).map(Listener)
+    }
+}
+
+impl std::os::fd::AsFd for Listener {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
 }
 
 /// Dials the daemon's socket at `path`, once it is proven the user's: its dir is theirs and
@@ -312,24 +328,72 @@ pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Clai
     })
 }
 
-fn claim_file(lock_path: &Path, path: &Path) -> Result<Claim, Error> {
-    let lock_path = lock_path.to_path_buf();
-    let fd = rustix::fs::open(
-        &lock_path,
+/// [`claim`], waiting (at most `wait`) for the daemon that holds it to let go: a successor
+/// taking over from the daemon it replaces.
+pub async fn claim_when_free(path: &Path, wait: std::time::Duration) -> Result<Claim, Error> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    secure_dir(dir)?;
+    lock_when_free(&dir.join("daemon.lock"), path, wait).await
+}
+
+/// [`claim_user`], waiting (at most `wait`) for the daemon that holds it to let go.
+pub async fn claim_user_when_free(
+    state_dir: &Path,
+    socket: &Path,
+    wait: std::time::Duration,
+) -> Result<Claim, Error> {
+    lock_when_free(&state_dir.join("daemon.lock"), socket, wait).await
+}
+
+fn open_lock(lock_path: &Path) -> Result<std::os::fd::OwnedFd, Error> {
+    rustix::fs::open(
+        lock_path,
         OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
         Mode::from_raw_mode(0o600),
     )
-    .map_err(|e| io("cannot open", &lock_path)(e.into()))?;
-    if rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-        let pid = std::fs::read_to_string(&lock_path)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0);
-        return Err(Error::AlreadyRunning {
-            pid,
-            path: path.to_path_buf(),
-        });
+    .map_err(|e| io("cannot open", lock_path)(e.into()))
+}
+
+/// Who holds the lock at `lock_path` on the socket at `path`, as the error it is.
+fn held(lock_path: &Path, path: &Path) -> Error {
+    let pid = std::fs::read_to_string(lock_path)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
+    Error::AlreadyRunning {
+        pid,
+        path: path.to_path_buf(),
     }
+}
+
+fn claim_file(lock_path: &Path, path: &Path) -> Result<Claim, Error> {
+    let fd = open_lock(lock_path)?;
+    if rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Err(held(lock_path, path));
+    }
+    Ok(claimed(fd))
+}
+
+/// The lock taken once its holder lets go (a blocking `flock` on a thread of its own), or
+/// "already running" after `wait`.
+async fn lock_when_free(
+    lock_path: &Path,
+    path: &Path,
+    wait: std::time::Duration,
+) -> Result<Claim, Error> {
+    let fd = open_lock(lock_path)?;
+    let waiting = tokio::task::spawn_blocking(move || {
+        rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive).map(|()| fd)
+    });
+    match tokio::time::timeout(wait, waiting).await {
+        Ok(Ok(Ok(fd))) => Ok(claimed(fd)),
+        Ok(Ok(Err(e))) => Err(io("cannot lock", lock_path)(e.into())),
+        _ => Err(held(lock_path, path)),
+    }
+}
+
+/// A locked file made a [`Claim`], our pid written in it.
+fn claimed(fd: std::os::fd::OwnedFd) -> Claim {
     let mut f = std::fs::File::from(fd);
     {
         use std::io::{Seek, Write};
@@ -337,7 +401,7 @@ fn claim_file(lock_path: &Path, path: &Path) -> Result<Claim, Error> {
         let _ = f.seek(std::io::SeekFrom::Start(0));
         let _ = write!(f, "{}", std::process::id());
     }
-    Ok(Claim { _fd: f.into() })
+    Claim { _fd: f.into() }
 }
 
 /// Binds the socket: a leftover probed (a live daemon means "already running"), mode 0600
@@ -428,14 +492,7 @@ pub fn inherited() -> Option<Listener> {
     {
         return None;
     }
-    let fd = take_fd3();
-    let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
-    let fl = rustix::fs::fcntl_getfl(&fd).ok()?;
-    rustix::fs::fcntl_setfl(&fd, fl | OFlags::NONBLOCK).ok()?;
-    let std_listener = std::os::unix::net::UnixListener::from(fd);
-    tokio::net::UnixListener::from_std(std_listener)
-        .ok()
-        .map(Listener)
+    Listener::from_inherited(take_fd3()).ok()
 }
 
 #[allow(unsafe_code)]

@@ -404,6 +404,20 @@ pub fn claim(_path: &Path) -> Result<Claim, Error> {
     Ok(Claim { _file: None })
 }
 
+/// [`claim`]: Windows replaces no running binary, so no successor waits for it.
+pub async fn claim_when_free(path: &Path, _wait: std::time::Duration) -> Result<Claim, Error> {
+    claim(path)
+}
+
+/// [`claim_user`]: no successor waits for it on Windows.
+pub async fn claim_user_when_free(
+    state_dir: &Path,
+    socket: &Path,
+    _wait: std::time::Duration,
+) -> Result<Claim, Error> {
+    claim_user(state_dir, socket, &state_dir.join("running.json"))
+}
+
 /// The per-user claim: `daemon.lock` in the state dir, opened without sharing, so a second
 /// daemon of the user cannot open it while the first runs.
 pub fn claim_user(state_dir: &Path, socket: &Path, record: &Path) -> Result<Claim, Error> {
