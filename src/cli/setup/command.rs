@@ -55,6 +55,9 @@ pub fn step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
             format!("would link {} to {}", link.display(), env.exe.display()),
         );
     }
+    if !dir.exists() && !rec.created_dirs.contains(&dir) {
+        rec.created_dirs.push(dir.clone());
+    }
     if let Err(e) = relink(&dir, &link, &env.exe) {
         return Line::new(
             Level::Fail,
