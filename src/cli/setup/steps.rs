@@ -408,7 +408,7 @@ fn pi_loads(env: &Env, target: &str, already: bool) -> Line {
     // Read whatever its exit status: a refused extension's error is in the text.
     let out = match capture(&help, env, Some(&env.home)) {
         Ok((_, out, _)) => out,
-        Err(e) => String::from(e),
+        Err(e) => e,
     };
     if let Some((message, fix)) = pi::old_node_line(&out) {
         return Line::new(Level::Fail, "pi", message).fix(fix);
