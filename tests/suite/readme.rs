@@ -11,24 +11,69 @@ pub fn readme() -> String {
 
 /// The commands of the block between the `install-block` markers, one per line.
 pub fn install_commands(readme: &str) -> Vec<String> {
+    block(readme, "install-block")
+}
+
+/// The commands of the ```sh block between `<!-- NAME:begin … -->` and `<!-- NAME:end -->`,
+/// one per line, comments and blank lines left out: what a user pastes.
+pub fn block(readme: &str, name: &str) -> Vec<String> {
+    let begin = format!("<!-- {name}:begin");
+    let end_marker = format!("<!-- {name}:end -->");
     let start = readme
-        .find("<!-- install-block:begin")
-        .expect("README has an install-block:begin marker");
+        .find(&begin)
+        .unwrap_or_else(|| panic!("README has no {begin} marker"));
     let end = readme[start..]
-        .find("<!-- install-block:end -->")
-        .expect("README has an install-block:end marker")
+        .find(&end_marker)
+        .unwrap_or_else(|| panic!("README has no {end_marker} marker"))
         + start;
-    let block = &readme[start..end];
-    let body = block
+    let body = readme[start..end]
         .split("```sh\n")
         .nth(1)
         .and_then(|b| b.split("```").next())
-        .expect("a ```sh block between the install-block markers");
+        .unwrap_or_else(|| panic!("a ```sh block between the {name} markers"));
     body.lines()
-        .map(str::trim)
+        .map(|l| l.split(" #").next().unwrap_or(l).trim())
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(String::from)
         .collect()
+}
+
+/// The README's npm install block: pi installs the package, then setup runs from pi's copy.
+pub const README_NPM_SETUP: &str = "~/.pi/agent/npm/node_modules/.bin/pi-ide-broker setup";
+
+#[test]
+fn every_install_way_has_its_blocks_and_none_runs_a_tool_of_another_way() {
+    let text = readme();
+    assert_eq!(
+        block(&text, "npm-block"),
+        ["pi install npm:pi-ide-broker", README_NPM_SETUP]
+    );
+    // The npm uninstall never names cargo (an npm user has none), the cargo one never npm.
+    let npm = block(&text, "uninstall-npm");
+    assert!(npm.iter().all(|c| !c.contains("cargo")), "{npm:?}");
+    assert!(
+        npm.contains(&"pi remove npm:pi-ide-broker".to_string()),
+        "{npm:?}"
+    );
+    assert_eq!(npm[0], format!("{README_NPM_SETUP} --undo"));
+    let cargo = block(&text, "uninstall-cargo");
+    assert_eq!(
+        cargo,
+        [
+            "pi-ide-broker setup --undo",
+            "cargo uninstall pi-ide-broker"
+        ]
+    );
+    // No bare `npx pi-ide-broker` command: outside pi's folder it prompts and fetches the
+    // registry's newest version, not pi's.
+    for line in text.lines().filter(|l| !l.starts_with("<!--")) {
+        for cmd in line.split('`').skip(1).step_by(2) {
+            assert!(
+                !cmd.starts_with("npx pi-ide-broker "),
+                "the README tells a user to run `{cmd}`"
+            );
+        }
+    }
 }
 
 /// The git URL the README's install block names (what a test substitutes).

@@ -160,6 +160,7 @@ async fn dry_run_write_again_and_undo_in_a_fresh_home() {
     h.write(".codex/config.toml", CODEX_BEFORE);
     h.write(".gemini/settings.json", GEMINI_BEFORE);
     std::fs::create_dir_all(h.home.join(".config/opencode")).expect("mkdir opencode");
+    let user_had = crate::npm_install::tree(&h.home);
     let source = server.pi_source();
     let bin = broker_bin();
     let setup = |extra: &'static [&'static str]| {
@@ -220,6 +221,21 @@ async fn dry_run_write_again_and_undo_in_a_fresh_home() {
     assert_eq!(before, after, "{out}");
 
     undo_takes_back_exactly_that(&h, &bin).await;
+    // Nothing the broker made is left: state, log, lock, the link and the dir setup made for
+    // it (issue 62).
+    let left = crate::npm_install::made_since(&h.home, &user_had);
+    assert!(left.is_empty(), "setup --undo left: {left:#?}");
+    // Nor the socket dir and its lock (`$TMPDIR/pi-ide-broker-<uid>`).
+    let socket_dirs: Vec<_> = std::fs::read_dir(&h.tmp)
+        .expect("read TMPDIR")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("pi-ide-broker"))
+        .collect();
+    assert!(
+        socket_dirs.is_empty(),
+        "setup --undo left {socket_dirs:?} in TMPDIR"
+    );
 }
 
 /// `--dry-run` shows every step and changes nothing.
