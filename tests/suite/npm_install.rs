@@ -444,6 +444,10 @@ async fn readme_npm_way(
         .and_then(|rest| rest.split('"').next())
         .map(|p| format!("export PATH=\"{p}\""))
         .unwrap_or_else(|| panic!("setup did not say how to put the command on PATH:\n{out}"));
+    assert!(
+        text.contains(&format!("`{export}`")),
+        "the README does not show setup's PATH line `{export}`"
+    );
     let (ok, status) = at_terminal("pi-ide-broker status".into()).await;
     assert!(!ok, "pi-ide-broker ran without the PATH line:\n{status}");
     let (ok, status) = at_terminal(format!("{export}; pi-ide-broker status")).await;

@@ -1,6 +1,7 @@
 //! The README is the user's guide: its user path stays short, and its install block is what a
 //! test runs (`install_block_as_written` in `setup`'s tests).
 
+use pi_ide_broker::testkit::START;
 use std::path::{Path, PathBuf};
 
 /// The README's text.
@@ -140,6 +141,7 @@ async fn install_block_as_written() {
     };
     let server = crate::common::git_serve::GitServer::start().await;
     let mut h = crate::setup::Home::new(&pi);
+    let user_had = crate::npm_install::tree(&h.home);
     let root = h.home.join("cargo-root");
     h.path_prepend(&root.join("bin"));
     // The build's target dir is kept between runs, so a rerun compiles only this crate. Cargo
@@ -229,23 +231,27 @@ async fn install_block_as_written() {
         [carried.display().to_string()],
         "setup did not install the extension the binary carries"
     );
-    let (ok, out) = h
-        .run_with(&root.join("bin/pi-ide-broker"), &["setup", "--undo"], &env)
-        .await;
-    assert!(ok, "{out}");
-    assert_eq!(h.pi_packages(), serde_json::json!([]), "{out}");
+    // The README's cargo uninstall, each line as pasted at a terminal; then the HOME holds
+    // nothing the broker made (issue 62): what is there was there before, or is cargo's, pi's,
+    // npm's, the clone or the test's project.
+    let home_env = [("HOME", h.home.as_os_str())];
+    let term_env: Vec<(&str, &std::ffi::OsStr)> =
+        h.env().into_iter().chain(env).chain(home_env).collect();
+    for line in block(&readme(), "uninstall-cargo") {
+        let (ok, out) = crate::pty::run(&line, &h.home, &term_env, START).await;
+        assert!(ok, "`{line}` at a terminal:\n{out}");
+    }
+    assert_eq!(h.pi_packages(), serde_json::json!([]));
     assert!(!carried.exists(), "setup --undo left {}", carried.display());
-    let (ok, out) = h
-        .run_with(&root.join("bin/pi-ide-broker"), &["stop"], &env)
-        .await;
-    assert!(ok, "{out}");
-    let (running, out) = h
-        .run_with(&root.join("bin/pi-ide-broker"), &["status"], &env)
-        .await;
     assert!(
-        !running,
-        "a daemon still runs after setup --undo and stop:\n{out}"
+        !root.join("bin/pi-ide-broker").exists(),
+        "cargo uninstall left the binary"
     );
+    let left: Vec<String> = crate::npm_install::made_since(&h.home, &user_had)
+        .into_iter()
+        .filter(|p| !p.starts_with("cargo-root") && !p.starts_with("src"))
+        .collect();
+    assert!(left.is_empty(), "the README's uninstall left: {left:#?}");
 }
 
 /// Removes this crate's fingerprints and artifacts from a cargo profile dir (dependencies stay).

@@ -593,3 +593,57 @@ async fn claude_code_gets_the_server_through_its_own_cli_and_loses_only_that() {
         "undo removed an extension setup did not install"
     );
 }
+
+/// pi on a node older than it needs (the system's node 20, first on PATH): setup's ✗ names
+/// that node's version and node's own error, and the repair, where it used to show only the
+/// stack's tail and `Node.js v20…` (issue 62).
+#[tokio::test]
+async fn pi_on_an_old_node_is_named_with_the_version_it_needs() {
+    let Some(pi) = find_pi() else { return };
+    let old = Path::new("/usr/bin/node");
+    let version = std::process::Command::new(old)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let major: u32 = version
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(u32::MAX);
+    if major >= 22 {
+        // Nothing to show with this machine's node ({version}); the parsing is a lib test.
+        eprintln!(
+            "note: no node older than 22 at {} ({version:?})",
+            old.display()
+        );
+        return;
+    }
+    let mut h = Home::new(&pi);
+    let shim = h.home.join("old-node-bin");
+    std::fs::create_dir_all(&shim).expect("mkdir");
+    script(
+        &shim.join("pi"),
+        &format!("exec '{}' '{}' \"$@\"", old.display(), pi.cli.display()),
+    );
+    h.path_prepend(&shim);
+    let (ok, out) = h
+        .run(
+            &broker_bin(),
+            &["setup", "--pi-source", env!("CARGO_MANIFEST_DIR")],
+        )
+        .await;
+    assert!(!ok, "setup passed with pi unable to run:\n{out}");
+    assert!(
+        out.contains(&format!("✗ pi: pi cannot run on node {version}")),
+        "{out}"
+    );
+    assert!(
+        out.contains("Error: "),
+        "node's own error is not shown:\n{out}"
+    );
+    assert!(out.contains("→ install node 22"), "{out}");
+    let (ok, out) = h.run(&broker_bin(), &["setup", "--undo"]).await;
+    assert!(ok, "{out}");
+}
