@@ -278,7 +278,7 @@ pub async fn command(
         .await;
         print!("{}", doctor::render(&report));
         if !report.ok {
-            println!("(The route is checked for {}: once an editor has a project open, `pi-ide-broker doctor` there says whether an agent reaches it.)", cwd.display());
+            println!("(The route is checked for {}: once an editor has a project open, `{}` there says whether an agent reaches it.)", cwd.display(), hint("doctor"));
         }
     }
     Ok(if all_ok(&lines) {

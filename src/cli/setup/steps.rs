@@ -265,7 +265,10 @@ fn start_service(
                     "service",
                     format!("{} installed for every logon, but {e}", unit.path.display()),
                 )
-                .fix("run `pi-ide-broker daemon`, or let the pi extension start it"),
+                .fix(format!(
+                    "run `{}`, or let the pi extension start it",
+                    super::hint("daemon")
+                )),
             );
         }
     }
@@ -274,7 +277,7 @@ fn start_service(
 
 /// No service manager: a daemon in the background instead, unless one runs already.
 fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> Line {
-    let later = "when it stops (a reboot), the pi extension and `pi-ide-broker mcp` start one whenever none runs";
+    let later = "when it stops (a reboot), the pi extension and the agents' `mcp` door start one whenever none runs";
     let head = format!("no user service manager answers here ({why})");
     if daemon::answering(env) {
         return Line::new(
@@ -307,8 +310,10 @@ fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> 
             )
             .fix(later)
         }
-        Err(e) => Line::new(Level::Warn, "service", format!("{head}; {e}"))
-            .fix(format!("run `pi-ide-broker daemon` in a terminal; {later}")),
+        Err(e) => Line::new(Level::Warn, "service", format!("{head}; {e}")).fix(format!(
+            "run `{}` in a terminal; {later}",
+            super::hint("daemon")
+        )),
     }
 }
 
@@ -430,7 +435,10 @@ fn pi_loads(env: &Env, target: &str, already: bool) -> Line {
             "pi",
             format!("pi cannot load the extension from {target}: {e}"),
         )
-        .fix("fix what pi says, then run setup again (`pi-ide-broker setup --undo` takes it back)"),
+        .fix(format!(
+            "fix what pi says, then run setup again (`{}` takes it back)",
+            super::hint("setup --undo")
+        )),
     }
 }
 
