@@ -4,7 +4,7 @@
 //! by line, what works and what to do about what does not. It reads the same config, files and
 //! sockets the daemon does, and asks the daemon what it decided (`/v1/status`, `/v1/route`).
 
-use crate::cli::setup::hint;
+use crate::cli::hint::hint;
 use crate::editor::lockfile;
 use crate::editor::Error as LockfileError;
 use crate::frontdoor::status::{EditorStatus, Status};
@@ -259,8 +259,9 @@ fn check_daemon(b: &mut Builder, status: Option<&Status>, socket: &Path) {
         ),
         None => {
             // The service only where a service manager would take it (a container has none).
-            let env = crate::cli::setup::Env::from_process(&Default::default(), None);
-            let for_good = match crate::cli::setup::no_service_manager(&env) {
+            let here = crate::cli::service::Manager::here();
+            let path = std::env::var_os("PATH");
+            let for_good = match crate::cli::service::no_manager(here, path.as_deref()) {
                 None => format!(", or for good: `{}`", hint("service install")),
                 Some(_) => ", or let the pi extension or an `mcp` door start one".to_string(),
             };

@@ -232,7 +232,7 @@ pub fn run_steps(steps: &[Step]) -> Result<(), (usize, StepError, String)> {
 /// is really loaded.
 pub fn commands(manager: Manager, unit: &UnitFile, install: bool) -> Vec<Step> {
     let uid = crate::platform::user::uid();
-    let daemon = crate::cli::setup::hint("daemon");
+    let daemon = crate::cli::hint::hint("daemon");
     let systemd_fix = format!(
         "systemd has no user session here (a container, a system without systemd, or a login \
          without `loginctl enable-linger $USER`); run the daemon with `{daemon}` instead, or \
@@ -388,7 +388,7 @@ fn service_install(
     if manager == Manager::RunKey && code == ExitCode::SUCCESS {
         println!(
             "it starts at every logon; to start it now, run `{}` (or let the pi extension start it)",
-            crate::cli::setup::hint("daemon")
+            crate::cli::hint::hint("daemon")
         );
     }
     Ok(code)
@@ -421,13 +421,44 @@ fn service_uninstall(manager: Manager, unit: &UnitFile, dry_run: bool) -> anyhow
     Ok(code)
 }
 
+/// Why no service manager can take a unit here (its probe failed, and how), or `None` when
+/// one answers; `path` is the `PATH` to find the manager's tool on.
+pub fn no_manager(manager: Manager, path: Option<&std::ffi::OsStr>) -> Option<String> {
+    let probe: &[&str] = match manager {
+        Manager::Systemd => &["systemctl", "--user", "show-environment"],
+        Manager::Launchd => &["launchctl", "managername"],
+        Manager::RunKey => &["reg", "query", RUN_KEY],
+    };
+    let mut cmd = std::process::Command::new(probe[0]);
+    cmd.args(&probe[1..]).stdin(std::process::Stdio::null());
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    let out = match cmd.output() {
+        Ok(out) if out.status.success() => return None,
+        Ok(out) => out,
+        Err(e) => return Some(format!("cannot run `{}`: {e}", probe[0])),
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tail: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = tail[tail.len().saturating_sub(4)..].join(" / ");
+    Some(format!(
+        "`{}` failed ({}): {tail}",
+        probe.join(" "),
+        out.status
+    ))
+}
+
 /// What `service status` says when the manager reports no running service: install it where
 /// a service manager answers; where none does (a container), that there is none to install and
 /// what starts a daemon instead.
 fn not_running_hint(asked: &str, status: &str) -> String {
-    let hint = crate::cli::setup::hint;
-    let env = crate::cli::setup::Env::from_process(&Default::default(), None);
-    match crate::cli::setup::no_service_manager(&env) {
+    let hint = crate::cli::hint::hint;
+    match no_manager(Manager::here(), std::env::var_os("PATH").as_deref()) {
         None => format!(
             "`{asked}` says the service is not running ({status}); `{}` installs and starts it",
             hint("service install")

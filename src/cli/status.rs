@@ -117,7 +117,7 @@ pub fn changes(prev: &Status, next: &Status) -> Vec<String> {
         out.push(format!(
             "{n} lockfile{} ignored — run `{}`",
             if n == 1 { "" } else { "s" },
-            crate::cli::setup::hint("doctor")
+            crate::cli::hint::hint("doctor")
         ));
     }
     out
@@ -281,7 +281,7 @@ pub fn render(status: &Status, now: u64) -> String {
         0 => {}
         n => {
             let s = if n == 1 { "" } else { "s" };
-            let doctor = crate::cli::setup::hint("doctor");
+            let doctor = crate::cli::hint::hint("doctor");
             let _ = writeln!(out, "\n{n} lockfile{s} ignored — run `{doctor}`");
         }
     }

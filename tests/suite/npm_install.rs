@@ -346,10 +346,12 @@ pub fn tree(home: &Path) -> BTreeSet<String> {
 /// its npx copies), pi's own folder, the editor's lock dir, and the test's own dirs.
 pub fn made_since(home: &Path, before: &BTreeSet<String>) -> Vec<String> {
     let others = [".npm/", ".pi/agent", ".pi/ide", "project", "shim", "tmp"];
+    // The test's TMPDIR is others' too, but for the broker's socket dir in it.
+    let brokers = |p: &str| p.starts_with(".npm/_npx") || p.starts_with("tmp/pi-ide-broker");
     tree(home)
         .into_iter()
         .filter(|p| !before.contains(p))
-        .filter(|p| p.starts_with(".npm/_npx") || !others.iter().any(|o| p.starts_with(o)))
+        .filter(|p| brokers(p) || !others.iter().any(|o| p.starts_with(o)))
         .filter(|p| p != ".npm" && p != ".pi")
         .collect()
 }

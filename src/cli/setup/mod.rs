@@ -18,6 +18,7 @@ mod record;
 mod steps;
 mod undo;
 
+pub use crate::cli::hint::hint;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -230,20 +231,6 @@ pub fn run(opts: &Options, env: &Env) -> Vec<Line> {
         purge::purge(opts, env, &created, &mut emit);
     }
     lines
-}
-
-/// `args` after the command that runs this broker from the user's shell (see
-/// [`command::shell_command`]), for a hint: `pi-ide-broker daemon`, or for an npm install
-/// without setup, pi's own launcher.
-pub fn hint(args: &str) -> String {
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("pi-ide-broker"));
-    let launcher = std::env::var_os("PI_IDE_BROKER_LAUNCHER");
-    let cmd = command::shell_command(
-        std::env::var_os("PATH").as_deref(),
-        &exe,
-        launcher.as_deref(),
-    );
-    format!("{cmd} {args}")
 }
 
 /// Why no user service manager answers here (systemd's user instance, launchd), or `None`

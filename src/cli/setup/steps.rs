@@ -160,16 +160,7 @@ fn copy_executable(from: &Path, to: &Path) -> std::io::Result<()> {
 
 /// Why no service manager can take the unit here, or `None` when one answers.
 pub(super) fn no_manager(manager: Manager, env: &Env) -> Option<String> {
-    let probe: Vec<String> = match manager {
-        Manager::Systemd => ["systemctl", "--user", "show-environment"],
-        Manager::Launchd => ["launchctl", "managername", ""],
-        Manager::RunKey => ["reg", "query", service::RUN_KEY],
-    }
-    .iter()
-    .filter(|s| !s.is_empty())
-    .map(|s| s.to_string())
-    .collect();
-    run(&probe, env, None).err()
+    service::no_manager(manager, env.path.as_deref())
 }
 
 fn service_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
