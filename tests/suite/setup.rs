@@ -647,3 +647,38 @@ async fn pi_on_an_old_node_is_named_with_the_version_it_needs() {
     let (ok, out) = h.run(&broker_bin(), &["setup", "--undo"]).await;
     assert!(ok, "{out}");
 }
+
+/// Where no user service manager answers (a container: `systemctl --user` cannot reach a
+/// bus), neither `service status` nor doctor's daemon line offers `service install`, and the
+/// command they name instead is one this shell has: the binary's path, as no `pi-ide-broker`
+/// is on PATH (issue 62).
+#[tokio::test]
+async fn without_a_service_manager_no_hint_offers_the_service() {
+    let Some(pi) = find_pi() else { return };
+    let h = Home::new(&pi);
+    let bin = broker_bin();
+    let (ok, out) = h.run(&bin, &["service", "status"]).await;
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("no user service manager answers here") && !out.contains("service install"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("`{} daemon`", bin.display())),
+        "{out}"
+    );
+    let (ok, out) = h.run(&bin, &["doctor"]).await;
+    assert!(!ok, "{out}");
+    let daemon_line: String = out
+        .lines()
+        .skip_while(|l| !l.contains("daemon:"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(daemon_line.contains("not running"), "{out}");
+    assert!(!daemon_line.contains("service install"), "{daemon_line}");
+    assert!(
+        daemon_line.contains(&format!("`{} daemon`", bin.display())),
+        "{daemon_line}"
+    );
+}
