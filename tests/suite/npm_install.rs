@@ -413,10 +413,28 @@ async fn readme_npm_way(
     let install = crate::readme::block(&text, "npm-block");
     let (ok, out) = at_terminal(install[0].clone()).await;
     assert!(ok, "`{}`: {out}", install[0]);
+    // A binary that lost its exec bit (neither `pi install` nor `pi update` puts it back): the
+    // launcher gives it back and runs it (issue 62).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(binary, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
     // Before setup, pi's launcher names itself, not a bare command the shell lacks (issue 62).
     let launcher = "~/.pi/agent/npm/node_modules/.bin/pi-ide-broker";
     let (running, out) = at_terminal(format!("{launcher} status")).await;
     assert!(!running, "a daemon runs before setup:\n{out}");
+    assert!(
+        !out.contains("EACCES"),
+        "the launcher did not repair the exec bit:\n{out}"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(binary)
+            .expect("the binary")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755, "the exec bit is not back");
+    }
     assert!(
         out.contains(&format!("`{launcher} daemon`")) && !out.contains("`pi-ide-broker daemon`"),
         "the hint names a command this shell does not have:\n{out}"

@@ -20,7 +20,8 @@ const env = { ...process.env, PI_IDE_BROKER_LAUNCHER: launcher ? shellPath(launc
 const child = spawn(bin, process.argv.slice(2), { stdio: "inherit", env });
 for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => child.kill(sig));
 child.on("error", (err) => {
-	const why = /** @type {NodeJS.ErrnoException} */ (err).code === "EACCES" ? notExecutable(bin) : err.message;
+	const code = /** @type {NodeJS.ErrnoException} */ (err).code;
+	const why = code === "EACCES" ? `EACCES: ${notExecutable(bin)}` : err.message;
 	console.error(`pi-ide-broker: cannot run ${bin}: ${why}`);
 	process.exit(1);
 });
