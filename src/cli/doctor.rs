@@ -318,7 +318,7 @@ fn check_service(b: &mut Builder) {
         ask(&["--user", "is-active", unit], "systemctl"),
     ) {
         (Some(en), Some(act)) if !en.is_empty() => systemd_unit_state(b, unit, &en, &act),
-        _ if !user_systemd_answers() => b.fix(
+        _ if crate::cli::service::no_manager(crate::cli::service::Manager::Systemd, None).is_some() => b.fix(
             "service",
             Level::Warn,
             "no user service manager here (`systemctl --user` does not answer)",
@@ -331,17 +331,6 @@ fn check_service(b: &mut Builder) {
             format!("`{}` starts the daemon at every login", hint("service install")),
         ),
     }
-}
-
-/// Whether a systemd user manager answers (a container, or a session without a user bus,
-/// has none).
-fn user_systemd_answers() -> bool {
-    std::process::Command::new("systemctl")
-        .args(["--user", "show-environment"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// The service line for a unit systemd knows: ok when enabled and active, else what to do.
