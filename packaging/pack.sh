@@ -6,7 +6,7 @@
 #   the crate is pure Rust and the musl targets bring their own C runtime, so no C cross
 #   toolchain (zig, musl-gcc) is needed.
 # - pi-ide-broker-win32-x64: x86_64-pc-windows-gnu, linked by Debian's mingw-w64 gcc
-X
+#   (apt-get install gcc-mingw-w64-x86-64).
 #   No win32-arm64: aarch64-pc-windows-gnullvm needs an llvm-mingw toolchain no registry
 #   here ships.
 # - pi-ide-broker-darwin-*: need a Mac (Apple's linker and SDK); packaging/README.md says how.

@@ -4,6 +4,7 @@
 //! by line, what works and what to do about what does not. It reads the same config, files and
 //! sockets the daemon does, and asks the daemon what it decided (`/v1/status`, `/v1/route`).
 
+use crate::cli::hint::hint;
 use crate::editor::lockfile;
 use crate::editor::Error as LockfileError;
 use crate::frontdoor::status::{EditorStatus, Status};
@@ -124,7 +125,7 @@ fn check_rights(b: &mut Builder, st: &Status) {
             "remote sockets",
             Level::Warn,
             format!("[[remote]] {:?} has no socket at {}", r.name, r.path.display()),
-            "restart the broker after adding a [[remote]] (pi-ide-broker stop; it starts again on the next use)",
+            format!("restart the broker after adding a [[remote]] (`{}`; it starts again on the next use)", hint("stop")),
         );
     }
 }
@@ -256,12 +257,21 @@ fn check_daemon(b: &mut Builder, status: Option<&Status>, socket: &Path) {
                 s.broker.socket.display()
             ),
         ),
-        None => b.fix(
-            "daemon",
-            Level::Fail,
-            format!("not running (nothing answers on {})", socket.display()),
-            "start it: `pi-ide-broker daemon`, or for good: `pi-ide-broker service install`",
-        ),
+        None => {
+            // The service only where a service manager would take it (a container has none).
+            let here = crate::cli::service::Manager::here();
+            let path = std::env::var_os("PATH");
+            let for_good = match crate::cli::service::no_manager(here, path.as_deref()) {
+                None => format!(", or for good: `{}`", hint("service install")),
+                Some(_) => ", or let the pi extension or an `mcp` door start one".to_string(),
+            };
+            b.fix(
+                "daemon",
+                Level::Fail,
+                format!("not running (nothing answers on {})", socket.display()),
+                format!("start it: `{}`{for_good}", hint("daemon")),
+            )
+        }
     }
 }
 
@@ -285,7 +295,7 @@ fn check_service(b: &mut Builder) {
                 "service",
                 Level::Warn,
                 "nothing starts the daemon at logon",
-                "`pi-ide-broker service install` adds it to your Run key",
+                format!("`{}` adds it to your Run key", hint("service install")),
             ),
         }
         return;
@@ -297,7 +307,7 @@ fn check_service(b: &mut Builder) {
                 "service",
                 Level::Warn,
                 "no launchd agent loaded",
-                "`pi-ide-broker service install` starts it at every login",
+                format!("`{}` starts it at every login", hint("service install")),
             ),
         }
         return;
@@ -308,30 +318,19 @@ fn check_service(b: &mut Builder) {
         ask(&["--user", "is-active", unit], "systemctl"),
     ) {
         (Some(en), Some(act)) if !en.is_empty() => systemd_unit_state(b, unit, &en, &act),
-        _ if !user_systemd_answers() => b.fix(
+        _ if crate::cli::service::no_manager(crate::cli::service::Manager::Systemd, None).is_some() => b.fix(
             "service",
             Level::Warn,
             "no user service manager here (`systemctl --user` does not answer)",
-            "nothing to install: `pi-ide-broker setup`, the pi extension and `pi-ide-broker mcp` start a daemon when none runs",
+            format!("nothing to install: `{}`, the pi extension and the `mcp` door start a daemon when none runs", hint("setup")),
         ),
         _ => b.fix(
             "service",
             Level::Warn,
             "no systemd user unit installed",
-            "`pi-ide-broker service install` starts the daemon at every login",
+            format!("`{}` starts the daemon at every login", hint("service install")),
         ),
     }
-}
-
-/// Whether a systemd user manager answers (a container, or a session without a user bus,
-/// has none).
-fn user_systemd_answers() -> bool {
-    std::process::Command::new("systemctl")
-        .args(["--user", "show-environment"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// The service line for a unit systemd knows: ok when enabled and active, else what to do.
@@ -347,12 +346,12 @@ fn systemd_unit_state(b: &mut Builder, unit: &str, enabled: &str, active: &str) 
     let (active, fix) = if active.is_empty() {
         (
             "state unknown (no user service manager answers)",
-            "this session has no `systemctl --user`; the pi extension and `pi-ide-broker mcp` start a daemon themselves".to_string(),
+            "this session has no `systemctl --user`; the pi extension and the `mcp` door start a daemon themselves".to_string(),
         )
     } else if enabled != "enabled" {
         (
             active,
-            "`pi-ide-broker service install` enables and starts it".to_string(),
+            format!("`{}` enables and starts it", hint("service install")),
         )
     } else {
         (

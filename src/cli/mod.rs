@@ -10,6 +10,7 @@ pub mod args;
 pub mod client;
 mod daemon;
 mod doctor;
+pub mod hint;
 mod lines;
 mod mcp;
 mod paths;
@@ -49,12 +50,19 @@ pub fn cwd_or_current(cwd: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 pub fn not_running(socket: &str) -> ExitCode {
     // Offer the service only where a service manager would take it (doctor says the same).
     let env = crate::cli::setup::Env::from_process(&Config::default(), None);
+    let hint = crate::cli::hint::hint;
     let service = match crate::cli::setup::no_service_manager(&env) {
-        None => ", or install the service with `pi-ide-broker service install`",
-        Some(_) => " (no user service manager answers here, so there is no service to install)",
+        None => format!(
+            ", or install the service with `{}`",
+            hint("service install")
+        ),
+        Some(_) => {
+            " (no user service manager answers here, so there is no service to install)".into()
+        }
     };
     eprintln!(
-        "pi-ide-broker is not running (nothing answers on {socket}).\nStart it with `pi-ide-broker daemon`{service}."
+        "pi-ide-broker is not running (nothing answers on {socket}).\nStart it with `{}`{service}.",
+        hint("daemon")
     );
     ExitCode::from(3)
 }

@@ -231,11 +231,12 @@ pub fn run_steps(steps: &[Step]) -> Result<(), (usize, StepError, String)> {
 /// is really loaded.
 pub fn commands(manager: Manager, unit: &UnitFile, install: bool) -> Vec<Step> {
     let uid = crate::platform::user::uid();
-    let systemd_fix = "systemd has no user session here (a container, a system without \
-                       systemd, or a login without `loginctl enable-linger $USER`); run the \
-                       daemon with `pi-ide-broker daemon` instead, or let the pi extension \
-                       start it"
-        .to_string();
+    let daemon = crate::cli::hint::hint("daemon");
+    let systemd_fix = format!(
+        "systemd has no user session here (a container, a system without systemd, or a login \
+         without `loginctl enable-linger $USER`); run the daemon with `{daemon}` instead, or \
+         let the pi extension start it"
+    );
     let domain = format!("gui/{uid}");
     let target = format!("{domain}/{LAUNCHD_LABEL}");
     let plist = unit.path.display().to_string();
@@ -243,7 +244,7 @@ pub fn commands(manager: Manager, unit: &UnitFile, install: bool) -> Vec<Step> {
         "launchd has no GUI session for this user here (over SSH, or before anyone logged in \
          at the Mac's screen). The agent is written to {plist} and loads at your next login; \
          to start it now, run `launchctl bootstrap {domain} {plist}` from Terminal on the Mac \
-         itself, or run `pi-ide-broker daemon` in the meantime"
+         itself, or run `{daemon}` in the meantime"
     );
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     match (manager, install) {
@@ -277,7 +278,7 @@ pub fn commands(manager: Manager, unit: &UnitFile, install: bool) -> Vec<Step> {
         (Manager::RunKey, true) => {
             let fix = format!(
                 "the Run key could not be written; add the value by hand in regedit ({RUN_KEY}, \
-                 a string named {RUN_VALUE} holding `{}`), or run `pi-ide-broker daemon`",
+                 a string named {RUN_VALUE} holding `{}`), or run `{daemon}`",
                 run_value_data(unit)
             );
             vec![
@@ -384,7 +385,10 @@ fn service_install(
     println!("wrote {}", unit.path.display());
     let code = run_reporting(&steps)?;
     if manager == Manager::RunKey && code == ExitCode::SUCCESS {
-        println!("it starts at every logon; to start it now, run `pi-ide-broker daemon` (or let the pi extension start it)");
+        println!(
+            "it starts at every logon; to start it now, run `{}` (or let the pi extension start it)",
+            crate::cli::hint::hint("daemon")
+        );
     }
     Ok(code)
 }
@@ -416,6 +420,58 @@ fn service_uninstall(manager: Manager, unit: &UnitFile, dry_run: bool) -> anyhow
     Ok(code)
 }
 
+/// Why no service manager can take a unit here (its probe failed, and how), or `None` when
+/// one answers; `path` is the `PATH` to find the manager's tool on.
+pub fn no_manager(manager: Manager, path: Option<&std::ffi::OsStr>) -> Option<String> {
+    let probe: &[&str] = match manager {
+        Manager::Systemd => &["systemctl", "--user", "show-environment"],
+        Manager::Launchd => &["launchctl", "managername"],
+        Manager::RunKey => &["reg", "query", RUN_KEY],
+    };
+    let mut cmd = std::process::Command::new(probe[0]);
+    cmd.args(&probe[1..]).stdin(std::process::Stdio::null());
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    let out = match cmd.output() {
+        Ok(out) if out.status.success() => return None,
+        Ok(out) => out,
+        Err(e) => return Some(format!("cannot run `{}`: {e}", probe[0])),
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tail: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = tail[tail.len().saturating_sub(4)..].join(" / ");
+    Some(format!(
+        "`{}` failed ({}): {tail}",
+        probe.join(" "),
+        out.status
+    ))
+}
+
+/// What `service status` says when the manager reports no running service: install it where
+/// a service manager answers; where none does (a container), that there is none to install and
+/// what starts a daemon instead.
+fn not_running_hint(asked: &str, status: &str) -> String {
+    let hint = crate::cli::hint::hint;
+    match no_manager(Manager::here(), std::env::var_os("PATH").as_deref()) {
+        None => format!(
+            "`{asked}` says the service is not running ({status}); `{}` installs and starts it",
+            hint("service install")
+        ),
+        Some(why) => format!(
+            "no user service manager answers here ({why}), so there is no service to install; \
+             the pi extension and the `mcp` door start a daemon when none runs, or run `{}` \
+             (`{}` says whether one runs)",
+            hint("daemon"),
+            hint("status")
+        ),
+    }
+}
+
 /// `service status`: the service manager's own report, straight to the terminal.
 fn service_status(manager: Manager) -> anyhow::Result<ExitCode> {
     let argv: Vec<String> = match manager {
@@ -437,10 +493,7 @@ fn service_status(manager: Manager) -> anyhow::Result<ExitCode> {
     {
         Ok(s) if s.success() => Ok(ExitCode::SUCCESS),
         Ok(s) => {
-            eprintln!(
-                "`{}` says the service is not running ({s}); `pi-ide-broker service install` installs and starts it",
-                argv.join(" ")
-            );
+            eprintln!("{}", not_running_hint(&argv.join(" "), &s.to_string()));
             Ok(ExitCode::FAILURE)
         }
         Err(_) => {

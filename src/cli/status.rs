@@ -115,8 +115,9 @@ pub fn changes(prev: &Status, next: &Status) -> Vec<String> {
     if prev.lockfiles_rejected.len() != next.lockfiles_rejected.len() {
         let n = next.lockfiles_rejected.len();
         out.push(format!(
-            "{n} lockfile{} ignored — run `pi-ide-broker doctor`",
-            if n == 1 { "" } else { "s" }
+            "{n} lockfile{} ignored — run `{}`",
+            if n == 1 { "" } else { "s" },
+            crate::cli::hint::hint("doctor")
         ));
     }
     out
@@ -278,9 +279,10 @@ pub fn render(status: &Status, now: u64) -> String {
     }
     match status.lockfiles_rejected.len() {
         0 => {}
-        1 => out.push_str("\n1 lockfile ignored — run `pi-ide-broker doctor`\n"),
         n => {
-            let _ = writeln!(out, "\n{n} lockfiles ignored — run `pi-ide-broker doctor`");
+            let s = if n == 1 { "" } else { "s" };
+            let doctor = crate::cli::hint::hint("doctor");
+            let _ = writeln!(out, "\n{n} lockfile{s} ignored — run `{doctor}`");
         }
     }
     out

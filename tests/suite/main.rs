@@ -34,6 +34,7 @@ mod opencode;
 mod pi_extension;
 mod pi_package;
 mod pi_web;
+mod pty;
 mod readme;
 mod remote;
 mod service;

@@ -3,9 +3,9 @@
 //! HOME whose `PATH` has no Rust toolchain, `pi install npm:pi-ide-broker` against it: the
 //! extension autoconnects to an editor, the daemon it starts is the platform package's binary,
 //! `pi-ide-broker doctor` through the npm launcher is green, and `pi remove` takes it all away
-//! (the daemon stops by itself). Then issue 52's npm path, as the README says it: `pi install`,
-//! `npx pi-ide-broker setup` (timed, pi not fetched), `pi-ide-broker status`, the README's
-//! uninstall, and nothing left but what the README names.
+//! (the daemon stops by itself). Then the README's npm way, each line pasted at a real terminal
+//! (issue 62): nothing asked, nothing fetched, the PATH line setup prints makes the next
+//! command work, and after the README's uninstall the HOME holds nothing it did not hold.
 
 use crate::common::fake_model::FakeModel;
 use crate::common::pi::{find_pi, pi_home, Pi, PiInstall};
@@ -13,6 +13,7 @@ use crate::common::process::DaemonReaper;
 use crate::common::*;
 use pi_ide_broker::testkit::within;
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -140,39 +141,6 @@ async fn add_user(port: u16) -> String {
         .to_string()
 }
 
-/// `npx <args>` in `home` against `registry`, with stdin closed (a prompt would hang or fail);
-/// (success, output, how long it took).
-async fn npx(
-    home: &Path,
-    registry: &str,
-    path: &OsString,
-    tmp: &Path,
-    args: &[&str],
-) -> (bool, String, Duration) {
-    let started = Instant::now();
-    let out = Command::new("npx")
-        .args(args)
-        .current_dir(home)
-        .env_clear()
-        .env("HOME", home)
-        .env("PATH", path)
-        .env("TMPDIR", tmp)
-        .env("npm_config_registry", registry)
-        .env("npm_config_update_notifier", "false")
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(300), out)
-        .await
-        .expect("npx timed out")
-        .expect("run npx");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text, started.elapsed())
-}
-
 /// Every file and dir under `dir` (none when it is not there).
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -187,33 +155,6 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-/// What of the broker is left in `home` (and its `tmp`): the top entries whose name says
-/// pi-ide-broker, and the editors' and Qwen's dirs (pi's own files and the test's are not).
-fn leftovers(home: &Path, tmp: &Path) -> Vec<PathBuf> {
-    let mut left: Vec<PathBuf> = walk(home)
-        .into_iter()
-        .filter(|p| {
-            let rel = p.strip_prefix(home).unwrap_or(p).display().to_string();
-            let ours = rel.contains("pi-ide-broker") || rel.starts_with(".pi/ide-broker");
-            let others = rel.starts_with(".claude") || rel.starts_with(".qwen");
-            let pis = rel.starts_with(".pi/agent") || rel.starts_with(".npm/_cacache");
-            (ours || others) && !pis
-        })
-        .collect();
-    left.extend(
-        walk(tmp)
-            .into_iter()
-            .filter(|p| p.display().to_string().contains("pi-ide-broker")),
-    );
-    left.sort();
-    left.dedup();
-    // The top of each: what a user would delete.
-    left.iter()
-        .filter(|p| !left.iter().any(|q| q != *p && p.starts_with(q)))
-        .cloned()
-        .collect()
 }
 
 /// `PATH` with pi's node and the system's tools, and no Rust toolchain.
@@ -279,6 +220,8 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
     let model = FakeModel::start().await;
     let home = pi_home(dir.path(), &model.models_json());
     let home = home.canonicalize().expect("canonical home");
+    // The HOME as its user had it: after the README's uninstall, nothing more of the broker.
+    let before = tree(&home);
     let path = path_without_cargo(&pi);
     let (ok, out, took) = pi_package_cmd(
         &pi,
@@ -389,9 +332,49 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
         "the daemon (pid {pid}) runs on after pi remove deleted its binary"
     );
 
-    // The README's npm path again, verbatim: `pi install npm:pi-ide-broker`, then
-    // `npx pi-ide-broker setup` (timed; no prompt, and pi is not fetched again). A user has
-    // `pi` on PATH: a shim stands for pi's own launcher.
+    readme_npm_way(&pi, &home, &tmp, &registry.url, &path, &binary, &before).await;
+    drop(registry.child);
+}
+
+/// Every path under `home`, relative to it.
+pub fn tree(home: &Path) -> BTreeSet<String> {
+    walk(home)
+        .into_iter()
+        .filter_map(|p| p.strip_prefix(home).ok().map(|r| r.display().to_string()))
+        .collect()
+}
+
+/// What is in `home` now that was not `before`, but for what others own: npm's cache (not
+/// its npx copies), pi's own folder, the editor's lock dir, and the test's own dirs.
+pub fn made_since(home: &Path, before: &BTreeSet<String>) -> Vec<String> {
+    let others = [".npm/", ".pi/agent", ".pi/ide", "project", "shim", "tmp"];
+    // The test's TMPDIR is others' too, but for the broker's socket dir in it.
+    let brokers = |p: &str| p.starts_with(".npm/_npx") || p.starts_with("tmp/pi-ide-broker");
+    tree(home)
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .filter(|p| brokers(p) || !others.iter().any(|o| p.starts_with(o)))
+        .filter(|p| p != ".npm" && p != ".pi")
+        .collect()
+}
+
+/// The README's npm way, every line as pasted at a real terminal (`crate::pty`): the install
+/// block asks nothing and fetches nothing (pi's copy is what setup copies), pi's launcher
+/// before setup names itself in its hints, setup's PATH line makes the README's next command
+/// work, and the README's npm uninstall block leaves nothing in the HOME that was not there.
+async fn readme_npm_way(
+    pi: &PiInstall,
+    home: &Path,
+    tmp: &Path,
+    registry: &str,
+    path: &OsString,
+    binary: &Path,
+    before: &BTreeSet<String>,
+) {
+    if !crate::pty::available() {
+        return cannot_run("`script` (util-linux) for a real terminal");
+    }
+    // A user has `pi` on PATH: a shim stands for pi's own launcher.
     let shim = home.join("shim");
     std::fs::create_dir_all(&shim).expect("mkdir shim");
     let pi_shim = shim.join("pi");
@@ -409,100 +392,98 @@ async fn pi_installs_the_npm_package_with_no_rust_and_it_autoconnects_then_pi_re
         std::fs::set_permissions(&pi_shim, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
     let path =
-        std::env::join_paths(std::iter::once(shim.clone()).chain(std::env::split_paths(&path)))
+        std::env::join_paths(std::iter::once(shim.clone()).chain(std::env::split_paths(path)))
             .expect("PATH");
-    let (ok, out, took) = pi_package_cmd(
-        &pi,
-        &home,
-        &registry.url,
-        &path,
-        &["install", "npm:pi-ide-broker"],
-    )
-    .await;
-    assert!(ok, "pi install again: {out}");
-    eprintln!(
-        "pi install npm:pi-ide-broker (again) took {} ms",
-        took.as_millis()
+    let env = [
+        ("HOME", home.as_os_str()),
+        ("PATH", path.as_os_str()),
+        ("TMPDIR", tmp.as_os_str()),
+        ("npm_config_registry", std::ffi::OsStr::new(registry)),
+        ("npm_config_update_notifier", std::ffi::OsStr::new("false")),
+    ];
+    let limit = Duration::from_secs(300);
+    let at_terminal = |line: String| async move {
+        let started = Instant::now();
+        let (ok, out) = crate::pty::run(&line, home, &env, limit).await;
+        eprintln!(
+            "`{line}` at a terminal took {} ms",
+            started.elapsed().as_millis()
+        );
+        (ok, out)
+    };
+    let text = crate::readme::readme();
+    let install = crate::readme::block(&text, "npm-block");
+    let (ok, out) = at_terminal(install[0].clone()).await;
+    assert!(ok, "`{}`: {out}", install[0]);
+    // A binary that lost its exec bit (neither `pi install` nor `pi update` puts it back): the
+    // launcher gives it back and runs it (issue 62).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(binary, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    // Before setup, pi's launcher names itself, not a bare command the shell lacks (issue 62).
+    let launcher = "~/.pi/agent/npm/node_modules/.bin/pi-ide-broker";
+    let (running, out) = at_terminal(format!("{launcher} status")).await;
+    assert!(!running, "a daemon runs before setup:\n{out}");
+    assert!(
+        !out.contains("EACCES"),
+        "the launcher did not repair the exec bit:\n{out}"
     );
-    let (ok, out, took) = npx(
-        &home,
-        &registry.url,
-        &path,
-        &tmp,
-        &["pi-ide-broker", "setup"],
-    )
-    .await;
-    assert!(ok, "npx pi-ide-broker setup: {out}");
-    eprintln!("npx pi-ide-broker setup took {} ms", took.as_millis());
-    assert!(!out.contains("Ok to proceed"), "npx asked: {out}");
-    let fetched_pi = walk(&home.join(".npm/_npx"))
-        .iter()
-        .any(|p| p.ends_with("@earendil-works/pi-coding-agent/package.json"));
-    assert!(!fetched_pi, "npx fetched pi for setup:\n{out}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(binary)
+            .expect("the binary")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755, "the exec bit is not back");
+    }
+    assert!(
+        out.contains(&format!("`{launcher} daemon`")) && !out.contains("`pi-ide-broker daemon`"),
+        "the hint names a command this shell does not have:\n{out}"
+    );
+    let (ok, out) = at_terminal(install[1].clone()).await;
+    assert!(ok, "`{}`: {out}", install[1]);
+    assert!(!crate::pty::npx_asked(&out), "setup asked:\n{out}");
+    assert!(
+        !home.join(".npm/_npx").exists(),
+        "setup fetched a second copy into npx's cache:\n{out}"
+    );
+    let copy = home.join(".local/share/pi-ide-broker/bin/pi-ide-broker");
+    assert_eq!(
+        std::fs::read(&copy).ok(),
+        std::fs::read(binary).ok(),
+        "setup's copy is not pi's binary:\n{out}"
+    );
     assert!(
         out.contains("left as it is") && !out.contains("pi remove npm:"),
         "{out}"
     );
-    // The command the README uses from here on is there (setup linked it).
-    let command = home.join(".local/bin/pi-ide-broker");
-    let readme = |args: &'static [&'static str]| {
-        let mut c = Command::new(&command);
-        c.args(args)
-            .env_clear()
-            .env("HOME", &home)
-            .env("PATH", &path)
-            .env("TMPDIR", &tmp)
-            .current_dir(&project);
-        c
-    };
-    let out = within("status", readme(&["status"]).output())
-        .await
-        .expect("status");
+    // The PATH step: ~/.local/bin is not on this PATH, setup says so with the line to add,
+    // and with it the README's next command runs.
+    let export = out
+        .split("export PATH=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .map(|p| format!("export PATH=\"{p}\""))
+        .unwrap_or_else(|| panic!("setup did not say how to put the command on PATH:\n{out}"));
     assert!(
-        out.status.success(),
-        "pi-ide-broker status: {}",
-        String::from_utf8_lossy(&out.stderr)
+        text.contains(&format!("`{export}`")),
+        "the README does not show setup's PATH line `{export}`"
     );
-
-    // The README's uninstall, then what is left: only what it names.
-    let out = within("setup --undo", readme(&["setup", "--undo"]).output())
-        .await
-        .expect("setup --undo");
-    assert!(
-        out.status.success(),
-        "setup --undo: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let (ok, out, _) = pi_package_cmd(
-        &pi,
-        &home,
-        &registry.url,
-        &path,
-        &["remove", "npm:pi-ide-broker"],
-    )
-    .await;
-    assert!(ok, "pi remove: {out}");
-    let left = leftovers(&home, &tmp);
-    eprintln!("left after the README's uninstall: {left:#?}");
-    let named = [
-        ".local/state/pi-ide-broker",
-        ".local/share/pi-ide-broker",
-        ".config/pi-ide-broker",
-        ".pi/ide-broker",
-        ".npm/_npx",
-        "tmp/pi-ide-broker-",
-    ];
-    for p in &left {
-        let rel = p.strip_prefix(&home).unwrap_or(p).display().to_string();
-        assert!(
-            named.iter().any(|n| rel.starts_with(n)) || rel.starts_with("shim"),
-            "{rel} is left after the README's uninstall, and the README does not name it"
-        );
+    let (ok, status) = at_terminal("pi-ide-broker status".into()).await;
+    assert!(!ok, "pi-ide-broker ran without the PATH line:\n{status}");
+    let (ok, status) = at_terminal(format!("{export}; pi-ide-broker status")).await;
+    assert!(ok, "`{export}; pi-ide-broker status`:\n{status}");
+    // The README's npm uninstall, as pasted; then nothing the broker made is left.
+    for line in crate::readme::block(&text, "uninstall-npm") {
+        let (ok, out) = at_terminal(line.clone()).await;
+        assert!(ok, "`{line}`: {out}");
     }
-    assert!(!home.join(".claude").exists(), "the broker made ~/.claude");
-    assert!(!home.join(".qwen").exists(), "the broker made ~/.qwen");
-    assert!(!command.exists(), "setup --undo left {}", command.display());
-    drop(registry.child);
+    let left = made_since(home, before);
+    assert!(
+        left.is_empty(),
+        "left in the HOME after the README's uninstall, and not there before: {left:#?}"
+    );
 }
 
 /// The Windows package as packaging/pack.sh packs it: the `.exe` at the path the launcher and

@@ -1,6 +1,7 @@
 //! The README is the user's guide: its user path stays short, and its install block is what a
 //! test runs (`install_block_as_written` in `setup`'s tests).
 
+use pi_ide_broker::testkit::START;
 use std::path::{Path, PathBuf};
 
 /// The README's text.
@@ -11,24 +12,69 @@ pub fn readme() -> String {
 
 /// The commands of the block between the `install-block` markers, one per line.
 pub fn install_commands(readme: &str) -> Vec<String> {
+    block(readme, "install-block")
+}
+
+/// The commands of the ```sh block between `<!-- NAME:begin … -->` and `<!-- NAME:end -->`,
+/// one per line, comments and blank lines left out: what a user pastes.
+pub fn block(readme: &str, name: &str) -> Vec<String> {
+    let begin = format!("<!-- {name}:begin");
+    let end_marker = format!("<!-- {name}:end -->");
     let start = readme
-        .find("<!-- install-block:begin")
-        .expect("README has an install-block:begin marker");
+        .find(&begin)
+        .unwrap_or_else(|| panic!("README has no {begin} marker"));
     let end = readme[start..]
-        .find("<!-- install-block:end -->")
-        .expect("README has an install-block:end marker")
+        .find(&end_marker)
+        .unwrap_or_else(|| panic!("README has no {end_marker} marker"))
         + start;
-    let block = &readme[start..end];
-    let body = block
+    let body = readme[start..end]
         .split("```sh\n")
         .nth(1)
         .and_then(|b| b.split("```").next())
-        .expect("a ```sh block between the install-block markers");
+        .unwrap_or_else(|| panic!("a ```sh block between the {name} markers"));
     body.lines()
-        .map(str::trim)
+        .map(|l| l.split(" #").next().unwrap_or(l).trim())
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(String::from)
         .collect()
+}
+
+/// The README's npm install block: pi installs the package, then setup runs from pi's copy.
+pub const README_NPM_SETUP: &str = "~/.pi/agent/npm/node_modules/.bin/pi-ide-broker setup";
+
+#[test]
+fn every_install_way_has_its_blocks_and_none_runs_a_tool_of_another_way() {
+    let text = readme();
+    assert_eq!(
+        block(&text, "npm-block"),
+        ["pi install npm:pi-ide-broker", README_NPM_SETUP]
+    );
+    // The npm uninstall never names cargo (an npm user has none), the cargo one never npm.
+    let npm = block(&text, "uninstall-npm");
+    assert!(npm.iter().all(|c| !c.contains("cargo")), "{npm:?}");
+    assert!(
+        npm.contains(&"pi remove npm:pi-ide-broker".to_string()),
+        "{npm:?}"
+    );
+    assert_eq!(npm[0], format!("{README_NPM_SETUP} --undo"));
+    let cargo = block(&text, "uninstall-cargo");
+    assert_eq!(
+        cargo,
+        [
+            "pi-ide-broker setup --undo",
+            "cargo uninstall pi-ide-broker"
+        ]
+    );
+    // No bare `npx pi-ide-broker` command: outside pi's folder it prompts and fetches the
+    // registry's newest version, not pi's.
+    for line in text.lines().filter(|l| !l.starts_with("<!--")) {
+        for cmd in line.split('`').skip(1).step_by(2) {
+            assert!(
+                !cmd.starts_with("npx pi-ide-broker "),
+                "the README tells a user to run `{cmd}`"
+            );
+        }
+    }
 }
 
 /// The git URL the README's install block names (what a test substitutes).
@@ -95,6 +141,7 @@ async fn install_block_as_written() {
     };
     let server = crate::common::git_serve::GitServer::start().await;
     let mut h = crate::setup::Home::new(&pi);
+    let user_had = crate::npm_install::tree(&h.home);
     let root = h.home.join("cargo-root");
     h.path_prepend(&root.join("bin"));
     // The build's target dir is kept between runs, so a rerun compiles only this crate. Cargo
@@ -184,23 +231,27 @@ async fn install_block_as_written() {
         [carried.display().to_string()],
         "setup did not install the extension the binary carries"
     );
-    let (ok, out) = h
-        .run_with(&root.join("bin/pi-ide-broker"), &["setup", "--undo"], &env)
-        .await;
-    assert!(ok, "{out}");
-    assert_eq!(h.pi_packages(), serde_json::json!([]), "{out}");
+    // The README's cargo uninstall, each line as pasted at a terminal; then the HOME holds
+    // nothing the broker made (issue 62): what is there was there before, or is cargo's, pi's,
+    // npm's, the clone or the test's project.
+    let home_env = [("HOME", h.home.as_os_str())];
+    let term_env: Vec<(&str, &std::ffi::OsStr)> =
+        h.env().into_iter().chain(env).chain(home_env).collect();
+    for line in block(&readme(), "uninstall-cargo") {
+        let (ok, out) = crate::pty::run(&line, &h.home, &term_env, START).await;
+        assert!(ok, "`{line}` at a terminal:\n{out}");
+    }
+    assert_eq!(h.pi_packages(), serde_json::json!([]));
     assert!(!carried.exists(), "setup --undo left {}", carried.display());
-    let (ok, out) = h
-        .run_with(&root.join("bin/pi-ide-broker"), &["stop"], &env)
-        .await;
-    assert!(ok, "{out}");
-    let (running, out) = h
-        .run_with(&root.join("bin/pi-ide-broker"), &["status"], &env)
-        .await;
     assert!(
-        !running,
-        "a daemon still runs after setup --undo and stop:\n{out}"
+        !root.join("bin/pi-ide-broker").exists(),
+        "cargo uninstall left the binary"
     );
+    let left: Vec<String> = crate::npm_install::made_since(&h.home, &user_had)
+        .into_iter()
+        .filter(|p| !p.starts_with("cargo-root") && !p.starts_with("src"))
+        .collect();
+    assert!(left.is_empty(), "the README's uninstall left: {left:#?}");
 }
 
 /// Removes this crate's fingerprints and artifacts from a cargo profile dir (dependencies stay).

@@ -4,7 +4,7 @@
 // on Windows), the layout Codex and esbuild ship. Plain JavaScript so that both the extension (TypeScript) and
 // the `pi-ide-broker` launcher (bin/pi-ide-broker.js, run by any node) import it.
 
-import { existsSync } from "node:fs";
+import { chmodSync, existsSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
@@ -47,5 +47,26 @@ export function platformBinary(from = import.meta.url, platform = process.platfo
 		return null;
 	}
 	const bin = join(dirname(manifest), "vendor", triple, "bin", binaryName(platform));
-	return existsSync(bin) ? bin : null;
+	if (!existsSync(bin)) return null;
+	if (platform !== "win32") repairExecBit(bin);
+	return bin;
+}
+
+/**
+ * Gives `bin` back the exec bits its read bits allow when it has none (an unpacker or a copy
+ * that dropped them; `pi install` and `pi update` do not put them back). Whether it is
+ * executable by its owner now; a failure is left for the spawn to report (EACCES), with the
+ * command that repairs it.
+ * @param {string} bin
+ * @returns {boolean}
+ */
+export function repairExecBit(bin) {
+	try {
+		const mode = statSync(bin).mode & 0o7777;
+		if (mode & 0o100) return true;
+		chmodSync(bin, mode | ((mode & 0o444) >> 2));
+		return true;
+	} catch {
+		return false;
+	}
 }

@@ -55,6 +55,9 @@ pub fn step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
             format!("would link {} to {}", link.display(), env.exe.display()),
         );
     }
+    if !dir.exists() && !rec.created_dirs.contains(&dir) {
+        rec.created_dirs.push(dir.clone());
+    }
     if let Err(e) = relink(&dir, &link, &env.exe) {
         return Line::new(
             Level::Fail,
@@ -93,9 +96,13 @@ fn linked(env: &Env, link: &Path, dir: &Path, other_first: Option<PathBuf>) -> L
         ),
         None => format!("{} is not on your PATH", dir.display()),
     };
+    // `$HOME/…` as a profile line is written (and as the README shows it).
+    let shown = match dir.strip_prefix(&env.home) {
+        Ok(rel) if !env.home.as_os_str().is_empty() => format!("$HOME/{}", rel.display()),
+        _ => dir.display().to_string(),
+    };
     Line::new(Level::Warn, "command", format!("{}; {why}", line.message)).fix(format!(
-        "add it in front: export PATH=\"{}:$PATH\" (in ~/.profile or your shell's rc file)",
-        dir.display()
+        "add it in front: export PATH=\"{shown}:$PATH\" (in ~/.profile or your shell's rc file; for this shell, run it now)"
     ))
 }
 

@@ -13,9 +13,12 @@ pub(crate) mod extension;
 mod jsonedit;
 pub mod mcp;
 pub mod pi;
+mod purge;
 mod record;
 mod steps;
+mod undo;
 
+pub use crate::cli::hint::hint;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -56,6 +59,10 @@ pub struct Env {
     pub socket: PathBuf,
     /// The config file the daemon runs with, when there is one.
     pub config: Option<PathBuf>,
+    /// The compat lock dir the daemon publishes its entries in (`~/.pi/ide-broker`).
+    pub compat_dir: PathBuf,
+    /// The socket the configuration names when no daemon runs (its dir holds the lock).
+    pub default_socket: PathBuf,
 }
 
 impl Env {
@@ -81,6 +88,8 @@ impl Env {
             path: std::env::var_os("PATH"),
             socket: config.socket_to_dial(),
             config: config_path.filter(|p| p.exists()),
+            compat_dir: config.compat_dir(),
+            default_socket: config.socket_path(),
         }
     }
 
@@ -198,17 +207,28 @@ pub fn run(opts: &Options, env: &Env) -> Vec<Line> {
         println!("{}", l.render());
         lines.push(l);
     };
+    let mut created = Vec::new();
     if opts.undo {
-        steps::undo(opts, env, &mut rec, &mut emit);
+        undo::undo(opts, env, &mut rec, &mut emit);
+        created = std::mem::take(&mut rec.created_dirs);
+        if rec != record::Record::default() {
+            // Something setup did is still there: its record, and the dirs, stay for a rerun.
+            rec.created_dirs = std::mem::take(&mut created);
+        }
     } else {
         steps::apply(opts, env, &mut rec, &mut emit);
     }
-    if !opts.dry_run {
-        if let Err(e) = rec.save(&env.state_dir) {
-            emit(Line::new(Level::Fail, "record", e).fix(
+    let saved = opts.dry_run || {
+        let saved = rec.save(&env.state_dir);
+        if let Err(e) = &saved {
+            emit(Line::new(Level::Fail, "record", e.clone()).fix(
                 "setup --undo cannot know what this run did; check the state dir's permissions",
             ));
         }
+        saved.is_ok()
+    };
+    if opts.undo && saved && rec == record::Record::default() {
+        purge::purge(opts, env, &created, &mut emit);
     }
     lines
 }
@@ -245,7 +265,7 @@ pub async fn command(
         .await;
         print!("{}", doctor::render(&report));
         if !report.ok {
-            println!("(The route is checked for {}: once an editor has a project open, `pi-ide-broker doctor` there says whether an agent reaches it.)", cwd.display());
+            println!("(The route is checked for {}: once an editor has a project open, `{}` there says whether an agent reaches it.)", cwd.display(), hint("doctor"));
         }
     }
     Ok(if all_ok(&lines) {

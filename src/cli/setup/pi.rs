@@ -111,9 +111,70 @@ pub fn load_verdict(help_output: &str, source: &str) -> Result<(), String> {
     }
 }
 
+/// The node pi needs (its `engines`; the README says the same).
+pub const MIN_NODE: (u32, u32) = (22, 19);
+
+/// When `output` is node dying on a version too old for pi (node ends an uncaught error with
+/// `Node.js v20.20.2`): that version and node's own error line (`SyntaxError: …`), which the
+/// stack between them would otherwise hide.
+pub fn old_node(output: &str) -> Option<(String, String)> {
+    let version = output
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("Node.js v"))?;
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next().flatten()?;
+    let minor = parts.next().flatten().unwrap_or(0);
+    if (major, minor) >= MIN_NODE {
+        return None;
+    }
+    let error = output
+        .lines()
+        .map(str::trim)
+        .find(|l| {
+            l.split(':')
+                .next()
+                .is_some_and(|head| head.ends_with("Error") && !head.contains(' '))
+        })
+        .unwrap_or("node stopped with an error");
+    Some((format!("v{version}"), error.to_string()))
+}
+
+/// What to tell the user when pi died on an old node: the cause and the repair.
+pub fn old_node_line(output: &str) -> Option<(String, String)> {
+    let (version, error) = old_node(output)?;
+    let (major, minor) = MIN_NODE;
+    Some((
+        format!("pi cannot run on node {version} (it needs {major}.{minor} or newer): {error}"),
+        format!(
+            "install node {major} (nodejs.org, or `nvm install {major}` / `fnm install {major}`), put it first on your PATH (`node --version` says v{major}.{minor} or newer), then run setup again"
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pi_dying_on_an_old_node_names_the_version_and_nodes_own_error() {
+        let out = "file:///x/cli.js:2\nimport { createRequire, enableCompileCache } from \"node:module\";\n                        ^^^^^^^^^^^^^^^^^^\nSyntaxError: The requested module 'node:module' does not provide an export named 'enableCompileCache'\n    at ModuleJob._instantiate (node:internal/modules/esm/module_job:213:21)\n\nNode.js v20.20.2\n";
+        let (version, error) = old_node(out).expect("an old node");
+        assert_eq!(version, "v20.20.2");
+        assert!(
+            error.starts_with("SyntaxError: The requested module"),
+            "{error}"
+        );
+        let (message, fix) = old_node_line(out).expect("a line");
+        assert!(
+            message.contains("v20.20.2") && message.contains("22.19"),
+            "{message}"
+        );
+        assert!(fix.contains("install node 22"), "{fix}");
+        assert_eq!(old_node("boom\nNode.js v22.19.0\n"), None);
+        assert_eq!(old_node("boom\nNode.js v24.1.0\n"), None);
+        assert_eq!(old_node("npm error 404\n"), None);
+    }
 
     #[cfg(unix)] // POSIX paths, FIFOs or child processes
     #[test]

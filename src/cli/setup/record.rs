@@ -26,6 +26,10 @@ pub struct Record {
     /// The `pi-ide-broker` symlink setup put on the user's PATH (`~/.local/bin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_link: Option<PathBuf>,
+    /// The dirs setup created (an empty `~/.local/bin` for the link): `--undo` removes each
+    /// that is empty by then, and never one the user had.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_dirs: Vec<PathBuf>,
     /// The MCP entries setup added to config files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_files: Vec<McpFile>,

@@ -1,5 +1,5 @@
-//! The steps of `setup` and of `setup --undo`, each on its own: one failing never stops the
-//! next.
+//! The steps of `setup`, each on its own: one failing never stops the next (`undo.rs` takes
+//! them back).
 
 use super::daemon;
 use super::mcp::{self, FileClient};
@@ -10,18 +10,28 @@ use crate::cli::service::{self, Manager};
 use std::path::{Path, PathBuf};
 
 /// Runs `cmd`; its output on success, else why it failed (the output's last lines).
-fn run(cmd: &[String], env: &Env, cwd: Option<&Path>) -> Result<String, String> {
+pub(super) fn run(cmd: &[String], env: &Env, cwd: Option<&Path>) -> Result<String, String> {
     let (ok, text, status) = capture(cmd, env, cwd)?;
     if ok {
         return Ok(text);
     }
-    let tail: Vec<&str> = text.lines().rev().take(4).collect();
+    Err(failed(cmd, &text, status))
+}
+
+/// Why `cmd` failed: its output's last lines (those not blank).
+fn failed(cmd: &[String], text: &str, status: std::process::ExitStatus) -> String {
+    let tail: Vec<&str> = text
+        .lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(4)
+        .collect();
     let tail: Vec<&str> = tail.into_iter().rev().collect();
-    Err(format!(
+    format!(
         "`{}` failed ({status}): {}",
         cmd.join(" "),
         tail.join(" / ")
-    ))
+    )
 }
 
 /// Runs `cmd` to its end: whether it succeeded, its stdout and stderr, and its exit status.
@@ -49,7 +59,7 @@ fn capture(
     Ok((out.status.success(), text, out.status))
 }
 
-fn shown(cmds: &[service::Step]) -> String {
+pub(super) fn shown(cmds: &[service::Step]) -> String {
     cmds.iter()
         .map(service::Step::shown)
         .collect::<Vec<_>>()
@@ -150,16 +160,7 @@ fn copy_executable(from: &Path, to: &Path) -> std::io::Result<()> {
 
 /// Why no service manager can take the unit here, or `None` when one answers.
 pub(super) fn no_manager(manager: Manager, env: &Env) -> Option<String> {
-    let probe: Vec<String> = match manager {
-        Manager::Systemd => ["systemctl", "--user", "show-environment"],
-        Manager::Launchd => ["launchctl", "managername", ""],
-        Manager::RunKey => ["reg", "query", service::RUN_KEY],
-    }
-    .iter()
-    .filter(|s| !s.is_empty())
-    .map(|s| s.to_string())
-    .collect();
-    run(&probe, env, None).err()
+    service::no_manager(manager, env.path.as_deref())
 }
 
 fn service_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
@@ -255,7 +256,10 @@ fn start_service(
                     "service",
                     format!("{} installed for every logon, but {e}", unit.path.display()),
                 )
-                .fix("run `pi-ide-broker daemon`, or let the pi extension start it"),
+                .fix(format!(
+                    "run `{}`, or let the pi extension start it",
+                    super::hint("daemon")
+                )),
             );
         }
     }
@@ -264,7 +268,7 @@ fn start_service(
 
 /// No service manager: a daemon in the background instead, unless one runs already.
 fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> Line {
-    let later = "when it stops (a reboot), the pi extension and `pi-ide-broker mcp` start one whenever none runs";
+    let later = "when it stops (a reboot), the pi extension and the agents' `mcp` door start one whenever none runs";
     let head = format!("no user service manager answers here ({why})");
     if daemon::answering(env) {
         return Line::new(
@@ -297,8 +301,10 @@ fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> 
             )
             .fix(later)
         }
-        Err(e) => Line::new(Level::Warn, "service", format!("{head}; {e}"))
-            .fix(format!("run `pi-ide-broker daemon` in a terminal; {later}")),
+        Err(e) => Line::new(Level::Warn, "service", format!("{head}; {e}")).fix(format!(
+            "run `{}` in a terminal; {later}",
+            super::hint("daemon")
+        )),
     }
 }
 
@@ -365,13 +371,30 @@ fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
     let already = installed.contains(&target);
     if !already {
         let cmd = ["pi".to_string(), "install".to_string(), target.clone()];
-        if let Err(e) = run(&cmd, env, Some(&env.home)) {
-            return Line::new(Level::Fail, "pi", e)
-                .fix("fix what pi says above, then run setup again");
+        if let Some(failure) = pi_install(&cmd, env) {
+            return failure;
         }
         rec.pi_source = Some(target.clone());
     }
     pi_loads(env, &target, already)
+}
+
+/// Runs `pi install …`; the line to show when it failed (an old node named as the cause).
+fn pi_install(cmd: &[String], env: &Env) -> Option<Line> {
+    let (ok, out, status) = match capture(cmd, env, Some(&env.home)) {
+        Ok(r) => r,
+        Err(e) => return Some(Line::new(Level::Fail, "pi", e)),
+    };
+    if ok {
+        return None;
+    }
+    if let Some((message, fix)) = pi::old_node_line(&out) {
+        return Some(Line::new(Level::Fail, "pi", message).fix(fix));
+    }
+    Some(
+        Line::new(Level::Fail, "pi", failed(cmd, &out, status))
+            .fix("fix what pi says above, then run setup again"),
+    )
 }
 
 /// Whether pi actually loads the extension: `pi --help` loads every installed one and lists
@@ -379,8 +402,14 @@ fn pi_step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
 fn pi_loads(env: &Env, target: &str, already: bool) -> Line {
     let help = ["pi".to_string(), "--help".to_string()];
     // Read whatever its exit status: a refused extension's error is in the text.
-    let verdict =
-        capture(&help, env, Some(&env.home)).and_then(|(_, out, _)| pi::load_verdict(&out, target));
+    let out = match capture(&help, env, Some(&env.home)) {
+        Ok((_, out, _)) => out,
+        Err(e) => e,
+    };
+    if let Some((message, fix)) = pi::old_node_line(&out) {
+        return Line::new(Level::Fail, "pi", message).fix(fix);
+    }
+    let verdict = pi::load_verdict(&out, target);
     match (verdict, already) {
         (Ok(()), true) => Line::new(
             Level::Ok,
@@ -397,7 +426,10 @@ fn pi_loads(env: &Env, target: &str, already: bool) -> Line {
             "pi",
             format!("pi cannot load the extension from {target}: {e}"),
         )
-        .fix("fix what pi says, then run setup again (`pi-ide-broker setup --undo` takes it back)"),
+        .fix(format!(
+            "fix what pi says, then run setup again (`{}` takes it back)",
+            super::hint("setup --undo")
+        )),
     }
 }
 
@@ -544,7 +576,7 @@ fn plan_file(
 }
 
 /// Writes `text` to `path` through a temporary file beside it, keeping the file's mode.
-fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
+pub(super) fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let tmp = dir.join(format!(
@@ -557,302 +589,4 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
         let _ = std::fs::set_permissions(&tmp, m.permissions());
     }
     std::fs::rename(&tmp, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
-}
-
-/// Takes back what the record says setup did; what fails stays in the record.
-pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(Line)) {
-    if *rec == Record::default() && !extension::dir(&env.data_dir).exists() {
-        emit(Line::new(
-            Level::Ok,
-            "undo",
-            "setup has changed nothing here; nothing to undo",
-        ));
-        return;
-    }
-    if let Some(unit) = rec.service_unit.clone() {
-        emit(undo_service(opts, env, &unit, rec));
-    }
-    if let Some(pid) = rec.daemon_pid {
-        emit(undo_daemon(opts, pid, rec));
-    }
-    if let Some(source) = rec.pi_source.clone() {
-        emit(undo_command(
-            opts,
-            env,
-            "pi",
-            &["pi".into(), "remove".into(), source],
-            &mut rec.pi_source,
-        ));
-    }
-    // The extension's folder goes once pi no longer loads it from there.
-    let folder = extension::dir(&env.data_dir);
-    if rec.pi_source.is_none() && folder.exists() {
-        emit(undo_extension(opts, env, &folder));
-    }
-    if rec.claude_mcp {
-        let mut flag = Some(());
-        emit(undo_command(
-            opts,
-            env,
-            "Claude Code",
-            &mcp::claude_remove(),
-            &mut flag,
-        ));
-        rec.claude_mcp = flag.is_some();
-    }
-    if let Some(link) = rec.command_link.clone() {
-        emit(super::command::undo(opts, &link, rec));
-    }
-    if let Some(copy) = rec.binary_copy.clone() {
-        emit(undo_binary(opts, &copy, rec));
-    }
-    let files = std::mem::take(&mut rec.mcp_files);
-    for f in files {
-        let (line, keep) = undo_file(opts, &f);
-        emit(line);
-        if keep {
-            rec.mcp_files.push(f);
-        }
-    }
-    if let Some(line) = undo_running(opts, env) {
-        emit(line);
-    }
-}
-
-/// The daemon still running (pi or an `mcp` door started it) is stopped too: nothing of
-/// the broker keeps running after an uninstall (issue 52).
-fn undo_running(opts: &Options, env: &Env) -> Option<Line> {
-    let record = std::fs::read_to_string(env.state_dir.join("running.json")).ok()?;
-    let pid = serde_json::from_str::<serde_json::Value>(&record).ok()?["pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())?;
-    if opts.dry_run {
-        return Some(Line::new(
-            Level::Info,
-            "daemon",
-            format!("would stop the running daemon (pid {pid})"),
-        ));
-    }
-    match daemon::stop(pid) {
-        Ok(true) => Some(Line::new(
-            Level::Ok,
-            "daemon",
-            format!("stopped the running daemon (pid {pid})"),
-        )),
-        Ok(false) => None,
-        Err(e) => Some(Line::new(Level::Fail, "daemon", e).fix(format!("kill {pid}"))),
-    }
-}
-
-fn undo_binary(opts: &Options, copy: &Path, rec: &mut Record) -> Line {
-    if opts.dry_run {
-        return Line::new(
-            Level::Info,
-            "binary",
-            format!("would remove {}", copy.display()),
-        );
-    }
-    match std::fs::remove_file(copy) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Line::new(
-            Level::Fail,
-            "binary",
-            format!("cannot remove {}: {e}", copy.display()),
-        )
-        .fix(format!("remove it by hand: rm {}", copy.display())),
-        _ => {
-            rec.binary_copy = None;
-            if let Some(dir) = copy.parent() {
-                let _ = std::fs::remove_dir(dir);
-            }
-            Line::new(Level::Ok, "binary", format!("removed {}", copy.display()))
-        }
-    }
-}
-
-fn undo_extension(opts: &Options, env: &Env, folder: &Path) -> Line {
-    if opts.dry_run {
-        return Line::new(
-            Level::Info,
-            "pi",
-            format!("would remove {}", folder.display()),
-        );
-    }
-    match extension::remove(&env.data_dir) {
-        Ok(()) => Line::new(Level::Ok, "pi", format!("removed {}", folder.display())),
-        Err(e) => Line::new(
-            Level::Fail,
-            "pi",
-            format!("cannot remove {}: {e}", folder.display()),
-        )
-        .fix(format!("remove it by hand: rm -r {}", folder.display())),
-    }
-}
-
-fn undo_service(opts: &Options, env: &Env, unit_path: &Path, rec: &mut Record) -> Line {
-    let manager = Manager::here();
-    let unit = service::unit(manager, &env.exe, None, &env.home, &env.config_home);
-    let cmds = service::commands(manager, &unit, false);
-    if opts.dry_run {
-        return Line::new(
-            Level::Info,
-            "service",
-            format!(
-                "would run: {}; would remove {}",
-                shown(&cmds),
-                unit_path.display()
-            ),
-        );
-    }
-    // Stopping a service that is not running fails; removing the unit is what counts.
-    for c in &cmds {
-        let _ = run(&c.argv, env, None);
-    }
-    match std::fs::remove_file(unit_path) {
-        Ok(()) => {
-            rec.service_unit = None;
-            Line::new(
-                Level::Ok,
-                "service",
-                format!("stopped and removed {}", unit_path.display()),
-            )
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            rec.service_unit = None;
-            Line::new(
-                Level::Ok,
-                "service",
-                format!("{} was removed already", unit_path.display()),
-            )
-        }
-        Err(e) => Line::new(
-            Level::Fail,
-            "service",
-            format!("cannot remove {}: {e}", unit_path.display()),
-        )
-        .fix("remove it by hand, then `systemctl --user daemon-reload`"),
-    }
-}
-
-fn undo_daemon(opts: &Options, pid: u32, rec: &mut Record) -> Line {
-    if opts.dry_run {
-        return Line::new(
-            Level::Info,
-            "service",
-            format!("would stop the daemon setup started (pid {pid})"),
-        );
-    }
-    match daemon::stop(pid) {
-        Ok(stopped) => {
-            rec.daemon_pid = None;
-            let what = if stopped {
-                "stopped"
-            } else {
-                "no longer runs:"
-            };
-            Line::new(
-                Level::Ok,
-                "service",
-                format!("{what} the daemon setup started (pid {pid})"),
-            )
-        }
-        Err(e) => Line::new(Level::Fail, "service", e).fix(format!("kill {pid}")),
-    }
-}
-
-/// Runs an undo command; clears `done` when it worked.
-fn undo_command<T>(
-    opts: &Options,
-    env: &Env,
-    step: &str,
-    cmd: &[String],
-    done: &mut Option<T>,
-) -> Line {
-    let line = cmd.join(" ");
-    if opts.dry_run {
-        return Line::new(Level::Info, step, format!("would run: {line}"));
-    }
-    match run(cmd, env, Some(&env.home)) {
-        Ok(_) => {
-            *done = None;
-            Line::new(Level::Ok, step, format!("ran: {line}"))
-        }
-        Err(e) => Line::new(Level::Fail, step, e).fix(format!("run it by hand: {line}")),
-    }
-}
-
-/// Removes one recorded entry; whether to keep it in the record (it failed).
-fn undo_file(opts: &Options, f: &McpFile) -> (Line, bool) {
-    let Some(client) = mcp::FILE_CLIENTS.into_iter().find(|c| c.id() == f.client) else {
-        return (
-            Line::new(
-                Level::Warn,
-                &f.client,
-                "a client this version does not know; left in the record",
-            ),
-            true,
-        );
-    };
-    let step = client.title();
-    let Ok(text) = std::fs::read_to_string(&f.file) else {
-        return (
-            Line::new(
-                Level::Ok,
-                step,
-                format!("{} is gone already", f.file.display()),
-            ),
-            false,
-        );
-    };
-    let new_text = match mcp::remove(client, &text, &f.command, f.created_container) {
-        Ok(Some(t)) => t,
-        Ok(None) => {
-            return (
-                Line::new(
-                    Level::Ok,
-                    step,
-                    format!("{} no longer has the entry", f.file.display()),
-                ),
-                false,
-            )
-        }
-        Err(e) => {
-            return (
-                Line::new(Level::Warn, step, format!("{}: {e}", f.file.display())),
-                false,
-            )
-        }
-    };
-    if opts.dry_run {
-        return (
-            Line::new(
-                Level::Info,
-                step,
-                format!(
-                    "would remove the `editor` MCP server from {}",
-                    f.file.display()
-                ),
-            ),
-            true,
-        );
-    }
-    let result = if f.created_file && mcp::is_empty(client, &new_text) {
-        std::fs::remove_file(&f.file)
-            .map_err(|e| format!("cannot remove {}: {e}", f.file.display()))
-    } else {
-        write_atomic(&f.file, &new_text)
-    };
-    match result {
-        Ok(()) => (
-            Line::new(
-                Level::Ok,
-                step,
-                format!("removed the `editor` MCP server from {}", f.file.display()),
-            ),
-            false,
-        ),
-        Err(e) => (
-            Line::new(Level::Fail, step, e).fix("remove the `editor` entry by hand"),
-            true,
-        ),
-    }
 }
