@@ -130,7 +130,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 /// The Neovim and the plugin dirs the named variables give, or `None` (said) to skip.
-fn plugins(vars: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
+pub(crate) fn plugins(vars: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
     crate::common::nvim_plugins::neovim_with("acp_nvim", vars)
 }
 
@@ -180,7 +180,7 @@ struct Client {
 }
 
 /// The lines `pi-ide-broker acp` wrote to the client so far (the tap's transcript), parsed.
-fn transcript(tap: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn transcript(tap: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(tap)
         .unwrap_or_default()
         .lines()
@@ -190,7 +190,7 @@ fn transcript(tap: &Path) -> Vec<serde_json::Value> {
 
 /// Waits until the transcript holds more than `before` lines matching `pred` (every 20 ms, at
 /// most 20 s: a file has no event to wait on); the first new one.
-async fn tapped(
+pub(crate) async fn tapped(
     tap: &Path,
     what: &str,
     before: usize,
@@ -211,8 +211,85 @@ async fn tapped(
 }
 
 /// A turn's answer saying it was cancelled.
-fn is_cancelled_answer(m: &serde_json::Value) -> bool {
+pub(crate) fn is_cancelled_answer(m: &serde_json::Value) -> bool {
     m["result"]["stopReason"] == "cancelled"
+}
+
+/// A real pi session followed by a plugin's thread in a headless Neovim: the plugin spawns
+/// `pi-ide-broker acp` through a tap that keeps what the door writes to it.
+pub(crate) struct Thread {
+    /// pi, its broker and its fake model.
+    pub pi: crate::acp_pi::FollowedPi,
+    /// The Neovim with the plugin and its driver.
+    pub nv: Nvim,
+    /// The tap's transcript (JSON lines the door wrote to the client): [`transcript`].
+    pub tap: PathBuf,
+}
+
+impl Thread {
+    /// pi started, Neovim in its folder with `driver`'s plugin on `rtp`, and the thread's
+    /// `session/new` answered with pi's session; `None` (said) where pi is not installed.
+    pub(crate) async fn open(nvim: &Path, rtp: &[PathBuf], driver: &str) -> Option<Thread> {
+        let followed = crate::acp_pi::followed_pi().await?;
+        let (b, proj, key) = (&followed.b, &followed.proj, &followed.key);
+        // The plugin spawns `acp` through a tap that keeps what it writes to the client.
+        let tap = b.dir.path().join("acp-out.jsonl");
+        let tap_sh = b.dir.path().join("acp-tap.sh");
+        std::fs::write(
+            &tap_sh,
+            format!(
+                "#!/bin/sh\n'{}' \"$@\" | tee -a '{}'\n",
+                broker_bin().display(),
+                tap.display()
+            ),
+        )
+        .expect("write the tap");
+        std::fs::set_permissions(&tap_sh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod the tap");
+
+        // Neovim in the project folder, the plugin on its runtime path.
+        let server = b.dir.path().join("nvim.sock");
+        let cache = b.dir.path().join("nvim-cache");
+        std::fs::create_dir_all(cache.join("nvim")).expect("mkdir nvim cache");
+        let nv = Nvim::start(
+            nvim,
+            &server,
+            rtp,
+            // The driver, then what both drivers share (it adds to the driver's `T`).
+            &[fixture(driver), fixture("common.lua")],
+            proj,
+            &[
+                ("HOME", b.dir.path().join("home")),
+                ("XDG_STATE_HOME", b.dir.path().join("nvim-state")),
+                // agentic.nvim's debug log (the driver turns it off) goes to $XDG_CACHE_HOME/nvim
+                // and loses every message when it is missing.
+                ("XDG_CACHE_HOME", cache),
+            ],
+        )
+        .await;
+        let started = nv
+            .until(
+                "the driver loaded",
+                &format!(
+                    "start({}, {}, {})",
+                    lua_str(&tap_sh.display().to_string()),
+                    lua_str(&b.socket.display().to_string()),
+                    lua_str(&b.dir.path().join("home").display().to_string()),
+                ),
+                |s| s == "ok",
+            )
+            .await;
+        assert_eq!(started, "ok");
+        nv.until("session/new answered", "session_id()", |s| {
+            s == key.as_str()
+        })
+        .await;
+        Some(Thread {
+            pi: followed,
+            nv,
+            tap,
+        })
+    }
 }
 
 /// The whole story with one client.
@@ -230,67 +307,21 @@ async fn scenario(nvim: &Path, rtp: &[PathBuf], client: Client) {
     } else {
         None
     };
-    let Some(crate::acp_pi::FollowedPi {
-        b,
-        mut pi,
-        mut model,
-        proj,
-        key,
-    }) = crate::acp_pi::followed_pi().await
+    let Some(Thread {
+        pi:
+            crate::acp_pi::FollowedPi {
+                b,
+                mut pi,
+                mut model,
+                proj,
+                key,
+            },
+        nv,
+        tap,
+    }) = Thread::open(nvim, rtp, driver).await
     else {
         return;
     };
-
-    // The plugin spawns `acp` through a tap that keeps what it writes to the client.
-    let tap = b.dir.path().join("acp-out.jsonl");
-    let tap_sh = b.dir.path().join("acp-tap.sh");
-    std::fs::write(
-        &tap_sh,
-        format!(
-            "#!/bin/sh\n'{}' \"$@\" | tee -a '{}'\n",
-            broker_bin().display(),
-            tap.display()
-        ),
-    )
-    .expect("write the tap");
-    std::fs::set_permissions(&tap_sh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod the tap");
-
-    // Neovim in the project folder, the plugin on its runtime path.
-    let server = b.dir.path().join("nvim.sock");
-    let cache = b.dir.path().join("nvim-cache");
-    std::fs::create_dir_all(cache.join("nvim")).expect("mkdir nvim cache");
-    let nv = Nvim::start(
-        nvim,
-        &server,
-        rtp,
-        // The driver, then what both drivers share (it adds to the driver's `T`).
-        &[fixture(driver), fixture("common.lua")],
-        &proj,
-        &[
-            ("HOME", b.dir.path().join("home")),
-            ("XDG_STATE_HOME", b.dir.path().join("nvim-state")),
-            // agentic.nvim's debug log (the driver turns it off) goes to $XDG_CACHE_HOME/nvim
-            // and loses every message when it is missing.
-            ("XDG_CACHE_HOME", cache),
-        ],
-    )
-    .await;
-    let started = nv
-        .until(
-            "the driver loaded",
-            &format!(
-                "start({}, {}, {})",
-                lua_str(&tap_sh.display().to_string()),
-                lua_str(&b.socket.display().to_string()),
-                lua_str(&b.dir.path().join("home").display().to_string()),
-            ),
-            |s| s == "ok",
-        )
-        .await;
-    assert_eq!(started, "ok");
-    nv.until("session/new answered", "session_id()", |s| s == key)
-        .await;
 
     // Mirror: a watching turn; a turn typed in pi shows in the thread.
     let from = pi.mark();
@@ -396,6 +427,14 @@ async fn scenario(nvim: &Path, rtp: &[PathBuf], client: Client) {
         crate::common::fake_model::all_text(&chat).contains("question from the editor"),
         "{chat}"
     );
+    // CodeCompanion sends the stopped `follow` again ahead of the question: pi runs the
+    // question alone (the re-send rule, docs/acp.md).
+    let asked = pi
+        .until("the editor's message in pi", from, |v| {
+            v["type"] == "message_start" && v["message"]["role"] == "user"
+        })
+        .await;
+    assert_eq!(crate::acp_pi::user_text(&asked), "question from the editor");
     nv.until("the answer in the thread", "chat()", |c| {
         c.contains("answer for the editor")
     })
