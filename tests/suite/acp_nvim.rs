@@ -232,13 +232,15 @@ impl Thread {
     pub(crate) async fn open(nvim: &Path, rtp: &[PathBuf], driver: &str) -> Option<Thread> {
         let followed = crate::acp_pi::followed_pi().await?;
         let (b, proj, key) = (&followed.b, &followed.proj, &followed.key);
-        // The plugin spawns `acp` through a tap that keeps what it writes to the client.
+        // The plugin spawns `acp` through a tap that keeps what it writes to the client (and,
+        // beside it, `acp-out.in.jsonl`, what the client wrote).
         let tap = b.dir.path().join("acp-out.jsonl");
         let tap_sh = b.dir.path().join("acp-tap.sh");
         std::fs::write(
             &tap_sh,
             format!(
-                "#!/bin/sh\n'{}' \"$@\" | tee -a '{}'\n",
+                "#!/bin/sh\ntee -a '{}' | '{}' \"$@\" | tee -a '{}'\n",
+                tap.with_extension("in.jsonl").display(),
                 broker_bin().display(),
                 tap.display()
             ),
@@ -421,6 +423,7 @@ async fn scenario(nvim: &Path, rtp: &[PathBuf], client: Client) {
     model.push(Reply::Text("answer for the editor".into()));
     let from = pi.mark();
     nv.call("end_watch()").await;
+    nv.until("the chat idle", "idle()", |s| s == "yes").await;
     nv.call("submit('question from the editor')").await;
     let chat = model.next_chat().await;
     assert!(

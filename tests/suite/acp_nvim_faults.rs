@@ -34,6 +34,9 @@ async fn agentic_nvim_meets_issue_63s_faults() {
     let Some((nvim, rtp)) = plugins(&["PI_IDE_BROKER_AGENTIC_NVIM"]) else {
         return;
     };
+    // Beside agentic.nvim's 300,000-line read (acp_nvim::), whose 3 s bound a second pi and
+    // Neovim would stretch: they take turns.
+    let _heavy = crate::common::machine_heavy().await;
     let Some(mut t) = Thread::open(&nvim, &rtp, "agentic.lua").await else {
         return;
     };
@@ -59,6 +62,9 @@ async fn codecompanion_meets_issue_63s_faults() {
     ]) else {
         return;
     };
+    // Beside agentic.nvim's 300,000-line read (acp_nvim::), whose 3 s bound a second pi and
+    // Neovim would stretch: they take turns.
+    let _heavy = crate::common::machine_heavy().await;
     let Some(mut t) = Thread::open(&nvim, &rtp, "codecompanion.lua").await else {
         return;
     };
@@ -216,10 +222,18 @@ async fn a_resent_cancelled_message_is_not_run_again(t: &mut Thread) {
         args: json!({"command": "sleep 30"}),
     });
     let from = f.pi.mark();
+    let replies = nv.call("chat()").await.matches("## CodeCompanion").count();
     submit(nv, "run the long job").await;
     assert_eq!(pi_was_asked(&mut f.pi, from).await, "run the long job");
     f.pi.until("the command running", from, |v| {
         v["type"] == "tool_execution_start"
+    })
+    .await;
+    // Stopped once the job shows in the chat, as a user sees it: stopped before anything of
+    // the turn shows, CodeCompanion leaves the user's section open and the next words join
+    // the stopped message (one message, not a re-send).
+    nv.until("the job in the chat", "chat()", |c| {
+        c.matches("## CodeCompanion").count() > replies
     })
     .await;
     assert_eq!(nv.call("cancel()").await, "ok");
