@@ -205,20 +205,19 @@ async fn scenario(nvim: &Path, rtp: &[PathBuf], client: Client) {
         cancel_keeps_session,
     } = client;
     // pi waits 3 s for a buffer the client reads (agentic.nvim: a 300,000-line one): that
-    // bound measures the client and the broker, not a release build or a browser beside them.
-    let _heavy = if reads_buffers {
-        Some(crate::common::machine_heavy().await)
-    } else {
-        None
-    };
+    // bound measures the client and the broker, not a release build, a browser or the other
+    // plugin's pi and Neovim beside them (with both scenarios at once on a loaded two-core
+    // machine, agentic.nvim's read missed it). Both take the turn.
+    let _heavy = crate::common::machine_heavy().await;
     let Some(Thread {
         pi:
             crate::acp_pi::FollowedPi {
-                b,
+                // Kept to the end: the broker stops when it is dropped.
+                b: _broker,
                 mut pi,
                 mut model,
                 proj,
-                key,
+                ..
             },
         nv,
         tap,

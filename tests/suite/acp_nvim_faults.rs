@@ -10,17 +10,19 @@
 //!
 //! What neither plugin can send, and the spec-level suite test that covers it instead:
 //! `session/close` (faults 3 and 6: neither plugin has it; agentic.nvim ends a thread with
-//! `session/cancel`, `lua/agentic/acp/acp_client.lua:514-525`, CodeCompanion by killing the
-//! agent process, `lua/codecompanion/acp/init.lua:547-548`): `acp::close_*`,
+//! `session/cancel`, `lua/agentic/acp/acp_client.lua:515-525`, CodeCompanion by killing the
+//! agent process, `lua/codecompanion/acp/init.lua:547-548`):
+//! `acp::close_during_a_prompt_stops_it_and_lets_go`,
+//! `acp::a_watching_turns_cancel_settles_its_permission_and_close_lets_go`,
 //! `acp_pi::close_during_a_running_prompt_stops_it_in_pi`; `$/cancel_request` from the client
 //! (neither sends one to an agent: CodeCompanion's `cancel_request` is its MCP client's,
 //! `lua/codecompanion/mcp/client.lua:513`), a `session/list` cursor (CodeCompanion sends one
-//! only when the agent handed out `nextCursor`, `lua/codecompanion/acp/init.lua:313-330`), and
+//! only when the agent handed out `nextCursor`, `lua/codecompanion/acp/init.lua:314-330`), and
 //! `session/resume` or an unknown session's load (agentic.nvim never loads:
 //! `ACPClient:load_session`, `acp_client.lua:478`, has no caller; CodeCompanion loads only an
 //! id `session/list` gave, and falls back to `session/new` on any error,
-//! `lua/codecompanion/acp/init.lua:384-398`): `acp::` (`session_list_*`, `*cancel_request*`,
-//! `*unknown_session*`).
+//! `lua/codecompanion/acp/init.lua:388-402`):
+//! `acp::list_cancel_request_and_not_found_as_acp_says`.
 
 use crate::acp_nvim::{is_cancelled_answer, lua_str, plugins, tapped, transcript, Nvim, Thread};
 use crate::acp_pi::{user_text, FollowedPi};
@@ -189,9 +191,12 @@ async fn follow_turns_cancel_settles_pi(t: &mut Thread, plugin: &str) {
         settled["aborted"], false,
         "pi's own turn went on: {settled}"
     );
-    tapped(tap, "the follow turn answered cancelled", cancelled, |m| {
-        is_cancelled_answer(m)
-    })
+    tapped(
+        tap,
+        "the follow turn answered cancelled",
+        cancelled,
+        is_cancelled_answer,
+    )
     .await;
     let results = f.pi.tool_results(from);
     assert!(
@@ -287,7 +292,7 @@ async fn queued_prompts_cancel_leaves_pis_turn_alone(t: &mut Thread, plugin: &st
         tap,
         "the queued prompt answered cancelled",
         cancelled,
-        |m| is_cancelled_answer(m),
+        is_cancelled_answer,
     )
     .await;
     eprintln!(
