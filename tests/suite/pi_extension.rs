@@ -364,13 +364,25 @@ async fn new_keeps_the_editor_and_a_resumed_session_comes_back_after_a_broker_re
     w.broker.stop().await;
 }
 
+/// The broker restarts under a pi session and a real editor (pi-ide.nvim): the extension
+/// reconnects within a few dials, and the editor's file and errors reach its next prompt.
 #[tokio::test]
 async fn a_broker_restart_mid_session_reconnects_and_context_comes_back() {
     let Some(mut w) = World::start().await else {
         return;
     };
-    let (ed, id) = w.editor().await;
-    ed.select(&format!("{}/lib.rs", w.proj_s()), "", 2);
+    // A real editor (pi-ide.nvim): the broker that restarts finds it again by its lockfile.
+    let Some(ed) = NvimEditor::start(&w.broker, Plugin::PiIde, &w.proj, "nvim").await else {
+        return;
+    };
+    let id = w.broker.wait_editor(ed.port, "ready").await["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let lib = w.proj.join("lib.rs");
+    std::fs::write(&lib, "fn a() {}\nfn b() {}\nfn c() {}\n").expect("write lib.rs");
+    ed.diagnose(&lib, 1, "boom", "ERROR").await;
+    ed.cursor(&lib, 3).await;
     let mut pi = w.pi(&[]).await;
     let key = session_key(&mut pi).await;
     assert_eq!(attached_key(&w.broker, &key).await, id);
@@ -402,7 +414,10 @@ async fn a_broker_restart_mid_session_reconnects_and_context_comes_back() {
         text.contains("<editor>") && text.contains("lib.rs"),
         "{text}"
     );
-    assert!(text.contains("<lsp_diagnostics>"), "{text}");
+    assert!(
+        text.contains("<lsp_diagnostics>") && text.contains("lib.rs:1:1 [Error] boom"),
+        "{text}"
+    );
     pi.quit().await;
     drop(ed);
     w.broker.stop().await;

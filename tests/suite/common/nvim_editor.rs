@@ -186,6 +186,13 @@ impl NvimEditor {
         assert_eq!(self.nv.call(&call).await, "ok", "{call}");
     }
 
+    /// Opens `file` with the cursor on line `line` (1-based), nothing selected; the plugin
+    /// tells where the cursor is.
+    pub async fn cursor(&self, file: &Path, line: u32) {
+        let call = format!("cursor({}, {line})", lua_str(&file.display().to_string()));
+        assert_eq!(self.nv.call(&call).await, "ok", "{call}");
+    }
+
     /// Gives `file` a diagnostic on line `line` (1-based) as a language server would
     /// (`severity`: "ERROR", "WARN", "INFO", "HINT"); pi-ide.nvim only.
     pub async fn diagnose(&self, file: &Path, line: u32, message: &str, severity: &str) {
