@@ -19,109 +19,11 @@
 //! source. Without them: `tests/suite/common/nvim_plugins.rs`.
 
 use crate::common::fake_model::Reply;
+pub(crate) use crate::common::nvim::{lua_str, Nvim};
 use crate::common::process::broker_bin;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// A headless Neovim listening on a socket, and the way to call the driver in it.
-pub(crate) struct Nvim {
-    bin: PathBuf,
-    server: PathBuf,
-    /// What Neovim printed (the plugins' messages and errors), beside its socket.
-    log: PathBuf,
-    _child: tokio::process::Child,
-}
-
-impl Nvim {
-    /// A headless Neovim listening on `server`: `rtp` on its runtime path, each of `scripts`
-    /// run with `luafile`, in `cwd`, with `env`; once its socket is there. What it prints goes
-    /// to a log beside the socket, told when a wait on it times out.
-    pub(crate) async fn start(
-        nvim: &Path,
-        server: &Path,
-        rtp: &[PathBuf],
-        scripts: &[PathBuf],
-        cwd: &Path,
-        env: &[(&str, PathBuf)],
-    ) -> Nvim {
-        let mut cmd = tokio::process::Command::new(nvim);
-        cmd.args(["--headless", "--clean", "--listen"]).arg(server);
-        for d in rtp {
-            cmd.arg("--cmd").arg(format!("set rtp+={}", d.display()));
-        }
-        for s in scripts {
-            cmd.arg("-c").arg(format!("luafile {}", s.display()));
-        }
-        let log = server.with_extension("log");
-        let out = std::fs::File::create(&log).expect("create nvim's log");
-        cmd.stdout(out.try_clone().expect("dup nvim's log"))
-            .stderr(out);
-        cmd.current_dir(cwd).kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().expect("start nvim");
-        pi_ide_broker::testkit::eventually("nvim's socket", || server.exists().then_some(())).await;
-        Nvim {
-            bin: nvim.to_path_buf(),
-            server: server.to_path_buf(),
-            log,
-            _child: child,
-        }
-    }
-
-    /// The last 4000 bytes of what Neovim printed.
-    pub(crate) fn printed(&self) -> String {
-        let out = std::fs::read(&self.log).unwrap_or_default();
-        String::from_utf8_lossy(&out[out.len().saturating_sub(4000)..]).into_owned()
-    }
-
-    /// `v:lua.T.<call>` evaluated in the Neovim (one `--remote-expr` client run, bounded).
-    pub(crate) async fn call(&self, call: &str) -> String {
-        let out = pi_ide_broker::testkit::within(
-            &format!("nvim {call}"),
-            tokio::process::Command::new(&self.bin)
-                .arg("--server")
-                .arg(&self.server)
-                .arg("--remote-expr")
-                .arg(format!("v:lua.T.{call}"))
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .expect("run nvim --remote-expr");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    /// Calls `call` until `done` holds for its answer (every 50 ms, at most 20 s: the chat
-    /// buffer has no event a second process can wait on).
-    pub(crate) async fn until(
-        &self,
-        what: &str,
-        call: &str,
-        done: impl Fn(&str) -> bool,
-    ) -> String {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let got = self.call(call).await;
-            if done(&got) {
-                return got;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; last answer: {got}\nNeovim printed: {}",
-                self.printed()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// A Lua string literal inside a Vim expression.
-pub(crate) fn lua_str(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -130,7 +32,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 /// The Neovim and the plugin dirs the named variables give, or `None` (said) to skip.
-fn plugins(vars: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
+pub(crate) fn plugins(vars: &[&str]) -> Option<(PathBuf, Vec<PathBuf>)> {
     crate::common::nvim_plugins::neovim_with("acp_nvim", vars)
 }
 
@@ -180,7 +82,7 @@ struct Client {
 }
 
 /// The lines `pi-ide-broker acp` wrote to the client so far (the tap's transcript), parsed.
-fn transcript(tap: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn transcript(tap: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(tap)
         .unwrap_or_default()
         .lines()
@@ -190,7 +92,7 @@ fn transcript(tap: &Path) -> Vec<serde_json::Value> {
 
 /// Waits until the transcript holds more than `before` lines matching `pred` (every 20 ms, at
 /// most 20 s: a file has no event to wait on); the first new one.
-async fn tapped(
+pub(crate) async fn tapped(
     tap: &Path,
     what: &str,
     before: usize,
@@ -211,8 +113,87 @@ async fn tapped(
 }
 
 /// A turn's answer saying it was cancelled.
-fn is_cancelled_answer(m: &serde_json::Value) -> bool {
+pub(crate) fn is_cancelled_answer(m: &serde_json::Value) -> bool {
     m["result"]["stopReason"] == "cancelled"
+}
+
+/// A real pi session followed by a plugin's thread in a headless Neovim: the plugin spawns
+/// `pi-ide-broker acp` through a tap that keeps what the door writes to it.
+pub(crate) struct Thread {
+    /// pi, its broker and its fake model.
+    pub pi: crate::acp_pi::FollowedPi,
+    /// The Neovim with the plugin and its driver.
+    pub nv: Nvim,
+    /// The tap's transcript (JSON lines the door wrote to the client): [`transcript`].
+    pub tap: PathBuf,
+}
+
+impl Thread {
+    /// pi started, Neovim in its folder with `driver`'s plugin on `rtp`, and the thread's
+    /// `session/new` answered with pi's session; `None` (said) where pi is not installed.
+    pub(crate) async fn open(nvim: &Path, rtp: &[PathBuf], driver: &str) -> Option<Thread> {
+        let followed = crate::acp_pi::followed_pi().await?;
+        let (b, proj, key) = (&followed.b, &followed.proj, &followed.key);
+        // The plugin spawns `acp` through a tap that keeps what it writes to the client (and,
+        // beside it, `acp-out.in.jsonl`, what the client wrote).
+        let tap = b.dir.path().join("acp-out.jsonl");
+        let tap_sh = b.dir.path().join("acp-tap.sh");
+        std::fs::write(
+            &tap_sh,
+            format!(
+                "#!/bin/sh\ntee -a '{}' | '{}' \"$@\" | tee -a '{}'\n",
+                tap.with_extension("in.jsonl").display(),
+                broker_bin().display(),
+                tap.display()
+            ),
+        )
+        .expect("write the tap");
+        std::fs::set_permissions(&tap_sh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod the tap");
+
+        // Neovim in the project folder, the plugin on its runtime path.
+        let server = b.dir.path().join("nvim.sock");
+        let cache = b.dir.path().join("nvim-cache");
+        std::fs::create_dir_all(cache.join("nvim")).expect("mkdir nvim cache");
+        let nv = Nvim::start(
+            nvim,
+            &server,
+            rtp,
+            // The driver, then what both drivers share (it adds to the driver's `T`).
+            &[fixture(driver), fixture("common.lua")],
+            proj,
+            &[
+                ("HOME", b.dir.path().join("home")),
+                ("XDG_STATE_HOME", b.dir.path().join("nvim-state")),
+                // agentic.nvim's debug log (the driver turns it off) goes to $XDG_CACHE_HOME/nvim
+                // and loses every message when it is missing.
+                ("XDG_CACHE_HOME", cache),
+            ],
+        )
+        .await;
+        let started = nv
+            .until(
+                "the driver loaded",
+                &format!(
+                    "start({}, {}, {})",
+                    lua_str(&tap_sh.display().to_string()),
+                    lua_str(&b.socket.display().to_string()),
+                    lua_str(&b.dir.path().join("home").display().to_string()),
+                ),
+                |s| s == "ok",
+            )
+            .await;
+        assert_eq!(started, "ok");
+        nv.until("session/new answered", "session_id()", |s| {
+            s == key.as_str()
+        })
+        .await;
+        Some(Thread {
+            pi: followed,
+            nv,
+            tap,
+        })
+    }
 }
 
 /// The whole story with one client.
@@ -224,73 +205,26 @@ async fn scenario(nvim: &Path, rtp: &[PathBuf], client: Client) {
         cancel_keeps_session,
     } = client;
     // pi waits 3 s for a buffer the client reads (agentic.nvim: a 300,000-line one): that
-    // bound measures the client and the broker, not a release build or a browser beside them.
-    let _heavy = if reads_buffers {
-        Some(crate::common::machine_heavy().await)
-    } else {
-        None
-    };
-    let Some(crate::acp_pi::FollowedPi {
-        b,
-        mut pi,
-        mut model,
-        proj,
-        key,
-    }) = crate::acp_pi::followed_pi().await
+    // bound measures the client and the broker, not a release build, a browser or the other
+    // plugin's pi and Neovim beside them (with both scenarios at once on a loaded two-core
+    // machine, agentic.nvim's read missed it). Both take the turn.
+    let _heavy = crate::common::machine_heavy().await;
+    let Some(Thread {
+        pi:
+            crate::acp_pi::FollowedPi {
+                // Kept to the end: the broker stops when it is dropped.
+                b: _broker,
+                mut pi,
+                mut model,
+                proj,
+                ..
+            },
+        nv,
+        tap,
+    }) = Thread::open(nvim, rtp, driver).await
     else {
         return;
     };
-
-    // The plugin spawns `acp` through a tap that keeps what it writes to the client.
-    let tap = b.dir.path().join("acp-out.jsonl");
-    let tap_sh = b.dir.path().join("acp-tap.sh");
-    std::fs::write(
-        &tap_sh,
-        format!(
-            "#!/bin/sh\n'{}' \"$@\" | tee -a '{}'\n",
-            broker_bin().display(),
-            tap.display()
-        ),
-    )
-    .expect("write the tap");
-    std::fs::set_permissions(&tap_sh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod the tap");
-
-    // Neovim in the project folder, the plugin on its runtime path.
-    let server = b.dir.path().join("nvim.sock");
-    let cache = b.dir.path().join("nvim-cache");
-    std::fs::create_dir_all(cache.join("nvim")).expect("mkdir nvim cache");
-    let nv = Nvim::start(
-        nvim,
-        &server,
-        rtp,
-        // The driver, then what both drivers share (it adds to the driver's `T`).
-        &[fixture(driver), fixture("common.lua")],
-        &proj,
-        &[
-            ("HOME", b.dir.path().join("home")),
-            ("XDG_STATE_HOME", b.dir.path().join("nvim-state")),
-            // agentic.nvim's debug log (the driver turns it off) goes to $XDG_CACHE_HOME/nvim
-            // and loses every message when it is missing.
-            ("XDG_CACHE_HOME", cache),
-        ],
-    )
-    .await;
-    let started = nv
-        .until(
-            "the driver loaded",
-            &format!(
-                "start({}, {}, {})",
-                lua_str(&tap_sh.display().to_string()),
-                lua_str(&b.socket.display().to_string()),
-                lua_str(&b.dir.path().join("home").display().to_string()),
-            ),
-            |s| s == "ok",
-        )
-        .await;
-    assert_eq!(started, "ok");
-    nv.until("session/new answered", "session_id()", |s| s == key)
-        .await;
 
     // Mirror: a watching turn; a turn typed in pi shows in the thread.
     let from = pi.mark();
@@ -390,12 +324,21 @@ async fn scenario(nvim: &Path, rtp: &[PathBuf], client: Client) {
     model.push(Reply::Text("answer for the editor".into()));
     let from = pi.mark();
     nv.call("end_watch()").await;
+    nv.until("the chat idle", "idle()", |s| s == "yes").await;
     nv.call("submit('question from the editor')").await;
     let chat = model.next_chat().await;
     assert!(
         crate::common::fake_model::all_text(&chat).contains("question from the editor"),
         "{chat}"
     );
+    // CodeCompanion sends the stopped `follow` again ahead of the question: pi runs the
+    // question alone (the re-send rule, docs/acp.md).
+    let asked = pi
+        .until("the editor's message in pi", from, |v| {
+            v["type"] == "message_start" && v["message"]["role"] == "user"
+        })
+        .await;
+    assert_eq!(crate::acp_pi::user_text(&asked), "question from the editor");
     nv.until("the answer in the thread", "chat()", |c| {
         c.contains("answer for the editor")
     })

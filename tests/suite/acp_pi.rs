@@ -674,7 +674,7 @@ async fn a_write_with_a_follower_but_no_turn_and_no_editor_is_pis_own() {
 }
 
 /// The text of a user message as pi logged it (`message_start`).
-fn user_text(started: &Value) -> String {
+pub(crate) fn user_text(started: &Value) -> String {
     let content = &started["message"]["content"];
     match content {
         Value::String(s) => s.clone(),

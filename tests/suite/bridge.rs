@@ -239,14 +239,24 @@ async fn a_claude_session_on_a_pi_editor_gets_the_claude_shapes() {
     b.stop().await;
 }
 
+/// A pi session's write on a real Claude-family editor (claudecode.nvim): Neovim killed with
+/// the diff open answers the write rejected as undelivered, never saved.
 #[tokio::test]
 async fn a_bridged_diff_is_rejected_never_saved_when_the_editor_dies() {
+    use crate::common::nvim_editor::{NvimEditor, Plugin};
     let b = TestBroker::start().await;
-    let (fe, _) = claude_editor(&b, "/vs").await;
-    let mut c = pi_client_for(&b, "/vs").await;
-    let w = tokio::spawn(async move { c.write_verdict("/vs/z", "z", "dies").await });
-    eventually("diff pending", || fe.pending_diffs().first().cloned()).await;
-    fe.crash().await;
+    let vs = std::fs::canonicalize(b.dir.path()).unwrap().join("vs");
+    std::fs::create_dir_all(&vs).unwrap();
+    let Some(ed) = NvimEditor::start(&b, Plugin::ClaudeCode, &vs, "nvim").await else {
+        return;
+    };
+    b.wait_editor(ed.port, "ready").await;
+    let mut c = pi_client_for(&b, &vs.display().to_string()).await;
+    let z = vs.join("z").display().to_string();
+    let w = tokio::spawn(async move { c.write_verdict(&z, "z", "dies").await });
+    ed.pending_until("the diff open in Neovim", |s| s.contains("dies"))
+        .await;
+    ed.kill().await;
     let r = within("answer", w).await.unwrap();
     assert!(
         matches!(
@@ -257,6 +267,7 @@ async fn a_bridged_diff_is_rejected_never_saved_when_the_editor_dies() {
         ),
         "rejected as undelivered, never saved: {r:?}"
     );
+    assert!(!vs.join("z").exists(), "the file was written");
     b.stop().await;
 }
 

@@ -179,24 +179,35 @@ async fn an_unresponsive_link_is_dropped_and_redialled() {
     b.stop().await;
 }
 
+/// A real editor (pi-ide.nvim) quit and started again in its folder comes back on a new port
+/// as the same editor, recorded as its own successor; another folder is another editor.
 #[tokio::test]
 async fn a_restarted_editor_is_recorded_as_successor() {
+    use crate::common::nvim_editor::{NvimEditor, Plugin};
     let b = TestBroker::start().await;
-    let (old, id) = b.editor(&["/proj/a"]).await;
-    old.remove_lockfile();
-    old.crash().await;
-    b.wait_editor_gone(old.port).await;
-    let new = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/proj/a"]))
-        .await
-        .unwrap();
+    let proj = std::fs::canonicalize(b.dir.path())
+        .expect("canonical")
+        .join("proj");
+    let (a, other_dir) = (proj.join("a"), proj.join("b"));
+    std::fs::create_dir_all(&a).expect("mkdir a");
+    std::fs::create_dir_all(&other_dir).expect("mkdir b");
+    let Some(old) = NvimEditor::start(&b, Plugin::PiIde, &a, "a").await else {
+        return;
+    };
+    let id = b.wait_editor(old.port, "ready").await["id"].clone();
+    let old_port = old.port;
+    // `:qa!`: the plugin removes its lockfile as Neovim exits.
+    let new = old.restart().await;
+    b.wait_editor_gone(old_port).await;
+    assert_ne!(new.port, old_port);
     let e = b.wait_editor(new.port, "ready").await;
     assert_eq!(e["id"], id, "a restart keeps the editor id");
     assert_eq!(e["restarts"], 1);
-    assert_eq!(e["previous_port"], old.port);
+    assert_eq!(e["previous_port"], old_port);
     // A different workspace is a different editor.
-    let other = FakeEditor::start_in(&b.pi_dir, Options::pi(&["/proj/b"]))
-        .await
-        .unwrap();
+    let Some(other) = NvimEditor::start(&b, Plugin::PiIde, &other_dir, "b").await else {
+        return;
+    };
     let e = b.wait_editor(other.port, "ready").await;
     assert_ne!(e["id"], id);
     assert_eq!(e["restarts"], 0);

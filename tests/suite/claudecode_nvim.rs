@@ -12,48 +12,19 @@
 //! 2390c6e45c4789072c293ac69de051d169668b29) and `PI_IDE_BROKER_CLAUDE` (the pinned Claude
 //! Code). Without them: `tests/suite/common/nvim_plugins.rs`.
 
-use crate::acp_nvim::{lua_str, Nvim};
 use crate::common::broker::TestBroker;
 use crate::common::fake_anthropic::{FakeAnthropic, Reply};
+use crate::common::nvim::lua_str;
+use crate::common::nvim_editor::{NvimEditor, Plugin};
 use crate::stdio::{claude_command, claude_finished, claude_from, door_config};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-/// Neovim and the plugin, or `None` (said) to skip.
-fn neovim() -> Option<(PathBuf, PathBuf)> {
-    let (nvim, mut plugin) = crate::common::nvim_plugins::neovim_with(
-        "claudecode_nvim",
-        &["PI_IDE_BROKER_CLAUDECODE_NVIM"],
-    )?;
-    Some((nvim, plugin.pop()?))
-}
-
 /// A headless Neovim in `proj` with claudecode.nvim started, its lockfile written into the
-/// broker's Claude lock dir (through `CLAUDE_CONFIG_DIR`).
-async fn claudecode(b: &TestBroker, nvim: &Path, plugin: &Path, proj: &Path) -> Nvim {
-    let config_dir = b.dir.path().join("nvim-claude-config");
-    std::fs::create_dir_all(&config_dir).expect("mkdir");
-    std::os::unix::fs::symlink(&b.claude_dir, config_dir.join("ide")).expect("link the lock dir");
-    let driver =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claudecode_nvim/driver.lua");
-    let nv = Nvim::start(
-        nvim,
-        &b.dir.path().join("nvim.sock"),
-        &[plugin.to_path_buf()],
-        &[driver],
-        proj,
-        &[
-            ("HOME", b.dir.path().join("nvim-home")),
-            ("CLAUDE_CONFIG_DIR", config_dir),
-            ("XDG_STATE_HOME", b.dir.path().join("nvim-state")),
-            ("XDG_CACHE_HOME", b.dir.path().join("nvim-cache")),
-        ],
-    )
-    .await;
-    nv.until("claudecode.nvim started", "start()", |s| s == "ok")
-        .await;
-    nv
+/// broker's Claude lock dir; `None` (said) without Neovim or the plugin.
+async fn claudecode(b: &TestBroker, proj: &Path) -> Option<NvimEditor> {
+    NvimEditor::start(b, Plugin::ClaudeCode, proj, "nvim").await
 }
 
 /// claudecode.nvim's editor in the broker's status once its link is ready, its folder `proj`.
@@ -88,16 +59,16 @@ fn project(b: &TestBroker, file: &str, text: &str) -> PathBuf {
 
 #[tokio::test(flavor = "current_thread")]
 async fn claude_code_has_its_diffs_reviewed_in_a_real_neovim() {
-    let Some((nvim, plugin)) = neovim() else {
-        return;
-    };
     let Some(claude) = claude_from("PI_IDE_BROKER_CLAUDE") else {
         return;
     };
     let b = TestBroker::start().await;
     let proj = project(&b, "a.txt", "original\n");
     let file = proj.join("a.txt");
-    let nv = claudecode(&b, &nvim, &plugin, &proj).await;
+    let Some(ed) = claudecode(&b, &proj).await else {
+        return;
+    };
+    let nv = &ed.nv;
     let proj_str = proj.display().to_string();
     linked(&b, &proj).await;
 
@@ -168,9 +139,6 @@ async fn claude_code_has_its_diffs_reviewed_in_a_real_neovim() {
 /// nothing of the host but its own session.
 #[tokio::test(flavor = "current_thread")]
 async fn a_remote_agents_diff_is_accepted_in_a_real_neovim() {
-    let Some((nvim, plugin)) = neovim() else {
-        return;
-    };
     let dir = tempfile::tempdir().expect("tempdir");
     let proj = std::fs::canonicalize(dir.path())
         .expect("canonical")
@@ -186,7 +154,10 @@ async fn a_remote_agents_diff_is_accepted_in_a_real_neovim() {
         }];
     })
     .await;
-    let nv = claudecode(&b, &nvim, &plugin, &proj).await;
+    let Some(ed) = claudecode(&b, &proj).await else {
+        return;
+    };
+    let nv = &ed.nv;
     let e = linked(&b, &proj).await;
     let remote = pi_ide_broker::sys::config::Config::remote_socket(&b.socket, "box");
     let mut a = pi_ide_broker::testkit::agent::Agent::connect(

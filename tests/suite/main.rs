@@ -10,6 +10,7 @@ mod common;
 
 mod acp;
 mod acp_nvim;
+mod acp_nvim_faults;
 mod acp_pi;
 mod attacks;
 mod bridge;

@@ -1,8 +1,10 @@
 //! The pi extension (`extensions/pi`) end to end: the real pi CLI in RPC mode, offline against
-//! a fake model, the real broker, the fake editor. Skipped (with a message) where pi is not
-//! installed; `.ci/run` installs it and makes its absence a failure.
+//! a fake model, the real broker, and the test kit's editors or, where a review is done as a
+//! user does it, a real Neovim with pi-ide.nvim (`common::nvim_editor`). Skipped (with a
+//! message) where pi is not installed; `.ci/run` installs it and makes its absence a failure.
 
 use crate::common::fake_model::{all_text, FakeModel, Reply};
+use crate::common::nvim_editor::{NvimEditor, Plugin};
 use crate::common::pi::{find_pi, pi_home, Pi, PiInstall};
 use crate::common::process;
 use crate::common::*;
@@ -106,13 +108,22 @@ fn read(p: &Path) -> Option<String> {
     std::fs::read_to_string(p).ok()
 }
 
+/// A real pi session in a project a real Neovim holds (pi-ide.nvim, `common::nvim_editor`):
+/// it autoconnects, its prompt carries the editor's selection and its errors, and its writes
+/// and edits are reviewed there as a user does it (the proposed buffer edited and `:w`, or its
+/// window closed); the editor killed mid-diff leaves the file untouched.
 #[tokio::test]
 async fn autoconnect_context_and_reviewed_writes_and_edits() {
     let Some(mut w) = World::start().await else {
         return;
     };
-    let (ed, id) = w.editor().await;
-    let mut ev = ed.events();
+    let Some(ed) = NvimEditor::start(&w.broker, Plugin::PiIde, &w.proj, "nvim").await else {
+        return;
+    };
+    let id = w.broker.wait_editor(ed.port, "ready").await["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let mut pi = w.pi(&[]).await;
     // 1. Autoconnect with nothing typed; the key is pi's session id.
     let key = session_key(&mut pi).await;
@@ -124,7 +135,15 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
         .expect("native session");
     assert_eq!(mine["key"], key.as_str(), "{st}");
     assert_eq!(mine["cwd"], w.proj_s().as_str());
-    ed.select(&format!("{}/src/main.rs", w.proj_s()), "let x = 1;", 6);
+    let main = w.proj.join("src/main.rs");
+    std::fs::create_dir_all(w.proj.join("src")).expect("mkdir src");
+    let lines: String = (1..=9).map(|i| format!("let x{i} = {i};\n")).collect();
+    std::fs::write(&main, lines).expect("write main.rs");
+    let x = w.proj.join("x.rs");
+    std::fs::write(&x, "fn x() {}\nfn y() {}\n").expect("write x.rs");
+    ed.diagnose(&x, 1, "boom", "ERROR").await;
+    ed.diagnose(&x, 2, "fyi", "INFO").await;
+    ed.select(&main, 7).await;
     pi.until("the widget", 0, |v| {
         v["method"] == "setWidget"
             && v["widgetLines"][0]
@@ -140,27 +159,22 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
         "{text}"
     );
     assert!(
-        text.contains("<lsp_diagnostics>") && text.contains("file:///x.rs:1:1 [Error] boom"),
+        text.contains("<lsp_diagnostics>") && text.contains("x.rs:1:1 [Error] boom"),
         "{text}"
     );
     assert!(!text.contains("fyi"), "only errors and warnings: {text}");
 
     // 2. A write accepted in the editor writes the editor's text.
     let target = w.proj.join("a.txt");
+    let shown = |f: &Path| format!("{} [pi-proposed]", f.display());
     w.model.push(write_call("a.txt", "proposed\n"));
     let from = pi.mark();
-    let (cmd_pi, prompt) = (&mut pi, "write it");
-    let run = async {
-        cmd_pi.prompt(prompt).await;
-    };
     let review = async {
-        let (tab, args) = next_diff(&mut ev).await;
-        assert!(tab.starts_with("pi-write:"), "{tab}");
-        assert_eq!(args["new_file_contents"], "proposed\n");
-        assert_eq!(args["old_file_path"], target.display().to_string());
-        assert!(ed.accept_diff(&tab, "edited in the editor\n"));
+        ed.pending_until("the write's diff in Neovim", |s| s == shown(&target))
+            .await;
+        ed.accept(&target, "", "edited in the editor\n").await;
     };
-    tokio::join!(run, review);
+    tokio::join!(pi.prompt("write it"), review);
     assert_eq!(read(&target).as_deref(), Some("edited in the editor\n"));
     let results = pi.tool_results(from);
     assert_eq!(results.len(), 1, "{results:?}");
@@ -171,8 +185,9 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
     w.model.push(write_call("b.txt", "nope\n"));
     let from = pi.mark();
     let review = async {
-        let (tab, _) = next_diff(&mut ev).await;
-        assert!(ed.reject_diff(&tab));
+        ed.pending_until("b.txt's diff in Neovim", |s| s == shown(&other))
+            .await;
+        ed.reject(&other, "").await;
     };
     tokio::join!(pi.prompt("write b"), review);
     assert_eq!(read(&other), None);
@@ -186,17 +201,17 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
     w.model
         .push(edit_call("a.txt", "edited in the editor", "edit proposed"));
     let review = async {
-        let (tab, args) = next_diff(&mut ev).await;
-        assert!(tab.starts_with("pi-edit:"), "{tab}");
-        assert_eq!(args["new_file_contents"], "edit proposed\n");
-        assert!(ed.accept_diff(&tab, "edit final\n"));
+        ed.pending_until("the edit's diff in Neovim", |s| s == shown(&target))
+            .await;
+        ed.accept(&target, "", "edit final\n").await;
     };
     tokio::join!(pi.prompt("edit a"), review);
     assert_eq!(read(&target).as_deref(), Some("edit final\n"));
     w.model.push(edit_call("a.txt", "edit final", "never"));
     let review = async {
-        let (tab, _) = next_diff(&mut ev).await;
-        assert!(ed.reject_diff(&tab));
+        ed.pending_until("the next edit's diff in Neovim", |s| s == shown(&target))
+            .await;
+        ed.reject(&target, "").await;
     };
     tokio::join!(pi.prompt("edit again"), review);
     assert_eq!(read(&target).as_deref(), Some("edit final\n"));
@@ -205,8 +220,9 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
     w.model.push(write_call("a.txt", "unreviewed\n"));
     let from = pi.mark();
     let kill = async {
-        let (_tab, _) = next_diff(&mut ev).await;
-        ed.crash().await;
+        ed.pending_until("the last diff in Neovim", |s| s == shown(&target))
+            .await;
+        ed.kill().await;
     };
     tokio::join!(pi.prompt("write during a crash"), kill);
     assert_eq!(read(&target).as_deref(), Some("edit final\n"));
@@ -215,7 +231,6 @@ async fn autoconnect_context_and_reviewed_writes_and_edits() {
         results[0].1 && results[0].2.contains("NOT changed"),
         "{results:?}"
     );
-    drop(ed);
     pi.quit().await;
     w.broker.stop().await;
 }
@@ -349,13 +364,25 @@ async fn new_keeps_the_editor_and_a_resumed_session_comes_back_after_a_broker_re
     w.broker.stop().await;
 }
 
+/// The broker restarts under a pi session and a real editor (pi-ide.nvim): the extension
+/// reconnects within a few dials, and the editor's file and errors reach its next prompt.
 #[tokio::test]
 async fn a_broker_restart_mid_session_reconnects_and_context_comes_back() {
     let Some(mut w) = World::start().await else {
         return;
     };
-    let (ed, id) = w.editor().await;
-    ed.select(&format!("{}/lib.rs", w.proj_s()), "", 2);
+    // A real editor (pi-ide.nvim): the broker that restarts finds it again by its lockfile.
+    let Some(ed) = NvimEditor::start(&w.broker, Plugin::PiIde, &w.proj, "nvim").await else {
+        return;
+    };
+    let id = w.broker.wait_editor(ed.port, "ready").await["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let lib = w.proj.join("lib.rs");
+    std::fs::write(&lib, "fn a() {}\nfn b() {}\nfn c() {}\n").expect("write lib.rs");
+    ed.diagnose(&lib, 1, "boom", "ERROR").await;
+    ed.cursor(&lib, 3).await;
     let mut pi = w.pi(&[]).await;
     let key = session_key(&mut pi).await;
     assert_eq!(attached_key(&w.broker, &key).await, id);
@@ -387,7 +414,10 @@ async fn a_broker_restart_mid_session_reconnects_and_context_comes_back() {
         text.contains("<editor>") && text.contains("lib.rs"),
         "{text}"
     );
-    assert!(text.contains("<lsp_diagnostics>"), "{text}");
+    assert!(
+        text.contains("<lsp_diagnostics>") && text.contains("lib.rs:1:1 [Error] boom"),
+        "{text}"
+    );
     pi.quit().await;
     drop(ed);
     w.broker.stop().await;

@@ -146,26 +146,40 @@ async fn a_departed_session_gets_only_its_own_diff_closed() {
     b.stop().await;
 }
 
+/// A real editor (pi-ide.nvim) killed with three sessions' diffs open: each is answered
+/// DIFF_REJECTED with its own tab name, never an error.
 #[tokio::test]
 async fn an_editor_lost_mid_diff_answers_diff_rejected_with_the_sessions_tab() {
+    use crate::common::nvim_editor::{NvimEditor, Plugin};
     let b = TestBroker::start().await;
-    let (fe, _) = b.editor(&["/p"]).await;
+    let p = std::fs::canonicalize(b.dir.path())
+        .expect("canonical")
+        .join("p");
+    std::fs::create_dir_all(&p).expect("mkdir p");
+    let Some(ed) = NvimEditor::start(&b, Plugin::PiIde, &p, "nvim").await else {
+        return;
+    };
+    b.wait_editor(ed.port, "ready").await;
+    let cwd = p.display().to_string();
     let mut agents = Vec::new();
     for i in 0..3 {
-        let mut a = Agent::open(&b.socket, "/p", None).await;
+        let mut a = Agent::open(&b.socket, &cwd, None).await;
+        let file = p.join(format!("f{i}"));
         a.call_tool(
             json!(format!("d{i}")),
             "openDiff",
-            pi_ide_broker::testkit::diff_args("/p/f", "x", &format!("pi-edit:{i}")),
+            pi_ide_broker::testkit::diff_args(
+                &file.display().to_string(),
+                "x",
+                &format!("pi-edit:{i}"),
+            ),
         )
         .await;
         agents.push(a);
     }
-    pi_ide_broker::testkit::eventually("3 diffs pending", || {
-        (fe.pending_diffs().len() == 3).then_some(())
-    })
-    .await;
-    fe.crash().await;
+    ed.pending_until("3 diffs open in Neovim", |s| s.split(',').count() == 3)
+        .await;
+    ed.kill().await;
     for (i, a) in agents.iter_mut().enumerate() {
         let ans = a.answer(&json!(format!("d{i}"))).await;
         assert!(
@@ -327,21 +341,37 @@ async fn a_session_that_stops_reading_does_not_slow_the_others() {
     b.stop().await;
 }
 
+/// The selection a real editor (pi-ide.nvim) told before any session came is replayed to the
+/// session that attaches.
 #[tokio::test]
 async fn selection_is_replayed_on_attach() {
+    use crate::common::nvim_editor::{NvimEditor, Plugin};
     let b = TestBroker::start().await;
-    let (fe, id) = b.editor(&["/p"]).await;
-    fe.select("/p/lib.rs", "let x", 7);
+    let p = std::fs::canonicalize(b.dir.path())
+        .expect("canonical")
+        .join("p");
+    std::fs::create_dir_all(&p).expect("mkdir p");
+    let lib = p.join("lib.rs");
+    std::fs::write(&lib, "fn a() {}\nlet x = 1;\n").expect("write lib.rs");
+    let Some(ed) = NvimEditor::start(&b, Plugin::PiIde, &p, "nvim").await else {
+        return;
+    };
+    let id = b.wait_editor(ed.port, "ready").await["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ed.select(&lib, 2).await;
     let reg = b.handle.registry().clone();
     pi_ide_broker::testkit::eventually("cached", || {
         reg.editor(&id).and_then(|e| e.last_selection())
     })
     .await;
-    let mut a = Agent::open(&b.socket, "/p", None).await;
+    let mut a = Agent::open(&b.socket, &p.display().to_string(), None).await;
     let sel = a
         .until("replayed selection", |v| v["method"] == "selection_changed")
         .await;
-    assert_eq!(sel["params"]["filePath"], "/p/lib.rs");
+    assert_eq!(sel["params"]["filePath"], lib.display().to_string());
+    assert_eq!(sel["params"]["selection"]["start"]["line"], 1, "{sel}");
     b.stop().await;
 }
 
@@ -649,20 +679,31 @@ async fn progress_keeps_a_long_diff_alive_past_the_client_timeout() {
 
 /// `notifications/cancelled` from the client: the diff is closed in the editor, gone from
 /// the pending table and from status, and never answered.
+/// A diff the client cancels is closed in the real editor (pi-ide.nvim, whose `close_tab`
+/// answers the diff rejected as it closes it) and never answered to the client.
 #[tokio::test]
 async fn a_cancelled_diff_is_closed_and_never_answered() {
+    use crate::common::nvim_editor::{NvimEditor, Plugin};
     let b = TestBroker::start().await;
-    let (fe, _) = b.editor(&["/cancel"]).await;
-    let mut a = Agent::open(&b.socket, "/cancel", None).await;
+    let dir = std::fs::canonicalize(b.dir.path())
+        .expect("canonical")
+        .join("cancel");
+    std::fs::create_dir_all(&dir).expect("mkdir cancel");
+    let Some(ed) = NvimEditor::start(&b, Plugin::PiIde, &dir, "nvim").await else {
+        return;
+    };
+    b.wait_editor(ed.port, "ready").await;
+    let mut a = Agent::open(&b.socket, &dir.display().to_string(), None).await;
     a.attached().await;
-    let mut ev = fe.events();
+    let f = dir.join("f");
     a.call_tool(
         json!(7),
         "openDiff",
-        pi_ide_broker::testkit::diff_args("/cancel/f", "x", "c-tab"),
+        pi_ide_broker::testkit::diff_args(&f.display().to_string(), "x", "c-tab"),
     )
     .await;
-    next_tool_call(&mut ev, "openDiff").await;
+    ed.pending_until("the diff open in Neovim", |s| !s.is_empty())
+        .await;
     b.wait_status("the diff in flight", |st| {
         st["sessions"][0]["in_flight"]
             .as_array()
@@ -674,15 +715,14 @@ async fn a_cancelled_diff_is_closed_and_never_answered() {
             .to_string(),
     )
     .await;
-    let closed = next_tool_call(&mut ev, "close_tab").await;
-    assert_eq!(closed["tab_name"], "c-tab");
+    ed.pending_until("the diff closed in Neovim", str::is_empty)
+        .await;
     b.wait_status("nothing in flight", |st| {
         st["sessions"][0]["in_flight"]
             .as_array()
             .is_some_and(|f| f.is_empty())
     })
     .await;
-    assert!(fe.pending_diffs().is_empty());
     // Whatever reached the client before the answer to a later ping: no answer for id 7.
     a.send_request(json!("after"), "ping", json!({})).await;
     loop {

