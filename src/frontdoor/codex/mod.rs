@@ -12,7 +12,10 @@
 //! as Codex refuses it. Who holds the socket is kept for `status` and `doctor` ([`hub_state`]).
 
 mod context;
+// The framing and the answers are served on Unix only (Codex's Windows pipe is not served yet).
+#[cfg_attr(not(unix), allow(dead_code))]
 mod frame;
+#[cfg_attr(not(unix), allow(dead_code))]
 mod hub;
 #[cfg(unix)]
 mod serve;
@@ -70,6 +73,7 @@ fn record(reg: &Registry, socket: &Path, owner: HubOwner, detail: String) {
     reg.changed();
 }
 
+#[cfg_attr(not(unix), allow(dead_code))]
 fn forget(socket: &Path) {
     lock(&HUBS).retain(|h| h.socket != socket);
 }
