@@ -222,7 +222,8 @@ async fn turn(model: &mut Scripted, said: &str) -> String {
 
 /// Issue 66's acceptance with the real Codex: `/ide on`; a prompt in a folder no editor has
 /// goes on at once without context; with claudecode.nvim open on the folder, the model gets
-/// its active file and selection; after a broker restart, the new selection.
+/// its active file and selection; a second Codex in another folder gets that folder's editor;
+/// after a broker restart, the first gets the new selection.
 #[tokio::test(flavor = "current_thread")]
 async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     let Some((nvim, plugin)) = neovim() else {
@@ -246,7 +247,10 @@ async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     std::fs::create_dir_all(tmp_of(&b)).expect("mkdir tmp");
     let proj = project(&b, "a.rs", "fn one() {}\nfn two() {}\nfn three() {}\n");
     let mut model = Scripted::start(responses).await;
-    let home = codex_home(&b, model.port, &proj);
+    let proj_b = b.dir.path().join("proj-b");
+    std::fs::create_dir_all(&proj_b).expect("mkdir proj-b");
+    let proj_b = std::fs::canonicalize(proj_b).expect("canonical proj-b");
+    let home = codex_home(&b, model.port, &[&proj, &proj_b]);
     let tui = CodexTui::start(&codex, &home, &tmp_of(&b), &proj);
     tui.wait_for("Ask Codex to do anything").await;
     tui.type_line("/ide on").await;
@@ -269,6 +273,7 @@ async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     assert!(second.contains("# Context from my IDE setup"), "{second}");
     assert!(second.contains("## Active file: a.rs"), "{second}");
     assert!(second.contains("fn two() {}\nfn three() {}"), "{second}");
+    other_folder(&b, &codex, &home, &proj_b, &mut model).await;
 
     // The broker restarts between prompts; the editor links again and the user selects anew.
     let dir = b.stop_keep_dir().await;
@@ -285,16 +290,57 @@ async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     b.stop().await;
 }
 
-/// A `CODEX_HOME` whose model provider is the fake API, with the project trusted.
-fn codex_home(b: &TestBroker, port: u16, proj: &Path) -> PathBuf {
+/// A second Codex in another folder, whose editor is another (a fake pi-family one): its
+/// message carries that editor's file and selection, not Neovim's.
+async fn other_folder(
+    b: &TestBroker,
+    codex: &Path,
+    home: &Path,
+    proj_b: &Path,
+    model: &mut Scripted,
+) {
+    let file_b = proj_b.join("b.rs").display().to_string();
+    std::fs::write(&file_b, "fn bee() {}\n").expect("write b.rs");
+    let folder = proj_b.display().to_string();
+    let (fe, _) = b.start_editor(crate::common::Options::pi(&[&folder])).await;
+    fe.select(&file_b, "fn bee", 0);
+    let reg = b.handle.registry();
+    pi_ide_broker::testkit::eventually("folder b's selection at the broker", || {
+        reg.editors()
+            .iter()
+            .any(|e| e.last_selection().is_some_and(|s| s.contains("fn bee")))
+            .then_some(())
+    })
+    .await;
+    let tui = CodexTui::start(codex, home, &b.dir.path().join("tmp"), proj_b);
+    tui.wait_for("Ask Codex to do anything").await;
+    tui.type_line("/ide on").await;
+    tui.wait_for("IDE context is on").await;
+    tui.type_line("from folder b").await;
+    let said = turn(model, "from folder b").await;
+    assert!(said.contains("## Active file: b.rs"), "{said}");
+    assert!(
+        said.contains("fn bee") && !said.contains("fn two"),
+        "{said}"
+    );
+    tui.quit().await;
+}
+
+/// A `CODEX_HOME` whose model provider is the fake API, with the projects trusted.
+fn codex_home(b: &TestBroker, port: u16, projects: &[&Path]) -> PathBuf {
     let home = b.dir.path().join("codex-home");
     std::fs::create_dir_all(&home).expect("mkdir codex home");
-    let config = format!(
+    let mut config = format!(
         "model = \"fake-model\"\nmodel_provider = \"fake\"\ncheck_for_update_on_startup = false\n\n\
          [model_providers.fake]\nname = \"Fake\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\
-         wire_api = \"responses\"\nrequires_openai_auth = false\n\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n",
-        proj.display()
+         wire_api = \"responses\"\nrequires_openai_auth = false\n"
     );
+    for p in projects {
+        config.push_str(&format!(
+            "\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n",
+            p.display()
+        ));
+    }
     std::fs::write(home.join("config.toml"), config).expect("write config.toml");
     home
 }
