@@ -161,6 +161,7 @@ pub async fn run(opts: &Options) -> Report {
     }
     check_compat(&mut b, &config);
     check_gemini(&mut b, &config);
+    check_codex(&mut b, &config, status.as_ref());
     check_single_client(&mut b, &config);
     let route = match &status {
         Some(_) => {
@@ -729,6 +730,22 @@ fn check_gemini(b: &mut Builder, config: &Config) {
             format!("IDE mode is not on in {}", settings.display()),
             "run /ide enable in Gemini CLI, or set {\"ide\": {\"enabled\": true}} there",
         );
+    }
+}
+
+/// Codex's `/ide` hub: who holds its socket, or why the broker refuses it (`frontdoor::codex`).
+fn check_codex(b: &mut Builder, config: &Config, status: Option<&Status>) {
+    use crate::frontdoor::codex::{diagnose, Health};
+    let hub = status.and_then(|s| s.codex_hub.as_ref());
+    let (health, message, fix) = diagnose(config.codex.enabled, &config.codex_socket(), hub);
+    let level = match health {
+        Health::Ok => Level::Ok,
+        Health::Warn => Level::Warn,
+        Health::Fail => Level::Fail,
+    };
+    match fix {
+        Some(fix) => b.fix("codex", level, message, fix),
+        None => b.add("codex", level, message),
     }
 }
 

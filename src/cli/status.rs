@@ -267,6 +267,13 @@ pub fn render(status: &Status, now: u64) -> String {
             let _ = writeln!(out, "  {} → {}", f.editor, f.path.display());
         }
     }
+    if let Some(h) = &status.codex_hub {
+        let _ = writeln!(
+            out,
+            "\nCodex /ide: {}",
+            crate::frontdoor::codex::status_line(h)
+        );
+    }
     for a in &status.agents_on_main_socket {
         let _ = writeln!(
             out,

@@ -287,6 +287,9 @@ fn start_doors(
             config.qwen_dir(),
         ));
     }
+    if config.codex.enabled {
+        tasks.spawn(frontdoor::codex::run(reg.clone(), config.codex_socket()));
+    }
     let reg_save = reg.clone();
     tasks.spawn(async move { reg_save.state.saver(&reg_save.cancel).await });
     let seen = Arc::new(frontdoor::rights::Seen::default());

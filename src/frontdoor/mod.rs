@@ -10,6 +10,7 @@
 
 use crate::registry::limits;
 
+pub mod codex;
 pub(crate) mod compat;
 pub(crate) mod gemini;
 pub(crate) mod native;

@@ -36,6 +36,9 @@ pub struct Status {
     /// The gemini door's discovery files (Gemini CLI reads them), one per editor.
     #[serde(default)]
     pub gemini_files: Vec<GeminiFile>,
+    /// Codex's `/ide` hub socket: who holds it (`frontdoor::codex`); absent when the door is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codex_hub: Option<crate::frontdoor::codex::HubState>,
     /// The asking connection's rights, and why (absent from daemons before rights existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection: Option<ConnectionStatus>,
@@ -287,6 +290,9 @@ pub fn status(reg: &Registry) -> Status {
             })
             .collect(),
         gemini_files: gemini_files(reg),
+        codex_hub: (reg.config().codex.enabled)
+            .then(|| crate::frontdoor::codex::hub_state(&reg.config().codex_socket()))
+            .flatten(),
         connection: None,
         agents_on_main_socket: Vec::new(),
     }
@@ -344,6 +350,7 @@ pub fn seen_by(
     st.sticky.retain(|k| k.key.starts_with(&prefix));
     st.lockfiles_rejected.clear();
     st.gemini_files.clear();
+    st.codex_hub = None;
     st
 }
 

@@ -40,6 +40,8 @@ pub struct Config {
     pub editors: EditorsConfig,
     /// The gemini door: Gemini CLI's IDE companion protocol.
     pub gemini: GeminiConfig,
+    /// The codex door: Codex's `/ide` hub socket, served when no Codex app or extension does.
+    pub codex: CodexConfig,
     /// How long a lost editor's id is remembered (in `state.json`, across broker restarts) so
     /// a restart of it, even days later, is recognised as its successor and inherits its
     /// sticky targets.
@@ -163,6 +165,25 @@ impl Default for GeminiConfig {
     }
 }
 
+/// The codex door: the broker serves Codex's `/ide` hub socket for the user's editors.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CodexConfig {
+    /// Serve the hub at all.
+    pub enabled: bool,
+    /// The socket; `None` means Codex's own, `$TMPDIR/codex-ipc/ipc-<uid>.sock`.
+    pub socket: Option<PathBuf>,
+}
+
+impl Default for CodexConfig {
+    fn default() -> Self {
+        CodexConfig {
+            enabled: true,
+            socket: None,
+        }
+    }
+}
+
 impl EditorsConfig {
     /// The policy for editors of `family`.
     pub fn single_client(&self, family: Family) -> SingleClient {
@@ -237,6 +258,7 @@ impl Default for Config {
             compat: CompatConfig::default(),
             editors: EditorsConfig::default(),
             gemini: GeminiConfig::default(),
+            codex: CodexConfig::default(),
             successor_window_ms: 14 * 24 * 3600 * 1000,
             editor_grace_ms: 10_000,
             rescan_interval_ms: 30_000,
@@ -495,6 +517,18 @@ impl Config {
         }
     }
 
+    /// Codex's `/ide` hub socket (`codex.socket`, default `$TMPDIR/codex-ipc/ipc-<uid>.sock`
+    /// as Codex computes it: Rust's `temp_dir`; Windows' pipe `\\.\pipe\codex-ipc`).
+    pub fn codex_socket(&self) -> PathBuf {
+        match &self.codex.socket {
+            Some(p) => expand_home(p),
+            None if cfg!(windows) => PathBuf::from(r"\\.\pipe\codex-ipc"),
+            None => std::env::temp_dir()
+                .join("codex-ipc")
+                .join(format!("ipc-{}.sock", crate::platform::user::uid())),
+        }
+    }
+
     /// Qwen Code's lock dir when its files are on (`gemini.qwen_dir`, default `~/.qwen/ide`).
     pub fn qwen_dir(&self) -> Option<PathBuf> {
         if !self.gemini.qwen {
@@ -664,6 +698,8 @@ mod tests {
         assert_eq!(parsed.editor_grace_ms, d.editor_grace_ms);
         assert_eq!(parsed.rescan_interval_ms, d.rescan_interval_ms);
         assert_eq!(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
+        assert_eq!(parsed.codex.enabled, d.codex.enabled);
+        assert_eq!(parsed.codex.socket, d.codex.socket);
         assert_eq!(parsed.compat.enabled, d.compat.enabled);
         assert_eq!(parsed.compat.lock_dir, d.compat.lock_dir);
         assert_eq!(parsed.editors.single_client, d.editors.single_client);

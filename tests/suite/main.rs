@@ -17,6 +17,7 @@ mod bridge;
 mod broker_core;
 mod claudecode_nvim;
 mod cli;
+mod codex;
 mod compat;
 mod conformance;
 mod crash;

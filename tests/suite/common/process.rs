@@ -122,7 +122,7 @@ impl Proc {
 pub fn write_config(root: &Path, extra: &str) -> PathBuf {
     let cfg = root.join("config.toml");
     let text = format!(
-        "socket = \"{r}/run/sock\"\nstate_dir = \"{r}/state\"\n{extra}\n[compat]\nlock_dir = \"{r}/compat\"\n[gemini]\ndir = \"{r}/gemini\"\nqwen_dir = \"{r}/qwen-ide\"\n[[lock_dirs]]\npath = \"{r}/pi-ide\"\nfamily = \"pi\"\n\n[[lock_dirs]]\npath = \"{r}/claude-ide\"\nfamily = \"claude\"\n",
+        "socket = \"{r}/run/sock\"\nstate_dir = \"{r}/state\"\n{extra}\n[compat]\nlock_dir = \"{r}/compat\"\n[gemini]\ndir = \"{r}/gemini\"\nqwen_dir = \"{r}/qwen-ide\"\n[codex]\nsocket = \"{r}/codex-ipc/ipc.sock\"\n[[lock_dirs]]\npath = \"{r}/pi-ide\"\nfamily = \"pi\"\n\n[[lock_dirs]]\npath = \"{r}/claude-ide\"\nfamily = \"claude\"\n",
         r = root.display()
     );
     std::fs::write(&cfg, text).expect("write config");

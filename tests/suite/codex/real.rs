@@ -1,0 +1,427 @@
+//! The real Codex (`@openai/codex`, pinned in `.ci/npm/codex`; `.ci/run` exports its native
+//! binary as `PI_IDE_BROKER_CODEX`) in a pty (`script`), offline: a custom model provider in a
+//! temp `CODEX_HOME` points at a fake Responses API on 127.0.0.1, and `TMPDIR` puts Codex's hub
+//! socket where the test broker serves it. The editor is a real headless Neovim running
+//! claudecode.nvim (the vendored plugin, `PI_IDE_BROKER_NVIM`, `PI_IDE_BROKER_CLAUDECODE_NVIM`).
+
+use crate::acp_nvim::{lua_str, Nvim};
+use crate::common::broker::TestBroker;
+use crate::common::scripted_http::{Reply, Scripted, Seen};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// The pinned Codex's native binary, or `None` (said) to skip.
+fn find_codex() -> Option<PathBuf> {
+    match std::env::var_os("PI_IDE_BROKER_CODEX").filter(|p| !p.is_empty()) {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            assert!(
+                p.exists(),
+                "PI_IDE_BROKER_CODEX={} is not there",
+                p.display()
+            );
+            Some(p)
+        }
+        None => {
+            crate::common::cannot_run(
+                "codex::real: set PI_IDE_BROKER_CODEX (bash .ci/run installs the pinned Codex)",
+            );
+            None
+        }
+    }
+}
+
+/// The Responses API, as much of it as a turn needs: every POST answered with one streamed
+/// assistant message; anything else (a models listing) with an empty list.
+fn responses(seen: &Seen, _: &mut VecDeque<Reply>) -> (&'static str, String) {
+    if !seen.path.ends_with("/responses") {
+        return ("application/json", r#"{"data":[],"models":[]}"#.into());
+    }
+    let events = [
+        serde_json::json!({"type": "response.created", "response": {"id": "resp_1"}}),
+        serde_json::json!({"type": "response.output_item.done", "item": {"type": "message", "role": "assistant", "id": "msg_1", "content": [{"type": "output_text", "text": "noted"}]}}),
+        serde_json::json!({"type": "response.completed", "response": {"id": "resp_1", "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}}}),
+    ];
+    let body = events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect();
+    ("text/event-stream", body)
+}
+
+/// The user's message of a turn request (the last user text of `input`).
+fn user_text(body: &Value) -> String {
+    body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["role"] == "user")
+        .flat_map(|i| i["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["text"].as_str().map(String::from))
+        .next_back()
+        .unwrap_or_default()
+}
+
+/// One interactive Codex in a pty; what it drew is kept, and its terminal queries answered.
+struct CodexTui {
+    child: tokio::process::Child,
+    keys: mpsc::UnboundedSender<Vec<u8>>,
+    screen: Arc<Mutex<String>>,
+}
+
+impl CodexTui {
+    fn start(codex: &Path, home: &Path, tmp: &Path, cwd: &Path) -> CodexTui {
+        let line = format!("stty cols 160 rows 50; exec {}", codex.display());
+        let mut cmd = tokio::process::Command::new("script");
+        cmd.args(["-qfec", &line, "/dev/null"])
+            .current_dir(cwd)
+            .env("CODEX_HOME", home)
+            .env("TMPDIR", tmp)
+            .env("TERM", "xterm-256color")
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env_remove("HTTP_PROXY")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("OPENAI_API_KEY")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn script");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let (keys, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            while let Some(k) = rx.recv().await {
+                if stdin.write_all(&k).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let screen = Arc::new(Mutex::new(String::new()));
+        for mut out in [
+            Box::new(child.stdout.take().expect("stdout"))
+                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+            Box::new(child.stderr.take().expect("stderr")),
+        ] {
+            let (screen, keys) = (screen.clone(), keys.clone());
+            tokio::spawn(async move {
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = out.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    // The TUI asks where the cursor is; a terminal answers.
+                    if text.contains("\x1b[6n") {
+                        let _ = keys.send(b"\x1b[1;1R".to_vec());
+                    }
+                    screen.lock().expect("screen").push_str(&text);
+                }
+            });
+        }
+        CodexTui {
+            child,
+            keys,
+            screen,
+        }
+    }
+
+    /// Whether the screen has shown `text` (escape sequences and spaces left out: the TUI
+    /// moves the cursor between words).
+    fn shown(&self, text: &str) -> bool {
+        let plain: String = strip_escapes(&self.screen.lock().expect("screen"))
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        plain.contains(&text.replace(' ', ""))
+    }
+
+    /// Waits (60 s at most) until the screen has shown `text` (the screen is a byte stream
+    /// with no event to await: it is read every 50 ms).
+    async fn wait_for(&self, text: &str) {
+        let shown = tokio::time::timeout(Duration::from_secs(60), async {
+            while !self.shown(text) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        if shown.is_err() {
+            let s = self.screen.lock().expect("screen").clone();
+            panic!(
+                "Codex never showed {text:?}; its screen ends:\n{}",
+                &s[s.len().saturating_sub(4000)..]
+            );
+        }
+    }
+
+    /// Types `text` a key at a time (a burst would be read as a paste, whose Enter is a new
+    /// line), waits until the composer shows it, then presses Enter.
+    async fn type_line(&self, text: &str) {
+        for c in text.chars() {
+            let _ = self.keys.send(c.to_string().into_bytes());
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+        self.wait_for(text).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = self.keys.send(b"\r".to_vec());
+    }
+
+    async fn quit(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// `s` without its CSI (`ESC [ … final`) and OSC (`ESC ] … BEL|ST`) sequences.
+fn strip_escapes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('[') => {
+                for d in chars.by_ref() {
+                    if ('@'..='~').contains(&d) {
+                        break;
+                    }
+                }
+            }
+            Some(']') => {
+                while let Some(d) = chars.next() {
+                    if d == '\x07' || (d == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The next turn request carrying `said` (Codex also asks the model for a thread title).
+async fn turn(model: &mut Scripted, said: &str) -> String {
+    loop {
+        let seen = pi_ide_broker::testkit::within(&format!("the turn {said:?}"), model.next_seen())
+            .await
+            .expect("the fake API is gone");
+        let text = user_text(&seen.body);
+        if seen.path.ends_with("/responses") && text.ends_with(said) && !text.contains("task title")
+        {
+            return text;
+        }
+    }
+}
+
+/// Issue 66's acceptance with the real Codex: `/ide on`; a prompt in a folder no editor has
+/// goes on at once without context; with claudecode.nvim open on the folder, the model gets
+/// its active file and selection; a second Codex in another folder gets that folder's editor;
+/// after a broker restart, the first gets the new selection.
+#[tokio::test(flavor = "current_thread")]
+async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
+    let Some((nvim, plugin)) = neovim() else {
+        return;
+    };
+    let Some(codex) = find_codex() else {
+        return;
+    };
+    let tmp_of = |b: &TestBroker| b.dir.path().join("tmp");
+    let uid = rustix::process::getuid().as_raw();
+    let hub_in = move |root: &Path| {
+        root.join("tmp")
+            .join("codex-ipc")
+            .join(format!("ipc-{uid}.sock"))
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = hub_in(dir.path());
+    let tweak =
+        move |c: &mut pi_ide_broker::sys::config::Config| c.codex.socket = Some(socket.clone());
+    let b = TestBroker::start_in(dir, tweak.clone()).await;
+    std::fs::create_dir_all(tmp_of(&b)).expect("mkdir tmp");
+    let proj = project(&b, "a.rs", "fn one() {}\nfn two() {}\nfn three() {}\n");
+    let mut model = Scripted::start(responses).await;
+    let proj_b = b.dir.path().join("proj-b");
+    std::fs::create_dir_all(&proj_b).expect("mkdir proj-b");
+    let proj_b = std::fs::canonicalize(proj_b).expect("canonical proj-b");
+    let home = codex_home(&b, model.port, &[&proj, &proj_b]);
+    let tui = CodexTui::start(&codex, &home, &tmp_of(&b), &proj);
+    tui.wait_for("Ask Codex to do anything").await;
+    tui.type_line("/ide on").await;
+    tui.wait_for("IDE context is on").await;
+
+    let asked = Instant::now();
+    tui.type_line("first with no editor").await;
+    let first = turn(&mut model, "first with no editor").await;
+    println!(
+        "no editor: the turn went out {:?} after Enter",
+        asked.elapsed()
+    );
+    assert!(!first.contains("Context from my IDE"), "{first}");
+
+    let nv = claudecode(&b, &nvim, &plugin, &proj).await;
+    let file = proj.join("a.rs").display().to_string();
+    select(&b, &nv, &file, (2, 3), "fn three() {}").await;
+    tui.type_line("second with the editor").await;
+    let second = turn(&mut model, "second with the editor").await;
+    assert!(second.contains("# Context from my IDE setup"), "{second}");
+    assert!(second.contains("## Active file: a.rs"), "{second}");
+    assert!(second.contains("fn two() {}\nfn three() {}"), "{second}");
+    other_folder(&b, &codex, &home, &proj_b, &mut model).await;
+
+    // The broker restarts between prompts; the editor links again and the user selects anew.
+    let dir = b.stop_keep_dir().await;
+    let b = TestBroker::start_in(dir, tweak).await;
+    linked(&b, &proj).await;
+    select(&b, &nv, &file, (1, 1), "fn one() {}").await;
+    tui.type_line("third after a restart").await;
+    let third = turn(&mut model, "third after a restart").await;
+    assert!(
+        third.contains("## Active selection of the file:\nfn one() {}"),
+        "{third}"
+    );
+    tui.quit().await;
+    b.stop().await;
+}
+
+/// A second Codex in another folder, whose editor is another (a fake pi-family one): its
+/// message carries that editor's file and selection, not Neovim's.
+async fn other_folder(
+    b: &TestBroker,
+    codex: &Path,
+    home: &Path,
+    proj_b: &Path,
+    model: &mut Scripted,
+) {
+    let file_b = proj_b.join("b.rs").display().to_string();
+    std::fs::write(&file_b, "fn bee() {}\n").expect("write b.rs");
+    let folder = proj_b.display().to_string();
+    let (fe, _) = b.start_editor(crate::common::Options::pi(&[&folder])).await;
+    fe.select(&file_b, "fn bee", 0);
+    let reg = b.handle.registry();
+    pi_ide_broker::testkit::eventually("folder b's selection at the broker", || {
+        reg.editors()
+            .iter()
+            .any(|e| e.last_selection().is_some_and(|s| s.contains("fn bee")))
+            .then_some(())
+    })
+    .await;
+    let tui = CodexTui::start(codex, home, &b.dir.path().join("tmp"), proj_b);
+    tui.wait_for("Ask Codex to do anything").await;
+    tui.type_line("/ide on").await;
+    tui.wait_for("IDE context is on").await;
+    tui.type_line("from folder b").await;
+    let said = turn(model, "from folder b").await;
+    assert!(said.contains("## Active file: b.rs"), "{said}");
+    assert!(
+        said.contains("fn bee") && !said.contains("fn two"),
+        "{said}"
+    );
+    tui.quit().await;
+}
+
+/// A `CODEX_HOME` whose model provider is the fake API, with the projects trusted.
+fn codex_home(b: &TestBroker, port: u16, projects: &[&Path]) -> PathBuf {
+    let home = b.dir.path().join("codex-home");
+    std::fs::create_dir_all(&home).expect("mkdir codex home");
+    let mut config = format!(
+        "model = \"fake-model\"\nmodel_provider = \"fake\"\ncheck_for_update_on_startup = false\n\n\
+         [model_providers.fake]\nname = \"Fake\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\
+         wire_api = \"responses\"\nrequires_openai_auth = false\n"
+    );
+    for p in projects {
+        config.push_str(&format!(
+            "\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n",
+            p.display()
+        ));
+    }
+    std::fs::write(home.join("config.toml"), config).expect("write config.toml");
+    home
+}
+
+/// Neovim and claudecode.nvim, or `None` (said) to skip.
+fn neovim() -> Option<(PathBuf, PathBuf)> {
+    let (nvim, mut plugin) = crate::common::nvim_plugins::neovim_with(
+        "codex::real",
+        &["PI_IDE_BROKER_CLAUDECODE_NVIM"],
+    )?;
+    Some((nvim, plugin.pop()?))
+}
+
+/// A fresh project folder under the broker's dir, canonical, with `file` holding `text`.
+fn project(b: &TestBroker, file: &str, text: &str) -> PathBuf {
+    let proj = b.dir.path().join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir proj");
+    let proj = std::fs::canonicalize(&proj).expect("canonical proj");
+    std::fs::write(proj.join(file), text).expect("write the file");
+    proj
+}
+
+/// A headless Neovim in `proj` with claudecode.nvim started (its lockfile in the broker's
+/// Claude lock dir, through `CLAUDE_CONFIG_DIR`), once the broker has linked it.
+async fn claudecode(b: &TestBroker, nvim: &Path, plugin: &Path, proj: &Path) -> Nvim {
+    let config_dir = b.dir.path().join("nvim-claude-config");
+    std::fs::create_dir_all(&config_dir).expect("mkdir");
+    std::os::unix::fs::symlink(&b.claude_dir, config_dir.join("ide")).expect("link the lock dir");
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/codex/driver.lua");
+    let nv = Nvim::start(
+        nvim,
+        &b.dir.path().join("nvim.sock"),
+        &[plugin.to_path_buf()],
+        &[driver],
+        proj,
+        &[
+            ("HOME", b.dir.path().join("nvim-home")),
+            ("CLAUDE_CONFIG_DIR", config_dir),
+            ("XDG_STATE_HOME", b.dir.path().join("nvim-state")),
+            ("XDG_CACHE_HOME", b.dir.path().join("nvim-cache")),
+        ],
+    )
+    .await;
+    nv.until("claudecode.nvim started", "start()", |s| s == "ok")
+        .await;
+    linked(b, proj).await;
+    nv
+}
+
+/// Waits until the broker's editor on `proj` is ready.
+async fn linked(b: &TestBroker, proj: &Path) {
+    let proj = proj.display().to_string();
+    b.wait_status("claudecode.nvim linked", |st| {
+        st["editors"].as_array().is_some_and(|e| {
+            e.iter().any(|e| {
+                e["state"] == "ready"
+                    && e["workspace_folders"]
+                        .as_array()
+                        .is_some_and(|f| f.iter().any(|f| f == proj.as_str()))
+            })
+        })
+    })
+    .await;
+}
+
+/// Selects lines `first..=last` of `file` in Neovim and waits until the broker has that
+/// selection, its text holding `last_line`.
+async fn select(b: &TestBroker, nv: &Nvim, file: &str, (first, last): (u32, u32), last_line: &str) {
+    let call = format!("select({}, {first}, {last})", lua_str(file));
+    assert_eq!(nv.call(&call).await, "ok", "{}", nv.printed());
+    let quoted = serde_json::to_string(last_line).unwrap_or_default();
+    let want = quoted.trim_matches('"');
+    let reg = b.handle.registry();
+    pi_ide_broker::testkit::eventually("the selection at the broker", || {
+        reg.editors()
+            .iter()
+            .any(|e| {
+                e.last_selection()
+                    .is_some_and(|s| s.contains(file) && s.contains(want))
+            })
+            .then_some(())
+    })
+    .await;
+}
