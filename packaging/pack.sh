@@ -65,7 +65,22 @@ wanted win32-x64 && build_windows
 for key in darwin-x64 darwin-arm64; do
   wanted "$key" && echo "note: pi-ide-broker-$key needs a Mac to build: see packaging/README.md"
 done
-wanted pi && npm pack --silent --ignore-scripts --pack-destination "$out" >/dev/null
+# The pi package ships the docs its README links to; its README's relative links (right on a
+# clone) are made absolute, to this version's files on unpkg, since a registry page resolves a
+# relative link against a repository this package does not name.
+pack_pi() {
+  local version pi_stage
+  version="$(node -p 'require("./package.json").version')"
+  pi_stage="$stage/pi"
+  rm -rf "$pi_stage"
+  mkdir -p "$pi_stage"
+  npm pack --silent --ignore-scripts --pack-destination "$pi_stage" >/dev/null
+  tar -xzf "$pi_stage/pi-ide-broker-$version.tgz" -C "$pi_stage"
+  V="$version" perl -pi -e 's{\]\((?!https?:|#|mailto:)([^)\s]+)\)}{](https://unpkg.com/pi-ide-broker\@$ENV{V}/$1)}g' \
+    "$pi_stage/package/README.md"
+  (cd "$pi_stage/package" && npm pack --silent --ignore-scripts --pack-destination "$out" >/dev/null)
+}
+wanted pi && pack_pi
 
 echo
 echo "packages in $out:"

@@ -525,3 +525,54 @@ async fn the_win32_package_holds_the_exe_where_the_launcher_looks() {
         env!("CARGO_PKG_VERSION")
     );
 }
+
+/// The pi package's README as the registry shows it (issue 62): every link to one of the
+/// repository's own files is absolute, to this version on unpkg, and names a file the package
+/// ships; the repository's README keeps its relative links (right on a clone).
+#[tokio::test]
+async fn the_packed_readme_links_only_to_files_the_package_ships() {
+    let Some(packages) = std::env::var_os("PI_IDE_BROKER_PACKAGES").map(PathBuf::from) else {
+        return cannot_run("the npm packages: set PI_IDE_BROKER_PACKAGES (bash .ci/run does)");
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let unpacked = tokio::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(packages.join(tarball("pi-ide-broker")))
+        .arg("-C")
+        .arg(dir.path())
+        .status();
+    let unpacked = tokio::time::timeout(Duration::from_secs(60), unpacked)
+        .await
+        .expect("tar timed out")
+        .expect("run tar");
+    assert!(unpacked.success(), "tar -xzf failed");
+    let root = dir.path().join("package");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("the packed README");
+    let base = format!(
+        "https://unpkg.com/pi-ide-broker@{}/",
+        env!("CARGO_PKG_VERSION")
+    );
+    let mut own = 0;
+    for link in readme.split("](").skip(1) {
+        let target = link.split(')').next().unwrap_or_default();
+        assert!(
+            target.starts_with("https://") || target.starts_with("http://"),
+            "a relative link in the packed README (broken on the registry's page): {target}"
+        );
+        if let Some(path) = target.strip_prefix(&base) {
+            let file = path.split('#').next().unwrap_or_default();
+            assert!(
+                root.join(file).is_file(),
+                "the packed README links to {file}, not shipped"
+            );
+            own += 1;
+        }
+    }
+    assert!(own >= 10, "only {own} links to the package's own docs");
+    let source = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    assert!(
+        source.contains("](docs/protocol.md)"),
+        "the repository's README keeps relative links"
+    );
+}

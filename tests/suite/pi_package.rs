@@ -79,7 +79,8 @@ async fn pi_install_from_git_autoconnects_and_pi_remove_removes_it() {
     assert!(!checkout.exists(), "pi remove left {}", checkout.display());
 }
 
-/// What `npm pack` would publish: the extension's sources, plus what npm always adds.
+/// What `npm pack` would publish: the extension's sources and the docs the README links to,
+/// plus what npm always adds.
 #[tokio::test]
 async fn npm_pack_ships_only_the_extension() {
     let Some(pi) = find_pi() else { return };
@@ -106,13 +107,19 @@ async fn npm_pack_ships_only_the_extension() {
         .filter_map(|f| f["path"].as_str().map(String::from))
         .collect();
     let always = ["package.json", "README.md", "LICENSE"];
+    // What the README links to (the packed README links to them on unpkg; issue 62).
+    let linked = |f: &str| {
+        (f.starts_with("docs/") && f.ends_with(".md"))
+            || f == "ARCHITECTURE.md"
+            || f == "benches/README.md"
+    };
     for f in &files {
         let extension_source = f.starts_with("extensions/pi/")
             && (f.ends_with(".ts") || f.ends_with(".js"))
             && !f.contains("/test/")
             && !f.contains("node_modules");
         assert!(
-            extension_source || always.contains(&f.as_str()),
+            extension_source || always.contains(&f.as_str()) || linked(f),
             "npm pack would ship {f}: {files:?}"
         );
     }
