@@ -313,6 +313,45 @@ mod tests {
         }
     }
 
+    /// A daemon in WSL without `WSL_DISTRO_NAME` (started by a service manager that clears
+    /// the environment): the drives still map both ways, `\\wsl$\<any>\…` is taken for this
+    /// distro's own files, and only a Linux path outside the drives has no Windows name.
+    #[test]
+    fn without_a_distro_name_the_drives_still_map_both_ways() {
+        let w = Wsl {
+            mount_root: "/mnt".into(),
+            distro: None,
+        };
+        assert_eq!(
+            w.to_linux(r"C:\Users\me\app").as_deref(),
+            Some("/mnt/c/Users/me/app")
+        );
+        assert_eq!(
+            w.to_windows("/mnt/c/Users/me/app").as_deref(),
+            Some(r"C:\Users\me\app")
+        );
+        assert_eq!(
+            w.to_linux(r"\\wsl.localhost\Debian\home\me").as_deref(),
+            Some("/home/me")
+        );
+        assert_eq!(w.to_linux(r"\\wsl$\Ubuntu\etc").as_deref(), Some("/etc"));
+        assert_eq!(w.to_linux(r"\\server\share\x"), None);
+        assert_eq!(w.to_windows("/home/me"), None);
+        assert_eq!(
+            w.one("file:///c%3A/p/a.rs", true).as_deref(),
+            Some("file:///mnt/c/p/a.rs")
+        );
+        assert_eq!(
+            w.one("file:///mnt/c/p/a.rs", false).as_deref(),
+            Some("file:///C:/p/a.rs")
+        );
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "openFile", "arguments": {"filePath": "/mnt/c/p/a.rs", "other": "/home/me/b.rs"}}});
+        let out: Value = serde_json::from_str(&w.frame(&call.to_string(), false)).unwrap();
+        assert_eq!(out["params"]["arguments"]["filePath"], r"C:\p\a.rs");
+        assert_eq!(out["params"]["arguments"]["other"], "/home/me/b.rs");
+    }
+
     #[test]
     fn file_uris_map_in_the_forms_editors_write() {
         let w = wsl();
