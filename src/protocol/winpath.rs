@@ -250,6 +250,13 @@ mod tests {
         assert_eq!(parse("/home/me"), None);
         assert_eq!(parse("C:"), None);
         assert_eq!(parse("app"), None);
+        // Relative forms: drive-relative `C:x`, and a folder whose second letter is no colon.
+        assert_eq!(parse("C:x"), None);
+        assert_eq!(parse("ab/c"), None);
+        assert_eq!(parse(r"ab\c"), None);
+        // A drive path is absolute only where it names a drive.
+        assert_eq!(is_absolute(r"C:\x"), cfg!(windows));
+        assert!(is_absolute("/x") && !is_absolute("x/y"));
     }
 
     #[test]
@@ -258,6 +265,8 @@ mod tests {
         assert_eq!(plain(r"\\?\UNC\srv\share\b.exe"), r"\\srv\share\b.exe");
         assert_eq!(plain(r"C:\x"), r"C:\x");
         assert_eq!(plain("/usr/bin/x"), "/usr/bin/x");
+        let exe = std::path::PathBuf::from("/usr/bin/x");
+        assert_eq!(plain_path(exe.clone()), exe);
     }
 
     #[test]
@@ -298,7 +307,11 @@ mod tests {
             w.to_windows("/home/me/x").as_deref(),
             Some(r"\\wsl.localhost\Ubuntu\home\me\x")
         );
-        // `/mnt/cd` is no drive.
+        // `/mnt` itself and `/mnt/cd` are no drive.
+        assert_eq!(
+            w.to_windows("/mnt").as_deref(),
+            Some(r"\\wsl.localhost\Ubuntu\mnt")
+        );
         assert_eq!(
             w.to_windows("/mnt/cd/x").as_deref(),
             Some(r"\\wsl.localhost\Ubuntu\mnt\cd\x")
@@ -389,7 +402,8 @@ mod tests {
         let inner: Value =
             serde_json::from_str(back["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(inner[0]["uri"], "file:///mnt/c/p/a.txt");
-        let untouched = r#"{"jsonrpc":"2.0","method":"x","params":{"n":1}}"#;
+        // Byte for byte, as the peer wrote it (spacing and key order kept).
+        let untouched = r#"{"method": "x", "jsonrpc": "2.0", "params": {"n": 1}}"#;
         assert_eq!(w.frame(untouched, true), untouched);
     }
 }

@@ -95,6 +95,15 @@ fn context_reads_like_prose() {
         context_text(&door, &json!({})),
         "Editor: Zed (e)\nFile: /p/b.rs\nCursor: line 1\n"
     );
+    // Text the editor left in an empty selection (the last one's) is no selection.
+    let door = Door {
+        selection: Some(
+            json!({"text": "old", "filePath": "/p/b.rs", "selection": {"start": {"line": 2}, "end": {"line": 2}, "isEmpty": true}}),
+        ),
+        editor: Some(json!({"id": "e", "ide_name": "Zed"})),
+        ..Door::default()
+    };
+    assert!(!context_text(&door, &json!({})).contains("Selection"));
     let door = Door {
         editor: Some(json!({"id": "e", "ide_name": "Zed"})),
         ..Door::default()
@@ -382,4 +391,28 @@ fn the_brokers_notifications_are_kept_passed_or_turned_into_list_changed() {
     assert!(from_broker(&mut door, &jsonrpc::notification("other", json!({}))).is_empty());
     assert!(is_response(&jsonrpc::result(&json!(1), json!({}))));
     assert!(!is_response(&asked));
+}
+
+/// The door's own requests in flight at once have ids of their own: each answer goes to the
+/// client request it was made for, whatever the order the broker answers in.
+#[test]
+fn the_doors_own_requests_in_flight_together_are_told_apart() {
+    let mut door = Door::default();
+    let first = to_broker(&from_client(
+        &mut door,
+        &call(1, "list_editors", json!({}), false),
+    ));
+    let second = to_broker(&from_client(
+        &mut door,
+        &call(2, "editor_context", json!({}), false),
+    ));
+    assert_ne!(first[0]["id"], second[0]["id"]);
+    let editors = json!({"attached": "e", "editors": [{"id": "e", "ide_name": "Zed"}]});
+    let told = answer(&mut door, &second[0], editors.clone());
+    assert_eq!(told[0]["id"], 2);
+    assert!(told[0]["result"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("Editor: Zed")));
+    let told = answer(&mut door, &first[0], editors);
+    assert_eq!(told[0]["id"], 1);
 }
