@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn the_broker_answers_what_is_its_own() {
         let e: Value = serde_json::from_str(&unsupported(&json!(4), "2099-01-01")).unwrap();
-        assert_eq!(e["error"]["code"], UNSUPPORTED_VERSION);
+        assert_eq!(e["error"]["code"], -32022, "SEP-2575's code");
         assert_eq!(e["error"]["data"]["requested"], "2099-01-01");
         assert_eq!(e["error"]["data"]["supported"][0], MODERN);
         assert!(e["error"]["data"]["supported"]

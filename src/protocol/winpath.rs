@@ -250,6 +250,13 @@ mod tests {
         assert_eq!(parse("/home/me"), None);
         assert_eq!(parse("C:"), None);
         assert_eq!(parse("app"), None);
+        // Relative forms: drive-relative `C:x`, and a folder whose second letter is no colon.
+        assert_eq!(parse("C:x"), None);
+        assert_eq!(parse("ab/c"), None);
+        assert_eq!(parse(r"ab\c"), None);
+        // A drive path is absolute only where it names a drive.
+        assert_eq!(is_absolute(r"C:\x"), cfg!(windows));
+        assert!(is_absolute("/x") && !is_absolute("x/y"));
     }
 
     #[test]
@@ -258,6 +265,8 @@ mod tests {
         assert_eq!(plain(r"\\?\UNC\srv\share\b.exe"), r"\\srv\share\b.exe");
         assert_eq!(plain(r"C:\x"), r"C:\x");
         assert_eq!(plain("/usr/bin/x"), "/usr/bin/x");
+        let exe = std::path::PathBuf::from("/usr/bin/x");
+        assert_eq!(plain_path(exe.clone()), exe);
     }
 
     #[test]
@@ -298,7 +307,11 @@ mod tests {
             w.to_windows("/home/me/x").as_deref(),
             Some(r"\\wsl.localhost\Ubuntu\home\me\x")
         );
-        // `/mnt/cd` is no drive.
+        // `/mnt` itself and `/mnt/cd` are no drive.
+        assert_eq!(
+            w.to_windows("/mnt").as_deref(),
+            Some(r"\\wsl.localhost\Ubuntu\mnt")
+        );
         assert_eq!(
             w.to_windows("/mnt/cd/x").as_deref(),
             Some(r"\\wsl.localhost\Ubuntu\mnt\cd\x")
@@ -311,6 +324,45 @@ mod tests {
         for p in ["/mnt/c/Users/me/a b/ü.rs", "/mnt/z/x"] {
             assert_eq!(w.to_linux(&w.to_windows(p).unwrap()).as_deref(), Some(p));
         }
+    }
+
+    /// A daemon in WSL without `WSL_DISTRO_NAME` (started by a service manager that clears
+    /// the environment): the drives still map both ways, `\\wsl$\<any>\…` is taken for this
+    /// distro's own files, and only a Linux path outside the drives has no Windows name.
+    #[test]
+    fn without_a_distro_name_the_drives_still_map_both_ways() {
+        let w = Wsl {
+            mount_root: "/mnt".into(),
+            distro: None,
+        };
+        assert_eq!(
+            w.to_linux(r"C:\Users\me\app").as_deref(),
+            Some("/mnt/c/Users/me/app")
+        );
+        assert_eq!(
+            w.to_windows("/mnt/c/Users/me/app").as_deref(),
+            Some(r"C:\Users\me\app")
+        );
+        assert_eq!(
+            w.to_linux(r"\\wsl.localhost\Debian\home\me").as_deref(),
+            Some("/home/me")
+        );
+        assert_eq!(w.to_linux(r"\\wsl$\Ubuntu\etc").as_deref(), Some("/etc"));
+        assert_eq!(w.to_linux(r"\\server\share\x"), None);
+        assert_eq!(w.to_windows("/home/me"), None);
+        assert_eq!(
+            w.one("file:///c%3A/p/a.rs", true).as_deref(),
+            Some("file:///mnt/c/p/a.rs")
+        );
+        assert_eq!(
+            w.one("file:///mnt/c/p/a.rs", false).as_deref(),
+            Some("file:///C:/p/a.rs")
+        );
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "openFile", "arguments": {"filePath": "/mnt/c/p/a.rs", "other": "/home/me/b.rs"}}});
+        let out: Value = serde_json::from_str(&w.frame(&call.to_string(), false)).unwrap();
+        assert_eq!(out["params"]["arguments"]["filePath"], r"C:\p\a.rs");
+        assert_eq!(out["params"]["arguments"]["other"], "/home/me/b.rs");
     }
 
     #[test]
@@ -350,7 +402,8 @@ mod tests {
         let inner: Value =
             serde_json::from_str(back["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(inner[0]["uri"], "file:///mnt/c/p/a.txt");
-        let untouched = r#"{"jsonrpc":"2.0","method":"x","params":{"n":1}}"#;
+        // Byte for byte, as the peer wrote it (spacing and key order kept).
+        let untouched = r#"{"method": "x", "jsonrpc": "2.0", "params": {"n": 1}}"#;
         assert_eq!(w.frame(untouched, true), untouched);
     }
 }

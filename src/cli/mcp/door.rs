@@ -401,21 +401,4 @@ pub(super) fn context_text(door: &Door, editors: &Value) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn context_reads_like_prose() {
-        let door = Door {
-            selection: Some(
-                json!({"text": "let x = 1;", "filePath": "/p/a.rs", "selection": {"start": {"line": 3, "character": 0}, "end": {"line": 4, "character": 2}, "isEmpty": false}}),
-            ),
-            editor: Some(json!({"id": "neovim-1", "ide_name": "Neovim"})),
-            ..Door::default()
-        };
-        let t = context_text(&door, &json!({}));
-        assert_eq!(t, "Editor: Neovim (neovim-1)\nFile: /p/a.rs\nCursor: line 5\nSelection: lines 4-5\nlet x = 1;\n");
-        let none = context_text(&Door::default(), &json!({"editors": []}));
-        assert!(none.contains("No editor is attached"));
-    }
-}
+mod tests;

@@ -368,6 +368,17 @@ fn initialize(ep: &Arc<Endpoint>, id: &Value, params: Option<&Value>) -> Respons
     };
     crate::sys::sync::lock(&ep.sessions).insert(session.id.clone(), session.clone());
     forget_when_ended(ep, &session);
+    let mut r = rpc_response(id, Ok(initialize_result(params)));
+    if let Ok(v) = HeaderValue::from_str(&session.id) {
+        r.headers_mut().insert(SESSION_HEADER, v);
+    }
+    r
+}
+
+/// `initialize`'s result: the client's version when it names one (a date), and tools whose
+/// list never changes (the two of [`tools`], whatever the editor: no `list_changed` is ever
+/// sent, so none is promised).
+fn initialize_result(params: Option<&Value>) -> Value {
     let version = params
         .and_then(|p| p.get("protocolVersion"))
         .and_then(Value::as_str)
@@ -378,12 +389,7 @@ fn initialize(ep: &Arc<Endpoint>, id: &Value, params: Option<&Value>) -> Respons
                     .all(|b| b.is_ascii_digit() || *b == b'-')
         })
         .unwrap_or("2025-06-18");
-    let result = InitializeResult::broker(version, false).to_value();
-    let mut r = rpc_response(id, Ok(result));
-    if let Ok(v) = HeaderValue::from_str(&session.id) {
-        r.headers_mut().insert(SESSION_HEADER, v);
-    }
-    r
+    InitializeResult::broker(version, false).to_value()
 }
 
 /// Drops the endpoint's record of `session` once it is over.
@@ -640,4 +646,35 @@ fn empty(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::new()).boxed());
     *r.status_mut() = status;
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gemini CLI is told the door's tool list is fixed (`listChanged: false`, issue 63: nothing
+    /// read it), in the version it asked for when that is a date.
+    #[test]
+    fn initialize_promises_a_fixed_tool_list_in_the_clients_version() {
+        let r = initialize_result(Some(&json!({"protocolVersion": "2025-03-26"})));
+        assert_eq!(r["capabilities"]["tools"]["listChanged"], false, "{r}");
+        assert_eq!(r["protocolVersion"], "2025-03-26");
+        assert_eq!(r["serverInfo"]["name"], "pi-ide-broker");
+        for odd in [
+            json!({"protocolVersion": "latest"}),
+            json!({"protocolVersion": 7}),
+            json!({}),
+        ] {
+            let r = initialize_result(Some(&odd));
+            assert_eq!(r["protocolVersion"], "2025-06-18", "{odd}");
+        }
+        assert_eq!(initialize_result(None)["protocolVersion"], "2025-06-18");
+        let names: Vec<Value> = tools()
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| t["name"].clone())
+            .collect();
+        assert_eq!(names, vec![json!("openDiff"), json!("closeDiff")]);
+    }
 }

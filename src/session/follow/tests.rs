@@ -13,6 +13,8 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 use tokio::io::DuplexStream;
 
+mod run;
+
 /// One step.
 #[derive(Clone, Debug)]
 enum Op {
