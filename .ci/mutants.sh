@@ -48,7 +48,7 @@ while [ $# -gt 0 ]; do
       break
       ;;
     --follow)
-      files+=(src/cli/acp/agent.rs src/cli/acp/prompt.rs src/cli/acp/messages.rs src/session/follow.rs)
+      files+=(src/cli/acp/agent.rs src/cli/acp/agent/review.rs src/cli/acp/prompt.rs src/cli/acp/messages.rs src/session/follow.rs)
       modules+=(cli::acp session::)
       ;;
     --mcp)

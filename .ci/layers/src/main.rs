@@ -16,6 +16,7 @@
 //! - a module uses only its own layer or those below: the layers are the code block under
 //!   "Layers, bottom up" in ARCHITECTURE.md (bottom line last); a module may sit lower than
 //!   its folder (`registry::session`); using what a parent declares is a layer check too;
+//! - no non-test source file over 800 lines;
 //! - the codemap in ARCHITECTURE.md (between `<!-- codemap -->` and `<!-- /codemap -->`) is
 //!   one line per node module, its first `//!` line (`--codemap` prints it).
 //!
@@ -29,6 +30,10 @@ use std::process::ExitCode;
 
 use proc_macro2::{Spacing, TokenStream, TokenTree};
 use syn::visit::Visit;
+
+/// The longest a non-test source file may be (test files are left out: a test module's
+/// scenarios read best in one place).
+const MAX_LINES: usize = 800;
 
 /// A module's path from the crate root: `["cli", "mcp", "door"]`.
 type ModPath = Vec<String>;
@@ -68,6 +73,10 @@ pub fn check(repo: &Path, print_codemap: bool, print_graph: bool) -> Result<Stri
     let Some(written) = between(&doc, "<!-- codemap -->", "<!-- /codemap -->") else {
         return Err(vec!["ARCHITECTURE.md has no <!-- codemap --> block".into()]);
     };
+    let long = crate_.long_files();
+    if !long.is_empty() {
+        return Err(long);
+    }
     let cut: Vec<String> = crate_
         .codemap()
         .lines()
@@ -165,6 +174,22 @@ impl Crate {
             known,
             exports,
         })
+    }
+
+    /// A problem line for each non-test file longer than [`MAX_LINES`].
+    fn long_files(&self) -> Vec<String> {
+        self.files
+            .iter()
+            .filter_map(|f| {
+                let n = std::fs::read_to_string(&f.file).ok()?.lines().count();
+                (n > MAX_LINES).then(|| {
+                    format!(
+                        "{}: {n} lines, over the house rule's {MAX_LINES}: split it by job",
+                        f.file.display()
+                    )
+                })
+            })
+            .collect()
     }
 
     /// `- `name`: first //! line` for each node module, sorted.
