@@ -56,7 +56,7 @@ impl Registry {
         std::fs::write(
             &config,
             format!(
-                "storage: {d}/storage\nauth:\n  htpasswd:\n    file: {d}/htpasswd\n    max_users: 10\nuplinks: {{}}\npackages:\n  '**':\n    access: $all\n    publish: $authenticated\nlog: {{ type: stdout, format: pretty, level: warn }}\n",
+                "storage: {d}/storage\nauth:\n  htpasswd:\n    file: {d}/htpasswd\n    max_users: 10\nuplinks: {{}}\nmax_body_size: 500mb\npackages:\n  '**':\n    access: $all\n    publish: $authenticated\nlog: {{ type: stdout, format: pretty, level: warn }}\n",
                 d = dir.display()
             ),
         )

@@ -235,8 +235,19 @@ async fn install_block_as_written() {
     // nothing the broker made (issue 62): what is there was there before, or is cargo's, pi's,
     // npm's, the clone or the test's project.
     let home_env = [("HOME", h.home.as_os_str())];
-    let term_env: Vec<(&str, &std::ffi::OsStr)> =
-        h.env().into_iter().chain(env).chain(home_env).collect();
+    // rustup's own settings live in the real HOME (rustup passes where, and which toolchain,
+    // to the tests it runs): the terminal's cargo needs them as a user's shell has them.
+    let rustup: Vec<(&str, std::ffi::OsString)> = ["RUSTUP_HOME", "RUSTUP_TOOLCHAIN"]
+        .into_iter()
+        .filter_map(|v| std::env::var_os(v).map(|val| (v, val)))
+        .collect();
+    let term_env: Vec<(&str, &std::ffi::OsStr)> = h
+        .env()
+        .into_iter()
+        .chain(env)
+        .chain(home_env)
+        .chain(rustup.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .collect();
     for line in block(&readme(), "uninstall-cargo") {
         let (ok, out) = crate::pty::run(&line, &h.home, &term_env, START).await;
         assert!(ok, "`{line}` at a terminal:\n{out}");
