@@ -453,6 +453,9 @@ async fn pi_install_of_a_newer_version_under_an_open_session_keeps_its_writes_re
         std::fs::read_to_string(home.join(".pi/agent/npm/package.json")).unwrap_or_default()
     );
 
+    // The session comes back by itself, on the successor (the old daemon reviews a write that
+    // beats the handover, which then waits for it: that write would not show the upgrade).
+    session.toast(before_upgrade, "Reconnected to").await;
     // The open session's next write: reviewed in Neovim, within 5 s of the install.
     model.push(Reply::Tool {
         name: "write".into(),
@@ -508,7 +511,6 @@ async fn pi_install_of_a_newer_version_under_an_open_session_keeps_its_writes_re
         "original\n"
     );
     // The user was told once, and nothing alarming: the session is back on its editor.
-    session.toast(before_upgrade, "Reconnected to").await;
     let notices: Vec<&str> = session.log[before_upgrade..]
         .iter()
         .filter(|v| v["type"] == "extension_ui_request" && v["method"] == "notify")
