@@ -208,7 +208,12 @@ impl DiffJournal {
         // renamed into place, so a kill at any point leaves the old lines or the new ones.
         let result = match inner.file.as_mut() {
             Some(f) if text.is_empty() => f.set_len(0),
-            _ => replace(path, &text).map(|f| inner.file = Some(f)),
+            _ => {
+                // Closed first: Windows replaces no file that is open (the rename would fail
+                // and leave the journal in memory only).
+                inner.file = None;
+                replace(path, &text).map(|f| inner.file = Some(f))
+            }
         };
         match result {
             Ok(()) => inner.appended = 0,
