@@ -1,11 +1,13 @@
 //! The real Codex (`@openai/codex`, pinned in `.ci/npm/codex`; `.ci/run` exports its native
 //! binary as `PI_IDE_BROKER_CODEX`) in a pty (`script`), offline: a custom model provider in a
 //! temp `CODEX_HOME` points at a fake Responses API on 127.0.0.1, and `TMPDIR` puts Codex's hub
-//! socket where the test broker serves it. The editor is a real headless Neovim running
-//! claudecode.nvim (the vendored plugin, `PI_IDE_BROKER_NVIM`, `PI_IDE_BROKER_CLAUDECODE_NVIM`).
+//! socket where the test broker serves it. The editors are real headless Neovims: the first
+//! folder's runs claudecode.nvim, the second's pi-ide.nvim (the vendored plugins,
+//! `PI_IDE_BROKER_NVIM`, `PI_IDE_BROKER_CLAUDECODE_NVIM`, `PI_IDE_BROKER_PI_IDE_NVIM`).
 
 use crate::acp_nvim::{lua_str, Nvim};
 use crate::common::broker::TestBroker;
+use crate::common::nvim_editor::{NvimEditor, Plugin};
 use crate::common::scripted_http::{Reply, Scripted, Seen};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -222,8 +224,8 @@ async fn turn(model: &mut Scripted, said: &str) -> String {
 
 /// Issue 66's acceptance with the real Codex: `/ide on`; a prompt in a folder no editor has
 /// goes on at once without context; with claudecode.nvim open on the folder, the model gets
-/// its active file and selection; a second Codex in another folder gets that folder's editor;
-/// after a broker restart, the first gets the new selection.
+/// its active file and selection; a second Codex in another folder gets that folder's editor
+/// (pi-ide.nvim); after a broker restart, the first gets the new selection.
 #[tokio::test(flavor = "current_thread")]
 async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     let Some((nvim, plugin)) = neovim() else {
@@ -290,8 +292,9 @@ async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     b.stop().await;
 }
 
-/// A second Codex in another folder, whose editor is another (a fake pi-family one): its
-/// message carries that editor's file and selection, not Neovim's.
+/// A second Codex in another folder, whose editor is another real one (pi-ide.nvim in its own
+/// headless Neovim, lockfile in the broker's pi lock dir): its message carries that editor's
+/// file and selection, not claudecode.nvim's.
 async fn other_folder(
     b: &TestBroker,
     codex: &Path,
@@ -299,16 +302,26 @@ async fn other_folder(
     proj_b: &Path,
     model: &mut Scripted,
 ) {
-    let file_b = proj_b.join("b.rs").display().to_string();
-    std::fs::write(&file_b, "fn bee() {}\n").expect("write b.rs");
-    let folder = proj_b.display().to_string();
-    let (fe, _) = b.start_editor(crate::common::Options::pi(&[&folder])).await;
-    fe.select(&file_b, "fn bee", 0);
+    // pi-ide.nvim tells a line selected (`V`) with the cursor at its start as the line's first
+    // character (it reads the columns of Visual mode's ends, in `V` too): line 2 starts with a
+    // letter no line of a.rs does, so the selection Codex gets names its editor.
+    let file_b = proj_b.join("b.rs");
+    std::fs::write(&file_b, "fn bee() {}\nzap();\n").expect("write b.rs");
+    let ed = NvimEditor::start(b, Plugin::PiIde, proj_b, "pi-ide")
+        .await
+        .expect("pi-ide.nvim (checked by neovim())");
+    linked(b, proj_b).await;
+    ed.select(&file_b, 2).await;
+    let file_b = file_b.display().to_string();
     let reg = b.handle.registry();
     pi_ide_broker::testkit::eventually("folder b's selection at the broker", || {
         reg.editors()
             .iter()
-            .any(|e| e.last_selection().is_some_and(|s| s.contains("fn bee")))
+            .any(|e| {
+                e.last_selection().is_some_and(|s| {
+                    s.contains(&file_b) && s.contains(r#""text":"z""#) && s.contains(r#""line":1"#)
+                })
+            })
             .then_some(())
     })
     .await;
@@ -318,12 +331,17 @@ async fn other_folder(
     tui.wait_for("IDE context is on").await;
     tui.type_line("from folder b").await;
     let said = turn(model, "from folder b").await;
-    assert!(said.contains("## Active file: b.rs"), "{said}");
     assert!(
-        said.contains("fn bee") && !said.contains("fn two"),
+        said.contains("## Active file: b.rs") && !said.contains("a.rs"),
+        "{said}\n{}",
+        ed.printed()
+    );
+    assert!(
+        said.contains("## Active selection of the file:\nz") && !said.contains("fn two"),
         "{said}"
     );
     tui.quit().await;
+    ed.kill().await;
 }
 
 /// A `CODEX_HOME` whose model provider is the fake API, with the projects trusted.
@@ -345,13 +363,14 @@ fn codex_home(b: &TestBroker, port: u16, projects: &[&Path]) -> PathBuf {
     home
 }
 
-/// Neovim and claudecode.nvim, or `None` (said) to skip.
+/// Neovim and claudecode.nvim (pi-ide.nvim, the second folder's, checked there too), or
+/// `None` (said) to skip.
 fn neovim() -> Option<(PathBuf, PathBuf)> {
-    let (nvim, mut plugin) = crate::common::nvim_plugins::neovim_with(
+    let (nvim, plugins) = crate::common::nvim_plugins::neovim_with(
         "codex::real",
-        &["PI_IDE_BROKER_CLAUDECODE_NVIM"],
+        &["PI_IDE_BROKER_CLAUDECODE_NVIM", "PI_IDE_BROKER_PI_IDE_NVIM"],
     )?;
-    Some((nvim, plugin.pop()?))
+    Some((nvim, plugins.into_iter().next()?))
 }
 
 /// A fresh project folder under the broker's dir, canonical, with `file` holding `text`.
@@ -393,7 +412,7 @@ async fn claudecode(b: &TestBroker, nvim: &Path, plugin: &Path, proj: &Path) -> 
 /// Waits until the broker's editor on `proj` is ready.
 async fn linked(b: &TestBroker, proj: &Path) {
     let proj = proj.display().to_string();
-    b.wait_status("claudecode.nvim linked", |st| {
+    b.wait_status("the editor on the folder linked", |st| {
         st["editors"].as_array().is_some_and(|e| {
             e.iter().any(|e| {
                 e["state"] == "ready"
