@@ -3,7 +3,8 @@
 //! temp `CODEX_HOME` points at a fake Responses API on 127.0.0.1, and `TMPDIR` puts Codex's hub
 //! socket where the test broker serves it. The editors are real headless Neovims: the first
 //! folder's runs claudecode.nvim, the second's pi-ide.nvim (the vendored plugins,
-//! `PI_IDE_BROKER_NVIM`, `PI_IDE_BROKER_CLAUDECODE_NVIM`, `PI_IDE_BROKER_PI_IDE_NVIM`).
+//! `PI_IDE_BROKER_NVIM`, `PI_IDE_BROKER_CLAUDECODE_NVIM`, `PI_IDE_BROKER_PI_IDE_NVIM`); then
+//! VS Code (code-server with the Claude Code extension in headless Chromium, `common::vscode`).
 
 use crate::acp_nvim::{lua_str, Nvim};
 use crate::common::broker::TestBroker;
@@ -340,6 +341,8 @@ async fn other_folder(
         said.contains("## Active selection of the file:\nz") && !said.contains("fn two"),
         "{said}"
     );
+    // The open tabs, from pi-ide.nvim's getOpenEditorTabs.
+    assert!(said.contains("## Open tabs:\n- b.rs: "), "{said}");
     tui.quit().await;
     ed.kill().await;
 }
@@ -443,4 +446,112 @@ async fn select(b: &TestBroker, nv: &Nvim, file: &str, (first, last): (u32, u32)
             .then_some(())
     })
     .await;
+}
+
+/// Issue 66's acceptance with VS Code (code-server, the real Claude Code extension, headless
+/// Chromium: `common::vscode`, which takes the `machine_heavy` turn): the extension opens
+/// src/main.rs with a line selected (asked through the broker as a Claude session does, the
+/// way `vscode::a_pi_session_gets_vs_codes_selection…` does), and Codex in the workspace,
+/// `/ide on`, gets VS Code's active file and selection in its model request.
+#[tokio::test(flavor = "current_thread")]
+async fn the_real_codex_gets_vs_codes_active_file_and_selection() {
+    use crate::common::vscode::{find_vscode, VsCode};
+    use pi_ide_broker::protocol::family::Family;
+    use pi_ide_broker::sys::config::LockDirConfig;
+    let Some(codex) = find_codex() else {
+        return;
+    };
+    let Some(install) = find_vscode() else {
+        return;
+    };
+    let t0 = Instant::now();
+    let root = tempfile::tempdir().expect("tempdir");
+    let main_rs = "fn main() {\n    let x = 1;\n}\n";
+    let vsc = VsCode::start(&install, root.path(), &[("src/main.rs", main_rs)]).await;
+    let uid = rustix::process::getuid().as_raw();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir
+        .path()
+        .join("tmp/codex-ipc")
+        .join(format!("ipc-{uid}.sock"));
+    let lock_dir = vsc.lock_dir.clone();
+    let b = TestBroker::start_in(dir, |c| {
+        c.codex.socket = Some(socket);
+        c.lock_dirs = Some(vec![LockDirConfig {
+            path: lock_dir,
+            family: Family::Claude,
+        }]);
+    })
+    .await;
+    std::fs::create_dir_all(b.dir.path().join("tmp")).expect("mkdir tmp");
+    let workspace = std::fs::canonicalize(&vsc.workspace).expect("canonical workspace");
+    linked(&b, &workspace).await;
+
+    let helper = vs_code_selects(&b, &workspace, &vsc).await;
+
+    let mut model = Scripted::start(responses).await;
+    let home = codex_home(&b, model.port, &[&workspace]);
+    let tui = CodexTui::start(&codex, &home, &b.dir.path().join("tmp"), &workspace);
+    tui.wait_for("Ask Codex to do anything").await;
+    tui.type_line("/ide on").await;
+    tui.wait_for("IDE context is on").await;
+    tui.type_line("with vs code").await;
+    let said = turn(&mut model, "with vs code").await;
+    assert!(said.contains("## Active file: src/main.rs"), "{said}");
+    assert!(
+        said.contains("## Active selection of the file:\nlet x = 1;"),
+        "{said}"
+    );
+    // The open tabs, from the extension's getOpenEditors.
+    assert!(said.contains("## Open tabs:\n- main.rs: "), "{said}");
+    tui.quit().await;
+    helper.close().await;
+    b.stop().await;
+    println!("codex with VS Code: {:?} in all", t0.elapsed());
+}
+
+/// VS Code opens src/main.rs with `let x = 1;` selected, asked through the broker by a
+/// Claude-dialect session (kept open and returned), once the broker has that selection.
+async fn vs_code_selects(
+    b: &TestBroker,
+    workspace: &Path,
+    vsc: &crate::common::vscode::VsCode,
+) -> crate::common::Agent {
+    use crate::common::vscode::VSCODE_WAIT;
+    let cwd = pi_ide_broker::protocol::percent::encode_query(&workspace.display().to_string());
+    let mut helper = crate::common::Agent::connect(&b.socket, &format!("cwd={cwd}&dialect=claude"))
+        .await
+        .expect("a Claude session");
+    helper.attached().await;
+    let main = workspace.join("src/main.rs");
+    let args = serde_json::json!({"filePath": main, "preview": false, "startText": "let x",
+                                  "endText": "1;", "makeFrontmost": true});
+    helper
+        .call_tool(serde_json::json!(1), "openFile", args)
+        .await;
+    let opened = tokio::time::timeout(VSCODE_WAIT, async {
+        loop {
+            match helper.next_unbounded().await {
+                Some(v) if v["id"] == 1 => return v,
+                Some(_) => {}
+                None => panic!("the session closed before openFile's answer"),
+            }
+        }
+    })
+    .await
+    .expect("openFile answered");
+    assert!(opened.get("result").is_some(), "{opened:#}\n{}", vsc.log());
+    let main = main.display().to_string();
+    let reg = b.handle.registry();
+    pi_ide_broker::testkit::eventually("VS Code's selection at the broker", || {
+        reg.editors()
+            .iter()
+            .any(|e| {
+                e.last_selection()
+                    .is_some_and(|s| s.contains(&main) && s.contains("let x = 1;"))
+            })
+            .then_some(())
+    })
+    .await;
+    helper
 }
