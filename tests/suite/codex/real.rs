@@ -1,11 +1,14 @@
 //! The real Codex (`@openai/codex`, pinned in `.ci/npm/codex`; `.ci/run` exports its native
 //! binary as `PI_IDE_BROKER_CODEX`) in a pty (`script`), offline: a custom model provider in a
 //! temp `CODEX_HOME` points at a fake Responses API on 127.0.0.1, and `TMPDIR` puts Codex's hub
-//! socket where the test broker serves it. The editor is a real headless Neovim running
-//! claudecode.nvim (the vendored plugin, `PI_IDE_BROKER_NVIM`, `PI_IDE_BROKER_CLAUDECODE_NVIM`).
+//! socket where the test broker serves it. The editors are real headless Neovims: the first
+//! folder's runs claudecode.nvim, the second's pi-ide.nvim (the vendored plugins,
+//! `PI_IDE_BROKER_NVIM`, `PI_IDE_BROKER_CLAUDECODE_NVIM`, `PI_IDE_BROKER_PI_IDE_NVIM`); then
+//! VS Code (code-server with the Claude Code extension in headless Chromium, `common::vscode`).
 
 use crate::acp_nvim::{lua_str, Nvim};
 use crate::common::broker::TestBroker;
+use crate::common::nvim_editor::{NvimEditor, Plugin};
 use crate::common::scripted_http::{Reply, Scripted, Seen};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -222,8 +225,8 @@ async fn turn(model: &mut Scripted, said: &str) -> String {
 
 /// Issue 66's acceptance with the real Codex: `/ide on`; a prompt in a folder no editor has
 /// goes on at once without context; with claudecode.nvim open on the folder, the model gets
-/// its active file and selection; a second Codex in another folder gets that folder's editor;
-/// after a broker restart, the first gets the new selection.
+/// its active file and selection; a second Codex in another folder gets that folder's editor
+/// (pi-ide.nvim); after a broker restart, the first gets the new selection.
 #[tokio::test(flavor = "current_thread")]
 async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     let Some((nvim, plugin)) = neovim() else {
@@ -290,8 +293,9 @@ async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     b.stop().await;
 }
 
-/// A second Codex in another folder, whose editor is another (a fake pi-family one): its
-/// message carries that editor's file and selection, not Neovim's.
+/// A second Codex in another folder, whose editor is another real one (pi-ide.nvim in its own
+/// headless Neovim, lockfile in the broker's pi lock dir): its message carries that editor's
+/// file and selection, not claudecode.nvim's.
 async fn other_folder(
     b: &TestBroker,
     codex: &Path,
@@ -299,16 +303,26 @@ async fn other_folder(
     proj_b: &Path,
     model: &mut Scripted,
 ) {
-    let file_b = proj_b.join("b.rs").display().to_string();
-    std::fs::write(&file_b, "fn bee() {}\n").expect("write b.rs");
-    let folder = proj_b.display().to_string();
-    let (fe, _) = b.start_editor(crate::common::Options::pi(&[&folder])).await;
-    fe.select(&file_b, "fn bee", 0);
+    // pi-ide.nvim tells a line selected (`V`) with the cursor at its start as the line's first
+    // character (it reads the columns of Visual mode's ends, in `V` too): line 2 starts with a
+    // letter no line of a.rs does, so the selection Codex gets names its editor.
+    let file_b = proj_b.join("b.rs");
+    std::fs::write(&file_b, "fn bee() {}\nzap();\n").expect("write b.rs");
+    let ed = NvimEditor::start(b, Plugin::PiIde, proj_b, "pi-ide")
+        .await
+        .expect("pi-ide.nvim (checked by neovim())");
+    linked(b, proj_b).await;
+    ed.select(&file_b, 2).await;
+    let file_b = file_b.display().to_string();
     let reg = b.handle.registry();
     pi_ide_broker::testkit::eventually("folder b's selection at the broker", || {
         reg.editors()
             .iter()
-            .any(|e| e.last_selection().is_some_and(|s| s.contains("fn bee")))
+            .any(|e| {
+                e.last_selection().is_some_and(|s| {
+                    s.contains(&file_b) && s.contains(r#""text":"z""#) && s.contains(r#""line":1"#)
+                })
+            })
             .then_some(())
     })
     .await;
@@ -318,12 +332,19 @@ async fn other_folder(
     tui.wait_for("IDE context is on").await;
     tui.type_line("from folder b").await;
     let said = turn(model, "from folder b").await;
-    assert!(said.contains("## Active file: b.rs"), "{said}");
     assert!(
-        said.contains("fn bee") && !said.contains("fn two"),
+        said.contains("## Active file: b.rs") && !said.contains("a.rs"),
+        "{said}\n{}",
+        ed.printed()
+    );
+    assert!(
+        said.contains("## Active selection of the file:\nz") && !said.contains("fn two"),
         "{said}"
     );
+    // The open tabs, from pi-ide.nvim's getOpenEditorTabs.
+    assert!(said.contains("## Open tabs:\n- b.rs: "), "{said}");
     tui.quit().await;
+    ed.kill().await;
 }
 
 /// A `CODEX_HOME` whose model provider is the fake API, with the projects trusted.
@@ -345,13 +366,14 @@ fn codex_home(b: &TestBroker, port: u16, projects: &[&Path]) -> PathBuf {
     home
 }
 
-/// Neovim and claudecode.nvim, or `None` (said) to skip.
+/// Neovim and claudecode.nvim (pi-ide.nvim, the second folder's, checked there too), or
+/// `None` (said) to skip.
 fn neovim() -> Option<(PathBuf, PathBuf)> {
-    let (nvim, mut plugin) = crate::common::nvim_plugins::neovim_with(
+    let (nvim, plugins) = crate::common::nvim_plugins::neovim_with(
         "codex::real",
-        &["PI_IDE_BROKER_CLAUDECODE_NVIM"],
+        &["PI_IDE_BROKER_CLAUDECODE_NVIM", "PI_IDE_BROKER_PI_IDE_NVIM"],
     )?;
-    Some((nvim, plugin.pop()?))
+    Some((nvim, plugins.into_iter().next()?))
 }
 
 /// A fresh project folder under the broker's dir, canonical, with `file` holding `text`.
@@ -393,7 +415,7 @@ async fn claudecode(b: &TestBroker, nvim: &Path, plugin: &Path, proj: &Path) -> 
 /// Waits until the broker's editor on `proj` is ready.
 async fn linked(b: &TestBroker, proj: &Path) {
     let proj = proj.display().to_string();
-    b.wait_status("claudecode.nvim linked", |st| {
+    b.wait_status("the editor on the folder linked", |st| {
         st["editors"].as_array().is_some_and(|e| {
             e.iter().any(|e| {
                 e["state"] == "ready"
@@ -424,4 +446,112 @@ async fn select(b: &TestBroker, nv: &Nvim, file: &str, (first, last): (u32, u32)
             .then_some(())
     })
     .await;
+}
+
+/// Issue 66's acceptance with VS Code (code-server, the real Claude Code extension, headless
+/// Chromium: `common::vscode`, which takes the `machine_heavy` turn): the extension opens
+/// src/main.rs with a line selected (asked through the broker as a Claude session does, the
+/// way `vscode::a_pi_session_gets_vs_codes_selection…` does), and Codex in the workspace,
+/// `/ide on`, gets VS Code's active file and selection in its model request.
+#[tokio::test(flavor = "current_thread")]
+async fn the_real_codex_gets_vs_codes_active_file_and_selection() {
+    use crate::common::vscode::{find_vscode, VsCode};
+    use pi_ide_broker::protocol::family::Family;
+    use pi_ide_broker::sys::config::LockDirConfig;
+    let Some(codex) = find_codex() else {
+        return;
+    };
+    let Some(install) = find_vscode() else {
+        return;
+    };
+    let t0 = Instant::now();
+    let root = tempfile::tempdir().expect("tempdir");
+    let main_rs = "fn main() {\n    let x = 1;\n}\n";
+    let vsc = VsCode::start(&install, root.path(), &[("src/main.rs", main_rs)]).await;
+    let uid = rustix::process::getuid().as_raw();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir
+        .path()
+        .join("tmp/codex-ipc")
+        .join(format!("ipc-{uid}.sock"));
+    let lock_dir = vsc.lock_dir.clone();
+    let b = TestBroker::start_in(dir, |c| {
+        c.codex.socket = Some(socket);
+        c.lock_dirs = Some(vec![LockDirConfig {
+            path: lock_dir,
+            family: Family::Claude,
+        }]);
+    })
+    .await;
+    std::fs::create_dir_all(b.dir.path().join("tmp")).expect("mkdir tmp");
+    let workspace = std::fs::canonicalize(&vsc.workspace).expect("canonical workspace");
+    linked(&b, &workspace).await;
+
+    let helper = vs_code_selects(&b, &workspace, &vsc).await;
+
+    let mut model = Scripted::start(responses).await;
+    let home = codex_home(&b, model.port, &[&workspace]);
+    let tui = CodexTui::start(&codex, &home, &b.dir.path().join("tmp"), &workspace);
+    tui.wait_for("Ask Codex to do anything").await;
+    tui.type_line("/ide on").await;
+    tui.wait_for("IDE context is on").await;
+    tui.type_line("with vs code").await;
+    let said = turn(&mut model, "with vs code").await;
+    assert!(said.contains("## Active file: src/main.rs"), "{said}");
+    assert!(
+        said.contains("## Active selection of the file:\nlet x = 1;"),
+        "{said}"
+    );
+    // The open tabs, from the extension's getOpenEditors.
+    assert!(said.contains("## Open tabs:\n- main.rs: "), "{said}");
+    tui.quit().await;
+    helper.close().await;
+    b.stop().await;
+    println!("codex with VS Code: {:?} in all", t0.elapsed());
+}
+
+/// VS Code opens src/main.rs with `let x = 1;` selected, asked through the broker by a
+/// Claude-dialect session (kept open and returned), once the broker has that selection.
+async fn vs_code_selects(
+    b: &TestBroker,
+    workspace: &Path,
+    vsc: &crate::common::vscode::VsCode,
+) -> crate::common::Agent {
+    use crate::common::vscode::VSCODE_WAIT;
+    let cwd = pi_ide_broker::protocol::percent::encode_query(&workspace.display().to_string());
+    let mut helper = crate::common::Agent::connect(&b.socket, &format!("cwd={cwd}&dialect=claude"))
+        .await
+        .expect("a Claude session");
+    helper.attached().await;
+    let main = workspace.join("src/main.rs");
+    let args = serde_json::json!({"filePath": main, "preview": false, "startText": "let x",
+                                  "endText": "1;", "makeFrontmost": true});
+    helper
+        .call_tool(serde_json::json!(1), "openFile", args)
+        .await;
+    let opened = tokio::time::timeout(VSCODE_WAIT, async {
+        loop {
+            match helper.next_unbounded().await {
+                Some(v) if v["id"] == 1 => return v,
+                Some(_) => {}
+                None => panic!("the session closed before openFile's answer"),
+            }
+        }
+    })
+    .await
+    .expect("openFile answered");
+    assert!(opened.get("result").is_some(), "{opened:#}\n{}", vsc.log());
+    let main = main.display().to_string();
+    let reg = b.handle.registry();
+    pi_ide_broker::testkit::eventually("VS Code's selection at the broker", || {
+        reg.editors()
+            .iter()
+            .any(|e| {
+                e.last_selection()
+                    .is_some_and(|s| s.contains(&main) && s.contains("let x = 1;"))
+            })
+            .then_some(())
+    })
+    .await;
+    helper
 }
