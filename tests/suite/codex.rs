@@ -3,8 +3,10 @@
 //! The hub on a real socket (frames, two workspaces routed to their own editors, no editor
 //! answered at once, another uid refused, a squatted dir refused, an official hub left alone
 //! and taken over only once it is gone), then the real Codex in a pty (`script`), offline
-//! against a fake Responses API, with a real Neovim running claudecode.nvim: `/ide on`, a prompt
-//! with no editor, one with the editor's selection, and one after a broker restart.
+//! against a fake Responses API, with real editors: a Neovim running claudecode.nvim (`/ide on`,
+//! a prompt with no editor, one with the editor's selection, one after a broker restart), a
+//! second Codex in another folder held by a Neovim running pi-ide.nvim (its own editor's
+//! context, none of the first's), and VS Code with the Claude Code extension.
 
 mod real;
 
