@@ -18,3 +18,22 @@ pub fn hold_closed(port: u16) -> Option<tokio::net::TcpSocket> {
     sock.bind(([127, 0, 0, 1], port).into()).ok()?;
     Some(sock)
 }
+
+/// Whether a socket listens on loopback or any address at `port`, as the kernel's TCP tables
+/// say (Linux); `None` where they cannot be read. Unlike [`hold_closed`], a client's outgoing
+/// connection that happens to use the port as its own does not count.
+pub fn listening(port: u16) -> Option<bool> {
+    let mut found = false;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).ok()?;
+        found |= text.lines().skip(1).any(|row| {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            let local_port = cols
+                .get(1)
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            local_port == Some(port) && cols.get(3) == Some(&"0A")
+        });
+    }
+    Some(found)
+}
