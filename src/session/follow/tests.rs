@@ -395,21 +395,26 @@ fn listed_in(
     Arc::new(Session::new(id, &intro, outbox, control, stamp, None))
 }
 
+/// A registry whose state dir (and socket path) is `dir`, with default config.
+fn registry_in(dir: &std::path::Path) -> Arc<Registry> {
+    let config = Arc::new(crate::sys::config::Config {
+        state_dir: Some(dir.to_path_buf()),
+        ..Default::default()
+    });
+    Registry::new(
+        config,
+        crate::registry::state::StateStore::load(dir),
+        dir.join("sock"),
+        tokio_util::sync::CancellationToken::new(),
+    )
+}
+
 /// What `GET /v1/pi-sessions` lists and `acp` follows: native sessions of a protocol-2 client,
 /// in the folder or below it, the most recently active first; a key finds its session.
 #[tokio::test]
 async fn the_followable_sessions_of_a_folder_are_listed_latest_first() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = Arc::new(crate::sys::config::Config {
-        state_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    });
-    let reg = Registry::new(
-        config,
-        crate::registry::state::StateStore::load(dir.path()),
-        dir.path().join("sock"),
-        tokio_util::sync::CancellationToken::new(),
-    );
+    let reg = registry_in(dir.path());
     let old = listed(1, "/p", "old", Some(FOLLOW_PROTOCOL), Door::Native, 5);
     let new = listed(
         2,
@@ -802,16 +807,7 @@ async fn a_cancel_names_the_followers_own_prompt_and_no_other() {
 #[tokio::test]
 async fn a_follower_leaving_hears_why_only_when_the_session_ended() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = Arc::new(crate::sys::config::Config {
-        state_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    });
-    let reg = Registry::new(
-        config,
-        crate::registry::state::StateStore::load(dir.path()),
-        dir.path().join("sock"),
-        tokio_util::sync::CancellationToken::new(),
-    );
+    let reg = registry_in(dir.path());
     for stopping in [false, true] {
         let mut h = Harness::new();
         h.step(&Op::Attach).await.expect("attach");

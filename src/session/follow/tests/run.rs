@@ -10,16 +10,7 @@ use futures_util::SinkExt;
 #[tokio::test]
 async fn a_follow_connection_attaches_answers_and_ends_with_its_session() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = Arc::new(crate::sys::config::Config {
-        state_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    });
-    let reg = Registry::new(
-        config,
-        crate::registry::state::StateStore::load(dir.path()),
-        dir.path().join("sock"),
-        tokio_util::sync::CancellationToken::new(),
-    );
+    let reg = registry_in(dir.path());
     let session = Arc::new(Harness::new().session);
     // One pipe each way: what the follower sends, and what it is sent.
     let (to_broker, from_follower) = tokio::io::duplex(1 << 20);
