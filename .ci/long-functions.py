@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the longest functions in src/ outside tests, and fails when one is over the limit.
+"""Prints the longest functions in src/ and crates/*/src/ outside tests, and fails when one is over the limit.
 
 A function is measured from its `fn` line to its closing brace (blank and comment lines
 count: they are part of what a reader reads). Code under `#[cfg(test)]` (test modules and
@@ -72,16 +72,17 @@ def main():
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
-    root = pathlib.Path(__file__).resolve().parent.parent / "src"
+    repo = pathlib.Path(__file__).resolve().parent.parent
     found = []
-    for path in sorted(root.rglob("*.rs")):
-        rel = path.relative_to(root.parent)
+    sources = [*sorted((repo / "src").rglob("*.rs")), *sorted((repo / "crates").glob("*/src/**/*.rs"))]
+    for path in sources:
+        rel = path.relative_to(repo)
         if path.name == "tests.rs" or "testkit" in path.parts:
             continue
         for length, name, start in functions(path):
             found.append((length, f"{rel}:{start}", name))
     found.sort(reverse=True)
-    print(f"the {args.top} longest functions in src/ (outside tests):")
+    print(f"the {args.top} longest functions in src/ and crates/ (outside tests):")
     for length, where, name in found[: args.top]:
         mark = "  over the limit" if length > args.limit else ""
         print(f"  {length:4d}  {name}  ({where}){mark}")

@@ -11,7 +11,7 @@
 #                                            # their sans-IO and model tests; ~20 s a mutant)
 #   bash .ci/mutants.sh --mcp                # the MCP door (cli/mcp/door.rs: eras, the tool
 #                                            # list, what is answered before the daemon is up)
-#   bash .ci/mutants.sh --wire               # protocol::era, winpath and handshake (how a
+#   bash .ci/mutants.sh --wire               # protocol's era, winpath and handshake (how a
 #                                            # peer's era is told, WSL paths, the hello)
 #   bash .ci/mutants.sh --links              # editor::taken, inbound, dial, against the lib
 #                                            # tests and the suite modules that drive them
@@ -38,6 +38,8 @@ filters=()
 # take most of the test time and reach none of them); empty: every lib test.
 modules=()
 files=()
+# A mutant is tested in the crate of its file unless a group names the whole workspace.
+workspace=()
 extra=() # after `--`: cargo-mutants' own options (--re, --iterate, --in-diff, ...)
 while [ $# -gt 0 ]; do
   arg=$1
@@ -56,8 +58,10 @@ while [ $# -gt 0 ]; do
       modules+=(cli::mcp)
       ;;
     --wire)
-      files+=(src/protocol/era.rs src/protocol/winpath.rs src/protocol/handshake.rs)
-      modules+=(protocol:: editor:: frontdoor:: cli::mcp cli::acp session::)
+      files+=(crates/protocol/src/era.rs crates/protocol/src/winpath.rs crates/protocol/src/handshake.rs)
+      # The protocol crate's own tests (its modules are top-level there) and the daemon's.
+      modules+=(era:: winpath:: handshake:: editor:: frontdoor:: cli::mcp cli::acp session::)
+      workspace=(--test-workspace=true)
       ;;
     --rights) files+=(src/frontdoor/rights.rs src/frontdoor/status.rs src/frontdoor/native.rs) ;;
     --links)
@@ -69,7 +73,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ ${#modules[@]} -eq 0 ] || [ ${#filters[@]} -gt 0 ] || filters=(-- "${modules[@]}")
-[ ${#files[@]} -gt 0 ] || files=(src/registry/identity.rs src/registry/router.rs src/protocol/pathmap.rs src/editor/lockfile.rs)
+[ ${#files[@]} -gt 0 ] || files=(src/registry/identity.rs src/registry/router.rs crates/protocol/src/pathmap.rs src/editor/lockfile.rs)
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done
 for t in "${targets[@]}"; do args+=("--cargo-arg=$t"); done
@@ -83,4 +87,4 @@ out="${MUTANTS_OUT:-target/mutants}"
 mkdir -p "$out"
 GIT_DIR="$(git rev-parse --absolute-git-dir)" CARGO_TARGET_DIR="${MUTANTS_TARGET:-$PWD/target/mutants-target}" \
   CARGO_PROFILE_TEST_DEBUG=0 CARGO_PROFILE_DEV_DEBUG=0 \
-  "$root/bin/cargo-mutants" mutants "${args[@]}" "${extra[@]}" --timeout 60 --build-timeout 900 -o "$out" -- "${filters[@]}"
+  "$root/bin/cargo-mutants" mutants "${args[@]}" "${workspace[@]}" "${extra[@]}" --timeout 60 --build-timeout 900 -o "$out" -- "${filters[@]}"

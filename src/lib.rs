@@ -5,15 +5,16 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-// The folders bottom up, one layer each (ARCHITECTURE.md): a folder uses only those above it
-// in this list.
-pub mod platform;
+// The layers bottom up (ARCHITECTURE.md): a folder uses only those above it in this list.
+// The bottom three are crates of the workspace (`crates/`), so the compiler holds them to it;
+// each is re-exported under the path the rest of the crate names it by.
+pub use platform;
 
-pub mod protocol;
+pub use protocol;
 
 pub mod sys;
 
-pub mod wire;
+pub use wire;
 
 pub mod editor;
 

@@ -7,10 +7,10 @@ use super::handle::*;
 use super::inbound::handle_editor_frame;
 use super::Editor;
 use super::{LinkHost, CLOSE_WAIT};
+use crate::platform::sync::lock;
 use crate::protocol::handshake::{InitializeParams, INITIALIZE, INITIALIZED, PROTOCOL_VERSION};
 use crate::protocol::jsonrpc::{self, Incoming};
 use crate::sys::config::Config;
-use crate::sys::sync::lock;
 use crate::wire::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
 use futures_util::SinkExt;
 

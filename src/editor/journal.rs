@@ -14,7 +14,7 @@
 //! The file (`open-diffs.jsonl`, 0600) is appended to, one JSON line per change, and emptied
 //! whenever no diff is open: a SIGKILL loses nothing written, and it stays a few lines long.
 
-use crate::sys::sync::lock;
+use crate::platform::sync::lock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::io::Write;

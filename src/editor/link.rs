@@ -10,9 +10,9 @@ use super::inbound::handle_editor_frame;
 use super::lockfile;
 use super::Error;
 use super::{taken, Editor, LinkHost, CLOSE_WAIT};
+use crate::platform::sync::lock;
 use crate::protocol::family::Family;
 use crate::sys::config::Config;
-use crate::sys::sync::lock;
 use crate::wire::shared_writer::Broken;
 use crate::wire::wsframe::{Frame, Out};
 

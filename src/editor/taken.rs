@@ -13,8 +13,8 @@
 
 use super::parked::Parked;
 use super::{Editor, LinkHost, LinkState};
+use crate::platform::sync::lock;
 use crate::sys::config::{Config, SingleClient};
-use crate::sys::sync::lock;
 use crate::wire::shared_writer::Refused;
 use crate::wire::wsframe::Out;
 use futures_util::FutureExt;

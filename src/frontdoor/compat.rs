@@ -195,7 +195,7 @@ async fn connection(
                     let (reg, id, place) = (reg.clone(), editor.clone(), place.clone());
                     reg.clone().tracker.spawn(async move {
                         let up = on_upgrade.await;
-                        crate::sys::sync::lock(&place).take();
+                        crate::platform::sync::lock(&place).take();
                         match up {
                             Ok(up) => {
                                 let intro = intro(&reg, id, dialect);

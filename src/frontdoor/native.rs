@@ -119,7 +119,7 @@ async fn connection(
     let svc = hyper::service::service_fn(move |req| {
         let reg = reg.clone();
         if req.uri().path() == "/v1/events" {
-            crate::sys::sync::lock(&place).take();
+            crate::platform::sync::lock(&place).take();
         }
         let (peer, seen) = (peer.clone(), seen.clone());
         async move { Ok::<_, Infallible>(route(req, reg, &peer, &seen)) }

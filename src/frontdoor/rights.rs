@@ -265,7 +265,7 @@ impl Seen {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let mut seen = crate::sys::sync::lock(&self.seen);
+        let mut seen = crate::platform::sync::lock(&self.seen);
         if let Some(s) = seen.iter_mut().find(|s| s.realm == realm) {
             s.connections += 1;
             s.last = now;
@@ -291,7 +291,7 @@ impl Seen {
 
     /// What was seen, oldest first.
     pub fn all(&self) -> Vec<AgentSeen> {
-        crate::sys::sync::lock(&self.seen).clone()
+        crate::platform::sync::lock(&self.seen).clone()
     }
 }
 

@@ -421,7 +421,7 @@ fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> Sessi
         host_cwd: s.remote.as_ref().map(|_| s.cwd.display().to_string()),
         in_flight: in_flight.into_iter().map(|(_, v)| v).collect(),
         client: s.client.clone(),
-        followers: crate::sys::sync::lock(&s.followers)
+        followers: crate::platform::sync::lock(&s.followers)
             .iter()
             .map(|f| FollowerStatus {
                 id: f.id,

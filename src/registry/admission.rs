@@ -8,8 +8,8 @@ use super::router;
 use crate::editor::lockdir::LockEvent;
 use crate::editor::lockfile::Lockfile;
 use crate::editor::{self, Editor, LinkHost};
+use crate::platform::sync::lock;
 use crate::registry::session::{Control, Session};
-use crate::sys::sync::lock;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -129,7 +129,7 @@ impl HandshakeSlot {
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
         self.released.cancel();
-        let mut q = crate::sys::sync::lock(&self.pending.queue);
+        let mut q = crate::platform::sync::lock(&self.pending.queue);
         if let Some(i) = q.iter().position(|(id, ..)| *id == self.id) {
             q.remove(i);
         }
@@ -181,7 +181,7 @@ impl Limits {
         let evicted = CancellationToken::new();
         let heard = Arc::new(Heard::new());
         let oldest = {
-            let mut q = crate::sys::sync::lock(&pending.queue);
+            let mut q = crate::platform::sync::lock(&pending.queue);
             let oldest = if q.len() >= pending.cap {
                 // Silent when its task looked; else one whose task has not looked yet (its
                 // request may be waiting unread); else the oldest.
@@ -241,7 +241,7 @@ impl Limits {
 
     fn note_refusal(&self, door: &str, what: &str) {
         let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut last = crate::sys::sync::lock(&self.last_log);
+        let mut last = crate::platform::sync::lock(&self.last_log);
         if last.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
             *last = Some(Instant::now());
             self.refused.store(0, Ordering::Relaxed);
@@ -297,7 +297,7 @@ impl AgentBudget {
     }
 
     fn take(self: &Arc<Self>, realm: &str) -> Result<AgentSlot, String> {
-        let mut held = crate::sys::sync::lock(&self.held);
+        let mut held = crate::platform::sync::lock(&self.held);
         let (by_realm, all) = &mut *held;
         let mine = by_realm.get(realm).copied().unwrap_or(0);
         if mine >= self.per_realm {
@@ -322,7 +322,7 @@ impl AgentBudget {
 
     /// Connections `realm` holds now.
     pub fn held_by(&self, realm: &str) -> usize {
-        crate::sys::sync::lock(&self.held)
+        crate::platform::sync::lock(&self.held)
             .0
             .get(realm)
             .copied()
@@ -332,7 +332,7 @@ impl AgentBudget {
 
 impl Drop for AgentSlot {
     fn drop(&mut self) {
-        let mut held = crate::sys::sync::lock(&self.budget.held);
+        let mut held = crate::platform::sync::lock(&self.budget.held);
         let (by_realm, all) = &mut *held;
         if let Some(n) = by_realm.get_mut(&self.realm) {
             *n -= 1;

@@ -6,9 +6,9 @@
 use crate::editor::lockdir::LockEvent;
 use crate::editor::lockfile::{self};
 use crate::editor::{Delegation, Editor, LinkHost};
+use crate::platform::sync::lock;
 use crate::registry::session::Session;
 use crate::sys::config::Config;
-use crate::sys::sync::lock;
 use serde_json::{json, Map, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -17,10 +17,10 @@ pub mod session;
 pub mod state;
 
 use crate::editor::Editor;
+use crate::platform::sync::lock;
 use crate::registry::session::{Control, Session};
 use crate::registry::state::StateStore;
 use crate::sys::config::Config;
-use crate::sys::sync::lock;
 use dashmap::DashMap;
 use identity::ProcessFacts;
 use router::{Decision, EditorView};

@@ -2,8 +2,8 @@
 //!
 //! Who it is, what it is attached to, what it owes. The task that runs it is in `session`.
 
+use crate::platform::sync::lock;
 use crate::protocol::family::Family;
-use crate::sys::sync::lock;
 use crate::wire::outbox::Outbox;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -4,8 +4,8 @@
 //! file, written atomically (temp file + fsync + rename + fsync of the dir) by a saver task
 //! that coalesces changes.
 
+use crate::platform::sync::lock;
 use crate::registry::identity::Book;
-use crate::sys::sync::lock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,11 +5,11 @@
 //! refusals.
 
 use crate::editor::{Editor, Owner, Pending};
+use crate::platform::sync::lock;
 use crate::protocol::family::Family;
 use crate::protocol::handshake;
 use crate::protocol::jsonrpc::{self, ClientId, Incoming};
 use crate::registry::Registry;
-use crate::sys::sync::lock;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::sync::Arc;

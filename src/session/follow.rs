@@ -11,11 +11,11 @@
 //! `broker/followers`. Nothing here reads a transcript: the frames pass as they came.
 
 use super::Session;
+use crate::platform::sync::lock;
 use crate::protocol::follow::{self as notice, Notice as _};
 use crate::protocol::jsonrpc::{self, follow, Incoming};
 use crate::registry::session::Follower;
 use crate::registry::Registry;
-use crate::sys::sync::lock;
 use crate::wire::outbox::{Outbox, SessionSink};
 use crate::wire::wsframe::{Frame, FrameReader};
 use serde_json::{json, Map, Value};

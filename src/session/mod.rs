@@ -5,10 +5,10 @@
 //! the client's requests on; `registry::session` is the session as everyone else sees it (below the
 //! registry). Uses `registry`, `editor` and everything below them.
 
+use crate::platform::sync::lock;
 use crate::protocol::jsonrpc::{self};
 use crate::protocol::native::{self, Notice as _};
 use crate::registry::Registry;
-use crate::sys::sync::lock;
 use crate::wire::outbox::SessionSink;
 use crate::wire::outbox::{Outbox, OUTBOX_FRAMES};
 use crate::wire::wsframe::{Frame, FrameReader};

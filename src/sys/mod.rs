@@ -9,7 +9,6 @@ use std::path::PathBuf;
 pub mod config;
 pub(crate) mod logging;
 pub(crate) mod secret;
-pub(crate) mod sync;
 pub(crate) mod time;
 pub(crate) mod wsl;
 

@@ -1,5 +1,10 @@
 //! The layer check: the crate's module graph, read by a Rust parser (syn), not by text.
 //!
+//! The bottom layers are crates of the workspace (`crates/<name>/src`), where the compiler
+//! already refuses an upward use; they are read as the modules the daemon's crate re-exports
+//! them as (`crates/wire/src/budget.rs` is `wire::budget`, its `crate::` is `wire::`), so the
+//! graph, the circles, the file sizes and the codemap span the whole workspace.
+//!
 //! A node is a module two levels deep at most: `wire::wsframe`, `cli::mcp` (with everything
 //! under it), `editor` (its mod.rs). Every path into the crate counts, however it is written:
 //! `use` trees (groups, `self`, globs, renames), `crate::`/`self::`/`super::` paths anywhere
@@ -64,7 +69,7 @@ fn main() -> ExitCode {
 
 /// Runs every rule over `repo`; the summary line, or each problem found.
 pub fn check(repo: &Path, print_codemap: bool, print_graph: bool) -> Result<String, Vec<String>> {
-    let crate_ = Crate::read(&repo.join("src")).map_err(|e| vec![e])?;
+    let crate_ = Crate::read(repo).map_err(|e| vec![e])?;
     if print_codemap {
         return Ok(crate_.codemap());
     }
@@ -143,13 +148,28 @@ struct Crate {
     known: BTreeSet<ModPath>,
     /// (module, name) -> what its `pub use` re-exports under that name.
     exports: BTreeMap<(ModPath, String), ModPath>,
+    /// The workspace's other crates (`crates/<name>`): each a top-level module here.
+    roots: BTreeSet<String>,
 }
 
 impl Crate {
-    /// Reads the crate from `src/lib.rs` down, following `mod` declarations.
-    fn read(src: &Path) -> Result<Crate, String> {
+    /// Reads the crate from `src/lib.rs` down, following `mod` declarations, and each crate
+    /// of `crates/` from its `src/lib.rs`, as the top-level module of its folder's name.
+    fn read(repo: &Path) -> Result<Crate, String> {
+        let src = repo.join("src");
         let mut files = Vec::new();
-        let mut todo = vec![(Vec::new(), src.join("lib.rs"), src.to_path_buf())];
+        let mut todo = vec![(Vec::new(), src.join("lib.rs"), src.clone())];
+        let mut roots = BTreeSet::new();
+        if let Ok(dirs) = std::fs::read_dir(repo.join("crates")) {
+            for dir in dirs.flatten() {
+                let lib = dir.path().join("src").join("lib.rs");
+                let name = dir.file_name().to_string_lossy().into_owned();
+                if lib.exists() {
+                    todo.push((vec![name.clone()], lib, dir.path().join("src")));
+                    roots.insert(name);
+                }
+            }
+        }
         while let Some((path, file, dir)) = todo.pop() {
             let text =
                 std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -166,6 +186,7 @@ impl Crate {
             let mut walker = Items {
                 known: &mut known,
                 exports: &mut exports,
+                roots: &roots,
             };
             walker.module(&f.path, &f.ast.items);
         }
@@ -173,6 +194,7 @@ impl Crate {
             files,
             known,
             exports,
+            roots,
         })
     }
 
@@ -373,6 +395,7 @@ fn declared_files(
 struct Items<'a> {
     known: &'a mut BTreeSet<ModPath>,
     exports: &'a mut BTreeMap<(ModPath, String), ModPath>,
+    roots: &'a BTreeSet<String>,
 }
 
 impl Items<'_> {
@@ -396,7 +419,7 @@ impl Items<'_> {
                     for (segs, name) in expand(&u.tree) {
                         let Some(name) = name else { continue };
                         let target = match segs.first().map(String::as_str) {
-                            Some("crate" | "self" | "super") => absolute(&segs, here),
+                            Some("crate" | "self" | "super") => absolute(&segs, here, self.roots),
                             _ => Some([here, &segs[..]].concat()),
                         };
                         if let Some(t) = target {
@@ -457,11 +480,18 @@ fn expand(tree: &syn::UseTree) -> Vec<(Vec<String>, Option<String>)> {
 }
 
 /// A path written in module `here`, made absolute from the crate root; `None` when it does
-/// not start in the crate (`crate`, `$crate`, `self`, `super`).
-fn absolute(segs: &[String], here: &[String]) -> Option<ModPath> {
+/// not start in the crate (`crate`, `$crate`, `self`, `super`). In a workspace crate (`roots`)
+/// the crate root is the module of its name.
+fn absolute(segs: &[String], here: &[String], roots: &BTreeSet<String>) -> Option<ModPath> {
     let first = segs.first()?;
     if first == "crate" || first == "$crate" {
-        return Some(segs[1..].to_vec());
+        let root = here.first().filter(|h| roots.contains(*h));
+        return Some(
+            root.into_iter()
+                .cloned()
+                .chain(segs[1..].iter().cloned())
+                .collect(),
+        );
     }
     let mut base = here.to_vec();
     let mut i = usize::from(first == "self");
@@ -499,7 +529,7 @@ impl<'c> Uses<'c> {
         let mut out = Vec::new();
         for (here, segs) in &self.written {
             let first = &segs[0];
-            let abs = absolute(segs, here).or_else(|| {
+            let abs = absolute(segs, here, &self.crate_.roots).or_else(|| {
                 // A name bound here or in an enclosing module of this file, or a child module.
                 let mut scope = here.clone();
                 loop {
@@ -511,10 +541,11 @@ impl<'c> Uses<'c> {
                     }
                 }
                 let child = [&here[..], &segs[..]].concat();
-                self.crate_
-                    .known
-                    .contains(&child[..=here.len()])
-                    .then_some(child)
+                if self.crate_.known.contains(&child[..=here.len()]) {
+                    return Some(child);
+                }
+                // Another crate of the workspace by its name (`platform::sync::lock`).
+                self.crate_.roots.contains(first).then(|| segs.clone())
             });
             if let Some(a) = abs {
                 out.push((here.clone(), a));
@@ -606,7 +637,8 @@ impl<'ast> Visit<'ast> for Uses<'_> {
     fn visit_item_extern_crate(&mut self, e: &'ast syn::ItemExternCrate) {
         if e.ident == "self" {
             if let Some((_, alias)) = &e.rename {
-                self.bind(alias.to_string(), Vec::new());
+                let root = self.here.first().filter(|h| self.crate_.roots.contains(*h));
+                self.bind(alias.to_string(), root.into_iter().cloned().collect());
             }
         }
     }
@@ -614,7 +646,7 @@ impl<'ast> Visit<'ast> for Uses<'_> {
     fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
         for (segs, name) in expand(&u.tree) {
             let first = segs.first().map(String::as_str);
-            let Some(a) = absolute(&segs, &self.here) else {
+            let Some(a) = absolute(&segs, &self.here, &self.crate_.roots) else {
                 // `use bound::x` / `use child::x`: resolved with the rest.
                 self.write(segs);
                 continue;

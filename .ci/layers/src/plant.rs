@@ -13,7 +13,9 @@ struct Plant {
 }
 
 /// The bottom layer's file every upward plant goes into.
-const BOTTOM: &str = "src/protocol/jsonrpc.rs";
+/// The bottom layer's file every upward plant goes into: the lowest layer of the daemon's crate
+/// (the layers below it are crates, where the compiler refuses such a use: `build_plant`).
+const BOTTOM: &str = "src/sys/time.rs";
 
 const PLANTS: &[Plant] = &[
     Plant {
@@ -22,7 +24,7 @@ const PLANTS: &[Plant] = &[
             BOTTOM,
             "pub fn planted() -> u8 { let _q = b'\"'; crate::cli::stop::X }\n",
         )],
-        expect: Some(("protocol::jsonrpc (layer", "uses cli::stop")),
+        expect: Some(("sys::time (layer", "uses cli::stop")),
     },
     Plant {
         what: "a char '\"' then a path",
@@ -30,7 +32,7 @@ const PLANTS: &[Plant] = &[
             BOTTOM,
             "pub fn planted() -> char { let _q = '\"'; crate::cli::stop::X }\n",
         )],
-        expect: Some(("protocol::jsonrpc (layer", "uses cli::stop")),
+        expect: Some(("sys::time (layer", "uses cli::stop")),
     },
     Plant {
         what: "a raw string then a path",
@@ -38,7 +40,7 @@ const PLANTS: &[Plant] = &[
             BOTTOM,
             "pub fn planted() { let _q = r#\"a \" b\"#; crate::daemon::X; }\n",
         )],
-        expect: Some(("protocol::jsonrpc (layer", "uses daemon")),
+        expect: Some(("sys::time (layer", "uses daemon")),
     },
     Plant {
         what: "a C raw string then a path",
@@ -46,17 +48,17 @@ const PLANTS: &[Plant] = &[
             BOTTOM,
             "pub fn planted() { let _q = cr#\"a \" b\"#; crate::daemon::X; }\n",
         )],
-        expect: Some(("protocol::jsonrpc (layer", "uses daemon")),
+        expect: Some(("sys::time (layer", "uses daemon")),
     },
     Plant {
         what: "a crate-root re-export",
         edits: &[(BOTTOM, "pub fn planted() { crate::serve(); }\n")],
-        expect: Some(("protocol::jsonrpc (layer", "uses daemon")),
+        expect: Some(("sys::time (layer", "uses daemon")),
     },
     Plant {
         what: "a super::super chain",
         edits: &[(BOTTOM, "pub fn planted() { super::super::cli::stop::X; }\n")],
-        expect: Some(("protocol::jsonrpc (layer", "uses cli::stop")),
+        expect: Some(("sys::time (layer", "uses cli::stop")),
     },
     Plant {
         what: "use crate as root",
@@ -64,7 +66,7 @@ const PLANTS: &[Plant] = &[
             BOTTOM,
             "use crate as root;\npub fn planted() { root::cli::stop::X; }\n",
         )],
-        expect: Some(("protocol::jsonrpc (layer", "uses cli::stop")),
+        expect: Some(("sys::time (layer", "uses cli::stop")),
     },
     Plant {
         what: "extern crate self as me (module level)",
@@ -72,7 +74,7 @@ const PLANTS: &[Plant] = &[
             BOTTOM,
             "extern crate self as me;\npub fn planted() { me::cli::stop::X; }\n",
         )],
-        expect: Some(("protocol::jsonrpc (layer", "uses cli::stop")),
+        expect: Some(("sys::time (layer", "uses cli::stop")),
     },
     Plant {
         what: "extern crate self as me (in a fn)",
@@ -80,23 +82,23 @@ const PLANTS: &[Plant] = &[
             BOTTOM,
             "pub fn planted() { extern crate self as me; me::cli::stop::X; }\n",
         )],
-        expect: Some(("protocol::jsonrpc (layer", "uses cli::stop")),
+        expect: Some(("sys::time (layer", "uses cli::stop")),
     },
     Plant {
         what: "a spaced path inside a brace macro",
         edits: &[(BOTTOM, "planted! { crate :: cli :: stop :: X }\n")],
-        expect: Some(("protocol::jsonrpc (layer", "uses cli::stop")),
+        expect: Some(("sys::time (layer", "uses cli::stop")),
     },
     Plant {
         what: "a non-test file named tests.rs",
         edits: &[
-            ("src/protocol/percent.rs", "mod tests;\n"),
+            ("src/sys/logging.rs", "mod tests;\n"),
             (
-                "src/protocol/percent/tests.rs",
+                "src/sys/logging/tests.rs",
                 "pub fn planted() { crate::cli::stop::X; }\n",
             ),
         ],
-        expect: Some(("protocol::percent (layer", "uses cli::stop")),
+        expect: Some(("sys::logging (layer", "uses cli::stop")),
     },
     Plant {
         what: "a child using its parent on a higher layer",
@@ -153,6 +155,11 @@ pub fn self_test(repo: &Path) -> ExitCode {
             Err(why) => failed.push(format!("{}: {why}", plant.what)),
         }
     }
+    if let Err(why) = build_plant(repo) {
+        failed.push(format!(
+            "an upward use from a crate of the workspace: {why}"
+        ));
+    }
     for f in &failed {
         println!("self-test: {f}");
     }
@@ -160,7 +167,7 @@ pub fn self_test(repo: &Path) -> ExitCode {
         return ExitCode::FAILURE;
     }
     println!(
-        "self-test: all {} plants judged as they should be",
+        "self-test: all {} plants judged as they should be, and the compiler refuses an upward use from a crate",
         PLANTS.len()
     );
     ExitCode::SUCCESS
@@ -169,7 +176,9 @@ pub fn self_test(repo: &Path) -> ExitCode {
 fn run(repo: &Path, plant: &Plant) -> Result<(), String> {
     let tmp = std::env::temp_dir().join(format!("layer-check-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    copy_dir(&repo.join("src"), &tmp.join("src")).map_err(|e| format!("copy: {e}"))?;
+    for dir in ["src", "crates"] {
+        copy_dir(&repo.join(dir), &tmp.join(dir)).map_err(|e| format!("copy: {e}"))?;
+    }
     let mut doc =
         std::fs::read_to_string(repo.join("ARCHITECTURE.md")).map_err(|e| e.to_string())?;
     if plant.what.starts_with("a child using") {
@@ -200,6 +209,51 @@ fn run(repo: &Path, plant: &Plant) -> Result<(), String> {
         (Ok(_), Some(_)) => Err("not caught".into()),
         (Err(p), Some((a, b))) if p.iter().any(|l| l.contains(a) && l.contains(b)) => Ok(()),
         (Err(p), Some(want)) => Err(format!("caught, but not as {want:?}: {}", p.join("; "))),
+    }
+}
+
+/// The layers that are crates (`crates/`) need no check: the compiler refuses a use of what
+/// they do not depend on. Shown once, on a copy of the workspace: `protocol` naming the
+/// daemon's `cli` (through the crate root's alias and by the daemon crate's name) must not
+/// type-check.
+fn build_plant(repo: &Path) -> Result<(), String> {
+    let tmp = std::env::temp_dir().join(format!("layer-check-build-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let copy = || -> std::io::Result<()> {
+        for dir in ["src", "crates", "benches", "examples", ".cargo"] {
+            if repo.join(dir).exists() {
+                copy_dir(&repo.join(dir), &tmp.join(dir))?;
+            }
+        }
+        for file in ["Cargo.toml", "Cargo.lock", "build.rs", "README.md"] {
+            std::fs::copy(repo.join(file), tmp.join(file))?;
+        }
+        let planted = tmp.join("crates/protocol/src/jsonrpc.rs");
+        let mut text = std::fs::read_to_string(&planted)?;
+        text.push_str("use crate as root;\npub fn planted() { root::cli::stop::X; }\n");
+        std::fs::write(planted, text)
+    };
+    copy().map_err(|e| format!("copy: {e}"))?;
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "check",
+            "--offline",
+            "--quiet",
+            "-p",
+            "pi-ide-broker-protocol",
+        ])
+        .current_dir(&tmp)
+        .env("CARGO_TARGET_DIR", repo.join("target").join("layer-plant"))
+        .output();
+    let _ = std::fs::remove_dir_all(&tmp);
+    let out = out.map_err(|e| format!("cargo check: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match (out.status.success(), stderr.contains("`cli`")) {
+        (false, true) => Ok(()),
+        (true, _) => Err("cargo check passed: the crate reached a layer above it".into()),
+        (false, false) => Err(format!(
+            "cargo check failed, but not on the planted use:\n{stderr}"
+        )),
     }
 }
 

@@ -1,5 +1,5 @@
 // The method names of the broker's socket, spelled once (the broker spells them in
-// src/protocol/jsonrpc.rs; test/methods.test.ts holds the two to each other).
+// crates/protocol/src/jsonrpc.rs; test/methods.test.ts holds the two to each other).
 
 /** The broker's own methods on a session. */
 export const Broker = {

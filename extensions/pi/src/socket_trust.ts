@@ -8,13 +8,13 @@
 // group and others, and nobody else can rename or replace that directory while every directory
 // above it is root's or the user's and, where open to others, sticky (like /tmp). A socket in
 // such a place, owned by the user, was bound by one of the user's processes: the daemon, which
-// itself refuses any other socket dir (`secure_dir` in src/platform/local/unix.rs).
+// itself refuses any other socket dir (`secure_dir` in crates/platform/src/local/unix.rs).
 //
 // Windows is not checked here: the socket is a named pipe (`\\.\pipe\…`), which has no
 // directory to prove anything, and node cannot ask a pipe who serves it either. The daemon's
 // pipe carries its own guard there: a DACL of the user alone, created first
 // (FILE_FLAG_FIRST_PIPE_INSTANCE), so the daemon refuses, and says so, a pipe of its name
-// that someone else made (src/platform/local/windows.rs, docs/windows.md).
+// that someone else made (crates/platform/src/local/windows.rs, docs/windows.md).
 
 import { lstatSync, readlinkSync, type Stats } from "node:fs";
 import { basename, dirname, isAbsolute, join, resolve } from "node:path";
@@ -47,7 +47,7 @@ export type TrustOptions = {
 
 /** Other uids whose broker a client may dial, comma-separated: a rootful container's root
  * reaching its host user's bind-mounted socket (as the daemon's own clients read it,
- * src/platform/local/unix.rs). */
+ * crates/platform/src/local/unix.rs). */
 export const TRUST_UID_ENV = "PI_IDE_BROKER_TRUST_UID";
 
 /** How many symbolic links a path may pass through (Linux's own limit). */

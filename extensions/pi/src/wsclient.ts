@@ -4,7 +4,7 @@
 // Why not a package: node's own WebSocket cannot dial a Unix socket, and a dependency (`ws`)
 // needs an install step, which a local path (`pi install <dir>`, a clone, the copy `setup`
 // writes out of the binary) never gets (issue 41). The broker's side is RFC 6455 too
-// (src/wire/wsupgrade.rs, src/wire/wsframe.rs); test/wsclient.test.ts holds this one to it.
+// (crates/wire/src/wsupgrade.rs, crates/wire/src/wsframe.rs); test/wsclient.test.ts holds this one to it.
 
 import { createHash, randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";

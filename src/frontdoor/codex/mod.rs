@@ -20,8 +20,8 @@ mod hub;
 #[cfg(unix)]
 mod serve;
 
+use crate::platform::sync::lock;
 use crate::registry::Registry;
-use crate::sys::sync::lock;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

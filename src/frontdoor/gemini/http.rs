@@ -77,7 +77,7 @@ impl Endpoint {
                 "Mcp-Session-Id header required (initialize first)",
             ));
         };
-        let found = crate::sys::sync::lock(&self.sessions).get(id).cloned();
+        let found = crate::platform::sync::lock(&self.sessions).get(id).cloned();
         match found {
             Some(s) if !s.ended.is_cancelled() => Ok(s),
             _ => Err(plain(
@@ -125,7 +125,7 @@ async fn connection(ep: Arc<Endpoint>, stream: TcpStream, slot: HandshakeSlot) {
                 Ok(()) => {
                     // A client with the token is no flood: its place goes back, and its
                     // keep-alive connection may idle between requests.
-                    crate::sys::sync::lock(&place).take();
+                    crate::platform::sync::lock(&place).take();
                     route(&ep, req).await
                 }
             };
@@ -150,7 +150,7 @@ async fn route(ep: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Body> {
         Method::GET => get_stream(ep, &req),
         Method::DELETE => match ep.session(&req) {
             Ok(s) => {
-                crate::sys::sync::lock(&ep.sessions).remove(&s.id);
+                crate::platform::sync::lock(&ep.sessions).remove(&s.id);
                 s.ended.cancel();
                 plain(StatusCode::OK, "session ended")
             }
@@ -366,7 +366,7 @@ fn initialize(ep: &Arc<Endpoint>, id: &Value, params: Option<&Value>) -> Respons
             return plain(StatusCode::INTERNAL_SERVER_ERROR, "cannot start a session");
         }
     };
-    crate::sys::sync::lock(&ep.sessions).insert(session.id.clone(), session.clone());
+    crate::platform::sync::lock(&ep.sessions).insert(session.id.clone(), session.clone());
     forget_when_ended(ep, &session);
     let mut r = rpc_response(id, Ok(initialize_result(params)));
     if let Ok(v) = HeaderValue::from_str(&session.id) {
@@ -397,7 +397,7 @@ fn forget_when_ended(ep: &Arc<Endpoint>, session: &Arc<McpSession>) {
     let (ep, s) = (ep.clone(), session.clone());
     ep.reg.clone().tracker.spawn(async move {
         s.ended.cancelled().await;
-        crate::sys::sync::lock(&ep.sessions).remove(&s.id);
+        crate::platform::sync::lock(&ep.sessions).remove(&s.id);
     });
 }
 

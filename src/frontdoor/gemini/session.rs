@@ -9,12 +9,12 @@
 //! is followed, a diff whose editor goes is answered `DIFF_REJECTED` at once, the selection is
 //! replayed when the session starts, editor-initiated requests are never routed here.
 
+use crate::platform::sync::lock;
 use crate::protocol::family::Family;
 use crate::protocol::handshake::{InitializeParams, INITIALIZE};
 use crate::protocol::jsonrpc;
 use crate::registry::Registry;
 use crate::session::{Door, Intro};
-use crate::sys::sync::lock;
 use crate::wire::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
 use futures_util::SinkExt;
 use serde_json::{json, Value};

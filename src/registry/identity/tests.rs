@@ -486,3 +486,11 @@ fn the_os_tells_a_running_process_from_a_recycled_or_dead_one() {
         .as_millis() as u64;
     assert!(os.now_ms().abs_diff(wall) < 60_000, "{}", os.now_ms());
 }
+
+/// The identity and lockfile test modules again, in a child of this test binary, with the
+/// signal-only process facts: what a platform without `/proc` or `proc_pidinfo` runs.
+#[cfg(unix)] // POSIX paths, FIFOs or child processes
+#[test]
+fn identity_and_lockfile_tests_pass_with_signal_only_process_facts() {
+    crate::platform::process::rerun_with_signal_only_facts(&["identity::", "lockfile::"]);
+}

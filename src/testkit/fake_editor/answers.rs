@@ -1,9 +1,9 @@
 //! What the fake editor answers: its tool list (each family's names and schemas) and each
 //! request and tool call, as the real editors were recorded answering (tests/fixtures/recorded_editors.json).
 
+use crate::platform::sync::lock;
 use crate::protocol::family::Family;
 use crate::protocol::jsonrpc::{self, Incoming};
-use crate::sys::sync::lock;
 
 use serde_json::{json, Value};
 use std::time::Duration;

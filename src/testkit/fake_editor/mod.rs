@@ -7,9 +7,9 @@
 
 mod answers;
 
+use crate::platform::sync::lock;
 use crate::protocol::family::Family;
 use crate::protocol::jsonrpc::{self};
-use crate::sys::sync::lock;
 pub use answers::burn;
 use answers::handle;
 use futures_util::{SinkExt, StreamExt};

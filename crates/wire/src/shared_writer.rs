@@ -23,8 +23,8 @@
 //! waits on [`Broken`] to learn that the socket failed, and ends with
 //! [`SharedWriter::finish`], which lets the queue out, bounded, and closes the sink.
 
-use crate::sys::sync::lock;
 use futures_util::{Sink, SinkExt};
+use platform::sync::lock;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -661,7 +661,7 @@ mod tests {
     /// task, in order, while the owner only waits on [`Broken`].
     mod with_a_socket {
         use super::super::*;
-        use crate::wire::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
+        use crate::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
         use tokio::io::DuplexStream;
 
         type Pipe = FrameWriter<DuplexStream>;

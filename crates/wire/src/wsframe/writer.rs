@@ -172,7 +172,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
 /// Parts a frame written from borrowed parts may have (with its header, one `writev`).
 const MAX_PARTS: usize = 15;
 
-impl<W: AsyncWrite + Unpin> crate::wire::shared_writer::WriteParts for FrameWriter<W> {
+impl<W: AsyncWrite + Unpin> crate::shared_writer::WriteParts for FrameWriter<W> {
     /// A server's frame with nothing queued before it is written from the parts themselves
     /// (header and parts in one vectored write); only what the socket does not take is copied
     /// and kept. Behind queued bytes, masked (a client), or in too many parts, it is declined
@@ -181,7 +181,7 @@ impl<W: AsyncWrite + Unpin> crate::wire::shared_writer::WriteParts for FrameWrit
         &mut self,
         cx: &mut Context<'_>,
         parts: &[&str],
-    ) -> Result<crate::wire::shared_writer::PartsWritten, String> {
+    ) -> Result<crate::shared_writer::PartsWritten, String> {
         self.text_parts(cx, parts).map_err(|e| e.to_string())
     }
 }
@@ -191,8 +191,8 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         &mut self,
         cx: &mut Context<'_>,
         parts: &[&str],
-    ) -> io::Result<crate::wire::shared_writer::PartsWritten> {
-        use crate::wire::shared_writer::PartsWritten;
+    ) -> io::Result<crate::shared_writer::PartsWritten> {
+        use crate::shared_writer::PartsWritten;
         let done = |r: Poll<io::Result<()>>| match r {
             Poll::Ready(Ok(())) => Ok(PartsWritten::Done),
             Poll::Ready(Err(e)) => Err(e),

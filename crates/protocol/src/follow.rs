@@ -5,8 +5,8 @@
 //! these types on both sides; the session traffic a follower relays (`pi/*` requests,
 //! transcript updates) stays JSON-RPC as pi writes it. Method names are `jsonrpc::follow`'s.
 
-use crate::protocol::jsonrpc::{self, follow};
-use crate::protocol::version::ClientInfo;
+use crate::jsonrpc::{self, follow};
+use crate::version::ClientInfo;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

@@ -39,5 +39,5 @@ pub fn recorded(record: &Path) -> Option<(u32, Option<PathBuf>)> {
 pub fn running_socket(record: &Path) -> Option<PathBuf> {
     let (pid, socket) = recorded(record)?;
     let socket = socket?;
-    (crate::platform::process::alive(pid) && exists(&socket)).then_some(socket)
+    (crate::process::alive(pid) && exists(&socket)).then_some(socket)
 }

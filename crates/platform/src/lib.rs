@@ -17,21 +17,24 @@
 //! Each module keeps its OS-specific code in `cfg`'d items of its own; the layers above never
 //! name `rustix`, `libc`, `std::os::unix` or `windows-sys`. Bottom layer: uses nothing else of
 //! the crate.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::path::PathBuf;
 
 pub mod allocator;
-pub(crate) mod control;
-pub(crate) mod handover;
+pub mod control;
+pub mod handover;
 pub mod local;
-pub(crate) mod logfile;
-pub(crate) mod notify;
-pub(crate) mod peer;
-pub(crate) mod ports;
+pub mod logfile;
+pub mod notify;
+pub mod peer;
+pub mod ports;
 pub mod process;
-pub(crate) mod rlimit;
-pub(crate) mod tcp;
-pub(crate) mod user;
+pub mod rlimit;
+pub mod sync;
+pub mod tcp;
+pub mod user;
 
 /// What the OS refused, from any need of this layer; every message says what went wrong.
 #[derive(Debug, thiserror::Error)]

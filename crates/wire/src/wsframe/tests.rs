@@ -200,7 +200,7 @@ async fn frames_written_a_few_bytes_at_a_time_arrive_whole() {
 
 #[tokio::test]
 async fn a_frame_from_parts_is_written_whole_and_nothing_may_follow_a_close() {
-    use crate::wire::shared_writer::{PartsWritten, WriteParts};
+    use crate::shared_writer::{PartsWritten, WriteParts};
     let waker = futures_util::task::noop_waker();
     let mut cx = Context::from_waker(&waker);
     let mut w = FrameWriter::new(Vec::new(), Role::Server);
@@ -227,7 +227,7 @@ async fn a_frame_from_parts_is_written_whole_and_nothing_may_follow_a_close() {
 
 #[tokio::test]
 async fn frames_from_parts_arrive_whole_and_in_order_however_the_socket_takes_them() {
-    use crate::wire::shared_writer::{PartsWritten, WriteParts};
+    use crate::shared_writer::{PartsWritten, WriteParts};
     bounded(async {
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
@@ -273,7 +273,7 @@ async fn frames_from_parts_arrive_whole_and_in_order_however_the_socket_takes_th
 
 #[tokio::test]
 async fn a_frame_partly_taken_wakes_its_task_when_the_socket_has_room() {
-    use crate::wire::shared_writer::{PartsWritten, WriteParts};
+    use crate::shared_writer::{PartsWritten, WriteParts};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use tokio::io::AsyncReadExt;
@@ -841,7 +841,7 @@ fn counted(bytes: &[u8], n: usize) -> (Counted, Arc<std::sync::atomic::AtomicUsi
 #[tokio::test]
 async fn a_frame_over_the_budget_is_read_past_unheld_answered_and_the_next_is_read() {
     bounded(async {
-        let budget = crate::wire::budget::FrameBudget::new(1 << 20);
+        let budget = crate::budget::FrameBudget::new(1 << 20);
         // Another connection holds most of it.
         let mut other = budget.share(None).claim();
         assert!(other.hold((1 << 20) - 100_000));
@@ -892,7 +892,7 @@ async fn a_frame_over_the_budget_is_read_past_unheld_answered_and_the_next_is_re
 #[tokio::test]
 async fn a_long_frame_is_claimed_while_held_and_given_back_with_its_memory() {
     bounded(async {
-        let budget = crate::wire::budget::FrameBudget::new(1 << 20);
+        let budget = crate::budget::FrameBudget::new(1 << 20);
         let big = long_request(7, 200_000);
         let mut bytes = long_client_frame(0x81, big.as_bytes());
         // A message in three fragments, with a ping between.
@@ -939,7 +939,7 @@ async fn a_long_frame_is_claimed_while_held_and_given_back_with_its_memory() {
 #[tokio::test]
 async fn a_fragmented_message_over_the_budget_is_dropped_whole_and_the_connection_reads_on() {
     bounded(async {
-        let budget = crate::wire::budget::FrameBudget::new(100_000);
+        let budget = crate::budget::FrameBudget::new(100_000);
         let msg = format!(
             r#"{{"jsonrpc":"2.0","id":"frag","method":"x","params":"{}"}}"#,
             "y".repeat(150_000)
@@ -989,7 +989,7 @@ async fn a_fragmented_message_over_the_budget_is_dropped_whole_and_the_connectio
 #[tokio::test]
 async fn small_frames_cost_nothing_and_readers_without_a_budget_are_not_counted() {
     bounded(async {
-        let budget = crate::wire::budget::FrameBudget::new(1 << 20);
+        let budget = crate::budget::FrameBudget::new(1 << 20);
         let mut all = budget.share(None).claim();
         assert!(all.hold(1 << 20), "the whole budget taken");
         let small = "s".repeat(READ_CHUNK - 8);
@@ -1028,7 +1028,7 @@ proptest! {
         cut in 1usize..3000,
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        let budget = crate::wire::budget::FrameBudget::new(total);
+        let budget = crate::budget::FrameBudget::new(total);
         let mut other = budget.share(None).claim();
         let others = others.min(total);
         prop_assert!(other.hold(others));
@@ -1083,7 +1083,7 @@ proptest! {
 /// A long first fragment and one byte of the next frame's header, read, and then the peer
 /// stops: what the waiting reader's buffer holds. Then the rest, with one byte of the frame
 /// after: the message is read, and again what the waiting reader holds.
-async fn waits_small(budget: Option<crate::wire::budget::Share>) -> (usize, usize) {
+async fn waits_small(budget: Option<crate::budget::Share>) -> (usize, usize) {
     use tokio::io::AsyncWriteExt;
     let (mut peer, ours) = tokio::io::duplex(1 << 20);
     let mut r = FrameReader::new(ours, Role::Server, 1 << 20, &[]);
@@ -1115,7 +1115,7 @@ async fn a_reader_waiting_for_a_short_frame_keeps_no_long_buffer() {
         // An editor link's reader (no budget), and a session's.
         let caps = waits_small(None).await;
         assert!(caps.0 <= READ_CHUNK && caps.1 <= READ_CHUNK, "{caps:?}");
-        let budget = crate::wire::budget::FrameBudget::new(1 << 20);
+        let budget = crate::budget::FrameBudget::new(1 << 20);
         let caps = waits_small(Some(budget.share(None))).await;
         assert!(caps.0 <= READ_CHUNK && caps.1 <= READ_CHUNK, "{caps:?}");
         assert_eq!(budget.held(), 0);

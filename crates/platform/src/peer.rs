@@ -239,10 +239,10 @@ mod linux {
 /// SID from that process's token. A SID other than ours reads as uid `u32::MAX`, which no
 /// config lists (the pipe's DACL lets in only our SID anyway).
 #[cfg(windows)]
-pub fn of_stream(stream: &crate::platform::local::Stream) -> std::io::Result<PeerFacts> {
+pub fn of_stream(stream: &crate::local::Stream) -> std::io::Result<PeerFacts> {
     let pid = stream.client_pid()?;
-    let theirs = crate::platform::user::sid::of_process(pid)?;
-    let me = crate::platform::user::sid::own();
+    let theirs = crate::user::sid::of_process(pid)?;
+    let me = crate::user::sid::own();
     Ok(PeerFacts {
         uid: if theirs == *me { me.rid() } else { u32::MAX },
         pid: Some(pid),

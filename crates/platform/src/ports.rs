@@ -526,14 +526,11 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn whose_a_real_listener_is() {
-        let me = crate::platform::user::uid();
+        let me = crate::user::uid();
         let mine = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = mine.local_addr().unwrap().port();
         let Some(uids) = listener_uids(port) else {
-            crate::platform::process::other_uid::cannot_run(
-                "whose_a_real_listener_is",
-                "/proc/net/tcp",
-            );
+            crate::process::other_uid::cannot_run("whose_a_real_listener_is", "/proc/net/tcp");
             return;
         };
         assert_eq!(uids, vec![me]);
@@ -543,12 +540,11 @@ mod tests {
         drop(client);
         drop(mine);
         assert_eq!(listener_uids(port), Some(vec![]));
-        let Some((_theirs, port)) =
-            crate::platform::process::other_uid::listener("whose_a_real_listener_is")
+        let Some((_theirs, port)) = crate::process::other_uid::listener("whose_a_real_listener_is")
         else {
             return;
         };
-        let nobody = crate::platform::process::other_uid::NOBODY;
+        let nobody = crate::process::other_uid::NOBODY;
         assert_eq!(listener_uids(port), Some(vec![nobody]));
         // Netlink's answer (what `listener_uids` asks first) and the table's agree.
         let by_netlink =

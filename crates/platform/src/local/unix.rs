@@ -1,7 +1,7 @@
 //! The local socket on Unix and macOS: a Unix socket in a private dir (0700, ours), made
 //! 0600 before `listen`, a leftover probed before it is replaced; the claim an `flock`.
 
-use crate::platform::Error;
+use crate::Error;
 use rustix::fs::{Mode, OFlags};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -22,7 +22,7 @@ impl Listener {
 
     /// A listening socket this process inherited (from a service manager or the daemon it
     /// succeeds), made close-on-exec and non-blocking.
-    pub(crate) fn from_inherited(fd: std::os::fd::OwnedFd) -> std::io::Result<Listener> {
+    pub fn from_inherited(fd: std::os::fd::OwnedFd) -> std::io::Result<Listener> {
         rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
         let fl = rustix::fs::fcntl_getfl(&fd)?;
         rustix::fs::fcntl_setfl(&fd, fl | OFlags::NONBLOCK)?;

@@ -2,20 +2,22 @@
 //!
 //! JSON-RPC shapes, editor families, tool schemas, the version rule, dialect translation, path
 //! maps and percent-coding. It and `platform` use no other folder: the two bottom layers.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
-pub(crate) mod acp;
+pub mod acp;
 pub mod bridge;
 pub mod era;
 pub mod family;
-pub(crate) mod follow;
-pub(crate) mod handshake;
+pub mod follow;
+pub mod handshake;
 pub mod jsonrpc;
-pub(crate) mod native;
+pub mod native;
 pub mod pathmap;
 pub mod percent;
-pub(crate) mod schema;
+pub mod schema;
 pub mod version;
-pub(crate) mod winpath;
+pub mod winpath;
 
 /// Why a message or path of a peer cannot be used: this layer's one error type.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

@@ -300,7 +300,7 @@ pub mod sid {
 
 #[cfg(unix)]
 mod imp {
-    use crate::platform::Error;
+    use crate::Error;
     use rustix::fs::{Mode, OFlags};
     use std::fs::File;
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -365,7 +365,7 @@ mod imp {
 
 #[cfg(windows)]
 mod imp {
-    use crate::platform::Error;
+    use crate::Error;
     use std::os::windows::fs::{MetadataExt, OpenOptionsExt};
     use std::path::Path;
 

@@ -73,7 +73,7 @@ impl FrameBudget {
     /// connection: an agent realm's count is looked up here, not per frame.
     pub fn share(self: &Arc<Self>, realm: Option<&str>) -> Share {
         let realm = realm.map(|r| {
-            let mut realms = crate::sys::sync::lock(&self.realms);
+            let mut realms = platform::sync::lock(&self.realms);
             if let Some(count) = realms.get(r).and_then(Weak::upgrade) {
                 return count;
             }
@@ -108,7 +108,7 @@ impl FrameBudget {
     pub fn note_refusal(&self, size: u64) {
         self.refusals.send_modify(|n| *n += 1);
         let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut last = crate::sys::sync::lock(&self.last_log);
+        let mut last = platform::sync::lock(&self.last_log);
         if last.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
             *last = Some(Instant::now());
             self.refused.store(0, Ordering::Relaxed);
@@ -235,7 +235,7 @@ mod tests {
     use super::*;
 
     fn realm_held(b: &FrameBudget, realm: &str) -> usize {
-        crate::sys::sync::lock(&b.realms)
+        platform::sync::lock(&b.realms)
             .get(realm)
             .and_then(Weak::upgrade)
             .map_or(0, |c| c.load(Ordering::Relaxed))
@@ -305,6 +305,6 @@ mod tests {
             drop(b.share(Some(&format!("container:mnt:[{i}]"))));
         }
         let _kept = b.share(Some("remote:box"));
-        assert_eq!(crate::sys::sync::lock(&b.realms).len(), 1);
+        assert_eq!(platform::sync::lock(&b.realms).len(), 1);
     }
 }

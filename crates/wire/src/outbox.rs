@@ -10,8 +10,8 @@
 //! editor link writes the same way). A session whose queue is full is dropped, so a client
 //! that stops reading cannot slow an editor or other sessions.
 
-use crate::wire::shared_writer::{Broken, Refused, SharedWriter};
-use crate::wire::wsframe::{FrameWriter, Out};
+use crate::shared_writer::{Broken, Refused, SharedWriter};
+use crate::wsframe::{FrameWriter, Out};
 use std::pin::Pin;
 use std::time::Duration;
 use tokio::io::AsyncWrite;

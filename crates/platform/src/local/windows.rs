@@ -24,7 +24,7 @@ pub const PIPE_PREFIX: &str = r"\\.\pipe\";
 /// The default pipe: one per user, named by the user's SID (no other user can hold the name
 /// first without being refused by [`bind`]'s first-instance rule, nor open ours by its DACL).
 pub fn default_path() -> Option<PathBuf> {
-    let me = crate::platform::user::sid::own();
+    let me = crate::user::sid::own();
     (!me.0.is_empty()).then(|| PathBuf::from(format!("{PIPE_PREFIX}pi-ide-broker-{}", me.0)))
 }
 
@@ -249,7 +249,7 @@ mod dacl {
 
     impl OwnerOnly {
         pub(super) fn new() -> std::io::Result<OwnerOnly> {
-            let me = crate::platform::user::sid::own();
+            let me = crate::user::sid::own();
             if me.0.is_empty() {
                 return Err(std::io::Error::other("cannot read our own SID"));
             }
@@ -337,8 +337,8 @@ fn trusted_server(c: &NamedPipeClient, path: &Path) -> std::io::Result<()> {
     if ok == 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let theirs = crate::platform::user::sid::of_process(pid)?;
-    if theirs == *crate::platform::user::sid::own() {
+    let theirs = crate::user::sid::of_process(pid)?;
+    if theirs == *crate::user::sid::own() {
         return Ok(());
     }
     Err(std::io::Error::new(

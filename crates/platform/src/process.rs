@@ -284,7 +284,7 @@ mod win32 {
             }
         }
 
-        pub(crate) fn exists(pid: u32) -> bool {
+        pub fn exists(pid: u32) -> bool {
             let running = with_process(pid, |h| {
                 let mut code = 0u32;
                 // SAFETY: `h` is a valid query handle for the call's length.
@@ -298,7 +298,7 @@ mod win32 {
             }
         }
 
-        pub(crate) fn facts(pid: u32) -> Option<Facts> {
+        pub fn facts(pid: u32) -> Option<Facts> {
             let created = with_process(pid, |h| {
                 let zero = FILETIME {
                     dwLowDateTime: 0,
@@ -393,8 +393,8 @@ mod darwin {
 /// Processes of another uid, for the tests: uid and gid 65534 (`nobody`) through `setpriv`
 /// (util-linux), which only root may do. Where that cannot be, the test says `SKIPPED: why`
 /// and returns (a failure under `PI_IDE_BROKER_REQUIRE_ALL=1`, as in the integration suite).
-#[cfg(all(test, target_os = "linux"))]
-pub(crate) mod other_uid {
+#[cfg(all(any(test, feature = "testkit"), target_os = "linux"))]
+pub mod other_uid {
     use std::io::BufRead;
 
     /// The uid (and gid) the children run as.
@@ -540,6 +540,39 @@ pub(crate) mod other_uid {
     }
 }
 
+/// Runs the test modules named (test-name filters) again, in a child of the running test
+/// binary, with the signal-only source: what a platform without `/proc` or `proc_pidinfo`
+/// runs. Panics, with the child's output, unless each passes with at least one test. Returns
+/// at once inside such a child.
+#[cfg(any(test, feature = "testkit"))]
+pub fn rerun_with_signal_only_facts(modules: &[&str]) {
+    if std::env::var(SOURCE_ENV).is_ok() {
+        return; // already the child
+    }
+    for module in modules {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let out = std::process::Command::new(exe)
+            .args([module, "--test-threads", "2"])
+            .env(SOURCE_ENV, "signal")
+            .output()
+            .expect("the test binary runs again");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{module} with signal-only facts:\n{text}"
+        );
+        let passed = text
+            .lines()
+            .find_map(|l| l.strip_prefix("test result: ok. "))
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse::<u32>().ok());
+        assert!(
+            passed.is_some_and(|n| n > 0),
+            "{module} ran no test:\n{text}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -628,7 +661,7 @@ mod tests {
     #[test]
     fn a_process_of_another_uid_is_told_from_ours() {
         let known = Source::current() == Source::native() && Source::current() != Source::Signal;
-        let me = crate::platform::user::uid();
+        let me = crate::user::uid();
         assert_eq!(real_uid(std::process::id()), known.then_some(me));
         assert_eq!(real_uid(u32::MAX), None);
         let Some(nobody) = other_uid::sleeper("a_process_of_another_uid_is_told_from_ours") else {
@@ -661,34 +694,11 @@ mod tests {
         );
     }
 
-    /// The whole identity and lockfile test modules again, in a child of this test binary,
-    /// with the signal-only source: what a platform without `/proc` or `proc_pidinfo` runs.
+    /// This module's tests again, in a child of this test binary, with the signal-only source
+    /// (the daemon's crate does the same for its identity and lockfile tests).
     #[cfg(unix)] // POSIX paths, FIFOs or child processes
     #[test]
-    fn identity_and_lockfile_tests_pass_with_signal_only_process_facts() {
-        if std::env::var(SOURCE_ENV).is_ok() {
-            return; // already the child
-        }
-        for module in ["identity::", "lockfile::", "process::"] {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([module, "--test-threads", "2"])
-                .env(SOURCE_ENV, "signal")
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{module} with signal-only facts:\n{text}"
-            );
-            let passed = text
-                .lines()
-                .find_map(|l| l.strip_prefix("test result: ok. "))
-                .and_then(|r| r.split(' ').next())
-                .and_then(|n| n.parse::<u32>().ok());
-            assert!(
-                passed.is_some_and(|n| n > 0),
-                "{module} ran no test:\n{text}"
-            );
-        }
+    fn process_tests_pass_with_signal_only_process_facts() {
+        super::rerun_with_signal_only_facts(&["process::"]);
     }
 }

@@ -117,13 +117,13 @@ impl PathMap {
         let Some(rest) = uri.strip_prefix("file://") else {
             return Ok(None);
         };
-        let decoded = crate::protocol::percent::decode_path(rest);
+        let decoded = crate::percent::decode_path(rest);
         let Some(mapped) = self.map(&decoded, to_host)? else {
             return Ok(None);
         };
         Ok(Some(format!(
             "file://{}",
-            crate::protocol::percent::encode_path(&mapped)
+            crate::percent::encode_path(&mapped)
         )))
     }
 

@@ -172,15 +172,12 @@ impl Wsl {
     /// does not map.
     pub fn one(&self, s: &str, to_linux: bool) -> Option<String> {
         if let Some(rest) = s.strip_prefix("file://") {
-            let decoded = crate::protocol::percent::decode_path(rest);
+            let decoded = crate::percent::decode_path(rest);
             if to_linux {
                 // `file:///c%3A/x` and `file:///C:/x`: the path after the third slash.
                 let path = decoded.strip_prefix('/').unwrap_or(&decoded);
                 let mapped = self.to_linux(path)?;
-                return Some(format!(
-                    "file://{}",
-                    crate::protocol::percent::encode_path(&mapped)
-                ));
+                return Some(format!("file://{}", crate::percent::encode_path(&mapped)));
             }
             let mapped = self.to_windows(&decoded)?.replace('\\', "/");
             let uri_path = match mapped.strip_prefix("//") {
@@ -188,10 +185,7 @@ impl Wsl {
                 Some(unc) => unc.to_string(),
                 None => format!("/{mapped}"),
             };
-            return Some(format!(
-                "file://{}",
-                crate::protocol::percent::encode_path(&uri_path)
-            ));
+            return Some(format!("file://{}", crate::percent::encode_path(&uri_path)));
         }
         if to_linux {
             self.to_linux(s)
@@ -207,9 +201,9 @@ impl Wsl {
             return text.to_string();
         };
         let f = |s: &str| self.one(s, to_linux);
-        let mut n = crate::protocol::pathmap::rewrite_json(&mut v, &f);
+        let mut n = crate::pathmap::rewrite_json(&mut v, &f);
         if let Some(result) = v.get_mut("result") {
-            n += crate::protocol::pathmap::rewrite_result_texts(result, &f);
+            n += crate::pathmap::rewrite_result_texts(result, &f);
         }
         if n > 0 {
             v.to_string()

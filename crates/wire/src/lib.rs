@@ -1,16 +1,18 @@
-//! Bytes on the wire, per call; uses only `sys`.
+//! Bytes on the wire, per call; uses only `platform`.
 //!
 //! The WebSocket frame codec and upgrade, the writers several tasks share, the waker and
-//! quick-ack helpers, one-pass JSON reading. Uses only `sys`.
+//! quick-ack helpers, one-pass JSON reading. Uses only `platform` (its lock helper).
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod budget;
 pub mod idscan;
 pub mod jsonscan;
 pub mod outbox;
-pub(crate) mod shared_writer;
-pub(crate) mod woken;
+pub mod shared_writer;
+pub mod woken;
 pub mod wsframe;
-pub(crate) mod wsupgrade;
+pub mod wsupgrade;
 
 /// Why bytes on a connection cannot be used: this layer's one error type (framing, upgrade).
 #[derive(Debug, thiserror::Error)]

@@ -123,7 +123,7 @@ mod imp {
     use std::path::Path;
     use std::time::Duration;
 
-    pub(super) fn keep(listener: &crate::platform::local::Listener) -> Option<Kept> {
+    pub(super) fn keep(listener: &crate::local::Listener) -> Option<Kept> {
         let fd = listener.as_fd().try_clone_to_owned().ok()?;
         Some(Kept { fd })
     }
@@ -219,8 +219,8 @@ mod imp {
         }
     }
 
-    pub(super) fn listener(t: Taken) -> std::io::Result<crate::platform::local::Listener> {
-        crate::platform::local::Listener::from_inherited(t.listener)
+    pub(super) fn listener(t: Taken) -> std::io::Result<crate::local::Listener> {
+        crate::local::Listener::from_inherited(t.listener)
     }
 }
 
@@ -230,7 +230,7 @@ mod imp {
     use std::path::Path;
     use std::time::Duration;
 
-    pub(super) fn keep(_: &crate::platform::local::Listener) -> Option<Kept> {
+    pub(super) fn keep(_: &crate::local::Listener) -> Option<Kept> {
         None
     }
 
@@ -255,7 +255,7 @@ mod imp {
 
     pub(super) fn tell_started(_: &mut Taken) {}
 
-    pub(super) fn listener(_: Taken) -> std::io::Result<crate::platform::local::Listener> {
+    pub(super) fn listener(_: Taken) -> std::io::Result<crate::local::Listener> {
         Err(std::io::Error::new(
             std::io::ErrorKind::Unsupported,
             "no handover on Windows",

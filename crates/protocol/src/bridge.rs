@@ -4,8 +4,8 @@
 //! reverse. Requests are rewritten on the way out, answers on the way back, so each session
 //! sees its own dialect's tool names and result shapes. Same-dialect traffic never comes here.
 
-use crate::protocol::family::Family;
-use crate::protocol::jsonrpc;
+use crate::family::Family;
+use crate::jsonrpc;
 use serde_json::{json, Map, Value};
 
 /// How an editor's answer must be rewritten for the session that asked.
