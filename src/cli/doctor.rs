@@ -12,35 +12,10 @@ use crate::protocol::percent::encode_query;
 use crate::registry::explain::{RouteDecision, RouteExplanation};
 use crate::sys::config::Config;
 use serde::Serialize;
-use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// How a check came out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Level {
-    /// Works.
-    Ok,
-    /// Worth knowing, not in the way (a stale lockfile left by a crash, say).
-    Warn,
-    /// In the way: something a user needs does not work.
-    Fail,
-}
-
-/// One line of the report.
-#[derive(Clone, Debug, Serialize)]
-pub struct Check {
-    /// What was checked ("daemon", "socket", "lockfile /x/1234.lock", …).
-    pub what: String,
-    /// How it came out.
-    pub level: Level,
-    /// What was found.
-    pub message: String,
-    /// What to do, when something is to be done.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
-}
+pub use crate::frontdoor::plugin::{Check, Level};
 
 /// The whole report.
 #[derive(Clone, Debug, Serialize)]
@@ -158,9 +133,9 @@ pub async fn run(opts: &Options) -> Report {
     for dir in config.lock_dirs() {
         lockfiles::check_lock_dir(&mut b, &dir, status.as_ref()).await;
     }
-    check_compat(&mut b, &config);
-    check_gemini(&mut b, &config);
-    check_codex(&mut b, &config, status.as_ref());
+    for door in crate::frontdoor::DOORS {
+        b.0.extend(door.doctor(&config, status.as_ref().map(|s| &s.doors)));
+    }
     check_single_client(&mut b, &config);
     let route = match &status {
         Some(_) => {
@@ -419,102 +394,6 @@ fn check_socket(b: &mut Builder, socket: &Path, allow: &[u32]) {
             "stop the daemon, remove the socket and its dir, start it again (it creates them 0600 / 0700)",
         ),
         None => b.add("socket", Level::Warn, format!("{} not found", socket.display())),
-    }
-}
-
-fn check_compat(b: &mut Builder, config: &Config) {
-    if !config.compat.enabled {
-        b.add(
-            "compat",
-            Level::Ok,
-            "the compat door is off ([compat] enabled = false)",
-        );
-        return;
-    }
-    let dir = config.compat_dir();
-    let entries = std::fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
-                .count()
-        })
-        .unwrap_or(0);
-    b.fix(
-        "compat",
-        Level::Ok,
-        format!(
-            "{} holds {entries} entr{} for the published pi-ide extension",
-            dir.display(),
-            if entries == 1 { "y" } else { "ies" }
-        ),
-        format!(
-            "for pi with pi-ide only: PI_IDE_LOCK_DIR={} pi",
-            dir.display()
-        ),
-    );
-    if std::env::var_os("PI_IDE_LOCK_DIR").is_some_and(|v| Path::new(&v) == dir) {
-        b.fix(
-            "compat",
-            Level::Warn,
-            "PI_IDE_LOCK_DIR points at the compat dir in this shell: pi-ide.nvim started from here would write its lockfile there too",
-            "set it for pi only (alias pi='PI_IDE_LOCK_DIR=… pi'), not in your shell profile",
-        );
-    }
-}
-
-fn check_gemini(b: &mut Builder, config: &Config) {
-    if !config.gemini.enabled {
-        b.add(
-            "gemini",
-            Level::Ok,
-            "the gemini door is off ([gemini] enabled = false)",
-        );
-        return;
-    }
-    let dir = config.gemini_dir();
-    let files = crate::frontdoor::gemini::list_files(&dir);
-    let ours = files.iter().filter(|(_, e)| e.is_some()).count();
-    b.add(
-        "gemini",
-        Level::Ok,
-        format!(
-            "{} holds {ours} discovery file{} for Gemini CLI ({} from other programs)",
-            dir.display(),
-            if ours == 1 { "" } else { "s" },
-            files.len() - ours
-        ),
-    );
-    let home = std::env::var_os("GEMINI_CLI_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(crate::sys::config::home_dir);
-    let settings = home.join(".gemini").join("settings.json");
-    let enabled = std::fs::read_to_string(&settings)
-        .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .is_some_and(|v| v.pointer("/ide/enabled") == Some(&Value::Bool(true)));
-    if !enabled {
-        b.fix(
-            "gemini",
-            Level::Ok,
-            format!("IDE mode is not on in {}", settings.display()),
-            "run /ide enable in Gemini CLI, or set {\"ide\": {\"enabled\": true}} there",
-        );
-    }
-}
-
-/// Codex's `/ide` hub: who holds its socket, or why the broker refuses it (`frontdoor::codex`).
-fn check_codex(b: &mut Builder, config: &Config, status: Option<&Status>) {
-    use crate::frontdoor::codex::{diagnose, Health};
-    let hub = status.and_then(|s| s.codex_hub.as_ref());
-    let (health, message, fix) = diagnose(config.codex.enabled, &config.codex_socket(), hub);
-    let level = match health {
-        Health::Ok => Level::Ok,
-        Health::Warn => Level::Warn,
-        Health::Fail => Level::Fail,
-    };
-    match fix {
-        Some(fix) => b.fix("codex", level, message, fix),
-        None => b.add("codex", level, message),
     }
 }
 

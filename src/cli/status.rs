@@ -163,7 +163,7 @@ fn session_changes(prev: &Status, next: &Status) -> Vec<String> {
     for s in &next.sessions {
         let before = prev.sessions.iter().find(|p| p.id == s.id);
         if before.is_none() {
-            let door = json_name(&s.door);
+            let door = s.door.clone();
             out.push(format!(
                 "session {} connected ({door}, cwd {})",
                 s.id, s.cwd
@@ -261,18 +261,8 @@ pub fn render(status: &Status, now: u64) -> String {
             out.push_str(&session_line(sess, now));
         }
     }
-    if !status.gemini_files.is_empty() {
-        out.push_str("\nGemini CLI discovery files:\n");
-        for f in &status.gemini_files {
-            let _ = writeln!(out, "  {} → {}", f.editor, f.path.display());
-        }
-    }
-    if let Some(h) = &status.codex_hub {
-        let _ = writeln!(
-            out,
-            "\nCodex /ide: {}",
-            crate::frontdoor::codex::status_line(h)
-        );
+    for door in crate::frontdoor::DOORS {
+        out.extend(door.status_text(&status.doors));
     }
     for a in &status.agents_on_main_socket {
         let _ = writeln!(
@@ -382,7 +372,7 @@ fn session_line(sess: &SessionStatus, now: u64) -> String {
     let mut l = format!(
         "  └ session {} · {} · {} · cwd {}",
         sess.id,
-        json_name(&sess.door),
+        sess.door.clone(),
         sess.dialect,
         sess.cwd
     );

@@ -102,6 +102,18 @@ pub async fn serve(
     shutdown: CancellationToken,
     on_ready: impl FnOnce(Ready, Handle),
 ) -> Result<(), Error> {
+    serve_with(config, &[], shutdown, on_ready).await
+}
+
+/// [`serve`], with `doors` plugged in beside the built-in ones (`frontdoor::DOORS`): how a
+/// door made outside this crate (a test's) runs in the daemon. Each runs when its `enabled`
+/// says so.
+pub async fn serve_with(
+    config: Config,
+    doors: &[Arc<dyn frontdoor::plugin::AgentDoor>],
+    shutdown: CancellationToken,
+    on_ready: impl FnOnce(Ready, Handle),
+) -> Result<(), Error> {
     let config = Arc::new(config);
     let socket = config.socket_path();
     let record = config.running_record();
@@ -128,7 +140,7 @@ pub async fn serve(
     // Every task runs on the registry's tracker and stops on its tokens; [`stop`] is the only
     // place they are stopped.
     let lockdir = watch(&reg, &config).await?;
-    start_doors(&reg, &config, listener, remotes);
+    start_doors(&reg, doors, listener, remotes);
     // Clients whose environment points elsewhere (no XDG_RUNTIME_DIR) find us through this.
     let running = serde_json::json!({"socket": socket, "pid": std::process::id()});
     if let Err(e) =
@@ -264,31 +276,20 @@ async fn watch(
     Ok(cmd_tx)
 }
 
-/// The compat and Gemini doors (when enabled), the state saver, the native door and each
+/// The plugged doors (those the config turns on), the state saver, the native door and each
 /// remote's socket (the same door, with agent rights only).
 fn start_doors(
     reg: &Arc<Registry>,
-    config: &Config,
+    extra: &[Arc<dyn frontdoor::plugin::AgentDoor>],
     listener: crate::platform::local::Listener,
     remotes: Vec<(String, crate::platform::local::Listener)>,
 ) {
     let tasks = &reg.tracker;
-    if config.compat.enabled {
-        let compat_dir = config.compat_dir();
-        if config.lock_dirs().iter().any(|d| d.path == compat_dir) {
-            tracing::warn!(dir = %compat_dir.display(), "the compat dir is also watched as a lock dir (is PI_IDE_LOCK_DIR exported to the broker or your editors?); set it for pi only, e.g. `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`");
+    let builtin = frontdoor::DOORS.iter().copied();
+    for door in builtin.chain(extra.iter().map(|d| &**d)) {
+        if door.enabled(&reg.config()) {
+            tasks.spawn(door.run(reg.clone()));
         }
-        tasks.spawn(frontdoor::compat::run(reg.clone(), compat_dir));
-    }
-    if config.gemini.enabled {
-        tasks.spawn(frontdoor::gemini::run(
-            reg.clone(),
-            config.gemini_dir(),
-            config.qwen_dir(),
-        ));
-    }
-    if config.codex.enabled {
-        tasks.spawn(frontdoor::codex::run(reg.clone(), config.codex_socket()));
     }
     let reg_save = reg.clone();
     tasks.spawn(async move { reg_save.state.saver(&reg_save.cancel).await });

@@ -306,3 +306,65 @@ fn check_upgrade(
     );
     Ok((key, family, mcp))
 }
+
+/// The compat door as the daemon and `doctor` see it (`frontdoor::plugin`).
+pub struct CompatDoor;
+
+impl super::plugin::AgentDoor for CompatDoor {
+    fn name(&self) -> &'static str {
+        "compat"
+    }
+
+    fn enabled(&self, config: &crate::sys::config::Config) -> bool {
+        config.compat.enabled
+    }
+
+    fn run(&self, reg: Arc<Registry>) -> super::plugin::DoorTask {
+        let dir = reg.config().compat_dir();
+        if reg.config().lock_dirs().iter().any(|d| d.path == dir) {
+            tracing::warn!(dir = %dir.display(), "the compat dir is also watched as a lock dir (is PI_IDE_LOCK_DIR exported to the broker or your editors?); set it for pi only, e.g. `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`");
+        }
+        Box::pin(run(reg, dir))
+    }
+
+    fn doctor(
+        &self,
+        config: &crate::sys::config::Config,
+        _doors: Option<&serde_json::Map<String, Value>>,
+    ) -> Vec<super::plugin::Check> {
+        use super::plugin::{Check, Level};
+        if !config.compat.enabled {
+            let off = "the compat door is off ([compat] enabled = false)";
+            return vec![Check::new("compat", Level::Ok, off)];
+        }
+        let dir = config.compat_dir();
+        let entries = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+                    .count()
+            })
+            .unwrap_or(0);
+        let mut checks = vec![Check::new(
+            "compat",
+            Level::Ok,
+            format!(
+                "{} holds {entries} entr{} for the published pi-ide extension",
+                dir.display(),
+                if entries == 1 { "y" } else { "ies" }
+            ),
+        )
+        .with_fix(format!(
+            "for pi with pi-ide only: PI_IDE_LOCK_DIR={} pi",
+            dir.display()
+        ))];
+        if std::env::var_os("PI_IDE_LOCK_DIR").is_some_and(|v| Path::new(&v) == dir) {
+            checks.push(Check::new(
+                "compat",
+                Level::Warn,
+                "PI_IDE_LOCK_DIR points at the compat dir in this shell: pi-ide.nvim started from here would write its lockfile there too",
+            ).with_fix("set it for pi only (alias pi='PI_IDE_LOCK_DIR=… pi'), not in your shell profile"));
+        }
+        checks
+    }
+}

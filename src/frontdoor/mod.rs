@@ -15,8 +15,14 @@ pub(crate) mod compat;
 pub(crate) mod gemini;
 pub(crate) mod native;
 pub(crate) mod per_editor;
+pub mod plugin;
 pub(crate) mod rights;
 pub mod status;
+
+/// The agent doors plugged into the daemon (`plugin`), in the order `status` and `doctor`
+/// show them: one line a door. The native socket is the core's own and not listed.
+pub static DOORS: &[&dyn plugin::AgentDoor] =
+    &[&compat::CompatDoor, &gemini::GeminiDoor, &codex::CodexDoor];
 
 /// True when a `Sec-WebSocket-Protocol` value offers `mcp` (Claude Code asks for it, and its
 /// `ws` client refuses a 101 that does not echo it).

@@ -6,7 +6,7 @@
 use crate::editor::{Editor, LinkState};
 use crate::protocol::family::Family;
 use crate::registry::Registry;
-use crate::session::{Door, Session};
+use crate::session::Session;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,12 +33,10 @@ pub struct Status {
     /// Files in the lock dirs that are not usable lockfiles, and why.
     #[serde(default)]
     pub lockfiles_rejected: Vec<RejectedLockfile>,
-    /// The gemini door's discovery files (Gemini CLI reads them), one per editor.
-    #[serde(default)]
-    pub gemini_files: Vec<GeminiFile>,
-    /// Codex's `/ide` hub socket: who holds it (`frontdoor::codex`); absent when the door is off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub codex_hub: Option<crate::frontdoor::codex::HubState>,
+    /// What each plugged door shows of itself (`frontdoor::plugin`), as members of the
+    /// document: the gemini door's `gemini_files`, the codex door's `codex_hub`.
+    #[serde(flatten)]
+    pub doors: serde_json::Map<String, serde_json::Value>,
     /// The asking connection's rights, and why (absent from daemons before rights existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection: Option<ConnectionStatus>,
@@ -81,15 +79,6 @@ pub struct RemoteSocket {
     pub path: PathBuf,
     /// The socket exists (remotes are bound when the daemon starts).
     pub listening: bool,
-}
-
-/// A discovery file the gemini door published.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GeminiFile {
-    /// The file.
-    pub path: PathBuf,
-    /// The editor it stands for.
-    pub editor: String,
 }
 
 /// A file the broker refused as a lockfile.
@@ -175,8 +164,8 @@ pub struct EditorStatus {
 pub struct SessionStatus {
     /// Broker-assigned id.
     pub id: u64,
-    /// The door it came through.
-    pub door: Door,
+    /// The door it came through (`native`, `compat`, `stdio`, or a plugged door's name).
+    pub door: String,
     /// Its cwd as given.
     pub cwd: String,
     /// Its sticky key.
@@ -289,10 +278,7 @@ pub fn status(reg: &Registry) -> Status {
                 since,
             })
             .collect(),
-        gemini_files: gemini_files(reg),
-        codex_hub: (reg.config().codex.enabled)
-            .then(|| crate::frontdoor::codex::hub_state(&reg.config().codex_socket()))
-            .flatten(),
+        doors: door_status(reg),
         connection: None,
         agents_on_main_socket: Vec::new(),
     }
@@ -349,8 +335,7 @@ pub fn seen_by(
     let prefix = format!("{realm}/");
     st.sticky.retain(|k| k.key.starts_with(&prefix));
     st.lockfiles_rejected.clear();
-    st.gemini_files.clear();
-    st.codex_hub = None;
+    st.doors.clear();
     st
 }
 
@@ -410,7 +395,7 @@ fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> Sessi
         .unwrap_or(false);
     SessionStatus {
         id: s.id,
-        door: s.door,
+        door: s.door.name().to_string(),
         cwd: s.cwd_raw.clone(),
         key: s.key.clone(),
         editor: editor.map(|e| e.to_string()),
@@ -433,22 +418,14 @@ fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> Sessi
     }
 }
 
-/// The discovery files of this broker's gemini door (ours by marker).
-fn gemini_files(reg: &Registry) -> Vec<GeminiFile> {
+/// Every enabled door's part of the document.
+fn door_status(reg: &Registry) -> serde_json::Map<String, serde_json::Value> {
     let config = reg.config();
-    if !config.gemini.enabled {
-        return Vec::new();
+    let mut doors = serde_json::Map::new();
+    for door in super::DOORS.iter().filter(|d| d.enabled(&config)) {
+        doors.extend(door.status(reg));
     }
-    let dir = config.gemini_dir();
-    crate::frontdoor::gemini::list_files(&dir)
-        .into_iter()
-        .filter_map(|(name, editor)| {
-            Some(GeminiFile {
-                path: dir.join(name),
-                editor: editor?,
-            })
-        })
-        .collect()
+    doors
 }
 
 #[cfg(test)]
@@ -479,7 +456,7 @@ mod tests {
             &tracker,
         );
         let intro = Intro {
-            door: Door::Native,
+            door: crate::session::Door::Native,
             cwd: cwd.into(),
             key: Some(key.into()),
             editor: None,
@@ -588,7 +565,7 @@ mod tests {
             "{:?}",
             st.lockfiles_rejected
         );
-        assert!(st.gemini_files.is_empty(), "{:?}", st.gemini_files);
+        assert!(st.doors.is_empty(), "{:?}", st.doors);
         assert!(st.agents_on_main_socket.is_empty());
         let editors: Vec<&str> = st.editors.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(
@@ -625,7 +602,7 @@ mod tests {
         );
         assert_eq!(st.sticky.len(), 3);
         assert_eq!(st.lockfiles_rejected.len(), 1);
-        assert_eq!(st.gemini_files.len(), 1);
+        assert_eq!(st.doors["gemini_files"].as_array().map(Vec::len), Some(1));
         assert_eq!(st.agents_on_main_socket.len(), 1);
         reg.cancel.cancel();
     }

@@ -105,8 +105,8 @@ impl LinkHost for Registry {
             .sessions
             .iter()
             .filter(|s| s.editor_id().as_deref() == Some(editor.id.as_str()))
-            // Gemini CLI cannot answer editor-initiated requests (`getSuggestions`).
-            .filter(|s| s.door != crate::registry::session::Door::Gemini)
+            // Some doors' agents cannot answer editor-initiated requests (`getSuggestions`).
+            .filter(|s| s.door.answers_editor_requests())
             // Nor can a session whose handshake is not done yet.
             .filter(|s| s.greeted.load(Ordering::Acquire))
             .max_by_key(|s| s.last_active.load(Ordering::Relaxed))

@@ -5,7 +5,7 @@
 use crate::platform::sync::lock;
 use crate::protocol::family::Family;
 use crate::wire::outbox::Outbox;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio::sync::mpsc;
 
-/// Which front door a session came through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// Which front door a session came through. The core's own doors are named here; a door
+/// plugged in (`frontdoor::plugin`) names itself, so the core names no family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Door {
     /// The broker's Unix socket (`/v1/session`).
     Native,
@@ -24,8 +24,42 @@ pub enum Door {
     Compat,
     /// `pi-ide-broker mcp` (which itself dials the native socket).
     Stdio,
-    /// Gemini CLI's IDE companion protocol (MCP over Streamable HTTP, `frontdoor::gemini`).
-    Gemini,
+    /// A door plugged in (`frontdoor::plugin`).
+    Plugged {
+        /// Its name, as `status` shows it.
+        name: &'static str,
+        /// Whether its agents answer an editor's own requests (`getSuggestions`).
+        answers_editor_requests: bool,
+    },
+}
+
+impl Door {
+    /// The name `status` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Door::Native => "native",
+            Door::Compat => "compat",
+            Door::Stdio => "stdio",
+            Door::Plugged { name, .. } => name,
+        }
+    }
+
+    /// Whether an editor's own request (`getSuggestions`) may be handed to its sessions.
+    pub fn answers_editor_requests(self) -> bool {
+        match self {
+            Door::Plugged {
+                answers_editor_requests,
+                ..
+            } => answers_editor_requests,
+            _ => true,
+        }
+    }
+}
+
+impl Serialize for Door {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
 }
 
 /// How a session introduces itself.

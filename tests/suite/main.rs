@@ -43,6 +43,7 @@ mod service;
 mod sessions;
 mod setup;
 mod stdio;
+mod toy_door;
 mod trust;
 mod upgrade;
 mod version;

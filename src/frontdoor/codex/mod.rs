@@ -12,6 +12,7 @@
 //! as Codex refuses it. Who holds the socket is kept for `status` and `doctor` ([`hub_state`]).
 
 mod context;
+mod door;
 // The framing and the answers are served on Unix only (Codex's Windows pipe is not served yet).
 #[cfg_attr(not(unix), allow(dead_code))]
 mod frame;
@@ -19,6 +20,8 @@ mod frame;
 mod hub;
 #[cfg(unix)]
 mod serve;
+
+pub use door::CodexDoor;
 
 use crate::platform::sync::lock;
 use crate::registry::Registry;

@@ -14,9 +14,12 @@
 //! every entry is removed on shutdown, and a dead broker's leftovers (marked) are cleaned at
 //! start. Files without the marker are never touched.
 
+mod door;
 mod http;
 mod qwen;
 mod session;
+
+pub use door::{GeminiDoor, DOOR_ID};
 
 use super::per_editor::{self, Entry, PerEditor};
 use crate::registry::Registry;

@@ -9,18 +9,18 @@
 //! is followed, a diff whose editor goes is answered `DIFF_REJECTED` at once, the selection is
 //! replayed when the session starts, editor-initiated requests are never routed here.
 
+use crate::frontdoor::plugin::SessionLink;
 use crate::platform::sync::lock;
 use crate::protocol::family::Family;
 use crate::protocol::handshake::{InitializeParams, INITIALIZE};
 use crate::protocol::jsonrpc;
 use crate::registry::Registry;
-use crate::session::{Door, Intro};
-use crate::wire::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
+use crate::session::Intro;
+use crate::wire::wsframe::{Frame, Out};
 use futures_util::SinkExt;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
@@ -30,8 +30,6 @@ pub const MAX_SELECTED_TEXT: usize = 16 * 1024;
 const MAX_OPEN_FILES: usize = 10;
 /// Notifications held for a session whose event stream is not open (yet, or again).
 const MAX_BACKLOG: usize = 1024;
-/// The in-process pipe between the adapter and its broker session.
-const PIPE_BYTES: usize = 256 * 1024;
 
 /// What the HTTP side asks of a session.
 pub enum Command {
@@ -105,25 +103,7 @@ impl McpSession {
             tracker: reg.tracker.clone(),
         });
         session.end_if_abandoned();
-        let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
-        let (srv_rd, srv_wr) = tokio::io::split(theirs);
-        let max = reg.config().max_frame_bytes;
-        // The session's side is under the budget for messages in flight (the owner's share:
-        // the door's token is in a 0600 file); the adapter's reads the broker's own frames.
-        let reader =
-            FrameReader::new(srv_rd, Role::Server, max, &[]).with_budget(reg.frames.share(None));
-        let writer = FrameWriter::new(Box::pin(srv_wr) as _, Role::Server);
-        reg.tracker.spawn(crate::session::run(
-            reg.clone(),
-            reader,
-            writer,
-            intro(reg, editor),
-        ));
-        let (rd, wr) = tokio::io::split(ours);
-        let link = Link {
-            reader: FrameReader::new(rd, Role::Client, max, &[]),
-            writer: FrameWriter::new(wr, Role::Client),
-        };
+        let link = crate::frontdoor::plugin::open_session(reg, intro(reg, editor));
         let adapter = Adapter {
             session: session.clone(),
             diffs: HashMap::new(),
@@ -221,7 +201,7 @@ fn intro(reg: &Registry, editor: &str) -> Intro {
         .and_then(|e| e.folders.first().map(|f| f.display().to_string()))
         .unwrap_or_else(|| "/".into());
     Intro {
-        door: Door::Gemini,
+        door: super::DOOR_ID,
         cwd,
         key: None,
         editor: Some(editor.to_string()),
@@ -232,12 +212,6 @@ fn intro(reg: &Registry, editor: &str) -> Intro {
         client: None,
         realm: None,
     }
-}
-
-/// The adapter's end of the in-process WebSocket.
-struct Link {
-    reader: FrameReader<ReadHalf<DuplexStream>>,
-    writer: FrameWriter<WriteHalf<DuplexStream>>,
 }
 
 /// A diff this session has open in the editor, by the id of its `openDiff` call.
@@ -260,7 +234,7 @@ struct Adapter {
 impl Adapter {
     async fn run(
         mut self,
-        mut link: Link,
+        mut link: SessionLink,
         mut cmds: mpsc::UnboundedReceiver<Command>,
         place: OwnedSemaphorePermit,
     ) {

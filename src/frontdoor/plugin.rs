@@ -1,0 +1,128 @@
+//! The interface an agent door plugs into the daemon by: one value per door, in one list.
+//!
+//! A door is a protocol family's way in for agents (Gemini CLI's discovery files, Codex's hub
+//! socket, pi-ide's virtual lockfiles). It lives in its own folder and says, through
+//! [`AgentDoor`], whether the config turns it on, what it serves, what `status` and `doctor`
+//! show of it. The daemon starts every door of [`super::DOORS`] (and any a caller of
+//! [`crate::daemon::serve_with`] adds); nothing else in the core names a door. A door hands
+//! each of its agents to the core as a session ([`open_session`]) and speaks its own protocol
+//! on the other side.
+
+use crate::registry::session::Intro;
+use crate::registry::Registry;
+use crate::sys::config::Config;
+use crate::wire::wsframe::{FrameReader, FrameWriter, Role};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
+
+/// A door's task: serves until the registry's cancel token fires.
+pub type DoorTask = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// One agent door, as the daemon, `status` and `doctor` see it.
+pub trait AgentDoor: Send + Sync {
+    /// Its name: the config section that turns it on, the name its `doctor` lines carry.
+    fn name(&self) -> &'static str;
+
+    /// Whether `config` turns it on.
+    fn enabled(&self, config: &Config) -> bool;
+
+    /// Its task, started once the registry has seen the lock dirs; it ends when
+    /// `reg.cancel` fires.
+    fn run(&self, reg: Arc<Registry>) -> DoorTask;
+
+    /// Its part of the status document (`GET /v1/status`): members added at the top level
+    /// (e.g. `gemini_files`). The owner sees them; an agent does not.
+    fn status(&self, _reg: &Registry) -> Map<String, Value> {
+        Map::new()
+    }
+
+    /// The lines `status` prints of its part of the document (`doors`: every door's members).
+    fn status_text(&self, _doors: &Map<String, Value>) -> Option<String> {
+        None
+    }
+
+    /// Its `doctor` checks, from the config, its files, and the daemon's status document
+    /// when the daemon runs.
+    fn doctor(&self, _config: &Config, _doors: Option<&Map<String, Value>>) -> Vec<Check> {
+        Vec::new()
+    }
+}
+
+/// How a `doctor` check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Works.
+    Ok,
+    /// Worth knowing, not in the way (a stale lockfile left by a crash, say).
+    Warn,
+    /// In the way: something a user needs does not work.
+    Fail,
+}
+
+/// One line of the `doctor` report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// What was checked ("daemon", "socket", "lockfile /x/1234.lock", …).
+    pub what: String,
+    /// How it came out.
+    pub level: Level,
+    /// What was found.
+    pub message: String,
+    /// What to do, when something is to be done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    /// A check with nothing to do.
+    pub fn new(what: impl Into<String>, level: Level, message: impl Into<String>) -> Check {
+        Check {
+            what: what.into(),
+            level,
+            message: message.into(),
+            fix: None,
+        }
+    }
+
+    /// The same check, with what to do.
+    pub fn with_fix(mut self, fix: impl Into<String>) -> Check {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// The door's end of a session: WebSocket text frames of the session's dialect, in memory.
+pub struct SessionLink {
+    /// What the session sends its agent.
+    pub reader: FrameReader<ReadHalf<DuplexStream>>,
+    /// What the agent sends the session.
+    pub writer: FrameWriter<WriteHalf<DuplexStream>>,
+}
+
+/// The bytes in flight between a door and its session's task.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// Starts a session in the core for one of the door's agents (routing, stickiness, diffs and
+/// notifications as for any session) and hands back the door's end of it. The session's side
+/// reads under the owner's share of the budget for messages in flight (a door's agents are
+/// the user's: its files and sockets are private).
+pub fn open_session(reg: &Arc<Registry>, intro: Intro) -> SessionLink {
+    let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
+    let (srv_rd, srv_wr) = tokio::io::split(theirs);
+    let max = reg.config().max_frame_bytes;
+    let reader =
+        FrameReader::new(srv_rd, Role::Server, max, &[]).with_budget(reg.frames.share(None));
+    let writer = FrameWriter::new(Box::pin(srv_wr) as _, Role::Server);
+    reg.tracker
+        .spawn(crate::session::run(reg.clone(), reader, writer, intro));
+    let (rd, wr) = tokio::io::split(ours);
+    SessionLink {
+        reader: FrameReader::new(rd, Role::Client, max, &[]),
+        writer: FrameWriter::new(wr, Role::Client),
+    }
+}
