@@ -11,7 +11,6 @@ use super::lockfile;
 use super::Error;
 use super::{taken, Editor, LinkHost, CLOSE_WAIT};
 use crate::platform::sync::lock;
-use crate::protocol::family::Family;
 use crate::sys::config::Config;
 use crate::wire::shared_writer::Broken;
 use crate::wire::wsframe::{Frame, Out};
@@ -545,7 +544,7 @@ fn close_leftovers(editor: &Editor) {
     let key = editor.key();
     let waiting = |tab: &str| editor.pending.iter().any(|p| p.editor_tab() == Some(tab));
     for tab in editor.diffs.leftovers(key, waiting) {
-        if editor.family == Family::Claude && !crate::protocol::bridge::is_marked(&tab) {
+        if !super::family::rules(editor.family).may_close_leftover(&tab) {
             editor.diffs.closed(key, &tab);
             continue;
         }

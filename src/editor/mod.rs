@@ -8,6 +8,7 @@
 //! Uses `wire`, `protocol` and `sys`.
 
 mod dial;
+pub mod family;
 mod handle;
 mod health;
 mod inbound;

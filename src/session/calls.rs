@@ -4,6 +4,7 @@
 //! path (`on_client_text`: validated, bridged, path-mapped), and the calls' pending entries and
 //! refusals.
 
+use crate::editor::family::rules;
 use crate::editor::{Editor, Owner, Pending};
 use crate::platform::sync::lock;
 use crate::protocol::family::Family;
@@ -35,9 +36,7 @@ pub(super) fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) ->
     let Some(editor) = current_editor(reg, s) else {
         return false;
     };
-    if editor.family != s.dialect
-        || (editor.family == Family::Claude && matches!(call.tool, "openDiff" | "close_tab"))
-    {
+    if editor.family != s.dialect || rules(editor.family).rewrites_call(call.tool) {
         return false;
     }
     let (Some(tab_name), Some(id)) = (call.tab_name(), call.id()) else {
@@ -441,10 +440,7 @@ pub(super) fn bridge_call(
         )
         .map_err(|(code, message)| jsonrpc::error(id, code, &message));
     }
-    if editor.family == Family::Claude {
-        return Ok(crate::protocol::bridge::mark_claude_tab(s.id, msg));
-    }
-    Ok(None)
+    Ok(rules(editor.family).rewrite_call(s.id, msg))
 }
 
 /// A remote session's paths in the call's arguments, mapped to the host's (a path outside
