@@ -214,12 +214,18 @@ impl Crate {
             .collect()
     }
 
-    /// `- `name`: first //! line` for each node module, sorted.
+    /// `- `name`: first //! line` for each node module (a workspace crate: its root only),
+    /// sorted.
     fn codemap(&self) -> String {
         let mut rows: Vec<(String, String)> = self
             .files
             .iter()
-            .filter(|f| !f.path.is_empty() && f.path.len() <= 2)
+            // A crate of the workspace is one line: its lib.rs lists its own modules.
+            .filter(|f| match f.path.first() {
+                None => false,
+                Some(top) if self.roots.contains(top) => f.path.len() == 1,
+                Some(_) => f.path.len() <= 2,
+            })
             .map(|f| {
                 let first = std::fs::read_to_string(&f.file).unwrap_or_default();
                 let line = first.lines().next().unwrap_or_default();

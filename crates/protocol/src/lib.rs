@@ -1,7 +1,7 @@
-//! What the peers' messages mean, as values, using nothing else of the crate.
+//! What the peers' messages mean, as values: a bottom crate of the workspace, like `platform`.
 //!
 //! JSON-RPC shapes, editor families, tool schemas, the version rule, dialect translation, path
-//! maps and percent-coding. It and `platform` use no other folder: the two bottom layers.
+//! maps and percent-coding. It uses no other crate of the workspace.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
