@@ -7,7 +7,7 @@
 pub(crate) mod own_binary;
 pub(crate) mod supervisor;
 
-use crate::editor::lockdir::{self, LockDirCommand};
+use crate::editor::lockdir::LockDirCommand;
 use crate::frontdoor;
 use crate::registry::state::StateStore;
 use crate::registry::Registry;
@@ -139,7 +139,7 @@ pub async fn serve_with(
     );
     // Every task runs on the registry's tracker and stops on its tokens; [`stop`] is the only
     // place they are stopped.
-    let lockdir = watch(&reg, &config).await?;
+    let lockdir = reg.watch_lock_dirs().await?;
     start_doors(&reg, doors, listener, remotes);
     // Clients whose environment points elsewhere (no XDG_RUNTIME_DIR) find us through this.
     let running = serde_json::json!({"socket": socket, "pid": std::process::id()});
@@ -245,35 +245,6 @@ async fn listen(
     let claim = crate::platform::local::claim(socket)?;
     let l = crate::platform::local::bind(socket).await?;
     Ok((l, Some(claim)))
-}
-
-/// The lock dir watcher and its supervisor started; the first scan admitted as one batch,
-/// so every editor's id is decided knowing all the others, never by the order in which the
-/// dirs were listed. Returns the watcher's command channel.
-async fn watch(
-    reg: &Arc<Registry>,
-    config: &Config,
-) -> Result<mpsc::UnboundedSender<LockDirCommand>, Error> {
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-    let (scanned_tx, scanned_rx) = oneshot::channel();
-    reg.tracker.spawn(lockdir::watch(
-        config.lock_dirs(),
-        ev_tx,
-        cmd_rx,
-        Duration::from_millis(config.rescan_interval_ms.max(100)),
-        scanned_tx,
-        reg.cancel.clone(),
-    )?);
-    let _ = scanned_rx.await;
-    let mut first = Vec::new();
-    while let Ok(ev) = ev_rx.try_recv() {
-        first.push(ev);
-    }
-    reg.apply_batch(first);
-    // Ends when the watcher does (it drops the sender).
-    reg.tracker.spawn(supervise(reg.clone(), ev_rx));
-    Ok(cmd_tx)
 }
 
 /// The plugged doors (those the config turns on), the state saver, the native door and each
@@ -384,13 +355,3 @@ async fn stop(reg: &Arc<Registry>, config: &Config, why: &str) {
     }
 }
 
-/// Applies lock dir events to the registry, a burst at a time, until the watcher stops.
-async fn supervise(reg: Arc<Registry>, mut events: mpsc::UnboundedReceiver<lockdir::LockEvent>) {
-    while let Some(ev) = events.recv().await {
-        let mut batch = vec![ev];
-        while let Ok(more) = events.try_recv() {
-            batch.push(more);
-        }
-        reg.apply_batch(batch);
-    }
-}

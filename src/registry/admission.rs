@@ -1,17 +1,20 @@
 //! Editors coming and going: admission in batches, successors, grace periods, retirement.
 //!
-//! Lock dir events admitted in batches, ids from `identity`, successors inheriting their
-//! predecessor's id and sessions, grace periods, retirement.
+//! The lock dir watcher's events (`watch_lock_dirs`) admitted in batches, ids from
+//! `identity`, successors inheriting their predecessor's id and sessions, grace periods,
+//! retirement. An admitted editor's link (`editor::link`) tells its state back through
+//! `LinkHost` (`link_host`), where waiting sessions are placed.
 
 use super::identity::{Arrival, Assigned, Lineage, Process, Verdict};
 use super::router;
-use crate::editor::lockdir::LockEvent;
+use crate::editor::lockdir::{self, LockDirCommand, LockEvent};
 use crate::editor::lockfile::Lockfile;
 use crate::editor::{self, Editor, LinkHost};
 use crate::platform::sync::lock;
 use crate::registry::session::{Control, Session};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{EditorEvent, Registry, MAX_LOST_EDITORS};
 
@@ -25,6 +28,45 @@ fn lineage_of(l: &Lockfile) -> Lineage {
 }
 
 impl Registry {
+    /// Starts the lock dir watcher (the config's dirs) and admits what it reports: the first
+    /// listing of every dir before this returns, then each batch as it comes, until the
+    /// watcher ends (on `cancel`). The sender takes the watcher's commands (new dirs on a
+    /// reload).
+    pub async fn watch_lock_dirs(
+        self: &Arc<Self>,
+    ) -> Result<mpsc::UnboundedSender<LockDirCommand>, notify::Error> {
+        let config = self.config();
+        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (scanned_tx, scanned_rx) = oneshot::channel();
+        self.tracker.spawn(lockdir::watch(
+            config.lock_dirs(),
+            ev_tx,
+            cmd_rx,
+            Duration::from_millis(config.rescan_interval_ms.max(100)),
+            scanned_tx,
+            self.cancel.clone(),
+        )?);
+        let _ = scanned_rx.await;
+        let mut first = Vec::new();
+        while let Ok(ev) = ev_rx.try_recv() {
+            first.push(ev);
+        }
+        self.apply_batch(first);
+        let reg = self.clone();
+        // Ends when the watcher does (it drops the sender).
+        self.tracker.spawn(async move {
+            while let Some(ev) = ev_rx.recv().await {
+                let mut batch = vec![ev];
+                while let Ok(more) = ev_rx.try_recv() {
+                    batch.push(more);
+                }
+                reg.apply_batch(batch);
+            }
+        });
+        Ok(cmd_tx)
+    }
+
     /// Applies one event from the lock dir watcher.
     pub fn apply(&self, event: LockEvent) {
         self.apply_batch(vec![event]);
