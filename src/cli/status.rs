@@ -457,6 +457,32 @@ Unattached sessions:
         assert_eq!(render(&status, 1200), expected);
     }
 
+    /// Each door's members of the document come back through the flattened map and are
+    /// printed by their door, in the order of `frontdoor::DOORS`; an agent's document has none.
+    #[test]
+    fn the_doors_members_are_printed_by_their_doors() {
+        let status = parse(json!({
+            "broker": {"pid": 1, "version": "0.1.0", "socket": "/s", "uptime_s": 5},
+            "editors": [], "sessions": [],
+            "gemini_files": [{"path": "/tmp/gemini/ide/gemini-ide-server-1-2.json", "editor": "neovim-1"}],
+            "codex_hub": {"socket": "/tmp/codex-ipc/ipc-1000.sock", "owner": "broker", "detail": ""}
+        }));
+        assert_eq!(status.doors.len(), 2, "{:?}", status.doors);
+        let t = render(&status, 0);
+        let gemini = t
+            .find("Gemini CLI discovery files:\n  neovim-1 → /tmp/gemini/ide/gemini-ide-server-1-2.json")
+            .unwrap_or_else(|| panic!("{t}"));
+        let codex = t
+            .find("Codex /ide: served by the broker at /tmp/codex-ipc/ipc-1000.sock")
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(gemini < codex, "{t}");
+        let bare = parse(
+            json!({"broker": {"pid": 1, "version": "0.1.0", "socket": "/s", "uptime_s": 5}, "editors": [], "sessions": []}),
+        );
+        let t = render(&bare, 0);
+        assert!(!t.contains("Gemini") && !t.contains("Codex"), "{t}");
+    }
+
     #[test]
     fn empty_status_says_what_to_do() {
         let status = parse(
