@@ -38,8 +38,9 @@ filters=()
 # take most of the test time and reach none of them); empty: every lib test.
 modules=()
 files=()
-# A mutant is tested in the crate of its file unless a group names the whole workspace.
-workspace=()
+# Mutants are looked for in every crate of the workspace (the files given pick them); a mutant
+# is tested in the crate of its file unless a group names the whole workspace.
+workspace=(--workspace)
 extra=() # after `--`: cargo-mutants' own options (--re, --iterate, --in-diff, ...)
 while [ $# -gt 0 ]; do
   arg=$1
@@ -61,7 +62,7 @@ while [ $# -gt 0 ]; do
       files+=(crates/protocol/src/era.rs crates/protocol/src/winpath.rs crates/protocol/src/handshake.rs)
       # The protocol crate's own tests (its modules are top-level there) and the daemon's.
       modules+=(era:: winpath:: handshake:: editor:: frontdoor:: cli::mcp cli::acp session::)
-      workspace=(--test-workspace=true)
+      workspace+=(--test-workspace=true)
       ;;
     --rights) files+=(src/frontdoor/rights.rs src/frontdoor/status.rs src/frontdoor/native.rs) ;;
     --links)
