@@ -354,4 +354,3 @@ async fn stop(reg: &Arc<Registry>, config: &Config, why: &str) {
         tracing::warn!(error = %e, "cannot write state file on shutdown");
     }
 }
-

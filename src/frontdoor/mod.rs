@@ -12,6 +12,7 @@ use crate::registry::limits;
 
 pub mod codex;
 pub(crate) mod compat;
+pub(crate) mod copilot;
 pub(crate) mod gemini;
 pub(crate) mod native;
 pub(crate) mod per_editor;
@@ -21,8 +22,12 @@ pub mod status;
 
 /// The agent doors plugged into the daemon (`plugin`), in the order `status` and `doctor`
 /// show them: one line a door. The native socket is the core's own and not listed.
-pub static DOORS: &[&dyn plugin::AgentDoor] =
-    &[&compat::CompatDoor, &gemini::GeminiDoor, &codex::CodexDoor];
+pub static DOORS: &[&dyn plugin::AgentDoor] = &[
+    &compat::CompatDoor,
+    &gemini::GeminiDoor,
+    &codex::CodexDoor,
+    &copilot::CopilotDoor,
+];
 
 /// True when a `Sec-WebSocket-Protocol` value offers `mcp` (Claude Code asks for it, and its
 /// `ws` client refuses a 101 that does not echo it).
