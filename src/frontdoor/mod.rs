@@ -2,7 +2,7 @@
 //!
 //! The native socket and each remote's (`socket`, `native`, with the rights each peer gets:
 //! `rights`), the compat door and the gemini door (both an endpoint per editor,
-//! `per_editor`), under the caps the registry holds (`registry::limits`), and the status
+//! `per_editor`), the copilot door (a lockfile and private socket per editor), under the caps the registry holds (`registry::limits`), and the status
 //! document (`status`). Every door hands its agent sessions to [`crate::session::run`] and its
 //! followers to [`crate::session::follow::run`]; the stdio doors (`mcp`, `acp`) are CLI
 //! processes that dial the socket (`crate::cli`). Uses `session`, `registry` and everything

@@ -150,10 +150,11 @@ pub fn check(nonce: &Token, h: &HeaderMap) -> Result<(), (StatusCode, &'static s
             "requests with an Origin header are refused",
         ));
     }
-    let host = h
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let mut hosts = h.get_all(header::HOST).iter();
+    let host = match (hosts.next(), hosts.next()) {
+        (Some(v), None) => v.to_str().unwrap_or(""),
+        _ => "",
+    };
     let name = host.rsplit_once(':').map_or(host, |(n, _)| n);
     if !name.eq_ignore_ascii_case("localhost") {
         return Err((StatusCode::FORBIDDEN, "Host must be localhost"));
@@ -521,6 +522,9 @@ mod tests {
             &headers(&[("host", "evil.example"), ("authorization", &good)]),
         );
         assert_eq!(foreign.unwrap_err().0, StatusCode::FORBIDDEN);
+        let mut two = headers(&[("host", "localhost"), ("authorization", &good)]);
+        two.append("host", HeaderValue::from_static("evil.example"));
+        assert_eq!(check(&nonce, &two).unwrap_err().0, StatusCode::FORBIDDEN);
         let browser = check(
             &nonce,
             &headers(&[
