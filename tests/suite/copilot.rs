@@ -1,7 +1,9 @@
 //! Issue 65: the copilot door — GitHub Copilot CLI's IDE protocol (a `<uuid>.lock` per editor
 //! naming a private Unix socket, MCP over Streamable HTTP there), driven as Copilot CLI 1.0.102
 //! drives it: `Authorization: Nonce`, `Host: localhost`, `server/discover` first, then
-//! `initialize`, the event stream, the tools.
+//! `initialize`, the event stream, the tools. `real`: the real Copilot CLI in a pty.
+
+mod real;
 
 use crate::common::*;
 use http_body_util::{BodyExt, Full};
