@@ -209,7 +209,7 @@ async fn the_real_copilot_cli_lists_the_editor_in_ide_and_shows_its_selection() 
     // `/ide` lists the editor, through the broker, on its folder, as the current one.
     tui.type_line("/ide").await;
     tui.wait_for("Select an IDE workspace to connect to:").await;
-    tui.wait_for(&format!("Neovim (via pi-ide-broker): {folder}"))
+    tui.wait_for(&format!("Neovim (via pi-ide-broker): {folder} (current)"))
         .await;
     if std::env::var_os("COPILOT_TEST_DUMP").is_some() {
         let s = crate::codex::real::strip_escapes(&tui.screen.lock().expect("screen"));
