@@ -4,8 +4,9 @@
 //! `COPILOT_HOME` whose `ide` dir is the broker's copilot door's, its folder trusted there.
 
 use crate::common::broker::TestBroker;
-use crate::common::fake_model::FakeModel;
+use crate::common::fake_model::{FakeModel, Reply};
 use crate::common::FakeEditor;
+use pi_ide_broker::testkit::eventually;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -36,13 +37,15 @@ fn find_copilot() -> Option<PathBuf> {
 
 /// One interactive Copilot CLI in a pty; what it drew is kept, its cursor queries answered.
 struct CopilotTui {
+    /// Where Copilot CLI writes its logs (`$COPILOT_HOME/logs`), shown when a wait fails.
+    logs: PathBuf,
     child: tokio::process::Child,
     keys: mpsc::UnboundedSender<Vec<u8>>,
     screen: Arc<Mutex<String>>,
 }
 
 impl CopilotTui {
-    fn start(copilot: &Path, env: &[(&str, String)], cwd: &Path) -> CopilotTui {
+    fn start(copilot: &Path, env: &[(&str, String)], cwd: &Path, logs: PathBuf) -> CopilotTui {
         let line = format!("stty cols 160 rows 50; exec {}", copilot.display());
         let mut cmd = tokio::process::Command::new("script");
         cmd.args(["-qfec", &line, "/dev/null"])
@@ -93,6 +96,7 @@ impl CopilotTui {
             });
         }
         CopilotTui {
+            logs,
             child,
             keys,
             screen,
@@ -119,19 +123,24 @@ impl CopilotTui {
         .await;
         if shown.is_err() {
             let s = crate::codex::real::strip_escapes(&self.screen.lock().expect("screen"));
+            let log: String = std::fs::read_dir(&self.logs)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .collect();
             panic!(
-                "Copilot CLI never showed {text:?}; its screen ends:\n{}",
-                tail(&s, 4000)
+                "Copilot CLI never showed {text:?}; its screen ends:\n{}\nits log ends:\n{}",
+                tail(&s, 4000),
+                tail(&log, 6000)
             );
         }
     }
 
-    /// Types `text` a key at a time, waits until it shows, then presses Enter.
+    /// Types `text`, waits until it shows, then presses Enter.
     async fn type_line(&self, text: &str) {
-        for c in text.chars() {
-            let _ = self.keys.send(c.to_string().into_bytes());
-            tokio::time::sleep(Duration::from_millis(15)).await;
-        }
+        // One write: drawn at once, so no hint line lands between its characters.
+        let _ = self.keys.send(text.as_bytes().to_vec());
         self.wait_for(text).await;
         tokio::time::sleep(Duration::from_millis(1000)).await;
         let _ = self.keys.send(b"\r".to_vec());
@@ -150,11 +159,12 @@ fn tail(s: &str, n: usize) -> &str {
     &s[at..]
 }
 
-/// Issue 65's first acceptance step with the real Copilot CLI: started in the folder of an
+/// Issue 65's first acceptance steps with the real Copilot CLI: started in the folder of an
 /// editor the broker links, it connects to the broker's lockfile by itself, shows the
-/// editor's selection in its footer, and `/ide` lists the editor through the broker.
+/// editor's selection in its footer; an edit accepted in the editor is written, one rejected
+/// there is not (and the turn is cancelled); `/ide` lists the editor through the broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_real_copilot_cli_lists_the_editor_in_ide_and_shows_its_selection() {
+async fn the_real_copilot_cli_sees_the_selection_reviews_edits_in_the_editor_and_lists_it_in_ide() {
     let Some(copilot) = find_copilot() else {
         return;
     };
@@ -195,7 +205,7 @@ async fn the_real_copilot_cli_lists_the_editor_in_ide_and_shows_its_selection() 
         ),
         ("COPILOT_MODEL", "fake-model".into()),
     ];
-    let tui = CopilotTui::start(&copilot, &env, &proj);
+    let tui = CopilotTui::start(&copilot, &env, &proj, copilot_home.join("logs"));
     tui.wait_for("❯").await;
     b.wait_status("a copilot session", |st| {
         st.to_string().contains("\"copilot\"")
@@ -205,6 +215,48 @@ async fn the_real_copilot_cli_lists_the_editor_in_ide_and_shows_its_selection() 
     // The editor's selection, pushed on the session's event stream, is in the footer.
     fe.select(&proj.join("a.rs").display().to_string(), "fn two() {}", 1);
     tui.wait_for("@a.rs:2").await;
+
+    // An edit the model asks for is reviewed in the editor: accepted there, Copilot CLI
+    // writes it; rejected there, the file stays as it was.
+    let file = proj.join("a.rs");
+    for (old, new, accept) in [
+        ("fn one() {}", "fn uno() {}", true),
+        ("fn two() {}", "fn dos() {}", false),
+    ] {
+        let args =
+            serde_json::json!({"path": file.display().to_string(), "old_str": old, "new_str": new});
+        model.push(Reply::Tool {
+            name: "edit".into(),
+            args,
+        });
+        // An accepted edit's turn goes on: its last word is waited for before the next edit
+        // (a rejected one ends the turn).
+        let done = "DONEONE";
+        if accept {
+            model.push(Reply::Text(done.into()));
+        }
+        tui.type_line(if accept { "edit1" } else { "edit2" }).await;
+        let tab = eventually("a diff in the editor", || {
+            let p = fe.pending_diffs();
+            (p.len() == 1).then(|| p[0].clone())
+        })
+        .await;
+        assert!(tab.contains("a.rs"), "{tab}");
+        let before = std::fs::read_to_string(&file).expect("read a.rs");
+        let proposed = before.replace(old, new);
+        if accept {
+            assert!(fe.accept_diff(&tab, &proposed));
+            eventually("Copilot CLI wrote the edit", || {
+                (std::fs::read_to_string(&file).ok()? == proposed).then_some(())
+            })
+            .await;
+            tui.wait_for(done).await;
+        } else {
+            assert!(fe.reject_diff(&tab));
+            tui.wait_for("The user rejected this tool call").await;
+            assert_eq!(std::fs::read_to_string(&file).expect("read a.rs"), before);
+        }
+    }
 
     // `/ide` lists the editor, through the broker, on its folder, as the current one.
     tui.type_line("/ide").await;
