@@ -192,7 +192,7 @@ async fn the_real_copilot_cli_sees_the_selection_reviews_edits_in_the_editor_and
     std::fs::write(copilot_home.join("config.json"), trusted).expect("config.json");
     let settings = r#"{"showTipsOnStartup": false}"#;
     std::fs::write(copilot_home.join("settings.json"), settings).expect("settings.json");
-    let model = FakeModel::start().await;
+    let mut model = FakeModel::start().await;
     let cache = std::env::temp_dir().join("pi-ide-broker-copilot-cache");
     let env = [
         ("HOME", b.dir.path().join("home").display().to_string()),
@@ -229,12 +229,7 @@ async fn the_real_copilot_cli_sees_the_selection_reviews_edits_in_the_editor_and
             name: "edit".into(),
             args,
         });
-        // An accepted edit's turn goes on: its last word is waited for before the next edit
-        // (a rejected one ends the turn).
-        let done = "DONEONE";
-        if accept {
-            model.push(Reply::Text(done.into()));
-        }
+
         tui.type_line(if accept { "edit1" } else { "edit2" }).await;
         let tab = eventually("a diff in the editor", || {
             let p = fe.pending_diffs();
@@ -250,7 +245,15 @@ async fn the_real_copilot_cli_sees_the_selection_reviews_edits_in_the_editor_and
                 (std::fs::read_to_string(&file).ok()? == proposed).then_some(())
             })
             .await;
-            tui.wait_for(done).await;
+            // The turn goes on with the edit's outcome (answered "ok"): the next edit waits
+            // for that request, so no request of this turn takes the next scripted call.
+            loop {
+                let body = model.next_request().await;
+                let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+                if last.is_some_and(|m| m["role"] == "tool") {
+                    break;
+                }
+            }
         } else {
             assert!(fe.reject_diff(&tab));
             tui.wait_for("The user rejected this tool call").await;
