@@ -464,3 +464,37 @@ async fn another_uid_is_refused_by_the_copilot_socket() {
     crate::common::process::expose_socket(&socket, b.dir.path(), false);
     b.stop().await;
 }
+
+/// A body over `max_frame_bytes` is refused unread (413), and a session whose event stream
+/// closes (Copilot CLI killed: no DELETE comes) is over soon after.
+#[tokio::test]
+async fn a_body_too_large_is_refused_and_a_session_ends_with_its_event_stream() {
+    let b = TestBroker::start_with(|c| {
+        c.copilot.enabled = true;
+        c.max_frame_bytes = 64 * 1024;
+    })
+    .await;
+    let (_fe, _) = b.editor(&["/c/ends"]).await;
+    let (_, lock) = lockfile(&copilot_dir(&b), "/c/ends").await;
+    let mut c = Copilot::new(&lock);
+    c.initialize().await;
+    let big = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "open_diff", "arguments": {"new_file_contents": "x".repeat(100 * 1024)}}});
+    assert_eq!(c.send("POST", Some(big), &[]).await.status(), 413);
+
+    let events = c.stream().await;
+    let (status, _) = c.rpc(3, "tools/list", json!({})).await;
+    assert_eq!(status, 200);
+    drop(events);
+    // Polled (the end is a clock, no event to await): each look is one request.
+    within("the session ended with its stream", async {
+        for n in 4.. {
+            if c.rpc(n, "tools/list", json!({})).await.0 == 404 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    b.stop().await;
+}
