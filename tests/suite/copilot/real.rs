@@ -207,8 +207,13 @@ async fn the_real_copilot_cli_sees_the_selection_reviews_edits_in_the_editor_and
     ];
     let tui = CopilotTui::start(&copilot, &env, &proj, copilot_home.join("logs"));
     tui.wait_for("❯").await;
-    b.wait_status("a copilot session", |st| {
-        st.to_string().contains("\"copilot\"")
+    // Its session came through the copilot door, its cwd the CLI's own (the socket peer's).
+    b.wait_status("a copilot session in the project", |st| {
+        st["sessions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["door"] == "copilot" && s["cwd"] == folder.as_str())
     })
     .await;
 
