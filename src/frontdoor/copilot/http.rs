@@ -58,6 +58,7 @@ impl Endpoint {
     #[allow(clippy::result_large_err)] // the refusal is the response itself
     fn session(&self, h: &HeaderMap) -> Result<Arc<McpSession>, Response<Body>> {
         let Some(id) = h.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+            tracing::info!(editor = %self.editor, "copilot door: a request without mcp-session-id; refused");
             return Err(plain(
                 StatusCode::BAD_REQUEST,
                 "mcp-session-id header required (initialize first)",
@@ -66,10 +67,13 @@ impl Endpoint {
         let found = crate::platform::sync::lock(&self.sessions).get(id).cloned();
         match found {
             Some(s) if !s.ended.is_cancelled() => Ok(s),
-            _ => Err(plain(
-                StatusCode::NOT_FOUND,
-                "unknown or ended session; initialize again",
-            )),
+            _ => {
+                tracing::info!(editor = %self.editor, "copilot door: a request of an unknown or ended session; refused (initialize again)");
+                Err(plain(
+                    StatusCode::NOT_FOUND,
+                    "unknown or ended session; initialize again",
+                ))
+            }
         }
     }
 }
@@ -220,10 +224,13 @@ async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>, pid: Option<u32>) -> R
     if !h.contains_key(SESSION_HEADER) {
         return match method {
             Some(INITIALIZE) if !id.is_null() => initialize(ep, &id, msg.get("params"), pid),
-            _ => plain(
-                StatusCode::BAD_REQUEST,
-                "Bad Request: No valid session ID provided (initialize first)",
-            ),
+            _ => {
+                tracing::info!(editor = %ep.editor, method = ?method, "copilot door: a request without a session that is not initialize; refused");
+                plain(
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request: No valid session ID provided (initialize first)",
+                )
+            }
         };
     }
     let session = match ep.session(&h) {
@@ -245,6 +252,7 @@ async fn read_message(ep: &Endpoint, req: Request<Incoming>) -> Result<Value, Re
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
     if !json_type {
+        tracing::warn!(editor = %ep.editor, "copilot door: a POST that is not application/json; refused");
         return Err(plain(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "Content-Type must be application/json",
@@ -257,12 +265,16 @@ async fn read_message(ep: &Endpoint, req: Request<Incoming>) -> Result<Value, Re
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if announced.is_some_and(|n| n > max as u64) {
+        tracing::warn!(editor = %ep.editor, max, "copilot door: a body over max_frame_bytes announced; refused unread");
         return Err(too_large(max));
     }
     let mut claim = ep.reg.frames.share(None).claim();
     let body = match read_body(req.into_body(), max, announced, &mut claim).await {
         Ok(b) => b,
-        Err(Unread::TooLarge) => return Err(too_large(max)),
+        Err(Unread::TooLarge) => {
+            tracing::warn!(editor = %ep.editor, max, "copilot door: a body over max_frame_bytes (or cut short); refused");
+            return Err(too_large(max));
+        }
         Err(Unread::Busy) => return Err(crate::frontdoor::gemini::http::busy()),
     };
     match serde_json::from_slice(&body) {
