@@ -2,7 +2,7 @@
 //!
 //! The native socket and each remote's (`socket`, `native`, with the rights each peer gets:
 //! `rights`), the compat door and the gemini door (both an endpoint per editor,
-//! `per_editor`), under the caps the registry holds (`registry::limits`), and the status
+//! `per_editor`), the copilot door (a lockfile and private socket per editor), under the caps the registry holds (`registry::limits`), and the status
 //! document (`status`). Every door hands its agent sessions to [`crate::session::run`] and its
 //! followers to [`crate::session::follow::run`]; the stdio doors (`mcp`, `acp`) are CLI
 //! processes that dial the socket (`crate::cli`). Uses `session`, `registry` and everything
@@ -12,6 +12,7 @@ use crate::registry::limits;
 
 pub mod codex;
 pub(crate) mod compat;
+pub(crate) mod copilot;
 pub(crate) mod gemini;
 pub(crate) mod native;
 pub(crate) mod per_editor;
@@ -21,8 +22,12 @@ pub mod status;
 
 /// The agent doors plugged into the daemon (`plugin`), in the order `status` and `doctor`
 /// show them: one line a door. The native socket is the core's own and not listed.
-pub static DOORS: &[&dyn plugin::AgentDoor] =
-    &[&compat::CompatDoor, &gemini::GeminiDoor, &codex::CodexDoor];
+pub static DOORS: &[&dyn plugin::AgentDoor] = &[
+    &compat::CompatDoor,
+    &gemini::GeminiDoor,
+    &codex::CodexDoor,
+    &copilot::CopilotDoor,
+];
 
 /// True when a `Sec-WebSocket-Protocol` value offers `mcp` (Claude Code asks for it, and its
 /// `ws` client refuses a 101 that does not echo it).

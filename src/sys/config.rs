@@ -42,6 +42,8 @@ pub struct Config {
     pub gemini: GeminiConfig,
     /// The codex door: Codex's `/ide` hub socket, served when no Codex app or extension does.
     pub codex: CodexConfig,
+    /// The copilot door: GitHub Copilot CLI's IDE protocol (a lockfile and socket per editor).
+    pub copilot: CopilotConfig,
     /// How long a lost editor's id is remembered (in `state.json`, across broker restarts) so
     /// a restart of it, even days later, is recognised as its successor and inherits its
     /// sticky targets.
@@ -165,6 +167,17 @@ impl Default for GeminiConfig {
     }
 }
 
+/// The copilot door: a Copilot CLI lockfile and a private socket per live editor.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CopilotConfig {
+    /// Publish lockfiles at all (off until the real Copilot CLI test runs in CI).
+    pub enabled: bool,
+    /// Where they go; `None` means `$COPILOT_HOME/ide`, else `~/.copilot/ide`, where
+    /// Copilot CLI looks.
+    pub dir: Option<PathBuf>,
+}
+
 /// The codex door: the broker serves Codex's `/ide` hub socket for the user's editors.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -259,6 +272,7 @@ impl Default for Config {
             editors: EditorsConfig::default(),
             gemini: GeminiConfig::default(),
             codex: CodexConfig::default(),
+            copilot: CopilotConfig::default(),
             successor_window_ms: 14 * 24 * 3600 * 1000,
             editor_grace_ms: 10_000,
             rescan_interval_ms: 30_000,
@@ -527,6 +541,25 @@ impl Config {
                 .join("codex-ipc")
                 .join(format!("ipc-{}.sock", crate::platform::user::uid())),
         }
+    }
+
+    /// Copilot CLI's ide dir (`copilot.dir`, default `$COPILOT_HOME/ide`, else
+    /// `~/.copilot/ide`; `COPILOT_HOME` is taken verbatim, as Copilot CLI takes it).
+    pub fn copilot_dir(&self) -> PathBuf {
+        if let Some(p) = &self.copilot.dir {
+            return expand_home(p);
+        }
+        env_path("COPILOT_HOME")
+            .unwrap_or_else(|| home_dir().join(".copilot"))
+            .join("ide")
+    }
+
+    /// The private dir of the copilot door's sockets: `copilot/` beside the broker's socket.
+    pub fn copilot_socket_dir(&self) -> PathBuf {
+        self.socket_path()
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join("copilot")
     }
 
     /// Qwen Code's lock dir when its files are on (`gemini.qwen_dir`, default `~/.qwen/ide`).

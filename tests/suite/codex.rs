@@ -8,7 +8,7 @@
 //! second Codex in another folder held by a Neovim running pi-ide.nvim (its own editor's
 //! context, none of the first's), and VS Code with the Claude Code extension.
 
-mod real;
+pub(crate) mod real;
 
 use crate::common::broker::TestBroker;
 use crate::common::*;

@@ -20,6 +20,7 @@ mod cli;
 mod codex;
 mod compat;
 mod conformance;
+mod copilot;
 mod crash;
 mod doctor;
 mod editor_quirks;

@@ -27,7 +27,8 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-type Body = BoxBody<Bytes, Infallible>;
+/// A response body of this door's (and the copilot door's) answers.
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
 /// The session header of Streamable HTTP.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -336,7 +337,7 @@ async fn stateless(
 }
 
 /// A JSON body with `status`.
-fn json_text(status: StatusCode, text: String) -> Response<Body> {
+pub(crate) fn json_text(status: StatusCode, text: String) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -535,7 +536,8 @@ fn get_stream(ep: &Endpoint, req: &Request<Incoming>) -> Response<Body> {
     r
 }
 
-fn rpc_response(id: &Value, outcome: Result<Value, (i64, String)>) -> Response<Body> {
+/// A JSON-RPC answer to `id`: its result, or an error (code, message).
+pub(crate) fn rpc_response(id: &Value, outcome: Result<Value, (i64, String)>) -> Response<Body> {
     let body = match outcome {
         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
         Err((code, message)) => {
@@ -557,7 +559,7 @@ fn rpc_error_response(id: &Value, code: i64, message: &str) -> Response<Body> {
 }
 
 /// Why a request body was not read.
-enum Unread {
+pub(crate) enum Unread {
     /// Over `max_frame_bytes`, or cut short.
     TooLarge,
     /// Over the budget for messages in flight.
@@ -568,7 +570,7 @@ enum Unread {
 /// body that fits [`FREE`] costs nothing): one `announced` in `Content-Length` is claimed
 /// whole before any of it is read, so a body the budget cannot take is never read; the buffer
 /// itself grows with the bytes that come, not with the announced size.
-async fn read_body(
+pub(crate) async fn read_body(
     body: Incoming,
     max: usize,
     announced: Option<u64>,
@@ -608,7 +610,7 @@ async fn read_body(
 /// The answer to a body the budget for messages in flight could not take: a JSON-RPC "busy"
 /// error (its id unknown: the body was not read), and the connection closed rather than the
 /// body read past.
-fn busy() -> Response<Body> {
+pub(crate) fn busy() -> Response<Body> {
     let mut r = rpc_response(
         &Value::Null,
         Err((
@@ -622,7 +624,8 @@ fn busy() -> Response<Body> {
     r
 }
 
-fn too_large(max: usize) -> Response<Body> {
+/// The answer to a body over `max` bytes; the connection is closed.
+pub(crate) fn too_large(max: usize) -> Response<Body> {
     let mut r = plain(
         StatusCode::PAYLOAD_TOO_LARGE,
         &format!("a message may be at most {max} bytes (max_frame_bytes)"),
@@ -632,7 +635,8 @@ fn too_large(max: usize) -> Response<Body> {
     r
 }
 
-fn plain(status: StatusCode, text: &str) -> Response<Body> {
+/// A plain-text answer with `status`.
+pub(crate) fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(format!("{text}\n"))).boxed());
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -642,7 +646,8 @@ fn plain(status: StatusCode, text: &str) -> Response<Body> {
     r
 }
 
-fn empty(status: StatusCode) -> Response<Body> {
+/// An answer with `status` and no body.
+pub(crate) fn empty(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::new()).boxed());
     *r.status_mut() = status;
     r

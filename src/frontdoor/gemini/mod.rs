@@ -15,7 +15,7 @@
 //! start. Files without the marker are never touched.
 
 mod door;
-mod http;
+pub(crate) mod http;
 mod qwen;
 mod session;
 

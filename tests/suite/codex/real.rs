@@ -180,7 +180,7 @@ impl CodexTui {
 }
 
 /// `s` without its CSI (`ESC [ … final`) and OSC (`ESC ] … BEL|ST`) sequences.
-fn strip_escapes(s: &str) -> String {
+pub(crate) fn strip_escapes(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
     while let Some(c) = chars.next() {

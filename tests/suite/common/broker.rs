@@ -45,6 +45,7 @@ pub fn test_config(root: &std::path::Path) -> Config {
     c.gemini.dir = Some(root.join("gemini"));
     c.gemini.qwen_dir = Some(root.join("qwen-ide"));
     c.codex.socket = Some(root.join("codex-ipc").join("ipc.sock"));
+    c.copilot.dir = Some(root.join("copilot-ide"));
     c.backoff.initial_ms = 50;
     c.backoff.max_ms = 1000;
     c
