@@ -14,6 +14,7 @@ pub mod codex;
 pub(crate) mod compat;
 pub(crate) mod copilot;
 pub(crate) mod gemini;
+pub(crate) mod mcp_http;
 pub(crate) mod native;
 pub(crate) mod per_editor;
 pub mod plugin;

@@ -9,8 +9,8 @@
 
 use super::session::{Answer, Command, McpSession};
 use super::tools;
-use crate::frontdoor::gemini::http::{
-    empty, plain, read_body, rpc_response, too_large, Body, Unread,
+use crate::frontdoor::mcp_http::{
+    busy, empty, plain, read_body, rpc_response, too_large, Body, Unread,
 };
 use crate::protocol::handshake::{InitializeResult, INITIALIZE};
 use crate::protocol::jsonrpc;
@@ -275,7 +275,7 @@ async fn read_message(ep: &Endpoint, req: Request<Incoming>) -> Result<Value, Re
             tracing::warn!(editor = %ep.editor, max, "copilot door: a body over max_frame_bytes (or cut short); refused");
             return Err(too_large(max));
         }
-        Err(Unread::Busy) => return Err(crate::frontdoor::gemini::http::busy()),
+        Err(Unread::Busy) => return Err(busy()),
     };
     match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => Ok(v),

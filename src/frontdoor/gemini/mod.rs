@@ -15,7 +15,7 @@
 //! start. Files without the marker are never touched.
 
 mod door;
-pub(crate) mod http;
+mod http;
 mod qwen;
 mod session;
 
