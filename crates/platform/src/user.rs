@@ -28,6 +28,17 @@ pub fn private_file_options() -> OpenOptions {
     o
 }
 
+/// Writes `bytes` as the whole of the file at `path` in place (the same file, not a new one
+/// renamed over it: for readers that take a rename for the file's going): created only ours
+/// (0600) when missing, never written through a symlink.
+pub fn write_private_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut o = private_file_options();
+    o.write(true).create(true).truncate(true);
+    imp::no_follow(&mut o);
+    o.open(path)?.write_all(bytes)
+}
+
 /// Writes `bytes` as the whole of the file at `path`, only ours (0600; its dir made 0700 when
 /// missing): a temporary file beside it renamed into place, so a reader or a crash sees the old
 /// content or the new, never half; `sync` flushes file and dir to disk before returning.
@@ -318,6 +329,10 @@ mod imp {
         o.mode(0o600);
     }
 
+    pub(super) fn no_follow(o: &mut std::fs::OpenOptions) {
+        o.custom_flags(OFlags::NOFOLLOW.bits() as i32);
+    }
+
     pub(super) fn owner_and_mode(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
         Some((meta.uid(), meta.mode() & 0o7777))
     }
@@ -379,6 +394,12 @@ mod imp {
     pub(super) fn private_dir(_: &mut std::fs::DirBuilder) {}
 
     pub(super) fn private_file(_: &mut std::fs::OpenOptions) {}
+
+    /// The link itself is opened, not its target (a write then fails on a directory link and
+    /// replaces a file link's own data, never the target's).
+    pub(super) fn no_follow(o: &mut std::fs::OpenOptions) {
+        o.custom_flags(FILE_FLAG_OPEN_REPARSE_POINT);
+    }
 
     pub(super) fn owner_and_mode(_: &std::fs::Metadata) -> Option<(u32, u32)> {
         None

@@ -10,7 +10,6 @@ use crate::frontdoor::per_editor::{self, MARKER};
 use crate::registry::Registry;
 use crate::sys::secret::Token;
 use serde_json::{json, Value};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// What the lockfile of one editor says, besides what the registry knows of the editor.
@@ -74,16 +73,7 @@ fn shape(p: &Published, folders: &[String], ide_name: &str, id: &str, family: Va
 
 /// Writes `body` to `path` in place (created 0600 when missing; never through a symlink).
 pub fn write_in_place(path: &Path, body: &Value) -> std::io::Result<()> {
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
-    }
-    let mut f = opts.open(path)?;
-    f.write_all(body.to_string().as_bytes())
+    crate::platform::user::write_private_in_place(path, body.to_string().as_bytes())
 }
 
 /// Removes the lockfiles in `dir` a broker that died left (ours by marker, its pid dead), and
