@@ -131,16 +131,40 @@ impl CopilotTui {
         .await;
         if shown.is_err() {
             let s = crate::codex::real::strip_escapes(&self.screen.lock().expect("screen"));
-            let log: String = std::fs::read_dir(&self.logs)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                .collect();
+            let log = self.log();
             panic!(
                 "Copilot CLI never showed {text:?}; its screen ends:\n{}\nits log ends:\n{}",
                 tail(&s, 4000),
                 tail(&log, 6000)
+            );
+        }
+    }
+
+    /// What Copilot CLI logged so far.
+    fn log(&self) -> String {
+        std::fs::read_dir(&self.logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect()
+    }
+
+    /// Waits (60 s at most) until Copilot CLI has logged `text` `n` times (what it does not
+    /// draw, such as its first connect to the IDE; its log file read every 50 ms).
+    async fn wait_log(&self, text: &str, n: usize) {
+        let logged = tokio::time::timeout(Duration::from_secs(60), async {
+            while self.log().matches(text).count() < n {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        if logged.is_err() {
+            let s = crate::codex::real::strip_escapes(&self.screen.lock().expect("screen"));
+            panic!(
+                "Copilot CLI never logged {text:?} {n} times; its screen ends:\n{}\nits log ends:\n{}",
+                tail(&s, 4000),
+                tail(&self.log(), 6000)
             );
         }
     }
@@ -386,6 +410,9 @@ async fn the_real_copilot_cli_loses_a_dead_editor_and_reconnects_to_its_restart(
     let first = one_lockfile(b.dir.path(), None).await;
     let model = FakeModel::start().await;
     let tui = start_copilot(&copilot, b.dir.path(), &proj, &model).await;
+    // Connected for good (not only the selection pushed while its handshake goes on): a lockfile
+    // removed before then is a failed connect, not a lost connection.
+    tui.wait_log("Connected to IDE MCP server", 1).await;
     copilot_session(&b, &folder).await;
     fe.select(&file, "fn two() {}", 1);
     tui.wait_for("@a.rs:2").await;
@@ -430,6 +457,9 @@ async fn the_real_copilot_cli_reconnects_after_a_broker_restart() {
     let first = one_lockfile(b.dir.path(), None).await;
     let model = FakeModel::start().await;
     let tui = start_copilot(&copilot, b.dir.path(), &proj, &model).await;
+    // Connected for good (not only the selection pushed while its handshake goes on): a lockfile
+    // removed before then is a failed connect, not a lost connection.
+    tui.wait_log("Connected to IDE MCP server", 1).await;
     copilot_session(&b, &folder).await;
     fe.select(&file, "fn two() {}", 1);
     tui.wait_for("@a.rs:2").await;
