@@ -402,7 +402,13 @@ async fn the_real_copilot_cli_loses_a_dead_editor_and_reconnects_to_its_restart(
     let Some(copilot) = find_copilot() else {
         return;
     };
-    let b = TestBroker::start_with(copilot_on).await;
+    // A grace period longer than any wait here: the CLI must learn at once that the editor
+    // went, not when the broker gives up on it, and the restart comes within it.
+    let b = TestBroker::start_with(|c| {
+        copilot_on(c);
+        c.editor_grace_ms = 600_000;
+    })
+    .await;
     let proj = project(b.dir.path());
     let folder = proj.display().to_string();
     let file = proj.join("a.rs").display().to_string();
