@@ -495,3 +495,50 @@ async fn the_real_copilot_cli_reconnects_after_a_broker_restart() {
     tui.quit().await;
     b.stop().await;
 }
+
+/// Issue 65 with a real editor: Neovim with pi-ide.nvim, linked by the broker; the real Copilot
+/// CLI in its folder connects through the copilot door, shows the selection made in Neovim,
+/// and an edit the model asks for, accepted in Neovim, is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_copilot_cli_with_a_real_neovim_shows_its_selection_and_writes_an_accepted_edit() {
+    use crate::common::nvim_editor::{NvimEditor, Plugin};
+    let Some(copilot) = find_copilot() else {
+        return;
+    };
+    let b = TestBroker::start_with(copilot_on).await;
+    let proj = project(b.dir.path());
+    let folder = proj.display().to_string();
+    let file = proj.join("a.rs");
+    let Some(ed) = NvimEditor::start(&b, Plugin::PiIde, &proj, "nvim").await else {
+        return;
+    };
+    b.wait_editor(ed.port, "ready").await;
+    one_lockfile(b.dir.path(), None).await;
+    let mut model = FakeModel::start().await;
+    let tui = start_copilot(&copilot, b.dir.path(), &proj, &model).await;
+    tui.wait_log("Connected to IDE MCP server", 1).await;
+    copilot_session(&b, &folder).await;
+    ed.select(&file, 2).await;
+    tui.wait_for("@a.rs:2").await;
+
+    let (old, new) = ("fn one() {}", "fn uno() {}");
+    let args =
+        serde_json::json!({"path": file.display().to_string(), "old_str": old, "new_str": new});
+    model.push(Reply::Tool {
+        name: "edit".into(),
+        args,
+    });
+    tui.type_line("edit1").await;
+    ed.pending_until("the diff open in Neovim", |s| !s.is_empty())
+        .await;
+    let proposed = std::fs::read_to_string(&file)
+        .expect("read a.rs")
+        .replace(old, new);
+    ed.accept(&file, "a.rs", "").await;
+    eventually("Copilot CLI wrote the edit accepted in Neovim", || {
+        (std::fs::read_to_string(&file).ok()? == proposed).then_some(())
+    })
+    .await;
+    tui.quit().await;
+    b.stop().await;
+}
