@@ -514,7 +514,7 @@ async fn the_real_copilot_cli_with_a_real_neovim_shows_its_selection_and_writes_
     };
     b.wait_editor(ed.port, "ready").await;
     one_lockfile(b.dir.path(), None).await;
-    let mut model = FakeModel::start().await;
+    let model = FakeModel::start().await;
     let tui = start_copilot(&copilot, b.dir.path(), &proj, &model).await;
     tui.wait_log("Connected to IDE MCP server", 1).await;
     copilot_session(&b, &folder).await;
