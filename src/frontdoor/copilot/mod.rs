@@ -9,8 +9,9 @@
 //! (`session`), its tools mapped onto the editor's (`tools`).
 //!
 //! A lockfile is rewritten in place when its editor changes (Copilot CLI reads a rename as a
-//! disconnect), removed when the editor goes (a CLI then waits for it rather than clinging to
-//! a dead one) and when the broker stops; a dead broker's (marked, `lockfile`) are swept at
+//! disconnect), removed as soon as the editor goes or restarts (a CLI then shows the
+//! connection lost and waits, rather than clinging to a dead one; a successor, same id, gets a
+//! fresh lockfile, socket and nonce, which a waiting CLI connects to) and when the broker stops; a dead broker's (marked, `lockfile`) are swept at
 //! start. Files without the marker are never touched.
 
 mod door;
@@ -21,17 +22,21 @@ mod tools;
 
 pub use door::{CopilotDoor, DOOR_ID};
 
+use crate::editor::Editor;
 use crate::registry::{EditorEvent, Registry};
 use crate::sys::secret::Token;
 use http::Endpoint;
 use lockfile::Published;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use tokio_util::sync::CancellationToken;
 
 /// One editor's published endpoint.
 struct Entry {
+    /// The editor handle it was published for: a successor (a restart of the same editor,
+    /// with the same id) is a new handle, and gets a fresh endpoint.
+    editor: Weak<Editor>,
     lock: PathBuf,
     socket: PathBuf,
     nonce: Token,
@@ -46,6 +51,13 @@ impl Entry {
             nonce: &self.nonce,
             timestamp: self.timestamp,
         }
+    }
+
+    /// Whether it still stands for the live editor `id` (the same handle, not gone, not a
+    /// successor).
+    fn current(&self, reg: &Registry, id: &str) -> bool {
+        reg.editor(id)
+            .is_some_and(|e| Weak::ptr_eq(&self.editor, &Arc::downgrade(&e)))
     }
 
     /// Stops its listener and sessions, removes its lockfile and socket.
@@ -67,14 +79,20 @@ pub async fn run(reg: Arc<Registry>, dir: PathBuf, sockets: PathBuf) {
     }
     lockfile::clean_leftovers(&dir);
     let mut events = reg.subscribe_editors();
+    let mut changes = reg.subscribe_changes();
     let mut entries: HashMap<String, Entry> = HashMap::new();
     loop {
         let ev = tokio::select! {
             _ = reg.cancel.cancelled() => break,
             ev = events.recv() => match ev { Some(e) => e, None => break },
+            Ok(()) = changes.changed() => {
+                withdraw_stale(&reg, &mut entries);
+                continue;
+            }
         };
         match ev {
             EditorEvent::Ready(id) => {
+                withdraw_stale(&reg, &mut entries);
                 if let Some(e) = entries.get(&id) {
                     if let Err(err) = write(&reg, &id, e) {
                         tracing::warn!(editor = %id, error = %err, "cannot rewrite the copilot lockfile");
@@ -104,6 +122,21 @@ pub async fn run(reg: Arc<Registry>, dir: PathBuf, sockets: PathBuf) {
     }
 }
 
+/// Withdraws the entries whose editor went (at once, not after its grace period) or was
+/// succeeded: Copilot CLI only notices a lockfile removed (rewritten in place, it clings to
+/// its MCP session on a server that no longer knows it), so it shows the connection lost and
+/// connects afresh to the successor's new lockfile, socket and nonce.
+fn withdraw_stale(reg: &Registry, entries: &mut HashMap<String, Entry>) {
+    entries.retain(|id, e| {
+        let keep = e.current(reg, id);
+        if !keep {
+            tracing::info!(editor = %id, file = %e.lock.display(), "copilot lockfile withdrawn (editor gone or restarted)");
+            e.withdraw();
+        }
+        keep
+    });
+}
+
 /// Binds the editor's socket, writes its lockfile and starts serving.
 async fn publish(
     reg: &Arc<Registry>,
@@ -111,6 +144,9 @@ async fn publish(
     dir: &Path,
     sockets: &Path,
 ) -> std::io::Result<Entry> {
+    let Some(editor) = reg.editor(id) else {
+        return Err(std::io::Error::other("the editor is gone"));
+    };
     let name = lockfile::fresh_name()?;
     let stem = name.trim_end_matches(".lock");
     let socket = sockets.join(format!("{stem}.sock"));
@@ -122,6 +158,7 @@ async fn publish(
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
     let entry = Entry {
+        editor: Arc::downgrade(&editor),
         lock: dir.join(&name),
         socket,
         nonce: Token::generate()?,
