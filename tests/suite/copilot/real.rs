@@ -200,6 +200,9 @@ async fn the_real_copilot_cli_sees_the_selection_reviews_edits_in_the_editor_and
     let Some(copilot) = find_copilot() else {
         return;
     };
+    // Copilot CLI's start loads the machine (a 200 MB binary unpacking its JavaScript): its
+    // turn among the heavy tests, so the flood tests' bounds measure the broker.
+    let _heavy = crate::common::machine_heavy().await;
     let b = TestBroker::start_with(|c| {
         c.copilot.enabled = true;
         let root = c
@@ -402,6 +405,9 @@ async fn the_real_copilot_cli_loses_a_dead_editor_and_reconnects_to_its_restart(
     let Some(copilot) = find_copilot() else {
         return;
     };
+    // Copilot CLI's start loads the machine (a 200 MB binary unpacking its JavaScript): its
+    // turn among the heavy tests, so the flood tests' bounds measure the broker.
+    let _heavy = crate::common::machine_heavy().await;
     // A grace period longer than any wait here: the CLI must learn at once that the editor
     // went, not when the broker gives up on it, and the restart comes within it.
     let b = TestBroker::start_with(|c| {
@@ -455,6 +461,9 @@ async fn the_real_copilot_cli_reconnects_after_a_broker_restart() {
     let Some(copilot) = find_copilot() else {
         return;
     };
+    // Copilot CLI's start loads the machine (a 200 MB binary unpacking its JavaScript): its
+    // turn among the heavy tests, so the flood tests' bounds measure the broker.
+    let _heavy = crate::common::machine_heavy().await;
     let b = TestBroker::start_with(copilot_on).await;
     let proj = project(b.dir.path());
     let folder = proj.display().to_string();
@@ -505,6 +514,9 @@ async fn the_real_copilot_cli_with_a_real_neovim_shows_its_selection_and_writes_
     let Some(copilot) = find_copilot() else {
         return;
     };
+    // Copilot CLI's start loads the machine (a 200 MB binary unpacking its JavaScript): its
+    // turn among the heavy tests, so the flood tests' bounds measure the broker.
+    let _heavy = crate::common::machine_heavy().await;
     let b = TestBroker::start_with(copilot_on).await;
     let proj = project(b.dir.path());
     let folder = proj.display().to_string();
