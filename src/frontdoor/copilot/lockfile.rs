@@ -139,7 +139,7 @@ mod tests {
         };
         let v = shape(&p, &["/w/one".into()], "Neovim", "e1", json!("pi"));
         assert_eq!(v["socketPath"], "/run/x/copilot/a.sock");
-        assert_eq!(v["scheme"], "unix");
+        assert_eq!(v["scheme"], if cfg!(windows) { "pipe" } else { "unix" });
         assert_eq!(
             v["headers"]["Authorization"],
             format!("Nonce {}", nonce.expose())
