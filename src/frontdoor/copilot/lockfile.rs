@@ -203,4 +203,18 @@ mod tests {
         assert!(!dead.exists() && !sock.exists(), "a dead broker's files go");
         assert!(live.exists(), "a live broker's file stays");
     }
+
+    /// A symlink planted where a lockfile goes (Copilot's ide dir is the user's, but a link
+    /// there may point anywhere) is refused, never written through: its target is untouched.
+    #[cfg(unix)]
+    #[test]
+    fn a_lockfile_is_never_written_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let path = dir.path().join("a.lock");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        assert!(write_in_place(&path, &json!({"x": 1})).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    }
 }
