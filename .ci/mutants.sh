@@ -9,7 +9,7 @@
 #                                            # sans-IO part; acp/mod.rs is its I/O, which the
 #                                            # suite drives) and session::follow (lib tests:
 #                                            # their sans-IO and model tests; ~20 s a mutant)
-#   bash .ci/mutants.sh --mcp                # the MCP door (cli/mcp/door.rs: eras, the tool
+#   bash .ci/mutants.sh --mcp                # the MCP door (frontdoor/mcp/door.rs: eras, the tool
 #                                            # list, what is answered before the daemon is up)
 #   bash .ci/mutants.sh --wire               # protocol's era, winpath and handshake (how a
 #                                            # peer's era is told, WSL paths, the hello)
@@ -51,17 +51,17 @@ while [ $# -gt 0 ]; do
       break
       ;;
     --follow)
-      files+=(src/cli/acp/agent.rs src/cli/acp/agent/review.rs src/cli/acp/prompt.rs src/cli/acp/messages.rs src/session/follow.rs)
-      modules+=(cli::acp session::)
+      files+=(src/frontdoor/acp/agent.rs src/frontdoor/acp/agent/review.rs src/frontdoor/acp/prompt.rs src/frontdoor/acp/messages.rs src/session/follow.rs)
+      modules+=(frontdoor::acp session::)
       ;;
     --mcp)
-      files+=(src/cli/mcp/door.rs)
-      modules+=(cli::mcp)
+      files+=(src/frontdoor/mcp/door.rs)
+      modules+=(frontdoor::mcp)
       ;;
     --wire)
       files+=(crates/protocol/src/era.rs crates/protocol/src/winpath.rs crates/protocol/src/handshake.rs)
       # The protocol crate's own tests (its modules are top-level there) and the daemon's.
-      modules+=(era:: winpath:: handshake:: editor:: frontdoor:: cli::mcp cli::acp session::)
+      modules+=(era:: winpath:: handshake:: editor:: frontdoor:: frontdoor::mcp frontdoor::acp session::)
       workspace+=(--test-workspace=true)
       ;;
     --rights) files+=(src/frontdoor/rights.rs src/frontdoor/status.rs src/frontdoor/native.rs) ;;

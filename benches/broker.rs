@@ -140,7 +140,7 @@ impl Daemon {
         let pid = child.id().unwrap();
         let sock = root.join("run/sock");
         let t = Instant::now();
-        while pi_ide_broker::cli::client::get_json(&sock, "/v1/status")
+        while pi_ide_broker::frontdoor::client::get_json(&sock, "/v1/status")
             .await
             .is_err()
         {
@@ -164,7 +164,7 @@ impl Daemon {
     async fn wait_ready(&self, n: usize) {
         let t = Instant::now();
         loop {
-            let st = pi_ide_broker::cli::client::get_json(&self.socket(), "/v1/status")
+            let st = pi_ide_broker::frontdoor::client::get_json(&self.socket(), "/v1/status")
                 .await
                 .unwrap();
             let ready = st["editors"]

@@ -83,9 +83,15 @@ mod imp {
             ..Config::default()
         };
         config.home = Some(root.join("home"));
-        config.compat.enabled = false;
-        config.gemini.enabled = false;
-        config.codex.socket = Some(socket.clone());
+        config.edit_section(|s: &mut pi_ide_broker::frontdoor::compat::CompatConfig| {
+            s.enabled = false
+        });
+        config.edit_section(|s: &mut pi_ide_broker::frontdoor::gemini::GeminiConfig| {
+            s.enabled = false
+        });
+        config.edit_section(|s: &mut pi_ide_broker::frontdoor::codex::CodexConfig| {
+            s.socket = Some(socket.clone())
+        });
 
         let (editor_tx, editor_rx) = std::sync::mpsc::channel();
         let (folder, sel_file) = (project.display().to_string(), file.clone());

@@ -32,6 +32,9 @@ export type Limits = {
 	/** The first LLM call of a session waits at most this long for the session's first attach
 	 * (within `diagnosticsMs`). */
 	firstAttachMs: number;
+	/** A `read` waits at most this long for a following editor's buffer (default
+	 * `BUFFER_READ_MS`; `PI_IDE_BROKER_BUFFER_READ_MS` sets it). */
+	bufferReadMs?: number;
 };
 
 /** The limits pi runs the extension with. The first attach may take the whole budget: on a
@@ -45,7 +48,14 @@ const REATTACH_WAIT_MS = 3000;
 const RESTART_NOTE_WAIT_MS = 3000;
 /** How long a `read` waits for a following editor's buffer: a big buffer (6 MB for 300,000
  * lines) crosses the client, `acp`, the broker and this socket, and pi's read has run already. */
-const BUFFER_READ_MS = 3000;
+export const BUFFER_READ_MS = 3000;
+
+/** The limits, with what the environment sets: `PI_IDE_BROKER_BUFFER_READ_MS` (a positive
+ * number of ms; anything else keeps the default). */
+export function limitsFrom(env: NodeJS.ProcessEnv, base: Limits = DEFAULT_LIMITS): Limits {
+	const ms = Number(env.PI_IDE_BROKER_BUFFER_READ_MS);
+	return Number.isInteger(ms) && ms > 0 ? { ...base, bufferReadMs: ms } : base;
+}
 const SPINNER = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
 /** The session whose editor a starting session takes: the one a `/new` or `/fork` replaced,
@@ -71,7 +81,7 @@ export function previousSessionId(file: string | undefined): string | undefined 
 
 /** The extension as pi loads it. */
 export default function piIdeBroker(pi: ExtensionAPI) {
-	createPiIdeBroker(DEFAULT_LIMITS)(pi);
+	createPiIdeBroker(limitsFrom(process.env))(pi);
 }
 
 /** The extension with these limits (tests shorten or stretch them). */
@@ -384,7 +394,7 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 		const path = toolPath(c.cwd, input.path);
 		let read: { content?: unknown; editor?: unknown } | undefined;
 		try {
-			read = await link?.request(Broker.READ, { path }, BUFFER_READ_MS);
+			read = await link?.request(Broker.READ, { path }, limits.bufferReadMs ?? BUFFER_READ_MS);
 		} catch {
 			return;
 		}

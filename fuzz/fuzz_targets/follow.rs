@@ -46,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
             inherit: None,
             pinned: false,
             remote: None,
-            dialect: Family::Pi,
+            family: Family::Pi,
             client: None,
             realm: None,
         };

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use pi_ide_broker::protocol::family::Family;
-use pi_ide_broker::editor::lockfile;
+use pi_ide_broker::registry::lifecycle::lockfile;
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {

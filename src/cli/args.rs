@@ -69,7 +69,7 @@ pub enum Command {
         /// [default: the parent process id].
         #[arg(long, value_name = "KEY")]
         session: Option<String>,
-        /// The protocol dialect the client speaks.
+        /// The protocol family the client speaks.
         #[arg(long, default_value = "pi", value_parser = ["pi", "claude"])]
         dialect: String,
         /// This client runs on the `[[remote]]` of that name (a container, a dev box): its

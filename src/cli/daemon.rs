@@ -4,7 +4,7 @@
 //! reload requests (`platform::control`: TERM/INT stop and HUP reloads on Unix), sd-notify,
 //! the log trimmed while it runs.
 
-use crate::daemon::supervisor;
+use crate::broker::sd_notify;
 use crate::platform::control::{Request, Requests};
 use crate::sys::config::Config;
 use crate::sys::logging;
@@ -29,7 +29,7 @@ async fn trim_log_until(stop: CancellationToken) {
 }
 
 /// Runs the daemon until a stop request ends it (or it fails to start).
-pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let logs = logging::init(&config);
     // The pi extension setup wrote, brought to this binary's version (a no-op when it is).
     crate::cli::setup::extension::refresh(&config.data_dir());
@@ -37,10 +37,10 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
     let mut requests = Requests::listen()?;
     let (handle_tx, mut handle_rx) = tokio::sync::oneshot::channel();
     let stop = shutdown.clone();
-    let serving = tokio::spawn(crate::daemon::serve(config, stop, move |_ready, handle| {
+    let serving = tokio::spawn(crate::broker::serve(config, stop, move |_ready, handle| {
         let _ = handle_tx.send(handle);
     }));
-    let mut handle: Option<crate::daemon::Handle> = None;
+    let mut handle: Option<crate::broker::Handle> = None;
     // A oneshot must not be polled again once it has completed (with a handle or, when the
     // daemon failed to start, with nothing).
     let mut handle_pending = true;
@@ -49,11 +49,11 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
         tokio::select! {
             r = &mut serving => {
                 return match r {
-                    Ok(Ok(())) if crate::daemon::own_binary::stopped_for_it() => {
-                        Ok(ExitCode::from(crate::daemon::own_binary::EXIT_REPLACED))
+                    Ok(Ok(())) if crate::broker::own_binary::stopped_for_it() => {
+                        Ok(ExitCode::from(crate::broker::own_binary::EXIT_REPLACED))
                     }
                     Ok(Ok(())) => Ok(ExitCode::SUCCESS),
-                    Ok(Err(crate::daemon::Error::Socket(e @ crate::platform::Error::AlreadyRunning { .. }))) => {
+                    Ok(Err(crate::broker::Error::Socket(e @ crate::platform::Error::AlreadyRunning { .. }))) => {
                         eprintln!("error: {e}");
                         Ok(ExitCode::FAILURE)
                     }
@@ -70,23 +70,23 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
                     reg.tracker.spawn(trim_log_until(reg.cancel.clone()));
                     // Upgraded under us: hand over to the new binary; uninstalled: stop (once
                     // nothing is pending either way).
-                    if let Some(own) = crate::daemon::own_binary::OwnBinary::current() {
-                        reg.tracker.spawn(crate::daemon::own_binary::watch(h.clone(), own, shutdown.clone()));
+                    if let Some(own) = crate::broker::own_binary::OwnBinary::current() {
+                        reg.tracker.spawn(crate::broker::own_binary::watch(h.clone(), own, shutdown.clone()));
                     }
-                    supervisor::announce_ready(reg);
+                    sd_notify::announce_ready(reg);
                 }
             }
             request = requests.next() => {
                 if request == Request::Stop {
-                    supervisor::announce_stopping();
+                    sd_notify::announce_stopping();
                     shutdown.cancel();
                     continue;
                 }
                 let Some(h) = &handle else { continue };
-                supervisor::notify_reloading();
+                sd_notify::notify_reloading();
                 match &config_path {
                     None => tracing::warn!("reload asked: no config file to reload"),
-                    Some(path) => match Config::load(path) {
+                    Some(path) => match Config::load(path, &crate::frontdoor::sections()) {
                         Ok(c) => {
                             if let Err(e) = logs.set_filter(&c.log) {
                                 tracing::warn!(error = %e, "log filter not changed");
@@ -97,7 +97,7 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result
                         Err(e) => tracing::error!(error = %e, "config reload failed; keeping the running config"),
                     },
                 }
-                supervisor::announce_reloaded(h.registry());
+                sd_notify::announce_reloaded(h.registry());
             }
         }
     }

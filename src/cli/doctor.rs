@@ -15,11 +15,11 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-pub use crate::frontdoor::plugin::{Check, Level};
+pub(super) use crate::frontdoor::plugin::{Check, Level};
 
 /// The whole report.
 #[derive(Clone, Debug, Serialize)]
-pub struct Report {
+pub(super) struct Report {
     /// Every check, in the order a person reads them.
     pub checks: Vec<Check>,
     /// The daemon's route explanation for the cwd (`GET /v1/route`), when it runs.
@@ -29,7 +29,7 @@ pub struct Report {
 }
 
 /// What to check.
-pub struct Options {
+pub(super) struct Options {
     /// The config file (it may be missing: defaults).
     pub config_path: Option<PathBuf>,
     /// The working directory whose route is explained.
@@ -105,11 +105,11 @@ fn check_rights(b: &mut Builder, st: &Status) {
 }
 
 /// Runs every check.
-pub async fn run(opts: &Options) -> Report {
+pub(super) async fn run(opts: &Options) -> Report {
     let mut b = Builder(Vec::new());
     let config = check_config(&mut b, opts.config_path.as_deref());
     let socket = config.socket_to_dial();
-    let status = crate::cli::client::get::<Status>(&socket, "/v1/status")
+    let status = crate::frontdoor::client::get::<Status>(&socket, "/v1/status")
         .await
         .ok();
     check_daemon(&mut b, status.as_ref(), &socket);
@@ -146,7 +146,7 @@ pub async fn run(opts: &Options) -> Report {
             if let Some(k) = &opts.key {
                 path.push_str(&format!("&session={}", encode_query(k)));
             }
-            crate::cli::client::get(&socket, &path).await.ok()
+            crate::frontdoor::client::get(&socket, &path).await.ok()
         }
         None => None,
     };
@@ -174,7 +174,7 @@ fn check_config(b: &mut Builder, path: Option<&Path>) -> Config {
         );
         return Config::default();
     }
-    match Config::load(path) {
+    match Config::load(path, &crate::frontdoor::sections()) {
         Ok(c) => {
             let keys = set_keys(path);
             let msg = if keys.is_empty() {
@@ -441,7 +441,7 @@ fn check_route(b: &mut Builder, route: &RouteExplanation, cwd: &Path) {
 
 /// The report for a person: one line per check, ✓ / ! / ✗, the fix indented under it, then the
 /// route's candidates.
-pub fn render(r: &Report) -> String {
+pub(super) fn render(r: &Report) -> String {
     let mut out = String::new();
     for c in &r.checks {
         let mark = match c.level {
@@ -477,7 +477,7 @@ pub fn render(r: &Report) -> String {
 
 /// `doctor`: the report for `cwd` (and `session`'s sticky key), as text or JSON; exit status 1
 /// when something needed does not work.
-pub async fn command(
+pub(super) async fn command(
     config_path: Option<PathBuf>,
     cwd: Option<PathBuf>,
     session: Option<String>,

@@ -7,11 +7,9 @@
 
 mod acp;
 pub mod args;
-pub mod client;
 mod daemon;
 mod doctor;
 pub mod hint;
-mod lines;
 mod mcp;
 mod paths;
 mod remote;
@@ -30,12 +28,11 @@ use std::process::ExitCode;
 pub fn load_config(path: &Option<PathBuf>) -> anyhow::Result<(Config, Option<PathBuf>)> {
     let path = path.clone().or_else(Config::default_path);
     let config = match &path {
-        Some(p) => {
-            Config::load(p).context("fix the config file, or pass --config with another one")?
-        }
+        Some(p) => Config::load(p, &crate::frontdoor::sections())
+            .context("fix the config file, or pass --config with another one")?,
         None => Config::default(),
     };
-    Ok((config, path))
+    Ok((crate::frontdoor::with_door_lock_dirs(config), path))
 }
 
 /// `--cwd` made absolute, else the current directory.

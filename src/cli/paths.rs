@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Prints the paths, as `name: path` lines or one JSON object.
-pub fn command(config: &Config, config_path: Option<PathBuf>, json: bool) -> ExitCode {
+pub(super) fn command(config: &Config, config_path: Option<PathBuf>, json: bool) -> ExitCode {
     let paths = serde_json::json!({
         "socket": config.socket_to_dial(),
         "state_dir": config.state_dir(),

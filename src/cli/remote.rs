@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 /// Where the agent's side finds the socket: `ssh` the path an `ssh -R` forward makes on the
 /// other host; `mount` the dir a container mounts the socket's dir at.
-pub struct There<'a> {
+pub(super) struct There<'a> {
     /// The forwarded socket's path on the remote host.
     pub ssh: &'a Path,
     /// The mount point of the socket's dir in a container.
@@ -19,7 +19,7 @@ pub struct There<'a> {
 
 /// Prints, for `only` (or every remote), its socket and the forward or mount that hands it
 /// to the other side.
-pub fn command(
+pub(super) fn command(
     config: &Config,
     config_path: Option<&Path>,
     only: Option<&str>,

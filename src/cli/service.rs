@@ -3,7 +3,7 @@
 //! `service install|uninstall|status` for systemd (Linux), launchd (macOS) and the Run key
 //! (Windows): the unit this binary writes, the manager's steps (each required or tolerated,
 //! with the fix a failure prints), and the commands themselves. The run-time side is
-//! `daemon::supervisor`.
+//! `broker::sd_notify`.
 //!
 //! Windows starts the daemon at logon through the user's Run key, not a scheduled task: an
 //! "at logon" task needs an elevated prompt to create, the Run key only the user's own rights

@@ -3,8 +3,9 @@
 //! The running daemon's editors, sessions and routes, as the table (or the change lines)
 //! printed from the document `GET /v1/status` answers (`frontdoor::status`).
 
-use super::{client, not_running};
+use super::not_running;
 use crate::editor::LinkState;
+use crate::frontdoor::client;
 use crate::frontdoor::status::{EditorStatus, SessionStatus, Status};
 use crate::sys::config::Config;
 use serde::Serialize;
@@ -12,7 +13,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 /// `status`: the running daemon's editors, sessions and routes, as a table or JSON.
-pub async fn command(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
+pub(super) async fn command(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
     let socket = config.socket_to_dial();
     match client::get_json(&socket, "/v1/status").await {
         Ok(status) => {
@@ -39,7 +40,7 @@ pub async fn command(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
 
 /// `status --watch`: the table redrawn on every change in a terminal (alternate screen, left
 /// clean on Ctrl-C), plain lines otherwise.
-pub async fn watch(socket: &std::path::Path) -> anyhow::Result<ExitCode> {
+pub(super) async fn watch(socket: &std::path::Path) -> anyhow::Result<ExitCode> {
     use std::io::{IsTerminal, Write};
     let tty = std::io::stdout().is_terminal();
     let mut prev: Option<Status> = None;
@@ -109,7 +110,7 @@ pub async fn watch(socket: &std::path::Path) -> anyhow::Result<ExitCode> {
 /// What changed between two status documents, one line per change a person cares about
 /// (editors appearing, going, changing state; sessions connecting, attaching, leaving; calls
 /// in flight): what `status --watch` prints when its output is not a terminal.
-pub fn changes(prev: &Status, next: &Status) -> Vec<String> {
+pub(super) fn changes(prev: &Status, next: &Status) -> Vec<String> {
     let mut out = editor_changes(prev, next);
     out.extend(session_changes(prev, next));
     if prev.lockfiles_rejected.len() != next.lockfiles_rejected.len() {
@@ -214,7 +215,7 @@ fn json_name<T: Serialize>(v: &T) -> String {
 }
 
 /// The table a person reads at a glance; `now` is unix seconds (a parameter for snapshot tests).
-pub fn render(status: &Status, now: u64) -> String {
+pub(super) fn render(status: &Status, now: u64) -> String {
     let mut out = String::new();
     let b = &status.broker;
     let _ = writeln!(
@@ -373,7 +374,7 @@ fn session_line(sess: &SessionStatus, now: u64) -> String {
         "  └ session {} · {} · {} · cwd {}",
         sess.id,
         sess.door.clone(),
-        sess.dialect,
+        sess.family,
         sess.cwd
     );
     if sess.key.is_some() {

@@ -2,8 +2,8 @@
 //!
 //! Either works however the daemon was started.
 
-use super::client;
 use crate::cli::service;
+use crate::frontdoor::client;
 use crate::sys::config::Config;
 use anyhow::Context as _;
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use std::process::ExitCode;
 /// or its stop event on Windows: the graceful stop, pending diffs answered, sessions told), and
 /// waits until nothing answers and the process is gone: its socket closes before its
 /// `daemon.lock` is released, and a daemon started right after `stop` must find the claim free.
-pub async fn command(config: &Config) -> anyhow::Result<ExitCode> {
+pub(super) async fn command(config: &Config) -> anyhow::Result<ExitCode> {
     let Some((socket, pid)) = our_daemon(config, "stop").await? else {
         return Ok(ExitCode::SUCCESS);
     };
@@ -93,7 +93,7 @@ async fn our_daemon(config: &Config, what: &str) -> anyhow::Result<Option<(PathB
 
 /// `reload`: asks the running daemon to read its config file again (SIGHUP; its reload
 /// event on Windows), as `systemctl --user reload` does. Its log says what changed.
-pub async fn reload(config: &Config) -> anyhow::Result<ExitCode> {
+pub(super) async fn reload(config: &Config) -> anyhow::Result<ExitCode> {
     let Some((_, pid)) = our_daemon(config, "reload").await? else {
         return Ok(ExitCode::FAILURE);
     };

@@ -371,6 +371,9 @@ mod tests {
         fn config(&self) -> Arc<Config> {
             self.0.clone()
         }
+        fn read_lockfile(&self, e: &Editor) -> Result<Lockfile, crate::editor::Error> {
+            Ok(e.lockfile())
+        }
         fn stamp(&self) -> u64 {
             1
         }

@@ -102,7 +102,7 @@ pub struct Pending {
     /// When a short tool gives up (`None` for diffs and the broker's own calls): the link's
     /// deadline sweep answers it with a timeout error if the editor has not by then.
     pub deadline: Option<tokio::time::Instant>,
-    /// How to rewrite the answer for a session of the other dialect (`None`: pass through).
+    /// How to rewrite the answer for a session of the other family (`None`: pass through).
     pub bridge: Option<crate::protocol::bridge::Bridge>,
     /// A remote session's path map: paths in the answer go back as the agent sees them.
     pub map: Option<Arc<crate::protocol::pathmap::PathMap>>,

@@ -14,7 +14,7 @@ const MAX_OUTSTANDING: usize = 16;
 
 /// What the link must do after a tick.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     /// Send a ping with this payload.
     Ping(Vec<u8>),
     /// The editor stopped answering: mark the link unhealthy (keep it; nothing is lost yet).
@@ -25,7 +25,7 @@ pub enum Action {
 
 /// What a pong meant.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Pong {
+pub(super) struct Pong {
     /// The round trip of the ping it answers, if it answers one of ours.
     pub rtt: Option<Duration>,
     /// The link was unhealthy and is healthy again.
@@ -33,7 +33,7 @@ pub struct Pong {
 }
 
 /// Ping schedule and silence accounting of one link.
-pub struct Health {
+pub(super) struct Health {
     /// Interval, timeout and drop delay (replaced on reload).
     settings: HealthConfig,
     /// When the next ping is due.
@@ -48,7 +48,7 @@ pub struct Health {
 
 impl Health {
     /// A new link's health: its first ping is due at once (status shows an RTT from the start).
-    pub fn new(settings: HealthConfig, now: Instant) -> Self {
+    pub(super) fn new(settings: HealthConfig, now: Instant) -> Self {
         Health {
             settings,
             next_ping: now,
@@ -59,18 +59,18 @@ impl Health {
     }
 
     /// Takes reloaded settings.
-    pub fn set_settings(&mut self, settings: HealthConfig) {
+    pub(super) fn set_settings(&mut self, settings: HealthConfig) {
         self.settings = settings;
     }
 
     #[cfg(test)]
     /// True while the editor is silent past the timeout.
-    pub fn is_unhealthy(&self) -> bool {
+    pub(crate) fn is_unhealthy(&self) -> bool {
         self.unhealthy_since.is_some()
     }
 
     /// When [`Health::on_tick`] must run next.
-    pub fn next_wake(&self) -> Instant {
+    pub(super) fn next_wake(&self) -> Instant {
         match (self.outstanding.front(), self.unhealthy_since) {
             (Some((_, sent)), None) => self.next_ping.min(*sent + self.timeout()),
             (_, Some(since)) => self.next_ping.min(since + self.drop_after()),
@@ -87,7 +87,7 @@ impl Health {
     }
 
     /// Time passed: what to do now.
-    pub fn on_tick(&mut self, now: Instant) -> Vec<Action> {
+    pub(super) fn on_tick(&mut self, now: Instant) -> Vec<Action> {
         let mut out = Vec::new();
         if let (Some((_, sent)), None) = (self.outstanding.front(), self.unhealthy_since) {
             if now >= *sent + self.timeout() {
@@ -118,7 +118,7 @@ impl Health {
 
     /// A pong arrived. Any pong of ours proves the editor reads now: older unanswered pings
     /// (queued while it was frozen) no longer count against it.
-    pub fn on_pong(&mut self, payload: &[u8], now: Instant) -> Pong {
+    pub(super) fn on_pong(&mut self, payload: &[u8], now: Instant) -> Pong {
         let Some(n) = <[u8; 8]>::try_from(payload).ok().map(u64::from_be_bytes) else {
             return Pong {
                 rtt: None,

@@ -78,7 +78,7 @@ pub fn handle_editor_frame(editor: &Arc<Editor>, host: &dyn LinkHost, text: &str
     }
 }
 
-/// An answer to a request of ours: bridged back to the session's dialect, its paths mapped
+/// An answer to a request of ours: bridged back to the session's family, its paths mapped
 /// back for a remote session, and handed to its owner; an answer nobody waits for is dropped.
 fn deliver_answer(editor: &Editor, id: &Value, mut msg: Map<String, Value>) {
     let Some(p) = id
@@ -135,7 +135,7 @@ fn absolute_paths(editor: &Editor, msg: &mut Map<String, Value>) -> Option<Strin
     Some(Value::Object(std::mem::take(msg)).to_string())
 }
 
-/// The hot path: an answer for a session of the editor's own dialect goes back with the
+/// The hot path: an answer for a session of the editor's own family goes back with the
 /// session's id and the editor's `result`/`error` bytes untouched, without building a tree.
 /// `Some(())` when handled, `None` when the slow path must look at it.
 fn fast_reply(editor: &Editor, text: &str) -> Option<()> {

@@ -7,7 +7,7 @@ use super::dial::{dial, frame_str, DialError, Dialled};
 use super::handle::*;
 use super::health::{Action as HealthAction, Health};
 use super::inbound::handle_editor_frame;
-use super::lockfile;
+
 use super::Error;
 use super::{taken, Editor, LinkHost, CLOSE_WAIT};
 use crate::platform::sync::lock;
@@ -177,8 +177,7 @@ async fn after_link(
 /// and nothing of it be another user's (the re-read lockfile is taken: a new token). False
 /// once the editor is gone (told to `host`; a lockfile found foreign is listed as refused).
 fn still_there(editor: &Arc<Editor>, host: &dyn LinkHost) -> bool {
-    let path = editor.lockfile().path;
-    match lockfile::read(&path, editor.family) {
+    match host.read_lockfile(editor) {
         Ok(fresh) => {
             let mut current = lock(&editor.lock);
             if fresh.port != current.port || fresh.pid != current.pid {

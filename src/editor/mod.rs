@@ -1,7 +1,8 @@
 //! One editor: the handle the broker shares and the task that keeps its one link alive.
 //!
 //! The handle the broker shares (`handle`) and the task that keeps its one link alive (`link`),
-//! with the lockfiles that announce editors and the lock dir watcher.
+//! dialled to the endpoint a validated lockfile names (`lockfile`). Which lockfiles become
+//! editors, and when, is the registry's (`registry::lifecycle`).
 //!
 //! The handle owns the link's outbound id space and its pending-request table; the link task
 //! alone reads the editor's socket (dial, MCP handshake, health pings, redial with backoff).
@@ -14,7 +15,6 @@ mod health;
 mod inbound;
 pub mod journal;
 mod link;
-pub(crate) mod lockdir;
 pub mod lockfile;
 mod parked;
 pub(crate) mod taken;
@@ -41,6 +41,9 @@ pub trait LinkHost: Send + Sync + 'static {
     fn config(&self) -> Arc<Config>;
     /// A strictly increasing, non-zero stamp ordering "who was touched last".
     fn stamp(&self) -> u64;
+    /// Reads and validates `editor`'s lockfile again, as admission does (before every redial:
+    /// a new token, or a file now gone or refused).
+    fn read_lockfile(&self, editor: &Editor) -> Result<lockfile::Lockfile, Error>;
     /// The link state changed (status watchers wake up).
     fn state_changed(&self);
     /// The link became ready (sessions waiting for this editor can attach).

@@ -241,7 +241,7 @@ pub(super) async fn wait_while_taken(
 /// sessions waiting for an editor may be placed on it (it is routable: its calls are answered
 /// by linking for them). What the link task does on entering the state, and the registry's
 /// model test plays.
-pub fn mark_taken(editor: &Arc<Editor>, host: &dyn LinkHost, reason: &str) {
+pub(crate) fn mark_taken(editor: &Arc<Editor>, host: &dyn LinkHost, reason: &str) {
     {
         let mut l = lock(&editor.link);
         l.state = LinkState::Taken;

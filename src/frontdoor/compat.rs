@@ -8,17 +8,23 @@
 //! withdrawn when the editor is gone for good, and every entry is removed on shutdown.
 //! Leftovers of a crashed broker carry our marker and a dead pid: they are cleaned at start.
 //! Files without the marker are never touched.
+//!
+//! The same entries, in Claude Code's own lock dir (`[compat] claude`): a Claude lockfile per
+//! editor that writes none of its own (pi-ide.nvim…), so an unmodified `claude` lists it in
+//! `/ide` and has its edits reviewed there (its `openDiff` bridged to the editor's dialect).
 
 use super::per_editor::{self, Entry, PerEditor};
 use crate::protocol::family::Family;
 use crate::registry::limits::HandshakeSlot;
 use crate::registry::Registry;
 use crate::session::{Door, Intro};
+use crate::sys::config::{expand_home, home_dir, Config, Section};
 use crate::sys::secret::Token;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
@@ -26,112 +32,271 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+/// The compat door: virtual lockfiles + loopback listeners the unmodified pi-ide extension
+/// dials, and Claude lockfiles Claude Code's own `/ide` lists.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompatConfig {
+    /// Publish virtual lockfiles for pi-ide at all.
+    pub enabled: bool,
+    /// Where they go; point `PI_IDE_LOCK_DIR` here. `None` means `~/.pi/ide-broker`.
+    pub lock_dir: Option<PathBuf>,
+    /// Publish a Claude lockfile for each editor that writes none of its own (pi-ide.nvim…),
+    /// so Claude Code's own `/ide` lists it.
+    pub claude: bool,
+    /// Where those go; `None` means the first lock dir of family `claude` (by default
+    /// `$CLAUDE_CONFIG_DIR/ide`, else `~/.claude/ide`), where Claude Code looks.
+    pub claude_dir: Option<PathBuf>,
+}
+
+impl Default for CompatConfig {
+    fn default() -> Self {
+        CompatConfig {
+            enabled: true,
+            lock_dir: None,
+            claude: true,
+            claude_dir: None,
+        }
+    }
+}
+
+impl Section for CompatConfig {
+    const NAME: &'static str = "compat";
+}
+
+impl CompatConfig {
+    /// This door's section of `config`.
+    pub fn of(config: &Config) -> CompatConfig {
+        config.section()
+    }
+
+    /// The compat lock dir (`compat.lock_dir`, default `~/.pi/ide-broker`).
+    pub fn dir(&self) -> PathBuf {
+        match &self.lock_dir {
+            Some(p) => expand_home(p),
+            None => home_dir().join(".pi").join("ide-broker"),
+        }
+    }
+}
+
 /// The field that marks a virtual lockfile as written by a pi-ide-broker (the lock dir
 /// watcher skips such files, so a broker never dials itself).
 pub const MARKER: &str = per_editor::MARKER;
 
-/// The compat door's part of an entry: nothing beyond the common one (the token is in the
-/// file, and read back from it on a refresh).
+/// What a dir of the compat door holds: virtual lockfiles for pi-ide (`PI_IDE_LOCK_DIR`), or
+/// Claude lockfiles in Claude Code's own lock dir.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Pi,
+    Claude,
+}
+
+/// One dir the compat door publishes into. An entry's own part is its token.
 struct Compat {
     dir: PathBuf,
+    kind: Kind,
+    /// For Claude lockfiles: the dirs Claude Code reads, where an editor may have its own.
+    claude_code_dirs: Vec<PathBuf>,
 }
 
 impl PerEditor for Compat {
-    type Door = ();
+    type Door = Token;
     const WHAT: &'static str = "compat entry";
 
-    /// Mints a token, writes the virtual lockfile and starts accepting.
+    /// Mints a token, writes the lockfile and starts accepting. A port whose `<port>.lock` is
+    /// there already (some other program's, never overwritten) is traded for another.
     fn publish(
         &self,
         reg: &Arc<Registry>,
         id: &str,
-        listener: TcpListener,
+        mut listener: TcpListener,
         stop: CancellationToken,
-    ) -> std::io::Result<Entry<()>> {
-        let port = listener.local_addr()?.port();
+    ) -> std::io::Result<Entry<Token>> {
+        let mut tries = 0;
+        let (port, path) = loop {
+            let port = listener.local_addr()?.port();
+            let path = self.dir.join(format!("{port}.lock"));
+            if std::fs::symlink_metadata(&path).is_err() {
+                break (port, path);
+            }
+            tries += 1;
+            if tries > 8 {
+                return Err(std::io::Error::other("every port tried has a lockfile"));
+            }
+            listener = per_editor::loopback_listener()?;
+        };
         let token = Token::generate()?;
-        let path = self.dir.join(format!("{port}.lock"));
-        write_entry(reg, id, &path, Some(&token))?;
+        self.write_entry(reg, id, &path, &token)?;
         reg.tracker.spawn(accept_loop(
             reg.clone(),
             id.to_string(),
             listener,
-            token,
+            token.clone(),
             stop.clone(),
         ));
         Ok(Entry {
             port,
             files: vec![path],
             stop,
-            door: (),
+            door: token,
         })
     }
 
-    /// A successor: same port and token; folders and name refreshed.
-    fn refresh(&self, reg: &Registry, id: &str, entry: &mut Entry<()>) -> std::io::Result<()> {
+    /// A successor: same port and token; folders, name and pid refreshed.
+    fn refresh(&self, reg: &Registry, id: &str, entry: &mut Entry<Token>) -> std::io::Result<()> {
         match entry.files.first() {
-            Some(path) => write_entry(reg, id, path, None),
+            Some(path) => self.write_entry(reg, id, path, &entry.door),
             None => Ok(()),
         }
     }
-}
 
-/// Runs the compat door until the broker stops, then removes every entry.
-pub async fn run(reg: Arc<Registry>, dir: PathBuf) {
-    if let Err(e) = crate::platform::local::secure_dir(&dir) {
-        tracing::error!(error = %e, "compat door disabled");
-        return;
+    /// Claude lockfiles only for editors without one of their own: not an editor found in a
+    /// dir Claude Code reads, nor one whose process wrote a lockfile there (a VS Code with
+    /// both pi-ide and Claude Code, a Neovim with both plugins). Every editor for pi-ide.
+    fn wants(&self, reg: &Registry, id: &str) -> bool {
+        if self.kind == Kind::Pi {
+            return true;
+        }
+        let Some(editor) = reg.editor(id) else {
+            return true; // lost, its successor awaited: the entry stays as it is
+        };
+        let me = editor.lockfile();
+        !reg.editors().iter().any(|e| {
+            let l = e.lockfile();
+            let same = e.id == id
+                || (l.pid != 0 && l.pid == me.pid && l.wsl.is_some() == me.wsl.is_some());
+            same && (l.path.parent()).is_some_and(|d| self.claude_code_dirs.iter().any(|c| c == d))
+        })
     }
-    clean_leftovers(&dir);
-    per_editor::run(reg, Compat { dir }).await;
 }
 
-/// Removes virtual lockfiles left by a broker that died: ours by marker, with a dead pid.
-fn clean_leftovers(dir: &Path) {
-    per_editor::clean_leftovers(
-        dir,
-        |name| name.ends_with(".lock"),
-        |v| {
-            v.get("pid")
-                .and_then(Value::as_u64)
-                .and_then(|p| u32::try_from(p).ok())
-                .unwrap_or(0)
-        },
-    );
+impl Compat {
+    /// Writes (atomically, 0600, not flushed to disk) the lockfile for editor `id`: for pi-ide
+    /// the broker's pid and the editor's name; for Claude Code the editor's pid (Claude Code,
+    /// in an IDE's terminal, lists only its ancestors'; it deletes a file whose pid is dead)
+    /// and a name that says it goes through the broker. The marker holds the broker's pid.
+    fn write_entry(
+        &self,
+        reg: &Registry,
+        id: &str,
+        path: &Path,
+        token: &Token,
+    ) -> std::io::Result<()> {
+        let Some(editor) = reg.editor(id) else {
+            return Ok(());
+        };
+        let lock = editor.lockfile();
+        let broker = std::process::id();
+        let (pid, name) = match self.kind {
+            Kind::Pi => (broker, lock.ide_name.clone()),
+            Kind::Claude => (lock.pid, format!("{} (via pi-ide-broker)", lock.ide_name)),
+        };
+        let body = json!({
+            "pid": pid,
+            "workspaceFolders": per_editor::folders(&editor, &lock),
+            "ideName": name,
+            "transport": "ws",
+            "authToken": token.expose(),
+            MARKER: {"editor": id, "family": editor.family, "pid": broker},
+        });
+        crate::registry::state::write_atomic_unsynced(path, body.to_string().as_bytes())
+    }
 }
 
-/// Writes (atomically, 0600, not flushed to disk) the virtual lockfile for editor `id`.
-/// `token` is `None` when refreshing: the token already in the file is kept.
-fn write_entry(
-    reg: &Registry,
-    id: &str,
-    path: &Path,
-    token: Option<&Token>,
-) -> std::io::Result<()> {
-    let Some(editor) = reg.editor(id) else {
-        return Ok(());
-    };
-    let lock = editor.lockfile();
-    let token = match token {
-        Some(t) => t.expose().to_string(),
-        None => {
-            let old: Value = serde_json::from_str(&std::fs::read_to_string(path)?)
-                .map_err(std::io::Error::other)?;
-            old.get("authToken")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
+/// Claude Code's lock dir, where Claude lockfiles go: `compat.claude_dir`, else the first lock
+/// dir of family `claude` (by default `$CLAUDE_CONFIG_DIR/ide`, else `~/.claude/ide`); none
+/// when the lock dirs configured have no Claude one.
+fn claude_dir(config: &Config) -> Option<PathBuf> {
+    if let Some(p) = &CompatConfig::of(config).claude_dir {
+        return Some(expand_home(p));
+    }
+    (config.lock_dirs().into_iter())
+        .find(|d| d.family == Family::Claude)
+        .map(|d| d.path)
+}
+
+/// The dirs Claude Code reads lockfiles from: [`claude_dir`], and inside WSL the Windows
+/// user's `.claude/ide` too (Claude Code in WSL lists Windows editors).
+fn claude_code_dirs(config: &Config) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = claude_dir(config).into_iter().collect();
+    if let Some(win) = crate::sys::wsl::windows_home() {
+        dirs.push(win.join(".claude").join("ide"));
+    }
+    dirs
+}
+
+/// Runs the compat door until the broker stops, then removes every entry: pi-ide's virtual
+/// lockfiles in `pi` and Claude lockfiles in `claude`, each when given.
+pub async fn run(reg: Arc<Registry>, pi: Option<PathBuf>, claude: Option<PathBuf>) {
+    let claude_code_dirs = claude_code_dirs(&reg.config());
+    let pi = pi.filter(|dir| match crate::platform::local::secure_dir(dir) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "compat door disabled");
+            false
+        }
+    });
+    let claude = claude.filter(|dir| match claude_dir_ready(dir) {
+        Ok(ready) => ready,
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "no Claude lockfiles");
+            false
+        }
+    });
+    let door = |dir: Option<PathBuf>, kind| {
+        let reg = reg.clone();
+        let claude_code_dirs = claude_code_dirs.clone();
+        async move {
+            if let Some(dir) = dir {
+                clean_leftovers(&dir);
+                let door = Compat {
+                    dir,
+                    kind,
+                    claude_code_dirs,
+                };
+                per_editor::run(reg, door).await;
+            }
         }
     };
-    let body = json!({
-        "pid": std::process::id(),
-        "workspaceFolders": per_editor::folders(&editor, &lock),
-        "ideName": lock.ide_name,
-        "transport": "ws",
-        "authToken": token,
-        MARKER: {"editor": id, "family": editor.family},
+    tokio::join!(door(pi, Kind::Pi), door(claude, Kind::Claude));
+}
+
+/// Claude Code's lock dir, ready for Claude lockfiles: taken when it is there (ours, not
+/// writable by others; never chmodded: it is Claude Code's), made (0700) when only its parent
+/// is (Claude Code has a home here), and `false` when neither is: a HOME that never had
+/// Claude gets no `~/.claude` (as the lock dir watcher promises).
+fn claude_dir_ready(dir: &Path) -> Result<bool, String> {
+    match std::fs::metadata(dir) {
+        Ok(meta) => per_editor::check_private_dir(dir, &meta).map(|()| true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !dir.parent().is_some_and(Path::is_dir) {
+                tracing::info!(dir = %dir.display(), "no Claude Code home here: no Claude lockfiles");
+                return Ok(false);
+            }
+            crate::platform::local::secure_dir(dir).map_err(|e| e.to_string())?;
+            Ok(true)
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Removes lockfiles left by a broker that died: ours by marker, with a dead pid (the
+/// marker's; the file's own in a pi-ide entry written before the marker held one).
+fn clean_leftovers(dir: &Path) {
+    per_editor::clean_leftovers(dir, is_lock_name, |v| {
+        v[MARKER]
+            .get("pid")
+            .or_else(|| v.get("pid"))
+            .and_then(Value::as_u64)
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(0)
     });
-    crate::registry::state::write_atomic_unsynced(path, body.to_string().as_bytes())
+}
+
+/// True for a lockfile's name (`<digits>.lock`).
+fn is_lock_name(name: &str) -> bool {
+    name.strip_suffix(".lock")
+        .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 async fn accept_loop(
@@ -185,7 +350,7 @@ async fn connection(
     let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let answer = match check_upgrade(&req, &token) {
             Err(refused) => refused,
-            Ok((key, dialect, mcp)) => match reg.limits.session("compat") {
+            Ok((key, family, mcp)) => match reg.limits.session("compat") {
                 None => refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "too many sessions (max_sessions)",
@@ -198,7 +363,7 @@ async fn connection(
                         crate::platform::sync::lock(&place).take();
                         match up {
                             Ok(up) => {
-                                let intro = intro(&reg, id, dialect);
+                                let intro = intro(&reg, id, family);
                                 super::run_upgraded::<TcpStream>(
                                     reg,
                                     up,
@@ -225,8 +390,8 @@ async fn connection(
     }
 }
 
-/// What a compat session starts with: pinned to editor `id`, in the client's dialect.
-fn intro(reg: &Registry, id: String, dialect: Family) -> Intro {
+/// What a compat session starts with: pinned to editor `id`, speaking `family`'s tools.
+fn intro(reg: &Registry, id: String, family: Family) -> Intro {
     let cwd = reg
         .editor(&id)
         .and_then(|e| e.folders.first().map(|f| f.display().to_string()))
@@ -239,7 +404,7 @@ fn intro(reg: &Registry, id: String, dialect: Family) -> Intro {
         inherit: None,
         pinned: true,
         remote: None,
-        dialect,
+        family,
         client: None,
         realm: None,
     }
@@ -257,7 +422,7 @@ fn refuse(status: StatusCode, reason: &str) -> Response<Full<Bytes>> {
 }
 
 /// Refuses browsers (any `Origin`), then checks the token (constant time) from either header
-/// before the upgrade, like the editors do. The key, the dialect the header names, and
+/// before the upgrade, like the editors do. The key, the family the header names, and
 /// whether subprotocol `mcp` was offered.
 #[allow(clippy::result_large_err)] // the refusal is the response itself
 fn check_upgrade(
@@ -315,56 +480,112 @@ impl super::plugin::AgentDoor for CompatDoor {
         "compat"
     }
 
-    fn enabled(&self, config: &crate::sys::config::Config) -> bool {
-        config.compat.enabled
+    fn section(&self) -> Option<crate::sys::config::SectionCheck> {
+        Some(crate::sys::config::SectionCheck::of::<CompatConfig>())
+    }
+
+    fn enabled(&self, config: &Config) -> bool {
+        let c = CompatConfig::of(config);
+        c.enabled || c.claude
     }
 
     fn run(&self, reg: Arc<Registry>) -> super::plugin::DoorTask {
-        let dir = reg.config().compat_dir();
-        if reg.config().lock_dirs().iter().any(|d| d.path == dir) {
+        let config = reg.config();
+        let compat = CompatConfig::of(&config);
+        let dir = compat.enabled.then(|| compat.dir());
+        if let Some(dir) = dir
+            .as_ref()
+            .filter(|d| config.lock_dirs().iter().any(|l| l.path == **d))
+        {
             tracing::warn!(dir = %dir.display(), "the compat dir is also watched as a lock dir (is PI_IDE_LOCK_DIR exported to the broker or your editors?); set it for pi only, e.g. `PI_IDE_LOCK_DIR=~/.pi/ide-broker pi`");
         }
-        Box::pin(run(reg, dir))
+        let claude = compat.claude.then(|| claude_dir(&config)).flatten();
+        Box::pin(run(reg, dir, claude))
     }
 
     fn doctor(
         &self,
-        config: &crate::sys::config::Config,
+        config: &Config,
         _doors: Option<&serde_json::Map<String, Value>>,
     ) -> Vec<super::plugin::Check> {
         use super::plugin::{Check, Level};
-        if !config.compat.enabled {
-            let off = "the compat door is off ([compat] enabled = false)";
-            return vec![Check::new("compat", Level::Ok, off)];
-        }
-        let dir = config.compat_dir();
-        let entries = std::fs::read_dir(&dir)
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
-                    .count()
-            })
-            .unwrap_or(0);
-        let mut checks = vec![Check::new(
-            "compat",
-            Level::Ok,
-            format!(
-                "{} holds {entries} entr{} for the published pi-ide extension",
-                dir.display(),
-                if entries == 1 { "y" } else { "ies" }
-            ),
-        )
-        .with_fix(format!(
-            "for pi with pi-ide only: PI_IDE_LOCK_DIR={} pi",
-            dir.display()
-        ))];
-        if std::env::var_os("PI_IDE_LOCK_DIR").is_some_and(|v| Path::new(&v) == dir) {
-            checks.push(Check::new(
-                "compat",
-                Level::Warn,
-                "PI_IDE_LOCK_DIR points at the compat dir in this shell: pi-ide.nvim started from here would write its lockfile there too",
-            ).with_fix("set it for pi only (alias pi='PI_IDE_LOCK_DIR=… pi'), not in your shell profile"));
-        }
+        let mut checks = if CompatConfig::of(config).enabled {
+            pi_checks(config)
+        } else {
+            let off = "the compat door is off for pi-ide ([compat] enabled = false)";
+            vec![Check::new("compat", Level::Ok, off)]
+        };
+        checks.push(claude_check(config));
         checks
     }
+}
+
+/// `doctor`'s look at the pi-ide side: its entries, and a `PI_IDE_LOCK_DIR` set too widely.
+fn pi_checks(config: &Config) -> Vec<super::plugin::Check> {
+    use super::plugin::{Check, Level};
+    let dir = CompatConfig::of(config).dir();
+    let entries = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+                .count()
+        })
+        .unwrap_or(0);
+    let mut checks = vec![Check::new(
+        "compat",
+        Level::Ok,
+        format!(
+            "{} holds {entries} entr{} for the published pi-ide extension",
+            dir.display(),
+            if entries == 1 { "y" } else { "ies" }
+        ),
+    )
+    .with_fix(format!(
+        "for pi with pi-ide only: PI_IDE_LOCK_DIR={} pi",
+        dir.display()
+    ))];
+    if std::env::var_os("PI_IDE_LOCK_DIR").is_some_and(|v| Path::new(&v) == dir) {
+        checks.push(Check::new(
+            "compat",
+            Level::Warn,
+            "PI_IDE_LOCK_DIR points at the compat dir in this shell: pi-ide.nvim started from here would write its lockfile there too",
+        ).with_fix("set it for pi only (alias pi='PI_IDE_LOCK_DIR=… pi'), not in your shell profile"));
+    }
+    checks
+}
+
+/// `doctor`'s look at the Claude side: how many Claude lockfiles the broker wrote, and where.
+fn claude_check(config: &Config) -> super::plugin::Check {
+    use super::plugin::{Check, Level};
+    if !CompatConfig::of(config).claude {
+        let off = "no Claude lockfiles for editors without their own ([compat] claude = false)";
+        return Check::new("compat", Level::Ok, off);
+    }
+    let Some(dir) = claude_dir(config) else {
+        let none = "no Claude lockfiles: no lock dir of family claude is configured";
+        return Check::new("compat", Level::Ok, none);
+    };
+    if !dir.is_dir() && !dir.parent().is_some_and(Path::is_dir) {
+        let none = format!(
+            "no Claude Code home here ({} is missing): no Claude lockfiles are written",
+            dir.parent().unwrap_or(&dir).display()
+        );
+        return Check::new("compat", Level::Ok, none);
+    }
+    let ours = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(is_lock_name))
+        .filter(|e| per_editor::read_marked(&e.path()).is_some())
+        .count();
+    Check::new(
+        "compat",
+        Level::Ok,
+        format!(
+            "{} holds {ours} Claude lockfile{} of the broker's, for editors without their own (Claude Code's /ide lists them)",
+            dir.display(),
+            if ours == 1 { "" } else { "s" }
+        ),
+    )
 }

@@ -10,16 +10,36 @@
 
 use crate::registry::limits;
 
+pub mod acp;
+pub mod client;
 pub mod codex;
-pub(crate) mod compat;
-pub(crate) mod copilot;
-pub(crate) mod gemini;
+pub mod compat;
+pub mod copilot;
+pub mod gemini;
+pub(crate) mod lines;
+pub mod mcp;
 pub(crate) mod mcp_http;
 pub(crate) mod native;
 pub(crate) mod per_editor;
 pub mod plugin;
 pub(crate) mod rights;
 pub mod status;
+
+/// The config sections of the doors of [`DOORS`], for [`crate::sys::config::Config::load`].
+pub fn sections() -> Vec<crate::sys::config::SectionCheck> {
+    DOORS.iter().filter_map(|d| d.section()).collect()
+}
+
+/// `config` with the lock dirs of the doors it turns on (`AgentDoor::lock_dirs`): watched
+/// with the user's, listed by `status` and `doctor`.
+pub fn with_door_lock_dirs(mut config: crate::sys::config::Config) -> crate::sys::config::Config {
+    config.door_lock_dirs = DOORS
+        .iter()
+        .filter(|d| d.enabled(&config))
+        .flat_map(|d| d.lock_dirs(&config))
+        .collect();
+    config
+}
 
 /// The agent doors plugged into the daemon (`plugin`), in the order `status` and `doctor`
 /// show them: one line a door. The native socket is the core's own and not listed.
@@ -28,6 +48,7 @@ pub static DOORS: &[&dyn plugin::AgentDoor] = &[
     &gemini::GeminiDoor,
     &codex::CodexDoor,
     &copilot::CopilotDoor,
+    &copilot::editor::CopilotEditors,
 ];
 
 /// True when a `Sec-WebSocket-Protocol` value offers `mcp` (Claude Code asks for it, and its
@@ -234,4 +255,57 @@ pub enum Error {
     /// A dir the door publishes into is not private (the gemini door's discovery files).
     #[error("{0}")]
     Unsafe(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sys::config::{Config, Section};
+
+    /// `S`'s section of `config` and its defaults, as the same TOML.
+    fn same_as_default<S: Section>(config: &Config) {
+        let (parsed, default) = (config.section::<S>(), S::default());
+        assert_eq!(
+            toml::Value::try_from(&parsed).unwrap(),
+            toml::Value::try_from(&default).unwrap(),
+            "[{}] of config.example.toml",
+            S::NAME
+        );
+    }
+
+    /// Every door's section in `config.example.toml` is known, parses, and says the defaults.
+    #[test]
+    fn the_example_configs_door_sections_are_their_defaults() {
+        let text = include_str!("../../config.example.toml");
+        let config: Config = toml::from_str(text).unwrap();
+        config.check_sections(&super::sections()).unwrap();
+        let names: Vec<&str> = config.doors.keys().map(String::as_str).collect();
+        assert_eq!(names, ["codex", "compat", "copilot", "gemini"]);
+        same_as_default::<super::compat::CompatConfig>(&config);
+        same_as_default::<super::gemini::GeminiConfig>(&config);
+        same_as_default::<super::codex::CodexConfig>(&config);
+        same_as_default::<super::copilot::CopilotConfig>(&config);
+    }
+
+    /// A misspelt section or key is refused with what the doors know, never ignored.
+    #[test]
+    fn an_unknown_section_or_key_is_refused() {
+        let known = super::sections();
+        let c: Config = toml::from_str("[copilt]\nenabled = true\n").unwrap();
+        let e = c.check_sections(&known).unwrap_err();
+        assert!(
+            e.contains("unknown key `copilt`") && e.contains("copilot"),
+            "{e}"
+        );
+        let c: Config = toml::from_str("[copilot]\nenabld = true\n").unwrap();
+        let e = c.check_sections(&known).unwrap_err();
+        assert!(
+            e.starts_with("in [copilot]: ") && e.contains("enabld"),
+            "{e}"
+        );
+        let c: Config = toml::from_str("sockt = \"/x\"\n").unwrap();
+        assert!(c.check_sections(&known).is_err());
+        let c: Config = toml::from_str("[copilot]\nenabled = true\n").unwrap();
+        c.check_sections(&known).unwrap();
+        assert!(c.section::<super::copilot::CopilotConfig>().enabled);
+    }
 }

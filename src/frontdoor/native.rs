@@ -21,7 +21,7 @@ use std::time::Duration;
 /// Accepts connections on one of the broker's sockets until the broker stops accepting.
 /// Each peer's rights are decided here, once, from where it came (`rights::decide`); peers
 /// of another uid that the config does not list are refused.
-pub async fn serve(listener: Listener, reg: Arc<Registry>, socket: Socket, seen: Arc<Seen>) {
+pub(crate) async fn serve(listener: Listener, reg: Arc<Registry>, socket: Socket, seen: Arc<Seen>) {
     loop {
         let accepted = tokio::select! {
             _ = reg.accepting.cancelled() => return,
@@ -476,7 +476,7 @@ struct ClientQuery {
 
 /// Parses `cwd` (required, absolute), `session`, `inherit`, `editor`, `dialect` and the
 /// client's `client`, `client_version` and `protocol` from a query string.
-pub fn parse_intro(query: &str) -> Result<Intro, super::Error> {
+pub(crate) fn parse_intro(query: &str) -> Result<Intro, super::Error> {
     let bad = super::Error::BadRequest;
     let mut intro = Intro {
         door: Door::Native,
@@ -486,7 +486,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, super::Error> {
         inherit: None,
         pinned: false,
         remote: None,
-        dialect: Family::Pi,
+        family: Family::Pi,
         client: None,
         realm: None,
     };
@@ -505,7 +505,7 @@ pub fn parse_intro(query: &str) -> Result<Intro, super::Error> {
             "inherit" if !v.is_empty() => intro.inherit = Some(v),
             "remote" if !v.is_empty() => intro.remote = Some(v),
             "dialect" => {
-                intro.dialect = match v.as_str() {
+                intro.family = match v.as_str() {
                     "pi" => Family::Pi,
                     "claude" => Family::Claude,
                     other => {
@@ -557,7 +557,7 @@ mod tests {
         assert_eq!(i.inherit.as_deref(), Some("41"));
         assert_eq!(i.cwd, "/home/u/my proj");
         assert_eq!(i.key.as_deref(), Some("42"));
-        assert_eq!(i.dialect, Family::Claude);
+        assert_eq!(i.family, Family::Claude);
         assert!(parse_intro("session=1")
             .unwrap_err()
             .to_string()

@@ -4,20 +4,23 @@
 //! socket, pi-ide's virtual lockfiles). It lives in its own folder and says, through
 //! [`AgentDoor`], whether the config turns it on, what it serves, what `status` and `doctor`
 //! show of it. The daemon starts every door of [`super::DOORS`] (and any a caller of
-//! [`crate::daemon::serve_with`] adds); nothing else in the core names a door. A door hands
+//! [`crate::broker::serve_with`] adds); nothing else in the core names a door. A door hands
 //! each of its agents to the core as a session ([`open_session`]) and speaks its own protocol
 //! on the other side.
 
 use crate::registry::session::Intro;
 use crate::registry::Registry;
-use crate::sys::config::Config;
-use crate::wire::wsframe::{FrameReader, FrameWriter, Role};
+use crate::sys::config::{Config, LockDirConfig, SectionCheck};
+use crate::wire::wsframe::{Frame, FrameReader, FrameWriter, Out, Role};
+use futures_util::SinkExt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// A door's task: serves until the registry's cancel token fires.
 pub type DoorTask = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -29,6 +32,15 @@ pub trait AgentDoor: Send + Sync {
 
     /// Whether `config` turns it on.
     fn enabled(&self, config: &Config) -> bool;
+    /// The lock dirs it writes editors' lockfiles into itself (an editor it serves through an
+    /// adapter of its own), watched as the user's are while it is on.
+    fn lock_dirs(&self, _config: &Config) -> Vec<LockDirConfig> {
+        Vec::new()
+    }
+    /// Its section of the config file (its type is in its folder), if it has one.
+    fn section(&self) -> Option<SectionCheck> {
+        None
+    }
 
     /// Its task, started once the registry has seen the lock dirs; it ends when
     /// `reg.cancel` fires.
@@ -96,7 +108,7 @@ impl Check {
     }
 }
 
-/// The door's end of a session: WebSocket text frames of the session's dialect, in memory.
+/// The door's end of a session: WebSocket text frames of the session's family, in memory.
 pub struct SessionLink {
     /// What the session sends its agent.
     pub reader: FrameReader<ReadHalf<DuplexStream>>,
@@ -109,14 +121,14 @@ const PIPE_BYTES: usize = 256 * 1024;
 
 /// Starts a session in the core for one of the door's agents (routing, stickiness, diffs and
 /// notifications as for any session) and hands back the door's end of it. The session's side
-/// reads under the owner's share of the budget for messages in flight (a door's agents are
-/// the user's: its files and sockets are private).
+/// reads under its realm's share of the budget for messages in flight (`Intro::realm`: the
+/// owner's for the user's own local processes).
 pub fn open_session(reg: &Arc<Registry>, intro: Intro) -> SessionLink {
     let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
     let (srv_rd, srv_wr) = tokio::io::split(theirs);
     let max = reg.config().max_frame_bytes;
-    let reader =
-        FrameReader::new(srv_rd, Role::Server, max, &[]).with_budget(reg.frames.share(None));
+    let reader = FrameReader::new(srv_rd, Role::Server, max, &[])
+        .with_budget(reg.frames.share(intro.realm.as_deref()));
     let writer = FrameWriter::new(Box::pin(srv_wr) as _, Role::Server);
     reg.tracker
         .spawn(crate::session::run(reg.clone(), reader, writer, intro));
@@ -124,5 +136,60 @@ pub fn open_session(reg: &Arc<Registry>, intro: Intro) -> SessionLink {
     SessionLink {
         reader: FrameReader::new(rd, Role::Client, max, &[]),
         writer: FrameWriter::new(wr, Role::Client),
+    }
+}
+
+/// A door's side of one of its sessions: what it makes of the session's frames and of its own
+/// commands (from its HTTP side, say), each turned into frames for the session.
+pub trait SessionAdapter {
+    /// What the door's other side asks of it.
+    type Command;
+    /// A JSON frame from the session (an answer, a notification, an editor's request);
+    /// frames for the session go into `out`.
+    fn on_session(&mut self, frame: Value, out: &mut Vec<String>);
+    /// A command of the door's; frames for the session go into `out`.
+    fn on_command(&mut self, cmd: Self::Command, out: &mut Vec<String>);
+}
+
+impl SessionLink {
+    /// Runs `adapter` on this link, `hello` (its `initialize`) sent first, until `ended`
+    /// fires, the session closes, or the session stops reading; pings are answered. `door`
+    /// names the door in its one log line for an unreadable frame.
+    pub async fn drive<A: SessionAdapter>(
+        mut self,
+        adapter: &mut A,
+        hello: String,
+        mut cmds: mpsc::UnboundedReceiver<A::Command>,
+        ended: &CancellationToken,
+        door: &str,
+    ) {
+        let mut out = vec![hello];
+        let mut pong: Option<Vec<u8>> = None;
+        loop {
+            let frames = pong
+                .take()
+                .map(Out::Pong)
+                .into_iter()
+                .chain(out.drain(..).map(Out::Text));
+            for frame in frames.collect::<Vec<_>>() {
+                if self.writer.send(frame).await.is_err() {
+                    return;
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = ended.cancelled() => return,
+                frame = self.reader.next() => match frame {
+                    Ok(Some(Frame::Text(t))) => match serde_json::from_str::<Value>(t) {
+                        Ok(v) => adapter.on_session(v, &mut out),
+                        Err(e) => tracing::warn!(error = %e, "{door} door: unreadable frame from its session"),
+                    },
+                    Ok(Some(Frame::Ping(p))) => pong = Some(p.to_vec()),
+                    Ok(Some(Frame::Binary(_) | Frame::Pong(_))) => {}
+                    Ok(Some(Frame::Close(_)) | None) | Err(_) => return,
+                },
+                Some(cmd) = cmds.recv() => adapter.on_command(cmd, &mut out),
+            }
+        }
     }
 }

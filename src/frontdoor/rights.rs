@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 /// Which of the broker's sockets a connection came in on.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Socket {
+pub(crate) enum Socket {
     /// The main socket (`sock`): the user's own processes.
     Main,
     /// The socket of the `[[remote]]` with this name (`remote/<name>/sock`).
@@ -83,7 +83,7 @@ pub struct Peer {
 
 /// The config's say in it: who may connect at all, and which other uids are owners.
 #[derive(Clone, Copy, Debug)]
-pub struct Grants<'a> {
+pub(crate) struct Grants<'a> {
     /// `allow_uids`: other uids let in (as agents).
     pub allow_uids: &'a [u32],
     /// `owner_uids`: other uids let in with the owner's rights.
@@ -92,7 +92,7 @@ pub struct Grants<'a> {
 
 /// Decides what the peer with `facts` gets on `socket`, given our uid and namespaces; `Err`
 /// (the reason) when it may not connect at all.
-pub fn decide(
+pub(crate) fn decide(
     socket: &Socket,
     facts: &PeerFacts,
     me: u32,
@@ -231,7 +231,7 @@ impl Peer {
 /// Agents seen on the main socket: logged once each, and shown to the owner (`status`,
 /// `doctor`) so a user who mounts the main socket into a container learns of the remote one.
 #[derive(Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// By realm, oldest first; at most [`Seen::CAP`].
     seen: Mutex<Vec<AgentSeen>>,
 }
@@ -253,10 +253,10 @@ pub struct AgentSeen {
 
 impl Seen {
     /// How many realms are remembered (the oldest goes first).
-    pub const CAP: usize = 16;
+    pub(crate) const CAP: usize = 16;
 
     /// Notes an agent on the main socket; the first of its realm is logged.
-    pub fn note(&self, peer: &Peer) {
+    pub(crate) fn note(&self, peer: &Peer) {
         let Some(realm) = peer.realm() else { return };
         if matches!(peer.origin, Origin::Remote(_)) {
             return;
@@ -290,7 +290,7 @@ impl Seen {
     }
 
     /// What was seen, oldest first.
-    pub fn all(&self) -> Vec<AgentSeen> {
+    pub(crate) fn all(&self) -> Vec<AgentSeen> {
         crate::platform::sync::lock(&self.seen).clone()
     }
 }

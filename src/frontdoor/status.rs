@@ -174,9 +174,10 @@ pub struct SessionStatus {
     pub editor: Option<String>,
     /// Unix seconds since it connected.
     pub since: u64,
-    /// The dialect it speaks.
-    pub dialect: Family,
-    /// True when its dialect differs from its editor's family.
+    /// The family whose tools it speaks (the JSON says `dialect`, its name on the wire).
+    #[serde(rename = "dialect")]
+    pub family: Family,
+    /// True when its family differs from its editor's (its calls are bridged).
     #[serde(default)]
     pub bridged: bool,
     /// The `[[remote]]` it runs on, if elsewhere.
@@ -391,7 +392,7 @@ fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> Sessi
     let editor = s.editor_id();
     let bridged = editor
         .as_deref()
-        .and_then(|id| reg.editor(id).map(|e| e.family != s.dialect))
+        .and_then(|id| reg.editor(id).map(|e| e.family != s.family))
         .unwrap_or(false);
     SessionStatus {
         id: s.id,
@@ -400,7 +401,7 @@ fn session_status(reg: &Registry, s: &Session, editors: &[Arc<Editor>]) -> Sessi
         key: s.key.clone(),
         editor: editor.map(|e| e.to_string()),
         since: unix(s.since),
-        dialect: s.dialect,
+        family: s.family,
         bridged,
         remote: s.remote.as_ref().map(|(n, _)| n.clone()),
         host_cwd: s.remote.as_ref().map(|_| s.cwd.display().to_string()),
@@ -463,7 +464,7 @@ mod tests {
             remote: None,
             pinned: false,
             inherit: None,
-            dialect: Family::Pi,
+            family: Family::Pi,
             client: None,
             realm: realm.map(String::from),
         };
@@ -487,9 +488,9 @@ mod tests {
             "authToken": "0123456789abcdef",
         })
         .to_string();
-        let lock =
-            crate::editor::lockfile::parse(&text, &path, Family::Pi, port).expect("lockfile");
-        reg.apply(crate::editor::lockdir::LockEvent::Upsert(lock));
+        let lock = crate::registry::lifecycle::lockfile::parse(&text, &path, Family::Pi, port)
+            .expect("lockfile");
+        reg.apply(crate::registry::lifecycle::watch::LockEvent::Upsert(lock));
         reg.editors()
             .iter()
             .find(|e| e.lockfile().port == port)
@@ -514,8 +515,8 @@ mod tests {
             state_dir: Some(dir.path().join("state")),
             ..Default::default()
         };
-        config.gemini.enabled = true;
-        config.gemini.dir = Some(gemini);
+        config.edit_section(|s: &mut crate::frontdoor::gemini::GeminiConfig| s.enabled = true);
+        config.edit_section(|s: &mut crate::frontdoor::gemini::GeminiConfig| s.dir = Some(gemini));
         let reg = Registry::new(
             Arc::new(config),
             crate::registry::state::StateStore::load(&dir.path().join("state")),
@@ -523,7 +524,7 @@ mod tests {
             tokio_util::sync::CancellationToken::new(),
         );
         reg.state.set_sticky("container:mnt:[9]/k", "ed-y");
-        reg.apply(crate::editor::lockdir::LockEvent::Rejected(
+        reg.apply(crate::registry::lifecycle::watch::LockEvent::Rejected(
             dir.path().join("9.lock"),
             "not JSON".into(),
         ));

@@ -449,7 +449,7 @@ fn latest_untied<T: Ord>(mut lost: Vec<(u64, T)>) -> Option<T> {
 
 /// What the registry learns from outside about editor processes, and the clock it stamps
 /// losses with: the OS in the daemon ([`Os`]), a table in the registry's model test.
-pub trait ProcessFacts: Send + Sync + 'static {
+pub(crate) trait ProcessFacts: Send + Sync + 'static {
     /// When `pid` started, as a token equal for the same process (`None` where unknown).
     fn start_token(&self, pid: u32) -> Option<u64>;
     /// True when `p` still runs (its pid is alive and, where known, started when it did).
@@ -459,7 +459,7 @@ pub trait ProcessFacts: Send + Sync + 'static {
 }
 
 /// The real process facts: `/proc` (or libproc) and the wall clock.
-pub struct Os;
+pub(super) struct Os;
 
 impl ProcessFacts for Os {
     fn start_token(&self, pid: u32) -> Option<u64> {
@@ -479,12 +479,12 @@ impl ProcessFacts for Os {
 
 /// When process `pid` started, as an opaque token equal for the same process (Linux: clock
 /// ticks since boot; macOS: microseconds since the epoch; `None` where unknown).
-pub fn process_start_ticks(pid: u32) -> Option<u64> {
+pub(super) fn process_start_ticks(pid: u32) -> Option<u64> {
     crate::platform::process::start_token(pid)
 }
 
 /// True when `p` is still running: its pid is alive and (where known) started when it did.
-pub fn process_alive(p: &Process) -> bool {
+pub(super) fn process_alive(p: &Process) -> bool {
     let Some(now) = crate::platform::process::running(p.pid) else {
         return false;
     };

@@ -33,9 +33,9 @@ use tokio_util::sync::CancellationToken;
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// How long a new connection may stay silent before it is closed.
-pub const FIRST_BYTE: Duration = Duration::from_secs(1);
+pub(crate) const FIRST_BYTE: Duration = Duration::from_secs(1);
 /// How long a connection may take from accept to a completed upgrade (or answered request).
-pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
 /// The caps shared by every door.
 pub struct Limits {
     /// Native-socket connections between accept and a completed upgrade.
@@ -350,7 +350,7 @@ impl Drop for AgentSlot {
 /// spoken), then that it spoke once bytes come. A readiness without bytes (tokio's may be
 /// spurious) is no first byte; the end of the stream is none either. False if nothing came
 /// (close it).
-pub async fn first_byte<S: Readable>(stream: &S, heard: &Heard) -> bool {
+pub(crate) async fn first_byte<S: Readable>(stream: &S, heard: &Heard) -> bool {
     let spoke = |n: usize| {
         if n > 0 {
             heard.set(Heard::SPOKE);

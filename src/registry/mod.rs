@@ -1,17 +1,15 @@
 //! The live editors and sessions, and every decision that changes them.
 //!
-//! Editors appearing, restarting (successors) and vanishing (`admission`, ids from
-//! `identity`); sessions placed, attached and detached (`router`); what survives a restart
-//! (`state`); the link task's host (`link_host`). DashMap guards are never held across an
+//! An editor's lifecycle from its lockfile to routable (`lifecycle`, ids from `identity`);
+//! sessions placed, attached and detached (`router`); what survives a restart (`state`). DashMap guards are never held across an
 //! `.await`. The session as the registry holds it (`session`) and the connection caps
 //! (`limits`) sit lower than the rest of it: the doors and the session task use them.
 //! Uses `editor` and everything below it.
 
-mod admission;
 pub(crate) mod explain;
 mod identity;
+pub mod lifecycle;
 pub(crate) mod limits;
-mod link_host;
 pub(crate) mod router;
 pub mod session;
 pub mod state;

@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 /// `..` resolved, symlinks resolved where the path exists, trailing slash ignored. On Windows
 /// a drive, verbatim or UNC path compares by `winpath::compare_key` instead: drive letter and
 /// case folded, either slash (no symlinks resolved: the editors write what the user opened).
-pub fn normalize(path: &Path) -> PathBuf {
+pub(crate) fn normalize(path: &Path) -> PathBuf {
     if cfg!(windows) {
         if let Some(key) = crate::protocol::winpath::compare_key(&path.to_string_lossy()) {
             return PathBuf::from(key);
@@ -36,7 +36,7 @@ pub fn normalize(path: &Path) -> PathBuf {
 }
 
 /// `.`/`..` resolution without touching the file system.
-pub fn lexical(path: &Path) -> PathBuf {
+pub(crate) fn lexical(path: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     for c in path.components() {
         match c {
@@ -52,7 +52,7 @@ pub fn lexical(path: &Path) -> PathBuf {
 
 /// How well one folder of an editor matches a cwd.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FolderMatch {
+pub(crate) struct FolderMatch {
     /// The (normalised) folder that contains the cwd.
     pub folder: PathBuf,
     /// Its number of path components: more is more specific.
@@ -62,7 +62,7 @@ pub struct FolderMatch {
 }
 
 /// The best folder of `folders` (already normalised) containing `cwd` (already normalised).
-pub fn best_folder(cwd: &Path, folders: &[PathBuf], home: &Path) -> Option<FolderMatch> {
+pub(crate) fn best_folder(cwd: &Path, folders: &[PathBuf], home: &Path) -> Option<FolderMatch> {
     folders
         .iter()
         .filter(|f| cwd.starts_with(f))
@@ -76,7 +76,7 @@ pub fn best_folder(cwd: &Path, folders: &[PathBuf], home: &Path) -> Option<Folde
 
 /// One editor as routing sees it.
 #[derive(Clone, Debug)]
-pub struct EditorView {
+pub(crate) struct EditorView {
     /// The editor id.
     pub id: String,
     /// Normalised workspace folders.
@@ -89,7 +89,7 @@ pub struct EditorView {
 
 /// A candidate editor for a cwd.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// The editor id.
     pub id: String,
     /// The folder that matched.
@@ -100,7 +100,7 @@ pub struct Candidate {
 
 /// Candidates for `cwd`, best first: strong before weak (weak only when no strong one
 /// exists), deeper folder first, then the most recently focused.
-pub fn candidates(cwd: &Path, editors: &[EditorView], home: &Path) -> Vec<Candidate> {
+pub(crate) fn candidates(cwd: &Path, editors: &[EditorView], home: &Path) -> Vec<Candidate> {
     let mut all: Vec<Candidate> = editors
         .iter()
         .filter(|e| e.usable)
@@ -137,7 +137,7 @@ pub enum Decision {
 }
 
 /// Sticky target if still a candidate, else the single best candidate, else ambiguity.
-pub fn decide(cands: &[Candidate], sticky: Option<&str>) -> Decision {
+pub(crate) fn decide(cands: &[Candidate], sticky: Option<&str>) -> Decision {
     if let Some(s) = sticky {
         if cands.iter().any(|c| c.id == s) {
             return Decision::Editor(s.to_string());

@@ -81,8 +81,8 @@ pub struct Intro {
     /// The key of the session this one replaces (pi's `/new`, `/fork`): its sticky target is
     /// copied to `key` when `key` has none yet.
     pub inherit: Option<String>,
-    /// The dialect the client speaks.
-    pub dialect: Family,
+    /// The family whose tools the client speaks (`dialect` on the wire).
+    pub family: Family,
     /// What the client says it is (`client`, `client_version`, `protocol` on the native door).
     pub client: Option<crate::protocol::version::ClientInfo>,
     /// An agent's realm (`frontdoor::rights`): where its connection came from when that gives
@@ -116,8 +116,8 @@ pub struct Session {
     pub cwd: PathBuf,
     /// Sticky key, if any.
     pub key: Option<String>,
-    /// The dialect it speaks.
-    pub dialect: Family,
+    /// The family whose tools it speaks (`dialect` on the wire).
+    pub family: Family,
     /// What the client says it is (name, version, protocol revision), if it said.
     pub client: Option<crate::protocol::version::ClientInfo>,
     /// See [`Intro::realm`]: set, the session is an agent's and attaches only to an editor
@@ -242,7 +242,7 @@ impl Session {
             cwd: crate::registry::router::normalize(std::path::Path::new(&host_cwd)),
             cwd_raw: intro.cwd.clone(),
             key: intro.key.clone(),
-            dialect: intro.dialect,
+            family: intro.family,
             client: intro.client.clone(),
             realm: intro.realm.clone(),
             since: SystemTime::now(),

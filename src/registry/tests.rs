@@ -13,10 +13,10 @@
 
 use super::identity::{Lineage, Process, ProcessFacts};
 use super::*;
-use crate::editor::lockdir::LockEvent;
 use crate::editor::lockfile::Lockfile;
 use crate::editor::{LinkHost, LinkState};
 use crate::protocol::family::Family;
+use crate::registry::lifecycle::watch::LockEvent;
 use crate::registry::session::{Door, Intro};
 use crate::wire::outbox::Outbox;
 use crate::wire::wsframe::{FrameWriter, Role};
@@ -593,7 +593,7 @@ impl Harness {
             remote: None,
             pinned: false,
             inherit,
-            dialect: Family::Pi,
+            family: Family::Pi,
             client: None,
             realm: m.agent.then(|| AGENT_REALM.to_string()),
         };
@@ -1037,8 +1037,8 @@ async fn a_pinned_session_cannot_attach_to_another_editor() {
         })
         .to_string();
         let path = dir.path().join(format!("{port}.lock"));
-        let lock =
-            crate::editor::lockfile::parse(&text, &path, Family::Pi, port).expect("lockfile");
+        let lock = crate::registry::lifecycle::lockfile::parse(&text, &path, Family::Pi, port)
+            .expect("lockfile");
         reg.apply(LockEvent::Upsert(lock));
         reg.editors()
             .iter()
@@ -1055,7 +1055,7 @@ async fn a_pinned_session_cannot_attach_to_another_editor() {
         remote: None,
         pinned: true,
         inherit: None,
-        dialect: Family::Pi,
+        family: Family::Pi,
         client: None,
         realm: None,
     };

@@ -7,7 +7,6 @@
 use crate::editor::family::rules;
 use crate::editor::{Editor, Owner, Pending};
 use crate::platform::sync::lock;
-use crate::protocol::family::Family;
 use crate::protocol::handshake;
 use crate::protocol::jsonrpc::{self, ClientId, Incoming};
 use crate::registry::Registry;
@@ -19,7 +18,7 @@ use std::time::Duration;
 use super::{cancel_request, Session};
 use crate::registry::session::Progress;
 
-/// The hot path: a well-formed `tools/call` of a local session to an editor of its own dialect
+/// The hot path: a well-formed `tools/call` of a local session to an editor of its own family
 /// goes upstream with the client's params bytes spliced in, without building a JSON tree (a
 /// multi-megabyte `openDiff` included). `false` when the slow path must handle it (anything
 /// unusual: it validates, bridges, maps and answers errors).
@@ -36,7 +35,7 @@ pub(super) fn fast_forward(reg: &Arc<Registry>, s: &Arc<Session>, text: &str) ->
     let Some(editor) = current_editor(reg, s) else {
         return false;
     };
-    if editor.family != s.dialect || rules(editor.family).rewrites_call(call.tool) {
+    if editor.family != s.family || rules(editor.family).rewrites_call(call.tool) {
         return false;
     }
     let (Some(tab_name), Some(id)) = (call.tab_name(), call.id()) else {
@@ -314,10 +313,10 @@ pub(super) fn on_request(
             if let (Some(e), Some(Value::Array(list))) =
                 (&editor, tools.as_mut().and_then(|t| t.get_mut("tools")))
             {
-                if e.family != s.dialect {
+                if e.family != s.family {
                     let names = e.tool_names().unwrap_or_default();
                     list.extend(crate::protocol::bridge::extra_tools(
-                        s.dialect, e.family, &names,
+                        s.family, e.family, &names,
                     ));
                 }
             }
@@ -405,7 +404,7 @@ pub(super) fn forward(
     settle_call(s, &editor, sent, progress_token, tab_name.as_deref(), || id);
 }
 
-/// A `tools/call` across dialects: answered here when the editor's own state answers it (a
+/// A `tools/call` across families: answered here when the editor's own state answers it (a
 /// Claude client's selection or workspace call on a pi-ide editor), else rewritten for the
 /// editor with the bridge that turns its answer back; the error when it cannot be. A Claude
 /// editor's diff tab is marked as the session's. `Err` holds the answer to send the client
@@ -417,7 +416,8 @@ pub(super) fn bridge_call(
     tool: Option<&str>,
     msg: &mut Map<String, Value>,
 ) -> Result<Option<crate::protocol::bridge::Bridge>, String> {
-    if let (Family::Claude, Family::Pi, Some(t)) = (s.dialect, editor.family, tool) {
+    let local = crate::protocol::bridge::answers_locally(s.family, editor.family);
+    if let (true, Some(t)) = (local, tool) {
         let selection = editor.last_selection();
         let folders = editor.lockfile().workspace_folders;
         let names = editor.tool_names().unwrap_or_default();
@@ -427,9 +427,9 @@ pub(super) fn bridge_call(
             return Err(jsonrpc::result(id, result));
         }
     }
-    if editor.family != s.dialect {
+    if editor.family != s.family {
         let tools = editor.tool_names();
-        let d = (s.dialect, editor.family);
+        let d = (s.family, editor.family);
         return crate::protocol::bridge::outbound(
             d.0,
             d.1,

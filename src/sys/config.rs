@@ -9,8 +9,12 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// Everything the daemon can be told. A missing file means `Config::default()`.
+///
+/// An agent door's section (`[compat]`, `[copilot]`, …) is the door's own type, in its folder
+/// ([`Section`]); the file's text of it is kept in `doors`, and [`Config::load`] refuses a
+/// section that no door knows or that does not parse (a misspelt key included).
 #[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Config {
     /// The broker's Unix socket; `None` means `$XDG_RUNTIME_DIR/pi-ide-broker/sock` or a fallback.
     pub socket: Option<PathBuf>,
@@ -34,16 +38,8 @@ pub struct Config {
     pub backoff: BackoffConfig,
     /// Per-call timeouts.
     pub timeouts: TimeoutConfig,
-    /// The compat door for the unmodified pi-ide extension.
-    pub compat: CompatConfig,
     /// How editors that keep one client at a time are treated.
     pub editors: EditorsConfig,
-    /// The gemini door: Gemini CLI's IDE companion protocol.
-    pub gemini: GeminiConfig,
-    /// The codex door: Codex's `/ide` hub socket, served when no Codex app or extension does.
-    pub codex: CodexConfig,
-    /// The copilot door: GitHub Copilot CLI's IDE protocol (a lockfile and socket per editor).
-    pub copilot: CopilotConfig,
     /// How long a lost editor's id is remembered (in `state.json`, across broker restarts) so
     /// a restart of it, even days later, is recognised as its successor and inherits its
     /// sticky targets.
@@ -74,6 +70,45 @@ pub struct Config {
     /// runs with a home of its own.
     #[serde(skip)]
     pub home: Option<PathBuf>,
+    /// The lock dirs the doors that are on write editors' lockfiles into themselves
+    /// (`frontdoor::with_door_lock_dirs`), watched beside [`Config::lock_dirs`]'s own.
+    #[serde(skip)]
+    pub door_lock_dirs: Vec<LockDirConfig>,
+    /// Every other table or key of the file: the agent doors' sections, as written. A door
+    /// reads its own with [`Config::section`].
+    #[serde(flatten)]
+    pub doors: toml::Table,
+}
+
+/// A door's section of the config file: its type, in the door's folder, with a default for
+/// every key, as the core's own sections have.
+pub trait Section: serde::Serialize + serde::de::DeserializeOwned + Default {
+    /// Its name in the file: `[NAME]`.
+    const NAME: &'static str;
+}
+
+/// What [`Config::load`] checks a door's section with: its name and a parse of its text.
+#[derive(Clone, Copy)]
+pub struct SectionCheck {
+    /// The section's name.
+    pub name: &'static str,
+    /// Parses the section's text as the door's type, or says why it does not.
+    pub check: fn(&toml::Value) -> Result<(), String>,
+}
+
+impl SectionCheck {
+    /// The check of `S`'s section.
+    pub fn of<S: Section>() -> SectionCheck {
+        SectionCheck {
+            name: S::NAME,
+            check: |text| {
+                text.clone()
+                    .try_into::<S>()
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+        }
+    }
 }
 
 /// One watched lock dir and the family whose editors write there.
@@ -82,27 +117,8 @@ pub struct Config {
 pub struct LockDirConfig {
     /// The directory; `~` at the start is the home dir.
     pub path: PathBuf,
-    /// Which dialect (and auth header) its editors use.
+    /// Which family (and auth header) its editors use.
     pub family: Family,
-}
-
-/// The compat door: virtual lockfiles + loopback listeners the unmodified pi-ide extension dials.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct CompatConfig {
-    /// Publish virtual lockfiles at all.
-    pub enabled: bool,
-    /// Where they go; point `PI_IDE_LOCK_DIR` here. `None` means `~/.pi/ide-broker`.
-    pub lock_dir: Option<PathBuf>,
-}
-
-impl Default for CompatConfig {
-    fn default() -> Self {
-        CompatConfig {
-            enabled: true,
-            lock_dir: None,
-        }
-    }
 }
 
 /// What the broker does when a single-client editor (the Claude Code VS Code extension)
@@ -137,62 +153,6 @@ impl Default for EditorsConfig {
             single_client: SingleClient::Yield,
             single_client_for: std::collections::HashMap::new(),
             taken_probe_ms: 2_000,
-        }
-    }
-}
-
-/// The gemini door: one discovery file + loopback MCP endpoint per editor for Gemini CLI.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct GeminiConfig {
-    /// Publish discovery files at all.
-    pub enabled: bool,
-    /// Where they go; `None` means `os.tmpdir()/gemini/ide` as node computes it
-    /// (`$TMPDIR`, else `/tmp`), where Gemini CLI looks.
-    pub dir: Option<PathBuf>,
-    /// Publish a Qwen Code lock file for each editor too (same endpoint).
-    pub qwen: bool,
-    /// Where Qwen Code looks; `None` means `~/.qwen/ide`.
-    pub qwen_dir: Option<PathBuf>,
-}
-
-impl Default for GeminiConfig {
-    fn default() -> Self {
-        GeminiConfig {
-            enabled: true,
-            dir: None,
-            qwen: true,
-            qwen_dir: None,
-        }
-    }
-}
-
-/// The copilot door: a Copilot CLI lockfile and a private socket per live editor.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct CopilotConfig {
-    /// Publish lockfiles at all (off until the real Copilot CLI test runs in CI).
-    pub enabled: bool,
-    /// Where they go; `None` means `$COPILOT_HOME/ide`, else `~/.copilot/ide`, where
-    /// Copilot CLI looks.
-    pub dir: Option<PathBuf>,
-}
-
-/// The codex door: the broker serves Codex's `/ide` hub socket for the user's editors.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct CodexConfig {
-    /// Serve the hub at all.
-    pub enabled: bool,
-    /// The socket; `None` means Codex's own, `$TMPDIR/codex-ipc/ipc-<uid>.sock`.
-    pub socket: Option<PathBuf>,
-}
-
-impl Default for CodexConfig {
-    fn default() -> Self {
-        CodexConfig {
-            enabled: true,
-            socket: None,
         }
     }
 }
@@ -268,16 +228,14 @@ impl Default for Config {
             health: HealthConfig::default(),
             backoff: BackoffConfig::default(),
             timeouts: TimeoutConfig::default(),
-            compat: CompatConfig::default(),
             editors: EditorsConfig::default(),
-            gemini: GeminiConfig::default(),
-            codex: CodexConfig::default(),
-            copilot: CopilotConfig::default(),
             successor_window_ms: 14 * 24 * 3600 * 1000,
             editor_grace_ms: 10_000,
             rescan_interval_ms: 30_000,
             shutdown_timeout_ms: 5_000,
             home: None,
+            door_lock_dirs: Vec::new(),
+            doors: toml::Table::new(),
             max_handshakes: 256,
             max_sessions: 4096,
             remote: Vec::new(),
@@ -317,8 +275,9 @@ impl Default for TimeoutConfig {
 }
 
 impl Config {
-    /// Loads `path`; a file that does not exist gives the defaults.
-    pub fn load(path: &Path) -> Result<Config, Error> {
+    /// Loads `path`; a file that does not exist gives the defaults. `sections` are the doors'
+    /// (`frontdoor::sections`): any other table or key of the file is refused.
+    pub fn load(path: &Path, sections: &[SectionCheck]) -> Result<Config, Error> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
@@ -337,7 +296,46 @@ impl Config {
             path: path.into(),
             message,
         })?;
+        config
+            .check_sections(sections)
+            .map_err(|message| Error::Parse {
+                path: path.into(),
+                message,
+            })?;
         Ok(config)
+    }
+
+    /// Every door section is one of `sections` and parses as its door's type.
+    pub fn check_sections(&self, sections: &[SectionCheck]) -> Result<(), String> {
+        for (name, text) in &self.doors {
+            let Some(known) = sections.iter().find(|s| s.name == name) else {
+                let names: Vec<&str> = sections.iter().map(|s| s.name).collect();
+                return Err(format!(
+                    "unknown key `{name}` (the sections of the doors are: {})",
+                    names.join(", ")
+                ));
+            };
+            (known.check)(text).map_err(|e| format!("in [{name}]: {}", e.trim()))?;
+        }
+        Ok(())
+    }
+
+    /// A door's section: as the file has it, else its defaults (one that does not parse was
+    /// refused by [`Config::load`]).
+    pub fn section<S: Section>(&self) -> S {
+        self.doors
+            .get(S::NAME)
+            .and_then(|text| text.clone().try_into().ok())
+            .unwrap_or_default()
+    }
+
+    /// Changes a door's section (a test's or a library user's config).
+    pub fn edit_section<S: Section>(&mut self, edit: impl FnOnce(&mut S)) {
+        let mut section: S = self.section();
+        edit(&mut section);
+        if let Ok(toml::Value::Table(text)) = toml::Value::try_from(&section) {
+            self.doors.insert(S::NAME.into(), toml::Value::Table(text));
+        }
     }
 
     fn check(&self) -> Result<(), String> {
@@ -405,6 +403,17 @@ impl Config {
 
     /// The lock dirs to watch, with `~` expanded and the env overrides applied to the defaults.
     pub fn lock_dirs(&self) -> Vec<LockDirConfig> {
+        let mut dirs = self.users_lock_dirs();
+        for door in &self.door_lock_dirs {
+            if !dirs.iter().any(|d| d.path == door.path) {
+                dirs.push(door.clone());
+            }
+        }
+        dirs
+    }
+
+    /// The lock dirs of the user's editors: the file's, else the defaults.
+    fn users_lock_dirs(&self) -> Vec<LockDirConfig> {
         if let Some(dirs) = &self.lock_dirs {
             return dirs
                 .iter()
@@ -512,72 +521,12 @@ impl Config {
     pub fn data_dir(&self) -> PathBuf {
         user_dir("XDG_DATA_HOME", directories::ProjectDirs::data_dir, "share")
     }
-
-    /// The compat lock dir (`compat.lock_dir`, default `~/.pi/ide-broker`).
-    pub fn compat_dir(&self) -> PathBuf {
-        match &self.compat.lock_dir {
-            Some(p) => expand_home(p),
-            None => home_dir().join(".pi").join("ide-broker"),
-        }
-    }
-}
-
-impl Config {
-    /// The gemini discovery dir (`gemini.dir`, default `os.tmpdir()/gemini/ide`).
-    pub fn gemini_dir(&self) -> PathBuf {
-        match &self.gemini.dir {
-            Some(p) => expand_home(p),
-            None => node_tmpdir().join("gemini").join("ide"),
-        }
-    }
-
-    /// Codex's `/ide` hub socket (`codex.socket`, default `$TMPDIR/codex-ipc/ipc-<uid>.sock`
-    /// as Codex computes it: Rust's `temp_dir`; Windows' pipe `\\.\pipe\codex-ipc`).
-    pub fn codex_socket(&self) -> PathBuf {
-        match &self.codex.socket {
-            Some(p) => expand_home(p),
-            None if cfg!(windows) => PathBuf::from(r"\\.\pipe\codex-ipc"),
-            None => std::env::temp_dir()
-                .join("codex-ipc")
-                .join(format!("ipc-{}.sock", crate::platform::user::uid())),
-        }
-    }
-
-    /// Copilot CLI's ide dir (`copilot.dir`, default `$COPILOT_HOME/ide`, else
-    /// `~/.copilot/ide`; `COPILOT_HOME` is taken verbatim, as Copilot CLI takes it).
-    pub fn copilot_dir(&self) -> PathBuf {
-        if let Some(p) = &self.copilot.dir {
-            return expand_home(p);
-        }
-        env_path("COPILOT_HOME")
-            .unwrap_or_else(|| home_dir().join(".copilot"))
-            .join("ide")
-    }
-
-    /// The private dir of the copilot door's sockets: `copilot/` beside the broker's socket.
-    pub fn copilot_socket_dir(&self) -> PathBuf {
-        self.socket_path()
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .join("copilot")
-    }
-
-    /// Qwen Code's lock dir when its files are on (`gemini.qwen_dir`, default `~/.qwen/ide`).
-    pub fn qwen_dir(&self) -> Option<PathBuf> {
-        if !self.gemini.qwen {
-            return None;
-        }
-        Some(match &self.gemini.qwen_dir {
-            Some(p) => expand_home(p),
-            None => home_dir().join(".qwen").join("ide"),
-        })
-    }
 }
 
 /// `os.tmpdir()` as node computes it on Unix: `$TMPDIR` (`$TMP`, `$TEMP`) without a trailing
 /// slash, else `/tmp`; on Windows `%TEMP%` (`%TMP%`, `%SystemRoot%\temp`) without a trailing
 /// backslash.
-fn node_tmpdir() -> PathBuf {
+pub fn node_tmpdir() -> PathBuf {
     if cfg!(windows) {
         let dir = ["TEMP", "TMP"]
             .iter()
@@ -647,7 +596,7 @@ pub fn home_dir() -> PathBuf {
 }
 
 /// A non-empty environment variable as a path (empty means unset, like pi-ide does).
-fn env_path(name: &str) -> Option<PathBuf> {
+pub fn env_path(name: &str) -> Option<PathBuf> {
     std::env::var_os(name)
         .filter(|v| !v.is_empty())
         .map(|v| expand_home(Path::new(&v)))
@@ -731,10 +680,6 @@ mod tests {
         assert_eq!(parsed.editor_grace_ms, d.editor_grace_ms);
         assert_eq!(parsed.rescan_interval_ms, d.rescan_interval_ms);
         assert_eq!(parsed.shutdown_timeout_ms, d.shutdown_timeout_ms);
-        assert_eq!(parsed.codex.enabled, d.codex.enabled);
-        assert_eq!(parsed.codex.socket, d.codex.socket);
-        assert_eq!(parsed.compat.enabled, d.compat.enabled);
-        assert_eq!(parsed.compat.lock_dir, d.compat.lock_dir);
         assert_eq!(parsed.editors.single_client, d.editors.single_client);
         assert_eq!(
             parsed.editors.single_client_for,
@@ -761,7 +706,7 @@ mod tests {
     #[test]
     fn missing_file_means_defaults() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Config::load(&dir.path().join("nope.toml")).unwrap();
+        let c = Config::load(&dir.path().join("nope.toml"), &[]).unwrap();
         assert_eq!(c.health.interval_ms, 10_000);
     }
 
@@ -770,11 +715,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.toml");
         std::fs::write(&p, "log = \"info\"\n[health]\ninterval_ms = \"soon\"\n").unwrap();
-        let e = Config::load(&p).unwrap_err().to_string();
+        let e = Config::load(&p, &[]).unwrap_err().to_string();
         assert!(e.contains("line 3"), "{e}");
         assert!(e.contains("interval_ms"), "{e}");
         std::fs::write(&p, "colour = 1\n").unwrap();
-        let e = Config::load(&p).unwrap_err().to_string();
+        let e = Config::load(&p, &[]).unwrap_err().to_string();
         assert!(e.contains("colour"), "{e}");
     }
 

@@ -9,11 +9,11 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
 
 /// Changes the log filter of a running daemon (config reload).
-pub struct LogHandle(reload::Handle<EnvFilter, Registry>);
+pub(crate) struct LogHandle(reload::Handle<EnvFilter, Registry>);
 
 impl LogHandle {
     /// Applies `filter` unless `RUST_LOG` is set (the environment wins).
-    pub fn set_filter(&self, filter: &str) -> Result<(), super::Error> {
+    pub(crate) fn set_filter(&self, filter: &str) -> Result<(), super::Error> {
         if std::env::var_os("RUST_LOG").is_some() {
             return Ok(());
         }
@@ -27,7 +27,7 @@ impl LogHandle {
 }
 
 /// Installs the global subscriber. Call once, early.
-pub fn init(config: &Config) -> LogHandle {
+pub(crate) fn init(config: &Config) -> LogHandle {
     let filter = std::env::var("RUST_LOG")
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())

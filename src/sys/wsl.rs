@@ -12,14 +12,14 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 /// True when this process runs inside WSL (its interop marker or `WSL_DISTRO_NAME`).
-pub fn inside() -> bool {
+pub(crate) fn inside() -> bool {
     std::env::var_os("WSL_DISTRO_NAME").is_some()
         || std::path::Path::new("/proc/sys/fs/binfmt_misc/WSLInterop").exists()
 }
 
 /// This side's view of Windows paths: the drives' mount root (`/etc/wsl.conf`'s
 /// `[automount] root`, default `/mnt`) and the distro's name. Read once.
-pub fn here() -> &'static Wsl {
+pub(crate) fn here() -> &'static Wsl {
     static HERE: std::sync::OnceLock<Wsl> = std::sync::OnceLock::new();
     HERE.get_or_init(|| Wsl {
         mount_root: mount_root(),
@@ -40,7 +40,7 @@ fn mount_root() -> String {
 }
 
 /// `root = /x/` under `[automount]` in a wsl.conf, without its trailing slash.
-pub fn automount_root(conf: &str) -> Option<String> {
+pub(crate) fn automount_root(conf: &str) -> Option<String> {
     let mut in_automount = false;
     for line in conf.lines().map(str::trim) {
         if line.starts_with('[') {
@@ -62,7 +62,7 @@ pub fn automount_root(conf: &str) -> Option<String> {
 /// The Windows user's profile as WSL sees it (`/mnt/c/Users/me`): `PI_IDE_BROKER_WINDOWS_HOME`,
 /// else `%USERPROFILE%` asked of Windows through interop (`cmd.exe`), mapped. `None` outside
 /// WSL or when Windows does not answer.
-pub fn windows_home() -> Option<PathBuf> {
+pub(crate) fn windows_home() -> Option<PathBuf> {
     static HOME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     HOME.get_or_init(ask_windows_home).clone()
 }
@@ -88,7 +88,7 @@ fn ask_windows_home() -> Option<PathBuf> {
 /// Where a Windows editor's loopback port is reached from here: `PI_IDE_BROKER_WINDOWS_HOST`,
 /// else first `127.0.0.1` (WSL's mirrored networking shares Windows' loopback), then the
 /// default gateway (NAT mode: the Windows host), in that order.
-pub fn windows_hosts() -> Vec<Ipv4Addr> {
+pub(crate) fn windows_hosts() -> Vec<Ipv4Addr> {
     if let Some(h) = std::env::var("PI_IDE_BROKER_WINDOWS_HOST")
         .ok()
         .and_then(|h| h.parse().ok())
@@ -106,7 +106,7 @@ pub fn windows_hosts() -> Vec<Ipv4Addr> {
 }
 
 /// The default route's gateway in `/proc/net/route` (hex, little-endian), if any.
-pub fn default_gateway(route: &str) -> Option<Ipv4Addr> {
+pub(crate) fn default_gateway(route: &str) -> Option<Ipv4Addr> {
     route.lines().skip(1).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() < 3 || f[1] != "00000000" {

@@ -45,7 +45,7 @@ impl Agent {
         let url = format!("ws://localhost/v1/session?{query}");
         let (ws, _) = tokio_tungstenite::client_async(url, stream)
             .await
-            .map_err(|e| crate::cli::client::upgrade_refusal(&e))?;
+            .map_err(|e| crate::frontdoor::client::upgrade_refusal(&e))?;
         Ok(Agent { ws, calls: 0 })
     }
 

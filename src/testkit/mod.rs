@@ -6,6 +6,8 @@
 
 pub mod acp_client;
 pub mod agent;
+#[cfg(unix)]
+pub mod copilot_chat;
 pub mod fake_editor;
 pub mod pi_client;
 pub mod rival;
@@ -29,9 +31,19 @@ pub fn text(answer: &serde_json::Value) -> &str {
 
 /// Awaits `fut` for at most [`WAIT`], panicking with `what` on timeout.
 pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(WAIT, fut).await {
+    within_for(WAIT, what, fut).await
+}
+
+/// Awaits `fut` for at most `bound`, panicking with `what` on timeout: for a step that waits
+/// on a real program's own timing, where [`WAIT`] is wrong.
+pub async fn within_for<T>(
+    bound: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    match tokio::time::timeout(bound, fut).await {
         Ok(v) => v,
-        Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
+        Err(_) => panic!("timed out after {bound:?} waiting for {what}"),
     }
 }
 
@@ -43,10 +55,7 @@ pub const START: Duration = Duration::from_secs(60);
 
 /// Awaits `fut` for at most [`START`], panicking with `what` on timeout.
 pub async fn within_start<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(START, fut).await {
-        Ok(v) => v,
-        Err(_) => panic!("timed out after {START:?} waiting for {what}"),
-    }
+    within_for(START, what, fut).await
 }
 
 /// Polls `check` (every 10 ms, at most [`WAIT`]) until it returns `Some`: for state that

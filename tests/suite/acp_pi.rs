@@ -51,6 +51,14 @@ pub(crate) async fn followed_pi() -> Option<FollowedPi> {
 pub(crate) async fn followed_pi_with(
     tweak: impl FnOnce(&mut pi_ide_broker::sys::config::Config, &std::path::Path),
 ) -> Option<FollowedPi> {
+    followed_pi_in(tweak, &[]).await
+}
+
+/// [`followed_pi_with`], pi started with `env` beside the broker's usual variables.
+async fn followed_pi_in(
+    tweak: impl FnOnce(&mut pi_ide_broker::sys::config::Config, &std::path::Path),
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Option<FollowedPi> {
     let install = find_pi()?;
     let dir = tempfile::tempdir().expect("tempdir");
     let proj = dir.path().join("proj");
@@ -60,7 +68,16 @@ pub(crate) async fn followed_pi_with(
     let home = pi_home(dir.path(), &model.models_json());
     let p = proj.clone();
     let b = TestBroker::start_in(dir, move |c| tweak(c, &p)).await;
-    let mut pi = Pi::start(&install, &home, &proj, &b.socket, &[]).await;
+    let mut all: Vec<(&str, &std::ffi::OsStr)> = vec![
+        ("PI_IDE_BROKER_SOCKET", b.socket.as_os_str()),
+        ("PI_IDE_BROKER_NO_SPAWN", std::ffi::OsStr::new("1")),
+        (
+            "PI_IDE_BROKER_BIN",
+            std::ffi::OsStr::new("/nonexistent/pi-ide-broker"),
+        ),
+    ];
+    all.extend_from_slice(env);
+    let mut pi = Pi::start_with(&install, &home, &proj, &all, &[]).await;
     let key = pi.command("get_state", json!({})).await["data"]["sessionId"]
         .as_str()
         .expect("sessionId")
@@ -279,13 +296,19 @@ async fn an_acp_editor_mirrors_steers_reviews_and_cancels_a_real_pi_session() {
 /// not after them.
 #[tokio::test(flavor = "current_thread")]
 async fn a_huge_file_with_unsaved_changes_is_read_within_pis_limit() {
+    // A 6 MB buffer through a debug broker on a machine at load 6-8 took over the extension's
+    // 3 s bound (then the disk's text stands, by design): this test is of the limits, not that.
+    let wait = [(
+        "PI_IDE_BROKER_BUFFER_READ_MS",
+        std::ffi::OsStr::new("60000"),
+    )];
     let Some(FollowedPi {
         b,
         mut pi,
         mut model,
         proj,
         key,
-    }) = followed_pi().await
+    }) = followed_pi_in(|_, _| {}, &wait).await
     else {
         return;
     };

@@ -203,7 +203,7 @@ async fn a_remote_agents_diff_is_accepted_in_a_real_neovim() {
     assert_eq!(r["result"]["content"][0]["text"], "FILE_SAVED", "{r:#}");
     assert_eq!(r["result"]["content"][1]["text"], "from the container\n");
     // What the remote sees of the host: its own session only, with an agent's rights.
-    let st = pi_ide_broker::cli::client::get_json(&remote, "/v1/status")
+    let st = pi_ide_broker::frontdoor::client::get_json(&remote, "/v1/status")
         .await
         .expect("status");
     assert_eq!(st["connection"]["rights"], "agent");

@@ -1,9 +1,12 @@
 //! Issue 65: the copilot door — GitHub Copilot CLI's IDE protocol (a `<uuid>.lock` per editor
 //! naming a private Unix socket, MCP over Streamable HTTP there), driven as Copilot CLI 1.0.102
-//! drives it: `Authorization: Nonce`, `Host: localhost`, `server/discover` first, then
-//! `initialize`, the event stream, the tools. `real`: the real Copilot CLI in a pty.
+//! drives it: `Authorization: Nonce`, `Host: localhost`, `server/discover` first (offered the
+//! 2025 versions), then `initialize`, the event stream, the tools. `real`: the real Copilot CLI in a pty.
 
 mod real;
+mod real_crash;
+mod real_editors;
+mod trust;
 
 use crate::common::*;
 use http_body_util::{BodyExt, Full};
@@ -17,7 +20,7 @@ use std::path::{Path, PathBuf};
 /// A broker with the copilot door on.
 async fn broker() -> TestBroker {
     TestBroker::start_with(|c| {
-        c.copilot.enabled = true;
+        c.edit_section(|s: &mut pi_ide_broker::frontdoor::copilot::CopilotConfig| s.enabled = true);
         c.editor_grace_ms = 200;
     })
     .await
@@ -275,7 +278,8 @@ async fn a_lockfile_names_a_private_socket_and_goes_with_its_editor_and_the_brok
 }
 
 #[tokio::test]
-async fn a_wrong_nonce_a_foreign_host_and_an_origin_are_refused_and_discover_is_not_found() {
+async fn a_wrong_nonce_a_foreign_host_and_an_origin_are_refused_and_discover_offers_the_2025_versions(
+) {
     let b = broker().await;
     let (_fe, _) = b.editor(&["/c/auth"]).await;
     let (_, lock) = lockfile(&copilot_dir(&b), "/c/auth").await;
@@ -319,9 +323,16 @@ async fn a_wrong_nonce_a_foreign_host_and_an_origin_are_refused_and_discover_is_
         403
     );
 
-    // server/discover is not found: Copilot CLI then takes the session flow (initialize, stream).
+    // server/discover offers the 2025 versions only: Copilot CLI then takes the session flow
+    // (initialize, stream), the one with selection pushes.
     let (status, v) = good.rpc(0, "server/discover", json!({})).await;
-    assert_eq!((status, &v["error"]["code"]), (200, &json!(-32601)), "{v}");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["result"]["supportedVersions"],
+        json!(["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]),
+        "{v}"
+    );
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
     // Without a session, only initialize is served.
     let (status, _) = good.rpc(2, "tools/list", json!({})).await;
     assert_eq!(status, 400);
@@ -470,7 +481,7 @@ async fn another_uid_is_refused_by_the_copilot_socket() {
 #[tokio::test]
 async fn a_body_too_large_is_refused_and_a_session_ends_with_its_event_stream() {
     let b = TestBroker::start_with(|c| {
-        c.copilot.enabled = true;
+        c.edit_section(|s: &mut pi_ide_broker::frontdoor::copilot::CopilotConfig| s.enabled = true);
         c.max_frame_bytes = 64 * 1024;
     })
     .await;
@@ -496,5 +507,264 @@ async fn a_body_too_large_is_refused_and_a_session_ends_with_its_event_stream() 
         }
     })
     .await;
+    b.stop().await;
+}
+
+/// Both MCP eras on one socket, as the stdio door serves them: a 2026-07-28 request with no
+/// `mcp-session-id` (what Copilot CLI sends after a `server/discover` result) is answered
+/// modern-shaped: `tools/list` with its cache hints, `tools/call` on a stateless session
+/// pinned to the editor (its selection, its diagnostics), a removed method and an unknown
+/// version refused as the revision says. The 2025-era flow is unchanged: a sessionless
+/// legacy request is still refused, and a session's call carrying a 2026-07-28 `_meta` (as
+/// Copilot CLI's model calls do) gets a plain answer.
+#[tokio::test]
+async fn a_stateless_2026_request_is_answered_modern_and_the_legacy_flow_is_unchanged() {
+    let b = broker().await;
+    let (fe, _) = b.editor(&["/c/era"]).await;
+    let (_, lock) = lockfile(&copilot_dir(&b), "/c/era").await;
+    let mut legacy = Copilot::new(&lock);
+    legacy.initialize().await;
+    let mut events = legacy.stream().await;
+    fe.select("/c/era/a.rs", "hello", 2);
+    events.next("selection_changed").await;
+
+    let modern = |extra: Value| {
+        let mut p = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "copilot-cli", "version": "1.0.102"}}});
+        if let (Some(p), Value::Object(extra)) = (p.as_object_mut(), extra) {
+            p.extend(extra);
+        }
+        p
+    };
+    let stateless = Copilot::new(&lock);
+    let r = stateless
+        .send(
+            "POST",
+            Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": modern(json!({}))})),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers().get("mcp-session-id").is_none(),
+        "no session minted"
+    );
+    let body = within("body", r.into_body().collect())
+        .await
+        .expect("body")
+        .to_bytes();
+    let v: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(v["result"]["resultType"], "complete", "{v}");
+    assert!(v["result"]["ttlMs"].is_u64(), "{v}");
+    assert_eq!(v["result"]["tools"][0]["name"], "get_selection", "{v}");
+
+    let (status, v) = stateless
+        .rpc(
+            2,
+            "tools/call",
+            modern(json!({"name": "get_selection", "arguments": {}})),
+        )
+        .await;
+    assert_eq!(
+        (status, &v["result"]["resultType"]),
+        (200, &json!("complete")),
+        "{v}"
+    );
+    let sel: Value =
+        serde_json::from_str(v["result"]["content"][0]["text"].as_str().expect("text"))
+            .expect("selection JSON");
+    assert_eq!(
+        (&sel["filePath"], &sel["text"]),
+        (&json!("/c/era/a.rs"), &json!("hello")),
+        "{sel}"
+    );
+    let (_, v) = stateless
+        .rpc(
+            3,
+            "tools/call",
+            modern(json!({"name": "get_diagnostics", "arguments": {}})),
+        )
+        .await;
+    assert!(
+        v["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("/x.rs")),
+        "{v}"
+    );
+
+    let (_, v) = stateless.rpc(4, "ping", modern(json!({}))).await;
+    assert_eq!(
+        v["error"]["code"], -32601,
+        "ping was removed in 2026-07-28: {v}"
+    );
+    let (_, v) = stateless
+        .rpc(
+            5,
+            "tools/list",
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}}),
+        )
+        .await;
+    assert_eq!(v["error"]["code"], -32022, "{v}");
+
+    let (status, _) = stateless.rpc(6, "tools/list", json!({})).await;
+    assert_eq!(
+        status, 400,
+        "a sessionless 2025-era request: initialize first"
+    );
+    let (status, v) = legacy
+        .rpc(
+            7,
+            "tools/call",
+            modern(json!({"name": "get_selection", "arguments": {}})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        v["result"].get("resultType").is_none(),
+        "the session's era rules: {v}"
+    );
+    assert!(
+        v["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello")),
+        "{v}"
+    );
+    b.stop().await;
+}
+
+/// On by default, the door creates no Copilot home for a user who never ran Copilot CLI: while
+/// `$COPILOT_HOME` (here the ide dir's parent) is missing it publishes nothing and `status`
+/// says why; once the home appears it publishes the live editors' lockfiles (no restart),
+/// having created only the `ide` dir inside it (0700).
+#[tokio::test]
+async fn without_copilots_home_nothing_is_published_until_it_appears() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let home = root.path().join("copilot-home");
+    let dir = home.join("ide");
+    let b = TestBroker::start_in(root, |c| {
+        assert!(
+            pi_ide_broker::frontdoor::copilot::CopilotConfig::of(c).enabled,
+            "on by default"
+        );
+        let d = dir.clone();
+        c.edit_section(|s: &mut pi_ide_broker::frontdoor::copilot::CopilotConfig| s.dir = Some(d));
+    })
+    .await;
+    let (_fe, _) = b.editor(&["/c/home"]).await;
+    let st = b
+        .wait_status("the copilot door waiting for Copilot's home", |st| {
+            st["copilot_home_missing"] == json!(home.display().to_string())
+        })
+        .await;
+    assert_eq!(st["copilot_lockfiles"], json!([]), "{st:#}");
+    assert!(!home.exists(), "the door never creates Copilot's home");
+
+    std::fs::create_dir(&home).expect("Copilot CLI's first run makes its home");
+    let (path, _) = lockfile(&dir, "/c/home").await;
+    assert_eq!(mode(&dir), 0o700, "only the ide dir is made, private");
+    let st = b
+        .wait_status("the lockfile in status", |st| {
+            st["copilot_lockfiles"][0]["path"] == json!(path)
+        })
+        .await;
+    assert!(st.get("copilot_home_missing").is_none(), "{st:#}");
+    b.stop().await;
+}
+
+/// The `[copilot]` section of a config file for broker dir `root` (`write_config`'s `extra`),
+/// the door on with the test broker's dir.
+fn copilot_section(root: &Path) -> String {
+    format!(
+        "[copilot]\nenabled = true\ndir = \"{d}\"\neditor_dirs = [\"{d}\"]\n",
+        d = root.join("copilot-ide").display()
+    )
+}
+
+/// `pi-ide-broker ARGS` with the config of broker dir `root`: its stdout.
+async fn cli(root: &Path, args: &[&str]) -> String {
+    let cfg = crate::common::process::write_config(root, &copilot_section(root));
+    let out = within(
+        "the CLI",
+        tokio::process::Command::new(crate::common::process::broker_bin())
+            .arg("--config")
+            .arg(&cfg)
+            .args(args)
+            .env_remove("PI_IDE_BROKER_SOCKET")
+            .output(),
+    )
+    .await
+    .expect("run the CLI");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 65: `status` (JSON and text) and `doctor` say which editor Copilot CLI sees through
+/// which lockfile, on which folders, and which Copilot CLI sessions are on it (door
+/// `copilot`); `doctor` warns of a lockfile a dead broker left, saying what to do.
+#[tokio::test]
+async fn status_and_doctor_show_the_copilot_lockfile_and_its_sessions() {
+    let b = broker().await;
+    let root = b.dir.path().to_path_buf();
+    let (_fe, id) = b.editor(&["/c/st"]).await;
+    let (path, lock) = lockfile(&copilot_dir(&b), "/c/st").await;
+    let mut c = Copilot::new(&lock);
+    c.initialize().await;
+    let _events = c.stream().await;
+    let st = b
+        .wait_status("the copilot session on its editor", |st| {
+            st["sessions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["door"] == "copilot" && s["editor"] == id.as_str())
+        })
+        .await;
+    let sid = st["sessions"]
+        .as_array()
+        .and_then(|l| l.iter().find(|s| s["door"] == "copilot"))
+        .and_then(|s| s["id"].as_u64())
+        .expect("the session's id");
+
+    let json: Value = serde_json::from_str(&cli(&root, &["status", "--json"]).await)
+        .expect("status --json prints JSON");
+    assert_eq!(
+        json["copilot_lockfiles"],
+        json!([{"path": path, "editor": id, "folders": ["/c/st"], "subfolders": [], "sessions": [sid]}]),
+        "{json:#}"
+    );
+    let text = cli(&root, &["status"]).await;
+    let door = format!(
+        "Copilot CLI sees these editors through the copilot door's lockfiles:\n  {id} → {}\n    folders /c/st\n    Copilot CLI session {sid}\n",
+        path.display()
+    );
+    assert!(text.contains(&door), "{text}");
+    assert!(
+        text.contains(&format!("└ session {sid} · copilot · ")),
+        "the session under its editor, with its door: {text}"
+    );
+
+    // A lockfile a killed broker left (ours by marker, its pid dead).
+    let stale = copilot_dir(&b).join("0e0e0e0e-0000-4000-8000-000000000000.lock");
+    let dead =
+        json!({"pid": u32::MAX - 1, "piIdeBroker": {"pid": u32::MAX - 1, "editor": "gone-1"}});
+    std::fs::write(&stale, dead.to_string()).expect("write the stale lockfile");
+    let (_, report) = crate::doctor::doctor(&root, "/c/st", &copilot_section(&root)).await;
+    let door = crate::doctor::check(&report, "copilot");
+    let said = door["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(&copilot_dir(&b).display().to_string())
+            && said.contains("holds 2 lockfiles of the copilot door")
+            && said.contains(
+                "the daemon publishes 1 (one per editor), 1 Copilot CLI session connected"
+            ),
+        "{report:#}"
+    );
+    let warned = crate::doctor::check(&report, &stale.display().to_string());
+    assert_eq!(warned["level"], "warn", "{warned}");
+    assert!(
+        warned["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("start the broker")),
+        "{warned}"
+    );
     b.stop().await;
 }

@@ -17,8 +17,8 @@ use crate::common::fake_model::{FakeModel, Reply};
 use crate::common::pi::{find_pi, pi_home, Pi};
 use crate::common::process::{broker_bin, start_daemon, write_config, DaemonReaper};
 use crate::common::{Agent, FakeEditor, Options};
-use pi_ide_broker::testkit::diff_args;
 use pi_ide_broker::testkit::fake_editor::{wait_for, Event};
+use pi_ide_broker::testkit::{diff_args, eventually};
 use rustix::process::Signal;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -148,6 +148,8 @@ async fn a_diff_cut_off_by_a_lost_link_is_closed_when_the_link_is_back() {
 /// The real pi, its extension starting the daemon (this build, on a config of the test's), and
 /// a headless Neovim with pi-ide.nvim, all in one throwaway dir.
 struct World {
+    /// First, so it is dropped first: it reads the daemon's pid in the dir dropped next.
+    _reaper: DaemonReaper,
     _dir: tempfile::TempDir,
     root: PathBuf,
     cfg: PathBuf,
@@ -163,7 +165,6 @@ struct World {
     model: FakeModel,
     /// Daemons the test started itself (a service manager's restart), reaped at the end.
     restarted: Vec<tokio::process::Child>,
-    _reaper: DaemonReaper,
 }
 
 /// Neovim and pi-ide.nvim, or `None` (said) to skip.
@@ -233,6 +234,7 @@ impl World {
         pi.toast(0, "Started pi-ide-broker").await;
         pi.toast(0, "Auto-connected to Neovim").await;
         Some(World {
+            _reaper: reaper,
             _dir: dir,
             root,
             cfg,
@@ -246,7 +248,6 @@ impl World {
             pi,
             model,
             restarted: Vec::new(),
-            _reaper: reaper,
         })
     }
 
@@ -254,11 +255,16 @@ impl World {
     async fn status(&self) -> Option<Value> {
         tokio::time::timeout(
             Duration::from_secs(2),
-            pi_ide_broker::cli::client::get_json(&self.socket, "/v1/status"),
+            pi_ide_broker::frontdoor::client::get_json(&self.socket, "/v1/status"),
         )
         .await
         .ok()?
         .ok()
+    }
+
+    /// Where the daemons the extension starts write their log (`pi-ide-broker paths`).
+    fn daemon_log(&self) -> PathBuf {
+        self.root.join("state/daemon.log")
     }
 
     /// The pid of the daemon answering now.
@@ -270,8 +276,9 @@ impl World {
     /// Waits (polling the status every 50 ms, at most `bound`: the daemon may be down, with no
     /// event to wait on) until a daemon other than `not` answers with pi's session attached to
     /// the current Neovim, linked; the time it took.
-    async fn reattached(&self, not: Option<i32>, bound: Duration) -> Duration {
+    async fn reattached(&self, not: Option<i32>, bound: Duration, ctx: &str) -> Duration {
         let t0 = Instant::now();
+        let mut last = None;
         let port: u64 = self
             .nv
             .call("port()")
@@ -295,11 +302,16 @@ impl World {
                 if attached && pid != not {
                     return t0.elapsed();
                 }
+                last = Some(st);
             }
-            assert!(
-                t0.elapsed() < bound,
-                "pi's session not attached again within {bound:?}"
-            );
+            if t0.elapsed() >= bound {
+                let log = std::fs::read_to_string(self.daemon_log()).unwrap_or_default();
+                panic!(
+                    "{ctx}: pi's session not attached again within {bound:?} (to Neovim on port {port}, by a daemon other than {not:?}); the last status: {}; the daemon's log ends:\n{}",
+                    last.map_or("none answered".to_string(), |st| st.to_string()),
+                    crate::common::tui::tail(&log, 6000)
+                );
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -395,7 +407,9 @@ async fn a_killed_broker_leaves_no_diff_in_neovim_and_the_next_review_is_answere
     let ((refused, said), took) = w.settled(from, Duration::from_secs(10)).await;
     assert!(refused && said.contains("NOT changed"), "{said}");
     eprintln!("the cut write was settled {took:?} after the kill");
-    let back = w.reattached(Some(old), Duration::from_secs(10)).await;
+    let back = w
+        .reattached(Some(old), Duration::from_secs(10), "after the kill")
+        .await;
     eprintln!("reattached {back:?} after the turn settled");
     let gone = w.no_diff_within(Duration::from_secs(3)).await;
     assert!(
@@ -433,6 +447,65 @@ async fn a_killed_broker_leaves_no_diff_in_neovim_and_the_next_review_is_answere
         "{told:?}"
     );
     w.pi.quit().await;
+}
+
+/// The daemon SIGKILLed, and its claim held (by the test, as a daemon still stopping holds it)
+/// when the extension starts a daemon 1.5 s into the outage: that one exits at once ("already
+/// running"). Once the claim is let go, the extension starts another and pi's session is
+/// attached again; with one start per outage, the session was left with no daemon for good.
+#[tokio::test(flavor = "current_thread")]
+async fn a_daemon_started_while_the_old_one_stops_is_started_again_after_it_exits() {
+    let Some(mut w) = World::start().await else {
+        return;
+    };
+    let (from, _) = w.write_turn("first\n").await;
+    let old = w.daemon_pid().await;
+    let log = w.daemon_log();
+    let mark = std::fs::read_to_string(&log).map_or(0, |l| l.len());
+    signal(old, Signal::KILL);
+    let ((refused, said), _) = w.settled(from, Duration::from_secs(10)).await;
+    assert!(refused, "{said}");
+    let t0 = Instant::now();
+    // The killed daemon's lock goes with its last fd, a moment after the signal.
+    let claim = eventually("the killed daemon's claim", || {
+        pi_ide_broker::platform::local::claim_user(
+            &w.root.join("state"),
+            &w.socket,
+            &w.root.join("state/running.json"),
+        )
+        .ok()
+    })
+    .await;
+    wait_logged(&log, mark, "already running").await;
+    let held = t0.elapsed();
+    drop(claim);
+    let back = w
+        .reattached(
+            Some(old),
+            Duration::from_secs(10),
+            "after the claim was let go",
+        )
+        .await;
+    eprintln!("the claim held {held:?}; reattached {back:?} after it was let go");
+    w.pi.quit().await;
+}
+
+/// Waits (polling: a log file has no event to await; 10 s at most) until `log` says `what`
+/// past its first `from` bytes.
+async fn wait_logged(log: &Path, from: usize, what: &str) {
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.get(from..).is_some_and(|t| t.contains(what)) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the daemon's log never said {what:?}: {}",
+            crate::common::tui::tail(&text, 3000)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// One round of the fault run.
@@ -529,7 +602,7 @@ async fn fault_rounds_with_real_pi_and_neovim() {
             eprintln!("{ctx}: UNREVIEWED WRITE: the file holds {after:?}; pi said {said:?}");
         }
         assert_eq!(blocked, !accepted, "{ctx}: pi said {said:?}");
-        if let Some(back) = recover(&mut w, kind, old).await {
+        if let Some(back) = recover(&mut w, kind, old, &ctx).await {
             tally.reattach_ms.push(back.as_millis() as u64);
         }
         if let Err(open) = w.no_diff_within(Duration::from_secs(3)).await {
@@ -587,7 +660,7 @@ async fn act(w: &mut World, kind: Round, group: &str, old: i32, ctx: &str) {
 
 /// After a fault round: a killed Neovim started again, and pi's session attached again (to a
 /// daemon other than `old` when the daemon went); how long the reattach took.
-async fn recover(w: &mut World, kind: Round, old: i32) -> Option<Duration> {
+async fn recover(w: &mut World, kind: Round, old: i32, ctx: &str) -> Option<Duration> {
     match kind {
         Round::Accept | Round::Reject => return None,
         Round::EditorKill => {
@@ -597,7 +670,7 @@ async fn recover(w: &mut World, kind: Round, old: i32) -> Option<Duration> {
         Round::BrokerKill | Round::BrokerTerm | Round::BrokerRestart => {}
     }
     let not = (kind != Round::EditorKill).then_some(old);
-    Some(w.reattached(not, Duration::from_secs(10)).await)
+    Some(w.reattached(not, Duration::from_secs(10), ctx).await)
 }
 
 impl Tally {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 async fn status(root: &Path) -> Value {
     within(
         "status",
-        pi_ide_broker::cli::client::get_json(&root.join("run/sock"), "/v1/status"),
+        pi_ide_broker::frontdoor::client::get_json(&root.join("run/sock"), "/v1/status"),
     )
     .await
     .unwrap()

@@ -713,7 +713,9 @@ async fn a_kept_alive_connection_may_idle_between_requests() {
 async fn no_qwen_dir_is_made_where_qwen_code_never_ran() {
     let b = TestBroker::start_with(|c| {
         let home = c.home.clone().expect("test home");
-        c.gemini.qwen_dir = Some(home.join(".qwen").join("ide"));
+        c.edit_section(|s: &mut pi_ide_broker::frontdoor::gemini::GeminiConfig| {
+            s.qwen_dir = Some(home.join(".qwen").join("ide"))
+        });
     })
     .await;
     let dir = gemini_dir(&b);

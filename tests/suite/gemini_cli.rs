@@ -3,6 +3,7 @@
 
 use crate::common::fake_gemini::{all_text, FakeGemini, Reply};
 use crate::common::gemini::*;
+use crate::common::tui::{strip_escapes, tail};
 use crate::common::*;
 use pi_ide_broker::testkit::eventually;
 use serde_json::json;
@@ -109,7 +110,7 @@ impl GeminiTui {
 
     /// Whether the prompt, empty again, was drawn after `text` last was (the line was taken).
     fn prompt_is_empty_after(&self, text: &str) -> bool {
-        let screen = strip_ansi(&self.screen());
+        let screen = strip_escapes(&self.screen());
         match (screen.rfind(text), screen.rfind("Type your message")) {
             (Some(line), Some(prompt)) => prompt > line,
             _ => false,
@@ -118,7 +119,7 @@ impl GeminiTui {
 
     /// How many times the screen (since the start) has shown `text`.
     fn shown(&self, text: &str) -> usize {
-        strip_ansi(&self.screen()).matches(text).count()
+        strip_escapes(&self.screen()).matches(text).count()
     }
 
     /// Waits (60 s at most) until `done` holds of the screen; shows it if not.
@@ -126,7 +127,7 @@ impl GeminiTui {
         if !self.holds_within(Duration::from_secs(60), done).await {
             panic!(
                 "the CLI never showed {what:?}; its screen:\n{}",
-                tail(&strip_ansi(&self.screen()))
+                tail(&strip_escapes(&self.screen()), 6000)
             );
         }
     }
@@ -169,7 +170,7 @@ impl GeminiTui {
         }
         panic!(
             "the CLI never connected to the IDE; its screen:\n{}",
-            tail(&strip_ansi(&self.screen()))
+            tail(&strip_escapes(&self.screen()), 6000)
         );
     }
 
@@ -236,7 +237,7 @@ async fn diff_opened(fe: &FakeEditor, tui: &GeminiTui) -> String {
         Ok(t) => t,
         Err(_) => panic!(
             "no diff opened in the editor; the CLI's screen:\n{}",
-            tail(&strip_ansi(&tui.screen()))
+            tail(&strip_escapes(&tui.screen()), 6000)
         ),
     }
 }
@@ -255,52 +256,15 @@ fn have_script() -> bool {
     ok
 }
 
-fn tail(s: &str) -> String {
-    let start = s.len().saturating_sub(6000);
-    let mut i = start;
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    s[i..].to_string()
-}
-
-/// The screen's text without escape sequences.
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            match chars.next() {
-                Some('[') => {
-                    for d in chars.by_ref() {
-                        if ('@'..='~').contains(&d) {
-                            break;
-                        }
-                    }
-                }
-                Some(']') => {
-                    while let Some(d) = chars.next() {
-                        if d == '\x07' || (d == '\x1b' && chars.peek() == Some(&'\\')) {
-                            break;
-                        }
-                    }
-                }
-                _ => {}
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// A broker whose gemini dir is `<root>/tmp/gemini/ide` (Gemini CLI runs with `TMPDIR=<root>/tmp`),
 /// a fake editor on a real project folder, and a file the editor has focused.
 async fn scene() -> (TestBroker, FakeEditor, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_path_buf();
     let b = TestBroker::start_in(dir, |c| {
-        c.gemini.dir = Some(root.join("tmp").join("gemini").join("ide"));
+        c.edit_section(|s: &mut pi_ide_broker::frontdoor::gemini::GeminiConfig| {
+            s.dir = Some(root.join("tmp").join("gemini").join("ide"))
+        });
     })
     .await;
     let project = std::fs::canonicalize(b.dir.path())
@@ -353,7 +317,7 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
         Some(c) => c,
         None => panic!(
             "no chat request in 30 s; the CLI's screen:\n{}",
-            tail(&strip_ansi(&tui.screen()))
+            tail(&strip_escapes(&tui.screen()), 6000)
         ),
     };
     let text = all_text(&chat);
@@ -392,7 +356,7 @@ async fn the_real_gemini_cli_gets_editor_context_and_its_edits_reviewed_in_the_e
     if api.next_chat().await.is_none() {
         panic!(
             "no chat request in 30 s; the CLI's screen:\n{}",
-            tail(&strip_ansi(&tui.screen()))
+            tail(&strip_escapes(&tui.screen()), 6000)
         );
     }
     let tab = eventually("the second diff in the editor", || {
@@ -438,7 +402,12 @@ async fn the_real_qwen_code_finds_the_editor_without_an_exported_port_and_review
     // Qwen Code has run here before (its home exists): the broker makes its `ide` dir.
     std::fs::create_dir_all(&qwen_home).expect("qwen home");
     let qh = qwen_home.clone();
-    let b = TestBroker::start_in(dir, |c| c.gemini.qwen_dir = Some(qh.join("ide"))).await;
+    let b = TestBroker::start_in(dir, |c| {
+        c.edit_section(|s: &mut pi_ide_broker::frontdoor::gemini::GeminiConfig| {
+            s.qwen_dir = Some(qh.join("ide"))
+        })
+    })
+    .await;
     let project = qwen_home.parent().expect("root").join("project");
     std::fs::create_dir_all(&project).expect("project");
     let fe = FakeEditor::start_in(&b.pi_dir, Options::pi(&[project.to_str().unwrap_or("/")]))

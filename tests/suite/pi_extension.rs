@@ -538,7 +538,7 @@ async fn the_extension_starts_a_daemon_when_none_runs() {
     pi.toast(0, "Auto-connected to Neovim").await;
     let st = pi_ide_broker::testkit::within(
         "status of the spawned daemon",
-        pi_ide_broker::cli::client::get_json(&socket, "/v1/status"),
+        pi_ide_broker::frontdoor::client::get_json(&socket, "/v1/status"),
     )
     .await
     .expect("status");

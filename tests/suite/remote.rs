@@ -281,7 +281,7 @@ async fn an_agent_over_ssh_reaches_the_hosts_editor_with_mapped_paths() {
     let Some(fwd) = ssh_forward(&main_dir, &b.socket).await else {
         return;
     };
-    let st = pi_ide_broker::cli::client::get_json(&fwd.remote, "/v1/status")
+    let st = pi_ide_broker::frontdoor::client::get_json(&fwd.remote, "/v1/status")
         .await
         .expect("status through the forward");
     assert_eq!(st["connection"]["rights"], "agent", "{st}");
@@ -296,11 +296,12 @@ async fn an_agent_over_ssh_reaches_the_hosts_editor_with_mapped_paths() {
         json!([]),
         "the host's sessions are hidden: {st}"
     );
-    let refused = pi_ide_broker::cli::client::get_json(&fwd.remote, "/v1/pi-sessions?cwd=/").await;
+    let refused =
+        pi_ide_broker::frontdoor::client::get_json(&fwd.remote, "/v1/pi-sessions?cwd=/").await;
     assert!(
         matches!(
             refused,
-            Err(pi_ide_broker::cli::client::ClientError::Refused(_))
+            Err(pi_ide_broker::frontdoor::client::ClientError::Refused(_))
         ),
         "{refused:?}"
     );

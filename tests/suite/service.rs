@@ -113,10 +113,9 @@ async fn socket_activation_uses_the_inherited_listener() {
         .wait_line(&["using the socket passed by the service manager"])
         .await;
     daemon.wait_line(&["pi-ide-broker ready"]).await;
-    drop(listener);
     let st = within(
         "status",
-        pi_ide_broker::cli::client::get_json(&sock, "/v1/status"),
+        pi_ide_broker::frontdoor::client::get_json(&sock, "/v1/status"),
     )
     .await
     .unwrap();
@@ -126,6 +125,14 @@ async fn socket_activation_uses_the_inherited_listener() {
     );
     daemon.signal(Signal::TERM);
     assert!(daemon.wait_exit().await.success());
+    // The socket is the service manager's (here, the test's listener): it is left in place,
+    // and a client dialling it after the stop reaches it, which starts the daemon again.
+    let dialled = std::os::unix::net::UnixStream::connect(&sock);
+    assert!(
+        dialled.is_ok(),
+        "the service manager's socket after a stop: {dialled:?}"
+    );
+    drop(listener);
 }
 
 #[tokio::test]
@@ -158,7 +165,7 @@ async fn sighup_adds_a_lock_dir_and_a_broken_config_keeps_the_old_one() {
     );
     let st = within(
         "status",
-        pi_ide_broker::cli::client::get_json(&root.join("run/sock"), "/v1/status"),
+        pi_ide_broker::frontdoor::client::get_json(&root.join("run/sock"), "/v1/status"),
     )
     .await
     .unwrap();
@@ -279,6 +286,26 @@ async fn sigterm_answers_pending_diffs_closes_them_and_cleans_up() {
     );
 }
 
+/// An agent on the daemon in `root` with a diff (`tab`) pending in editor `fe`, then `fe`
+/// frozen: a stop now waits on the link's drain of that diff's `close_tab`.
+async fn frozen_on_a_diff(root: &std::path::Path, fe: &FakeEditor, tab: &str) -> Agent {
+    let mut agent = Agent::open(&root.join("run/sock"), "/g", None).await;
+    agent.attached().await;
+    agent
+        .call_tool(
+            json!(1),
+            "openDiff",
+            pi_ide_broker::testkit::diff_args("/g/a", "a", tab),
+        )
+        .await;
+    eventually("the diff pending in the editor", || {
+        (fe.pending_diffs().len() == 1).then_some(())
+    })
+    .await;
+    fe.freeze(true);
+    agent
+}
+
 /// A link that owes the editor only an unanswered `close_tab` stops when its one-second drain
 /// ends, not at its next health check: a frozen editor holds a shutdown no longer than that,
 /// and the frame written before the link closed still reaches it.
@@ -294,20 +321,7 @@ async fn a_frozen_editor_holds_a_shutdown_only_for_the_drain() {
     )
     .await;
     let mut ev = fe.events();
-    let mut agent = Agent::open(&root.join("run/sock"), "/g", None).await;
-    agent.attached().await;
-    agent
-        .call_tool(
-            json!(1),
-            "openDiff",
-            pi_ide_broker::testkit::diff_args("/g/a", "a", "frozen-tab"),
-        )
-        .await;
-    eventually("the diff pending in the editor", || {
-        (fe.pending_diffs().len() == 1).then_some(())
-    })
-    .await;
-    fe.freeze(true);
+    let _agent = frozen_on_a_diff(root, &fe, "frozen-tab").await;
 
     let started = std::time::Instant::now();
     daemon.signal(Signal::TERM);
@@ -329,6 +343,45 @@ async fn a_frozen_editor_holds_a_shutdown_only_for_the_drain() {
     fe.freeze(false);
     let args = next_tool_call(&mut ev, "close_tab").await;
     assert_eq!(args["tab_name"], "frozen-tab");
+}
+
+/// A stopping daemon turns a new client away at once: its socket's path is gone from the
+/// start of the stop (the listening socket itself stays open to the end, kept for a handover),
+/// so a client dialling while a frozen editor holds the stop for its drain is told no daemon
+/// runs, instead of waiting in the backlog of a daemon that will never accept it.
+#[tokio::test]
+async fn a_stopping_daemon_turns_new_clients_away_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (mut daemon, fe) = daemon_beside_editor(root, "[health]\ninterval_ms = 60000").await;
+    let socket = root.join("run/sock");
+    let _agent = frozen_on_a_diff(root, &fe, "held-tab").await;
+    daemon.signal(Signal::TERM);
+    daemon.wait_line(&["stopping"]).await;
+    // Held there (the frozen editor holds its drain for a second; this, for as long as it takes).
+    daemon.signal(Signal::STOP);
+    let dialled = std::os::unix::net::UnixStream::connect(&socket);
+    let running = daemon
+        .child
+        .try_wait()
+        .expect("the daemon's status")
+        .is_none();
+    assert!(
+        running,
+        "the daemon ended before it could be dialled while stopping"
+    );
+    assert_eq!(
+        dialled.as_ref().map_err(std::io::Error::kind).err(),
+        Some(std::io::ErrorKind::NotFound),
+        "a client dialling a stopping daemon: {dialled:?}"
+    );
+    assert!(
+        !root.join("state/running.json").exists(),
+        "the running record is gone too"
+    );
+    daemon.signal(Signal::CONT);
+    fe.freeze(false);
+    assert!(daemon.wait_exit().await.success());
 }
 
 #[test]

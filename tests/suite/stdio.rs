@@ -232,7 +232,7 @@ async fn two_clients_starting_at_once_share_one_autostarted_daemon() {
     let socket = dir.path().join("run/sock");
     let st = within(
         "status",
-        pi_ide_broker::cli::client::get_json(&socket, "/v1/status"),
+        pi_ide_broker::frontdoor::client::get_json(&socket, "/v1/status"),
     )
     .await
     .unwrap();
@@ -476,7 +476,7 @@ async fn the_stdio_door_survives_a_broker_restart() {
     let sock = root.join("run/sock");
     within("the diff in flight", async {
         loop {
-            if let Ok(st) = pi_ide_broker::cli::client::get_json(&sock, "/v1/status").await {
+            if let Ok(st) = pi_ide_broker::frontdoor::client::get_json(&sock, "/v1/status").await {
                 if st["sessions"][0]["in_flight"]
                     .as_array()
                     .is_some_and(|f| f.len() == 1)

@@ -8,7 +8,7 @@ use crate::acp_pi::{followed_pi_with, FollowedPi};
 use crate::common::pi::Pi;
 use crate::common::process::{broker_bin, isolate};
 use crate::common::*;
-use pi_ide_broker::cli::client::{get_json, ClientError};
+use pi_ide_broker::frontdoor::client::{get_json, ClientError};
 use pi_ide_broker::protocol::pathmap::RemoteConfig;
 use pi_ide_broker::sys::config::Config;
 use pi_ide_broker::testkit::acp_client::AcpClient;
@@ -48,7 +48,7 @@ pub(crate) async fn follow(socket: &Path, key: &str) -> Result<(), String> {
     .await
     {
         Ok(_) => Ok(()),
-        Err(e) => Err(pi_ide_broker::cli::client::upgrade_refusal(&e)),
+        Err(e) => Err(pi_ide_broker::frontdoor::client::upgrade_refusal(&e)),
     }
 }
 
@@ -430,7 +430,8 @@ async fn a_peer_in_another_namespace_is_an_agent_on_the_main_socket() {
     fp.b.stop().await;
 }
 
-fn unshare_works() -> bool {
+/// True where `unshare --mount` runs (root, util-linux).
+pub(crate) fn unshare_works() -> bool {
     std::process::Command::new("unshare")
         .args(["--mount", "true"])
         .status()

@@ -11,7 +11,7 @@
 //! (types, expressions, patterns, the token trees of macro calls, `$crate`), a name a `use`
 //! bound (`use crate::frontdoor;` then `frontdoor::socket::X`), a name for the crate root
 //! (`use crate as root;`, `extern crate self as me;`), a child module's name, and a crate-root
-//! re-export (`crate::serve` is `daemon::serve`). Items under a test-only cfg
+//! re-export (`crate::serve` is `broker::serve`). Items under a test-only cfg
 //! (`#[cfg(test)]`, `#[cfg(all(test, …))]`) are left out, and so is a module declared under
 //! one; a file is judged by how it is declared, never by its name.
 //!
@@ -245,7 +245,7 @@ impl Crate {
     }
 
     /// The module an absolute path lands in: its longest known prefix, after following
-    /// re-exports (`crate::serve` -> `daemon`).
+    /// re-exports (`crate::serve` -> `broker`).
     fn resolve(&self, path: &[String], depth: usize) -> Option<ModPath> {
         for n in (0..=path.len()).rev() {
             let prefix = path[..n].to_vec();

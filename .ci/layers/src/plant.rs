@@ -38,22 +38,22 @@ const PLANTS: &[Plant] = &[
         what: "a raw string then a path",
         edits: &[(
             BOTTOM,
-            "pub fn planted() { let _q = r#\"a \" b\"#; crate::daemon::X; }\n",
+            "pub fn planted() { let _q = r#\"a \" b\"#; crate::broker::X; }\n",
         )],
-        expect: Some(("sys::time (layer", "uses daemon")),
+        expect: Some(("sys::time (layer", "uses broker")),
     },
     Plant {
         what: "a C raw string then a path",
         edits: &[(
             BOTTOM,
-            "pub fn planted() { let _q = cr#\"a \" b\"#; crate::daemon::X; }\n",
+            "pub fn planted() { let _q = cr#\"a \" b\"#; crate::broker::X; }\n",
         )],
-        expect: Some(("sys::time (layer", "uses daemon")),
+        expect: Some(("sys::time (layer", "uses broker")),
     },
     Plant {
         what: "a crate-root re-export",
         edits: &[(BOTTOM, "pub fn planted() { crate::serve(); }\n")],
-        expect: Some(("sys::time (layer", "uses daemon")),
+        expect: Some(("sys::time (layer", "uses broker")),
     },
     Plant {
         what: "a super::super chain",

@@ -80,6 +80,22 @@ pub fn alive(pid: u32) -> bool {
     running(pid).is_some()
 }
 
+/// A future that resolves when process `pid` exits (a pidfd of it, polled by tokio's reactor;
+/// Linux 5.3+); `None` when no pidfd could be opened (the process is gone, or no such kernel).
+/// It needs a running tokio runtime.
+#[cfg(target_os = "linux")]
+pub fn exit_of(pid: u32) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+    let p = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+    let fd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()?;
+    let interest = tokio::io::Interest::READABLE;
+    // SAFETY: `fd` is an open pidfd that the AsyncFd owns (and so keeps open) for its whole life.
+    #[allow(unsafe_code)]
+    let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) }.ok()?;
+    Some(async move {
+        let _ = fd.readable().await;
+    })
+}
+
 /// What is known of `pid` when it is running (ours or not), read once; `None` when it is gone
 /// or a zombie. The signal-only source knows only that it runs (no start time).
 pub fn running(pid: u32) -> Option<Facts> {

@@ -2,7 +2,7 @@
 //!
 //! A pi-family session on a Claude-family editor (claudecode.nvim, VS Code, JetBrains) or the
 //! reverse. Requests are rewritten on the way out, answers on the way back, so each session
-//! sees its own dialect's tool names and result shapes. Same-dialect traffic never comes here.
+//! sees its own family's tool names and result shapes. Same-family traffic never comes here.
 
 use crate::family::Family;
 use crate::jsonrpc;
@@ -53,7 +53,7 @@ pub fn marked_tab(session: u64, tab: &str) -> String {
 /// JetBrains' name for the open files, where VS Code has `getOpenEditors`.
 const JETBRAINS_OPEN_FILES: &str = "get_all_opened_file_paths";
 
-/// The tools of one dialect, and what the other dialect calls them (on a Claude-family editor,
+/// The tools of one family, and what the other family calls them (on a Claude-family editor,
 /// the open tabs are `getOpenEditors`, or JetBrains' `get_all_opened_file_paths` where that is
 /// what it lists).
 fn translate_tool<'a>(
@@ -139,7 +139,7 @@ pub fn is_marked(tab: &str) -> bool {
     tab.contains('✻') && tab.contains('⧉')
 }
 
-/// A Claude-dialect session's `openDiff` / `close_tab` on a Claude-family editor with a plain
+/// A Claude-family session's `openDiff` / `close_tab` on a Claude-family editor with a plain
 /// tab name: the diff is opened under a marked name so that `close_tab` (the session's own,
 /// or the broker's when the session leaves or cancels) can close it; the session keeps seeing
 /// its own name.
@@ -160,7 +160,7 @@ pub fn mark_claude_tab(session: u64, msg: &mut Map<String, Value>) -> Option<Bri
     })
 }
 
-/// Extra tools a bridged session sees in `tools/list` (its dialect's names for what the
+/// Extra tools a bridged session sees in `tools/list` (its family's names for what the
 /// editor has under the other name).
 pub fn extra_tools(dialect: Family, family: Family, editor_tools: &[String]) -> Vec<Value> {
     let has = |n: &str| editor_tools.iter().any(|t| t == n);
@@ -195,7 +195,14 @@ const ANSWERED_BY_BROKER: [(&str, &str); 3] = [
     ("getWorkspaceFolders", "The editor's workspace folders (answered by pi-ide-broker from its lockfile)"),
 ];
 
-/// A Claude-dialect call the broker answers itself on a pi-family editor that lacks the tool:
+/// Whether a session of family `session` on an editor of family `editor` may have calls
+/// answered by the broker itself ([`answer_locally`]): a Claude-family session on a pi-family
+/// editor, whose tools lack the Claude family's selection and workspace calls.
+pub fn answers_locally(session: Family, editor: Family) -> bool {
+    matches!((session, editor), (Family::Claude, Family::Pi))
+}
+
+/// A Claude-family call the broker answers itself on a pi-family editor that lacks the tool:
 /// the result in Claude Code's shape (one text item holding JSON), or `None` to forward it.
 /// `selection` is the editor's last `selection_changed` frame, `folders` its lockfile folders.
 pub fn answer_locally(
@@ -227,22 +234,26 @@ pub fn answer_locally(
             }
             None => json!({"success": false, "message": "No selection available"}),
         },
-        "getWorkspaceFolders" => {
-            let list: Vec<Value> = folders
-                .iter()
-                .map(|f| {
-                    let name = std::path::Path::new(f)
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| f.clone());
-                    json!({"name": name, "uri": format!("file://{f}"), "path": f})
-                })
-                .collect();
-            json!({"success": true, "folders": list, "rootPath": folders.first()})
-        }
+        "getWorkspaceFolders" => workspace_folders(folders),
         _ => return None,
     };
     Some(text_result(body.to_string()))
+}
+
+/// A Claude-family editor's `getWorkspaceFolders` answer (the JSON its text result carries)
+/// for the lockfile's `folders`.
+pub fn workspace_folders(folders: &[String]) -> Value {
+    let list: Vec<Value> = folders
+        .iter()
+        .map(|f| {
+            let name = std::path::Path::new(f)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| f.clone());
+            json!({"name": name, "uri": format!("file://{f}"), "path": f})
+        })
+        .collect();
+    json!({"success": true, "folders": list, "rootPath": folders.first()})
 }
 
 fn text_result(text: String) -> Value {

@@ -95,11 +95,17 @@ pub fn removed(id: &Value, method: &str) -> String {
 /// The answer to `server/discover`: the versions, the capabilities, who the server is and
 /// how it is meant to be used, with the cache hints a discovery result carries.
 pub fn discover(id: &Value, name: &str, instructions: &str) -> String {
+    discover_offering(id, name, instructions, &SUPPORTED)
+}
+
+/// The answer to `server/discover` offering only `versions`: a door that wants a client in
+/// the handshake era (for its event stream) offers the 2025 ones, and the client initializes.
+pub fn discover_offering(id: &Value, name: &str, instructions: &str, versions: &[&str]) -> String {
     let info = super::handshake::Implementation::broker(name);
     jsonrpc::result(
         id,
         json!({
-            "supportedVersions": SUPPORTED,
+            "supportedVersions": versions,
             "capabilities": {"tools": {}},
             "serverInfo": info,
             "instructions": instructions,

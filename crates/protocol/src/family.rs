@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// The tools the editors define, in either family (`tests/fixtures/recorded_editors.json` records them).
-const KNOWN_TOOLS: [&str; 13] = [
+pub const KNOWN_TOOLS: [&str; 13] = [
     "openDiff",
     "close_tab",
     "closeAllDiffTabs",
@@ -30,7 +30,7 @@ pub fn tool_label(name: &str) -> Cow<'static, str> {
     }
 }
 
-/// Which dialect of the editor protocol an editor (or a lock dir) speaks.
+/// Which family of the editor protocol an editor (or a lock dir) speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {

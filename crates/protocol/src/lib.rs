@@ -1,6 +1,6 @@
 //! What the peers' messages mean, as values: a bottom crate of the workspace, like `platform`.
 //!
-//! JSON-RPC shapes, editor families, tool schemas, the version rule, dialect translation, path
+//! JSON-RPC shapes, editor families, tool schemas, the version rule, family translation, path
 //! maps and percent-coding. It uses no other crate of the workspace.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

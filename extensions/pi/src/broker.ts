@@ -111,6 +111,13 @@ export function sessionPath(intro: Intro): string {
  * a daemon it runs after 1 s (the systemd unit's `RestartSec=1`), and that one should win. */
 export const RESPAWN_AFTER_MS = 1500;
 
+/** A daemon the link started that exited before the link opened on it (the daemon it follows
+ * was still stopping and held the claim, say) is started again this long after it exited,
+ * doubling at each such exit in one outage, up to {@link SPAWN_AGAIN_CAP_MS}. */
+export const SPAWN_AGAIN_MS = 1000;
+/** The longest wait before a daemon is started again after one that exited at its start. */
+export const SPAWN_AGAIN_CAP_MS = 16_000;
+
 type Pending = { resolve: (v: any) => void; reject: (e: Error) => void };
 
 /** The session's link to the broker. */
@@ -130,8 +137,15 @@ export class BrokerLink {
 	private open = false;
 	private closed = false;
 	private everOpen = false;
-	/** A daemon was started since the link was last open (at most one per outage). */
+	/** A daemon was started since the link was last open, and has not exited (at most one at a
+	 * time; another only once it exited before the link opened on it). */
 	private spawned = false;
+	/** Which start {@link spawned} is about (an exit of an earlier one is not this one's). */
+	private spawnGen = 0;
+	/** Daemons started in this outage that exited before the link opened. */
+	private earlyExits = 0;
+	/** When a daemon may be started again after one exited at its start (0: at once). */
+	private spawnAgainAt = 0;
 	/** When the open link was last lost (0: never open). */
 	private lostAt = 0;
 	/** See {@link RESPAWN_AFTER_MS} (tests shorten it). */
@@ -258,6 +272,8 @@ export class BrokerLink {
 			// "Started" only now that the daemon this link spawned answers.
 			if (this.spawned) this.events.onSpawned?.(this.logPath, reconnected);
 			this.spawned = false;
+			this.earlyExits = 0;
+			this.spawnAgainAt = 0;
 			this.everOpen = true;
 			// A proper MCP client: initialize first (answered by the broker, which also holds
 			// back notifications until then).
@@ -309,10 +325,13 @@ export class BrokerLink {
 
 	/** No daemon answers: start one, if the link has a command, once per outage: before the
 	 * first connection, and after the daemon it was connected to went away (a crash, a stop).
-	 * Another session may start one at the same moment: the daemon's own lock keeps one. */
+	 * Another session may start one at the same moment: the daemon's own lock keeps one. One
+	 * that exits before the link opens on it (the old daemon, still stopping, held the lock)
+	 * is started again, {@link SPAWN_AGAIN_MS} later and doubling. */
 	private noDaemon(): void {
 		if (this.spawned || !this.spawnCommand) return;
 		if (this.everOpen && Date.now() - this.lostAt < this.respawnAfterMs) return;
+		if (Date.now() < this.spawnAgainAt) return;
 		this.spawnDaemon();
 		// Dialled again soon: the daemon binds its socket within a few hundred ms.
 		this.attempt = 0;
@@ -320,6 +339,7 @@ export class BrokerLink {
 
 	private spawnDaemon(): void {
 		this.spawned = true;
+		const gen = ++this.spawnGen;
 		const command = this.spawnCommand;
 		if (!command) return;
 		try {
@@ -332,10 +352,19 @@ export class BrokerLink {
 			// Not installed, not executable: said once, with what to do (the reconnect loop
 			// keeps trying, for a daemon started another way).
 			child.on("error", (err: NodeJS.ErrnoException) => this.events.onSpawnFailed?.(command, err.code));
+			child.on("exit", () => this.spawnExited(gen));
 			child.unref();
 		} catch (err) {
 			this.events.onSpawnFailed?.(command, (err as NodeJS.ErrnoException).code);
 		}
+	}
+
+	/** Start `gen` exited: if the link never opened on it, another may be started later. */
+	private spawnExited(gen: number): void {
+		if (gen !== this.spawnGen || !this.spawned || this.closed) return;
+		this.spawned = false;
+		const wait = Math.min(SPAWN_AGAIN_CAP_MS, SPAWN_AGAIN_MS * 2 ** this.earlyExits++);
+		this.spawnAgainAt = Date.now() + wait;
 	}
 
 	private onMessage(text: string): void {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { backoffDelay, sessionPath } from "../src/broker.ts";
 import { defaultSocket, readOptions } from "../src/options.ts";
-import { DEFAULT_LIMITS, previousSessionId } from "../index.ts";
+import { BUFFER_READ_MS, DEFAULT_LIMITS, limitsFrom, previousSessionId } from "../index.ts";
 
 test("settings: defaults, project values, environment overrides", () => {
 	assert.deepEqual(readOptions(undefined, {}), { autoconnect: true, spawn: true, command: "pi-ide-broker", socket: undefined });
@@ -86,4 +86,13 @@ test("the binary npm installed for this platform is found beside the package, an
 	assert.equal(readOptions({ "pi-ide-broker": { command: "/opt/b" } }, {}, bin).command, "/opt/b");
 	assert.equal(readOptions(undefined, { PI_IDE_BROKER_BIN: "/x/b" }, bin).command, "/x/b");
 	rmSync(root, { recursive: true, force: true });
+});
+
+test("PI_IDE_BROKER_BUFFER_READ_MS sets how long a read waits for a following editor's buffer", () => {
+	assert.equal(limitsFrom({}).bufferReadMs ?? BUFFER_READ_MS, 3000);
+	assert.equal(limitsFrom({ PI_IDE_BROKER_BUFFER_READ_MS: "60000" }).bufferReadMs, 60000);
+	for (const bad of ["0", "-5", "soon", "1.5", ""]) {
+		assert.deepEqual(limitsFrom({ PI_IDE_BROKER_BUFFER_READ_MS: bad }), DEFAULT_LIMITS, bad);
+	}
+	assert.equal(limitsFrom({ PI_IDE_BROKER_BUFFER_READ_MS: "10" }).diagnosticsMs, DEFAULT_LIMITS.diagnosticsMs);
 });

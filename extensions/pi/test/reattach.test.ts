@@ -1,6 +1,7 @@
 // The link reattaches when its daemon dies (src/broker.ts): a daemon that crashes (SIGKILL) is
 // started again, once per outage, and the link opens on it; before the first connection the
-// link starts one as it always did; a link without a command waits for a daemon started
+// link starts one as it always did; a daemon it started that exits at once (the old one still
+// stopping held the lock) is started again; a link without a command waits for a daemon started
 // another way. The "daemon" is a real process the link spawns (`<command> daemon`): a node
 // script serving WebSocket upgrades on the link's Unix socket, counting its starts.
 
@@ -52,15 +53,23 @@ function world() {
 	const socket = join(dir, "sock");
 	const starts = join(dir, "starts");
 	const pidFile = join(dir, "pid");
+	// While this file is there, the next start fails at once (and removes it), as a daemon does
+	// whose lock another, still stopping, holds.
+	const failNext = join(dir, "fail-next");
 	const ws = pathToFileURL(join(import.meta.dirname, "..", "node_modules", "ws", "wrapper.mjs")).href;
 	const script = join(dir, "fake-daemon.mjs");
 	writeFileSync(
 		script,
 		`#!${process.execPath}
-import { appendFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { WebSocketServer } from ${JSON.stringify(ws)};
 appendFileSync(${JSON.stringify(starts)}, "start\\n");
+if (existsSync(${JSON.stringify(failNext)})) {
+	rmSync(${JSON.stringify(failNext)});
+	console.error("error: pi-ide-broker is already running");
+	process.exit(1);
+}
 rmSync(${JSON.stringify(socket)}, { force: true });
 const server = createServer();
 new WebSocketServer({ server });
@@ -88,17 +97,32 @@ server.listen(${JSON.stringify(socket)}, () => writeFileSync(${JSON.stringify(pi
 		}
 		rmSync(dir, { recursive: true, force: true });
 	};
-	return { dir, socket, script, startCount, kill, cleanup };
+	const failNextStart = () => writeFileSync(failNext, "");
+	return { dir, socket, script, startCount, kill, failNextStart, cleanup };
+}
+
+/** A link with a command on a fresh world, started and connected once; `body` runs, then the
+ * link is closed and the world cleaned up. */
+async function connected(
+	respawnAfterMs: number,
+	body: (w: ReturnType<typeof world>, r: ReturnType<typeof recorder>) => Promise<void>,
+) {
+	const w = world();
+	const r = recorder();
+	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, r.events, w.script);
+	link.respawnAfterMs = respawnAfterMs;
+	try {
+		link.start();
+		await r.until("the first connection", () => r.opens.length === 1);
+		await body(w, r);
+	} finally {
+		link.close();
+		w.cleanup();
+	}
 }
 
 test("a daemon that crashes is started again once and the link reopens on it", async () => {
-	const w = world();
-	const { opens, spawned, events, until } = recorder();
-	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, events, w.script);
-	link.respawnAfterMs = 300;
-	try {
-		link.start();
-		await until("the first connection", () => opens.length === 1);
+	await connected(300, async (w, { opens, spawned, until }) => {
 		assert.deepEqual(spawned, [false], "started before the first connection");
 		for (let round = 1; round <= 3; round++) {
 			const t0 = Date.now();
@@ -109,20 +133,23 @@ test("a daemon that crashes is started again once and the link reopens on it", a
 			assert.equal(w.startCount(), round + 1, "one daemon started per outage");
 		}
 		assert.deepEqual(spawned, [false, true, true, true], "each restart told as one");
-	} finally {
-		link.close();
-		w.cleanup();
-	}
+	});
+});
+
+test("a daemon started while the old one still stops, which exits at once, is started again", async () => {
+	await connected(300, async (w, { opens, spawned, until }) => {
+		w.failNextStart();
+		const t0 = Date.now();
+		w.kill();
+		await until("reopened on the daemon started after the one that exited", () => opens.length === 2);
+		console.log(`reopened ${Date.now() - t0} ms after the crash, past a start that failed`);
+		assert.equal(w.startCount(), 3, "the first start, the one that exited, the one that serves");
+		assert.deepEqual(spawned, [false, true], "the restart told once");
+	});
 });
 
 test("an outage shorter than the service manager's restart starts no daemon", async () => {
-	const w = world();
-	const { opens, events, until } = recorder();
-	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, events, w.script);
-	link.respawnAfterMs = 60_000;
-	try {
-		link.start();
-		await until("the first connection", () => opens.length === 1);
+	await connected(60_000, async (w, { opens, until }) => {
 		w.kill();
 		// The "service manager" brings it back itself: the link waits for it and reopens.
 		await new Promise((r) => setTimeout(r, 400));
@@ -131,10 +158,7 @@ test("an outage shorter than the service manager's restart starts no daemon", as
 		spawn(w.script, ["daemon"], { stdio: "ignore" }).unref();
 		await until("reopened on the daemon started elsewhere", () => opens.length === 2);
 		assert.equal(w.startCount(), 2);
-	} finally {
-		link.close();
-		w.cleanup();
-	}
+	});
 });
 
 test("a link without a command never starts a daemon, before or after a crash", async () => {

@@ -1,9 +1,9 @@
 //! The lock dirs' and lockfiles' checks: each lockfile's verdict, and the fix for a refusal.
 
 use super::{mode_of, Builder, Level};
-use crate::editor::lockfile;
 use crate::editor::Error as LockfileError;
 use crate::frontdoor::status::{EditorStatus, Status};
+use crate::registry::lifecycle::lockfile;
 use crate::sys::config::LockDirConfig;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -7,13 +7,13 @@ use super::{Env, Level, Line, Options};
 use std::path::{Path, PathBuf};
 
 /// Where the link goes: `~/.local/bin` (XDG's place for a user's executables).
-pub fn bin_dir(home: &Path) -> PathBuf {
+pub(super) fn bin_dir(home: &Path) -> PathBuf {
     home.join(".local").join("bin")
 }
 
 /// Makes `pi-ide-broker` on `PATH` run `env.exe`: nothing when it already does; else a
 /// symlink in [`bin_dir`], recorded for `--undo`, and a word when that dir is not on `PATH`.
-pub fn step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
+pub(super) fn step(opts: &Options, env: &Env, rec: &mut Record) -> Line {
     // npx (and npm's scripts) put the package's own `node_modules/.bin` in front of PATH
     // while setup runs: that is no command the user's shell will find later.
     let on_path = env
@@ -116,7 +116,7 @@ fn relink(dir: &Path, link: &Path, target: &Path) -> std::io::Result<()> {
 }
 
 /// `--undo`: the link setup made goes (only while it is still a symlink).
-pub fn undo(opts: &Options, link: &Path, rec: &mut Record) -> Line {
+pub(super) fn undo(opts: &Options, link: &Path, rec: &mut Record) -> Line {
     if opts.dry_run {
         return Line::new(
             Level::Info,

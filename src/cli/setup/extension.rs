@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 /// Every file of the extension, by its path inside the package.
-pub const FILES: &[(&str, &str)] = &[
+pub(crate) const FILES: &[(&str, &str)] = &[
     (
         "package.json",
         include_str!("../../../extensions/pi/package.json"),
@@ -77,13 +77,13 @@ pub const FILES: &[(&str, &str)] = &[
 ];
 
 /// The folder `setup` installs into pi.
-pub fn dir(data_dir: &Path) -> PathBuf {
+pub(crate) fn dir(data_dir: &Path) -> PathBuf {
     data_dir.join("pi-extension")
 }
 
 /// Writes the extension into `dir` where a file differs (each replaced atomically); returns
 /// whether anything changed.
-pub fn write(dir: &Path) -> std::io::Result<bool> {
+pub(crate) fn write(dir: &Path) -> std::io::Result<bool> {
     let mut changed = false;
     for (rel, text) in FILES {
         let path = dir.join(rel);
@@ -103,7 +103,7 @@ pub fn write(dir: &Path) -> std::io::Result<bool> {
 
 /// On the daemon's start: brings a folder `setup` wrote up to this binary's extension (a
 /// folder that is not there stays absent: pi loads the extension from elsewhere).
-pub fn refresh(data_dir: &Path) {
+pub(crate) fn refresh(data_dir: &Path) {
     let dir = dir(data_dir);
     if !dir.join("package.json").exists() {
         return;
@@ -118,7 +118,7 @@ pub fn refresh(data_dir: &Path) {
 }
 
 /// Removes the folder (`setup --undo`).
-pub fn remove(data_dir: &Path) -> std::io::Result<()> {
+pub(crate) fn remove(data_dir: &Path) -> std::io::Result<()> {
     match std::fs::remove_dir_all(dir(data_dir)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// What adding an entry found.
 #[derive(Debug, PartialEq)]
-pub enum Added {
+pub(super) enum Added {
     /// The new text; whether the container object was created.
     Text(String, bool),
     /// The same entry is there already.
@@ -46,7 +46,7 @@ fn insert_first(text: &str, open: usize, key: &str, value: &str, indent: &str) -
 
 /// Adds `name: entry` to the object member `container` of the top-level object in `text`
 /// (creating it when missing).
-pub fn add(text: &str, container: &str, name: &str, entry: &Value) -> Result<Added, String> {
+pub(super) fn add(text: &str, container: &str, name: &str, entry: &Value) -> Result<Added, String> {
     let text = if text.trim().is_empty() { "{}\n" } else { text };
     let entry_text = serde_json::to_string(entry).unwrap_or_default();
     let Some(servers) = member(text, container)? else {
@@ -104,7 +104,7 @@ fn cut(text: &str, (start, end): (usize, usize)) -> String {
 
 /// Removes `name` from `container` when it is still `entry` (and `container` too when
 /// `drop_container` and nothing else is left in it). `Ok(None)`: not there any more.
-pub fn remove(
+pub(super) fn remove(
     text: &str,
     container: &str,
     name: &str,

@@ -7,8 +7,8 @@
 //! so that `setup --undo` takes back exactly that. A failed step says why and what to do; the
 //! others still run.
 
+mod background;
 mod command;
-mod daemon;
 pub(crate) mod extension;
 mod jsonedit;
 pub mod mcp;
@@ -88,7 +88,7 @@ impl Env {
             path: std::env::var_os("PATH"),
             socket: config.socket_to_dial(),
             config: config_path.filter(|p| p.exists()),
-            compat_dir: config.compat_dir(),
+            compat_dir: crate::frontdoor::compat::CompatConfig::of(config).dir(),
             default_socket: config.socket_path(),
         }
     }

@@ -5,7 +5,7 @@
 //! file, a dir setup did not create, anything in a dir the configuration points elsewhere
 //! but the broker's own file names.
 
-use super::{daemon, Env, Level, Line, Options};
+use super::{background, Env, Level, Line, Options};
 use std::path::{Path, PathBuf};
 
 /// The files the daemon and setup write in their dirs (the state dir, the socket dir, the
@@ -20,8 +20,8 @@ const OWN_FILES: &[&str] = &[
 ];
 
 /// Removes what the broker made; `created` are the dirs setup recorded creating.
-pub fn purge(opts: &Options, env: &Env, created: &[PathBuf], emit: &mut impl FnMut(Line)) {
-    if daemon::answering(env) {
+pub(super) fn purge(opts: &Options, env: &Env, created: &[PathBuf], emit: &mut impl FnMut(Line)) {
+    if background::answering(env) {
         emit(
             Line::new(
                 Level::Warn,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// Everything setup changed, over all its runs.
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
+pub(super) struct Record {
     /// The service unit setup wrote and enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_unit: Option<PathBuf>,
@@ -37,7 +37,7 @@ pub struct Record {
 
 /// One MCP entry setup added to one file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct McpFile {
+pub(super) struct McpFile {
     /// The client (`codex`, `opencode`, `gemini`).
     pub client: String,
     /// The file.
@@ -51,14 +51,14 @@ pub struct McpFile {
 }
 
 /// `setup.json` in `state_dir`.
-pub fn path(state_dir: &Path) -> PathBuf {
+pub(super) fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("setup.json")
 }
 
 impl Record {
     /// The record in `state_dir`, empty when there is none; an unreadable one is an error
     /// (undo must not guess).
-    pub fn load(state_dir: &Path) -> Result<Record, String> {
+    pub(super) fn load(state_dir: &Path) -> Result<Record, String> {
         let p = path(state_dir);
         match std::fs::read_to_string(&p) {
             Ok(text) => serde_json::from_str(&text).map_err(|e| {
@@ -73,7 +73,7 @@ impl Record {
     }
 
     /// Writes the record (removes the file when nothing is recorded).
-    pub fn save(&self, state_dir: &Path) -> Result<(), String> {
+    pub(super) fn save(&self, state_dir: &Path) -> Result<(), String> {
         let p = path(state_dir);
         if *self == Record::default() {
             return match std::fs::remove_file(&p) {

@@ -1,7 +1,7 @@
 //! The steps of `setup`, each on its own: one failing never stops the next (`undo.rs` takes
 //! them back).
 
-use super::daemon;
+use super::background;
 use super::mcp::{self, FileClient};
 use super::pi::{self, Source};
 use super::record::{McpFile, Record};
@@ -67,7 +67,7 @@ pub(super) fn shown(cmds: &[service::Step]) -> String {
 }
 
 /// Every step of setup, in order.
-pub fn apply(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(Line)) {
+pub(super) fn apply(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(Line)) {
     let stable;
     let env = match binary_step(opts, env, rec) {
         Some((line, copy)) => {
@@ -248,8 +248,8 @@ fn start_service(
         }
     }
     // The Run key starts it at the next logon only: start one now.
-    if manager == Manager::RunKey && !daemon::answering(env) {
-        if let Err(e) = daemon::start(env) {
+    if manager == Manager::RunKey && !background::answering(env) {
+        if let Err(e) = background::start(env) {
             return Some(
                 Line::new(
                     Level::Warn,
@@ -270,7 +270,7 @@ fn start_service(
 fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> Line {
     let later = "when it stops (a reboot), the pi extension and the agents' `mcp` door start one whenever none runs";
     let head = format!("no user service manager answers here ({why})");
-    if daemon::answering(env) {
+    if background::answering(env) {
         return Line::new(
             Level::Ok,
             "service",
@@ -284,11 +284,11 @@ fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> 
             "service",
             format!(
                 "{head}; would start `pi-ide-broker daemon` in the background (log: {})",
-                daemon::log_path(env).display()
+                background::log_path(env).display()
             ),
         );
     }
-    match daemon::start(env) {
+    match background::start(env) {
         Ok(pid) => {
             rec.daemon_pid = Some(pid);
             Line::new(
@@ -296,7 +296,7 @@ fn background_daemon(opts: &Options, env: &Env, rec: &mut Record, why: &str) -> 
                 "service",
                 format!(
                     "{head}; started a daemon in the background (pid {pid}, log: {})",
-                    daemon::log_path(env).display()
+                    background::log_path(env).display()
                 ),
             )
             .fix(later)

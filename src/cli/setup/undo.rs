@@ -1,7 +1,7 @@
 //! The steps of `setup --undo`: what the record says setup did is taken back, each on its
 //! own (one failing never stops the next), then what the broker itself left (`purge.rs`).
 
-use super::daemon;
+use super::background;
 use super::mcp;
 use super::record::{McpFile, Record};
 use super::steps::{run, shown, write_atomic};
@@ -10,7 +10,7 @@ use crate::cli::service::{self, Manager};
 use std::path::Path;
 
 /// Takes back what the record says setup did; what fails stays in the record.
-pub fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(Line)) {
+pub(super) fn undo(opts: &Options, env: &Env, rec: &mut Record, emit: &mut impl FnMut(Line)) {
     if *rec == Record::default() && !extension::dir(&env.data_dir).exists() {
         emit(Line::new(
             Level::Ok,
@@ -83,7 +83,7 @@ fn undo_running(opts: &Options, env: &Env) -> Option<Line> {
             format!("would stop the running daemon (pid {pid})"),
         ));
     }
-    match daemon::stop(pid) {
+    match background::stop(pid) {
         Ok(true) => Some(Line::new(
             Level::Ok,
             "daemon",
@@ -191,7 +191,7 @@ fn undo_daemon(opts: &Options, pid: u32, rec: &mut Record) -> Line {
             format!("would stop the daemon setup started (pid {pid})"),
         );
     }
-    match daemon::stop(pid) {
+    match background::stop(pid) {
         Ok(stopped) => {
             rec.daemon_pid = None;
             let what = if stopped {

@@ -16,7 +16,7 @@ use crate::protocol::bridge::{is_marked, mark_claude_tab, Bridge};
 use serde_json::{Map, Value};
 
 /// The Claude family.
-pub struct ClaudeFamily;
+pub(super) struct ClaudeFamily;
 
 impl Rules for ClaudeFamily {
     fn may_close_leftover(&self, tab: &str) -> bool {

@@ -1,11 +1,11 @@
-//! pi-ide editors (pi-ide.nvim and the editors that speak its dialect): no quirk to serve.
+//! pi-ide editors (pi-ide.nvim and the editors that speak its family): no quirk to serve.
 
 use super::Rules;
 use crate::protocol::bridge::Bridge;
 use serde_json::{Map, Value};
 
 /// The pi-ide family.
-pub struct PiIde;
+pub(super) struct PiIde;
 
 impl Rules for PiIde {
     /// Its `close_tab` closes only the diff of that name.

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use std::path::Path;
 
 /// The open-tabs tools, per family, in the order they are tried.
-pub const TAB_TOOLS: [&str; 3] = [
+pub(super) const TAB_TOOLS: [&str; 3] = [
     "getOpenEditorTabs",
     "getOpenEditors",
     "get_all_opened_file_paths",
@@ -20,14 +20,14 @@ pub const TAB_TOOLS: [&str; 3] = [
 
 /// The `ideContext` for a request from `workspace_root`: the active file from the editor's
 /// last `selection_changed` frame (`None`: it sent none), and `tabs` (absolute paths).
-pub fn ide_context(workspace_root: &str, selection: Option<&str>, tabs: &[String]) -> Value {
+pub(super) fn ide_context(workspace_root: &str, selection: Option<&str>, tabs: &[String]) -> Value {
     let active = selection.and_then(|s| active_file(workspace_root, s));
     let open_tabs: Vec<Value> = tabs.iter().map(|t| descriptor(workspace_root, t)).collect();
     json!({"activeFile": active, "openTabs": open_tabs})
 }
 
 /// The context Codex reads as "nothing to add": no active file, no tabs.
-pub fn empty() -> Value {
+pub(super) fn empty() -> Value {
     json!({"activeFile": null, "openTabs": []})
 }
 
@@ -81,7 +81,7 @@ fn descriptor(root: &str, fs_path: &str) -> Value {
 
 /// The absolute paths of the open tabs in an editor's answer to `tool` (one of [`TAB_TOOLS`]);
 /// empty for an error or a shape the family does not send.
-pub fn tab_paths(tool: &str, answer: &Map<String, Value>) -> Vec<String> {
+pub(super) fn tab_paths(tool: &str, answer: &Map<String, Value>) -> Vec<String> {
     let Some(text) = answer
         .get("result")
         .and_then(|r| r.get("content"))

@@ -23,18 +23,22 @@ impl AgentDoor for CodexDoor {
         "codex"
     }
 
+    fn section(&self) -> Option<crate::sys::config::SectionCheck> {
+        Some(crate::sys::config::SectionCheck::of::<super::CodexConfig>())
+    }
+
     fn enabled(&self, config: &Config) -> bool {
-        config.codex.enabled
+        super::CodexConfig::of(config).enabled
     }
 
     fn run(&self, reg: Arc<Registry>) -> DoorTask {
-        let socket = reg.config().codex_socket();
+        let socket = super::CodexConfig::of(&reg.config()).socket();
         Box::pin(super::run(reg, socket))
     }
 
     fn status(&self, reg: &Registry) -> Map<String, Value> {
         let mut m = Map::new();
-        if let Some(h) = hub_state(&reg.config().codex_socket()) {
+        if let Some(h) = hub_state(&super::CodexConfig::of(&reg.config()).socket()) {
             m.insert(
                 STATUS_KEY.into(),
                 serde_json::to_value(h).unwrap_or_default(),
@@ -49,8 +53,8 @@ impl AgentDoor for CodexDoor {
 
     fn doctor(&self, config: &Config, doors: Option<&Map<String, Value>>) -> Vec<Check> {
         let hub = doors.and_then(hub);
-        let (health, message, fix) =
-            diagnose(config.codex.enabled, &config.codex_socket(), hub.as_ref());
+        let section = super::CodexConfig::of(config);
+        let (health, message, fix) = diagnose(section.enabled, &section.socket(), hub.as_ref());
         let level = match health {
             Health::Ok => Level::Ok,
             Health::Warn => Level::Warn,

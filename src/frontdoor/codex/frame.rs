@@ -7,7 +7,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// What reading a frame found instead of one.
 #[derive(Debug, thiserror::Error)]
-pub enum FrameError {
+pub(super) enum FrameError {
     /// The header announced more than the cap (`max_frame_bytes`).
     #[error("a frame of {len} bytes is over the {max}-byte limit (max_frame_bytes)")]
     TooLarge {
@@ -25,7 +25,7 @@ pub enum FrameError {
 }
 
 /// Reads one frame: `Ok(None)` at a clean end of stream (between frames).
-pub async fn read_frame<R: AsyncRead + Unpin>(
+pub(super) async fn read_frame<R: AsyncRead + Unpin>(
     rd: &mut R,
     max: usize,
 ) -> Result<Option<Vec<u8>>, FrameError> {
@@ -56,7 +56,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 }
 
 /// Writes one frame (a payload over 4 GiB cannot be framed and is refused).
-pub async fn write_frame<W: AsyncWrite + Unpin>(wr: &mut W, payload: &[u8]) -> std::io::Result<()> {
+pub(super) async fn write_frame<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    payload: &[u8],
+) -> std::io::Result<()> {
     let len = u32::try_from(payload.len()).map_err(|_| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,

@@ -16,20 +16,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The only protocol version Codex 0.171 (and the repository's newer code) sends.
-pub const VERSION: u64 = 0;
+pub(super) const VERSION: u64 = 0;
 
 /// The id the hub answers as (`handledByClientId`) and calls itself in logs.
-pub const HUB_ID: &str = "pi-ide-broker";
+pub(super) const HUB_ID: &str = "pi-ide-broker";
 
 /// How long an editor may take to list its open tabs before the context goes without them
 /// (Codex waits 6 s for the whole answer).
-pub const TABS_WAIT: Duration = Duration::from_millis(1000);
+pub(super) const TABS_WAIT: Duration = Duration::from_millis(1000);
 
 /// Client ids handed out by `initialize`, unique in this daemon.
 static CLIENTS: AtomicU64 = AtomicU64::new(1);
 
 /// The answer to one frame, `None` when it needs none (a broadcast, a response, garbage).
-pub async fn answer(reg: &Registry, frame: &[u8]) -> Option<Value> {
+pub(super) async fn answer(reg: &Registry, frame: &[u8]) -> Option<Value> {
     let msg: Map<String, Value> = match serde_json::from_slice(frame) {
         Ok(m) => m,
         Err(e) => {

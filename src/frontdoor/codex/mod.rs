@@ -11,6 +11,7 @@
 //! `codex-ipc` dir that is not the user's, or that group or others may write to, is refused,
 //! as Codex refuses it. Who holds the socket is kept for `status` and `doctor` ([`hub_state`]).
 
+mod config;
 mod context;
 mod door;
 // The framing and the answers are served on Unix only (Codex's Windows pipe is not served yet).
@@ -21,6 +22,7 @@ mod hub;
 #[cfg(unix)]
 mod serve;
 
+pub use config::CodexConfig;
 pub use door::CodexDoor;
 
 use crate::platform::sync::lock;

@@ -3,21 +3,30 @@
 //! `POST /mcp` carries one JSON-RPC message (answered as `application/json`; `initialize`
 //! mints the `mcp-session-id`; `server/discover` is answered -32601, so Copilot CLI takes the
 //! session flow with an event stream), `GET /mcp` is the session's event stream, `DELETE /mcp`
-//! ends the session. Only the user's own processes are served (the peer's uid from the
-//! kernel); every request is checked before anything else: no `Origin`, `Host: localhost`,
-//! the lockfile's nonce (constant time); bodies are bounded by `max_frame_bytes`.
+//! ends the session. Both MCP eras are served, as the stdio door serves them: a request with
+//! an `mcp-session-id` belongs to that 2025-era session whatever its `_meta` says (Copilot
+//! CLI's model calls in a legacy session carry a 2026-07-28 version); one without, whose
+//! `_meta` names 2026-07-28 (`protocol::era`), is stateless: `tools/list` is answered as is,
+//! `tools/call` on a stateless session of that caller (its `X-Copilot-Session-Id`, pid and
+//! realm) pinned to the editor, which ends when idle; answers are modern-shaped. Only the user's own processes are served (the peer's uid from the
+//! kernel), each connection's rights decided once at accept (`rights::decide`): one in another
+//! namespace (a container) is an agent, its sessions carry its realm and its connections
+//! count against the agent budget. Every request is checked before anything else: no
+//! `Origin`, `Host: localhost`, the lockfile's nonce (constant time); bodies are bounded by
+//! `max_frame_bytes`.
 
 use super::session::{Answer, Command, McpSession};
 use super::tools;
+use crate::frontdoor::mcp_http::json_text;
 use crate::frontdoor::mcp_http::{
     busy, empty, plain, read_body, rpc_response, too_large, Body, Unread,
 };
+use crate::protocol::era;
 use crate::protocol::handshake::{InitializeResult, INITIALIZE};
 use crate::protocol::jsonrpc;
 use crate::registry::Registry;
 use crate::sys::secret::Token;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
@@ -28,30 +37,38 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The session header of Streamable HTTP.
-pub const SESSION_HEADER: &str = "mcp-session-id";
-/// A comment on an idle event stream this often.
-const KEEP_ALIVE: Duration = Duration::from_secs(20);
+pub(super) const SESSION_HEADER: &str = "mcp-session-id";
+/// The header naming Copilot CLI's own session (on every request, both eras).
+const COPILOT_SESSION_HEADER: &str = "x-copilot-session-id";
 /// A short tool (diagnostics, `close_diff`) waits at most this long (Copilot CLI gives 60 s).
 const SHORT_WAIT: Duration = Duration::from_secs(55);
 
 /// One editor's endpoint: its nonce and live MCP sessions.
-pub struct Endpoint {
+pub(super) struct Endpoint {
     reg: Arc<Registry>,
     editor: String,
     nonce: Token,
     stop: CancellationToken,
     sessions: Mutex<HashMap<String, Arc<McpSession>>>,
+    /// The stateless (2026-07-28) sessions, by caller.
+    stateless: Mutex<HashMap<String, Arc<McpSession>>>,
 }
 
 impl Endpoint {
     /// An endpoint for `editor`, serving until `stop`.
-    pub fn new(reg: Arc<Registry>, editor: String, nonce: Token, stop: CancellationToken) -> Self {
+    pub(super) fn new(
+        reg: Arc<Registry>,
+        editor: String,
+        nonce: Token,
+        stop: CancellationToken,
+    ) -> Self {
         Endpoint {
             reg,
             editor,
             nonce,
             stop,
             sessions: Mutex::new(HashMap::new()),
+            stateless: Mutex::new(HashMap::new()),
         }
     }
 
@@ -78,8 +95,19 @@ impl Endpoint {
     }
 }
 
-/// Accepts connections until the endpoint stops.
-pub async fn accept_loop(ep: Arc<Endpoint>, listener: crate::platform::local::Listener) {
+/// Who is on a connection, as decided at accept: its pid (the kernel's) and, for an agent, its
+/// realm.
+#[derive(Clone, Debug)]
+pub(super) struct Caller {
+    /// The peer's pid, where the kernel gives one.
+    pub(super) pid: Option<u32>,
+    /// An agent's realm (`container:mnt:[…]`, …); `None` for the user's own local process.
+    pub(super) realm: Option<String>,
+}
+
+/// Accepts connections until the endpoint stops. Each peer's rights are decided here, once
+/// (`admit`); an agent's connection holds a place of its realm's budget for its life.
+pub(super) async fn accept_loop(ep: Arc<Endpoint>, listener: crate::platform::local::Listener) {
     loop {
         let accepted = tokio::select! {
             _ = ep.stop.cancelled() => return,
@@ -87,8 +115,25 @@ pub async fn accept_loop(ep: Arc<Endpoint>, listener: crate::platform::local::Li
         };
         match accepted {
             Ok(stream) => {
+                let Some(caller) = admit(&ep.editor, &stream) else {
+                    continue;
+                };
+                let budget = match caller.realm.as_deref() {
+                    None => None,
+                    Some(realm) => match ep.reg.limits.agent_connection(realm) {
+                        Ok(slot) => Some(slot),
+                        Err(why) => {
+                            tracing::warn!(editor = %ep.editor, origin = realm, "copilot door: refused a connection: {why}");
+                            continue;
+                        }
+                    },
+                };
                 let slot = ep.reg.limits.handshake("copilot").await;
-                ep.reg.tracker.spawn(connection(ep.clone(), stream, slot));
+                let ep2 = ep.clone();
+                ep.reg.tracker.spawn(async move {
+                    connection(ep2, stream, slot, caller).await;
+                    drop(budget);
+                });
             }
             Err(e) => {
                 tracing::warn!(error = %e, "copilot accept failed; retrying in 100 ms");
@@ -98,31 +143,62 @@ pub async fn accept_loop(ep: Arc<Endpoint>, listener: crate::platform::local::Li
     }
 }
 
-/// One connection of the user's own (another uid is closed at once), served over HTTP/1.1.
+/// The rights of the peer on `stream` (`rights::decide`, from the kernel's facts), or `None`
+/// (logged; the connection is closed unanswered) for another uid: the socket is the user's
+/// alone, whatever `allow_uids` and `owner_uids` grant on the main one.
+fn admit(editor: &str, stream: &crate::platform::local::Stream) -> Option<Caller> {
+    use crate::frontdoor::rights::{decide, Grants, Socket};
+    let facts = match crate::platform::peer::of_stream(stream) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(editor, error = %e, "copilot door: refused a connection whose credentials could not be read");
+            return None;
+        }
+    };
+    let none = Grants {
+        allow_uids: &[],
+        owner_uids: &[],
+    };
+    let me = crate::platform::user::uid();
+    match decide(
+        &Socket::Main,
+        &facts,
+        me,
+        crate::platform::peer::own_place(),
+        none,
+    ) {
+        Ok(peer) => {
+            let realm = peer.realm();
+            if realm.is_some() {
+                tracing::debug!(editor, origin = ?realm, "copilot door: a connection with an agent's rights only: {}", peer.why());
+            }
+            Some(Caller {
+                pid: facts.pid,
+                realm,
+            })
+        }
+        Err(_) => {
+            tracing::warn!(editor, uid = facts.uid, pid = ?facts.pid, "copilot door: refused a connection of another user");
+            None
+        }
+    }
+}
+
+/// One admitted connection, served over HTTP/1.1.
 async fn connection(
     ep: Arc<Endpoint>,
     stream: crate::platform::local::Stream,
     slot: crate::registry::limits::HandshakeSlot,
+    caller: Caller,
 ) {
-    let me = crate::platform::user::uid();
-    let pid = match crate::platform::peer::of_stream(&stream) {
-        Ok(f) if f.uid == me => f.pid,
-        Ok(f) => {
-            tracing::warn!(editor = %ep.editor, uid = f.uid, pid = ?f.pid, "copilot door: refused a connection of another user");
-            return;
-        }
-        Err(e) => {
-            tracing::warn!(editor = %ep.editor, error = %e, "copilot door: refused a connection whose credentials could not be read");
-            return;
-        }
-    };
+    let caller = Arc::new(caller);
     let closer = slot.closer();
     let heard = slot.heard();
     let place = Arc::new(Mutex::new(Some(slot)));
     let cancel = ep.stop.clone();
     let editor = ep.editor.clone();
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let (ep, place) = (ep.clone(), place.clone());
+        let (ep, place, caller) = (ep.clone(), place.clone(), caller.clone());
         async move {
             let answer = match check(&ep.nonce, req.headers()) {
                 Err((status, why)) => {
@@ -131,7 +207,7 @@ async fn connection(
                 }
                 Ok(()) => {
                     crate::platform::sync::lock(&place).take();
-                    route(&ep, req, pid).await
+                    route(&ep, req, &caller).await
                 }
             };
             Ok::<_, Infallible>(answer)
@@ -147,7 +223,7 @@ async fn connection(
 
 /// Refuses a browser (any `Origin`), a `Host` other than `localhost` (DNS rebinding), and a
 /// missing or wrong nonce (compared in constant time).
-pub fn check(nonce: &Token, h: &HeaderMap) -> Result<(), (StatusCode, &'static str)> {
+pub(super) fn check(nonce: &Token, h: &HeaderMap) -> Result<(), (StatusCode, &'static str)> {
     if h.contains_key(header::ORIGIN) {
         return Err((
             StatusCode::FORBIDDEN,
@@ -177,13 +253,13 @@ pub fn check(nonce: &Token, h: &HeaderMap) -> Result<(), (StatusCode, &'static s
     }
 }
 
-/// One request that passed [`check`], routed; `pid` is the peer's, as the kernel says.
-async fn route(ep: &Arc<Endpoint>, req: Request<Incoming>, pid: Option<u32>) -> Response<Body> {
+/// One request that passed [`check`], routed; `caller` is who the kernel says is asking.
+async fn route(ep: &Arc<Endpoint>, req: Request<Incoming>, caller: &Caller) -> Response<Body> {
     if req.uri().path() != "/mcp" {
         return plain(StatusCode::NOT_FOUND, "the MCP endpoint is /mcp");
     }
     match *req.method() {
-        Method::POST => post(ep, req, pid).await,
+        Method::POST => post(ep, req, caller).await,
         Method::GET => get_stream(ep, req.headers()),
         Method::DELETE => match ep.session(req.headers()) {
             Ok(s) => {
@@ -203,27 +279,30 @@ async fn route(ep: &Arc<Endpoint>, req: Request<Incoming>, pid: Option<u32>) -> 
 }
 
 /// `POST /mcp`: one JSON-RPC message.
-async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>, pid: Option<u32>) -> Response<Body> {
+async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>, caller: &Caller) -> Response<Body> {
     let h = req.headers().clone();
-    let msg = match read_message(ep, req).await {
+    let msg = match read_message(ep, req, caller.realm.as_deref()).await {
         Ok(m) => m,
         Err(r) => return r,
     };
     let method = msg.get("method").and_then(Value::as_str);
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     if method == Some("server/discover") {
-        // Answered, it would put Copilot CLI in its stateless mode: no event stream.
-        return rpc_response(
-            &id,
-            Err((
-                jsonrpc::METHOD_NOT_FOUND,
-                "Method not found: server/discover".into(),
-            )),
-        );
+        // Offering 2026-07-28 would put Copilot CLI in its stateless mode: no event stream.
+        return json_text(StatusCode::OK, discover(&id));
     }
     if !h.contains_key(SESSION_HEADER) {
-        return match method {
-            Some(INITIALIZE) if !id.is_null() => initialize(ep, &id, msg.get("params"), pid),
+        let era = msg.as_object().map_or(era::Era::Legacy, era::of);
+        return match (method, era) {
+            (Some(INITIALIZE), _) if !id.is_null() => {
+                initialize(ep, &id, msg.get("params"), caller)
+            }
+            (_, era::Era::Modern) => {
+                stateless(ep, &id, method, msg.get("params"), caller, &h).await
+            }
+            (Some(_), era::Era::Unsupported(v)) if !id.is_null() => {
+                json_text(StatusCode::OK, era::unsupported(&id, &v))
+            }
             _ => {
                 tracing::info!(editor = %ep.editor, method = ?method, "copilot door: a request without a session that is not initialize; refused");
                 plain(
@@ -244,8 +323,30 @@ async fn post(ep: &Arc<Endpoint>, req: Request<Incoming>, pid: Option<u32>) -> R
     }
 }
 
-/// The body of a POST as one JSON-RPC message, or the answer refusing it.
-async fn read_message(ep: &Endpoint, req: Request<Incoming>) -> Result<Value, Response<Body>> {
+/// The answer to `server/discover`: the 2025 versions only, without 2026-07-28. Copilot CLI
+/// 1.0.102 then falls back to `initialize` (2025-11-25) and the session flow with an event
+/// stream, the only one that carries the editor's selection pushes; offered 2026-07-28, it
+/// would go stateless and see no selection until it asked. A stateless request is still
+/// served (`stateless`), for a client that sends one anyway.
+fn discover(id: &Value) -> String {
+    let versions: Vec<&str> = era::SUPPORTED
+        .into_iter()
+        .filter(|v| *v != era::MODERN)
+        .collect();
+    era::discover_offering(id, "pi-ide-broker", INSTRUCTIONS, &versions)
+}
+
+/// What the door's tools are for, said in `initialize` and `server/discover`.
+const INSTRUCTIONS: &str =
+    "The tools of the editor this lockfile names, through pi-ide-broker: its selection, diagnostics and diffs reviewed there.";
+
+/// The body of a POST as one JSON-RPC message (read under `realm`'s share of the budget for
+/// messages in flight), or the answer refusing it.
+async fn read_message(
+    ep: &Endpoint,
+    req: Request<Incoming>,
+    realm: Option<&str>,
+) -> Result<Value, Response<Body>> {
     let json_type = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -268,7 +369,7 @@ async fn read_message(ep: &Endpoint, req: Request<Incoming>) -> Result<Value, Re
         tracing::warn!(editor = %ep.editor, max, "copilot door: a body over max_frame_bytes announced; refused unread");
         return Err(too_large(max));
     }
-    let mut claim = ep.reg.frames.share(None).claim();
+    let mut claim = ep.reg.frames.share(realm).claim();
     let body = match read_body(req.into_body(), max, announced, &mut claim).await {
         Ok(b) => b,
         Err(Unread::TooLarge) => {
@@ -296,26 +397,17 @@ fn bad_rpc(code: i64, message: String) -> Response<Body> {
     r
 }
 
-/// `initialize`: a new session, a broker session pinned to this endpoint's editor.
+/// `initialize`: a new session, a broker session pinned to this endpoint's editor, carrying
+/// the caller's realm.
 fn initialize(
     ep: &Arc<Endpoint>,
     id: &Value,
     params: Option<&Value>,
-    pid: Option<u32>,
+    caller: &Caller,
 ) -> Response<Body> {
-    let Some(place) = ep.reg.limits.session("copilot") else {
-        return plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many sessions (max_sessions)",
-        );
-    };
-    let cwd = super::cwd_of(&ep.reg, &ep.editor, pid);
-    let session = match McpSession::start(&ep.reg, &ep.editor, cwd, place, &ep.stop) {
+    let session = match new_session(ep, caller, false) {
         Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(editor = %ep.editor, error = %e, "cannot start a copilot session");
-            return plain(StatusCode::INTERNAL_SERVER_ERROR, "cannot start a session");
-        }
+        Err(r) => return r,
     };
     crate::platform::sync::lock(&ep.sessions).insert(session.id.clone(), session.clone());
     let (ep2, s) = (ep.clone(), session.clone());
@@ -333,6 +425,103 @@ fn initialize(
         r.headers_mut().insert(SESSION_HEADER, v);
     }
     r
+}
+
+/// A broker session pinned to this endpoint's editor for `caller` (its cwd, its realm), or
+/// the answer refusing it.
+#[allow(clippy::result_large_err)] // the refusal is the response itself
+fn new_session(
+    ep: &Endpoint,
+    caller: &Caller,
+    stateless: bool,
+) -> Result<Arc<McpSession>, Response<Body>> {
+    let Some(place) = ep.reg.limits.session("copilot") else {
+        return Err(plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many sessions (max_sessions)",
+        ));
+    };
+    let cwd = super::cwd_of(&ep.reg, &ep.editor, caller.pid);
+    let who = (cwd, caller.realm.clone());
+    McpSession::start(&ep.reg, &ep.editor, who, place, (&ep.stop, stateless)).map_err(|e| {
+        tracing::warn!(editor = %ep.editor, error = %e, "cannot start a copilot session");
+        plain(StatusCode::INTERNAL_SERVER_ERROR, "cannot start a session")
+    })
+}
+
+/// A stateless (2026-07-28) request: `tools/list` answered here, `tools/call` on the caller's
+/// stateless session; every answer modern-shaped (`protocol::era::modernize`).
+async fn stateless(
+    ep: &Arc<Endpoint>,
+    id: &Value,
+    method: Option<&str>,
+    params: Option<&Value>,
+    caller: &Caller,
+    h: &HeaderMap,
+) -> Response<Body> {
+    let Some(method) = method.filter(|_| !id.is_null()) else {
+        return empty(StatusCode::ACCEPTED); // a notification or an answer
+    };
+    if era::REMOVED.contains(&method) {
+        return json_text(StatusCode::OK, era::removed(id, method));
+    }
+    let outcome = match method {
+        "tools/call" => {
+            let session = match stateless_session(ep, caller, h) {
+                Ok(s) => s,
+                Err(r) => return r,
+            };
+            let _in_use = session.hold();
+            // Attached, the editor's selection replayed: what `get_selection` reads.
+            tokio::select! {
+                _ = session.ready.cancelled() => {}
+                _ = session.ended.cancelled() => {}
+                _ = tokio::time::sleep(SHORT_WAIT) => {}
+            }
+            request(&session, method, params).await
+        }
+        "tools/list" => Ok(json!({"tools": tools::list()})),
+        m => Err((jsonrpc::METHOD_NOT_FOUND, format!("Method not found: {m}"))),
+    };
+    let text = match outcome {
+        Ok(v) => jsonrpc::result(id, v),
+        Err((code, message)) => jsonrpc::error(id, code, &message),
+    };
+    json_text(
+        StatusCode::OK,
+        era::modernize(&text, method == "tools/list"),
+    )
+}
+
+/// The stateless session of `caller` (by Copilot CLI's session id, the peer's pid and realm),
+/// started on its first call.
+#[allow(clippy::result_large_err)] // the refusal is the response itself
+fn stateless_session(
+    ep: &Arc<Endpoint>,
+    caller: &Caller,
+    h: &HeaderMap,
+) -> Result<Arc<McpSession>, Response<Body>> {
+    let copilot = h
+        .get(COPILOT_SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let key = format!("{copilot}\n{:?}\n{:?}", caller.pid, caller.realm);
+    let mut all = crate::platform::sync::lock(&ep.stateless);
+    if let Some(s) = all.get(&key).filter(|s| !s.ended.is_cancelled()) {
+        return Ok(s.clone());
+    }
+    let session = new_session(ep, caller, true)?;
+    tracing::info!(editor = %ep.editor, "copilot door: a stateless (MCP 2026-07-28) session");
+    all.insert(key.clone(), session.clone());
+    let (ep2, s) = (ep.clone(), session.clone());
+    ep.reg.tracker.spawn(async move {
+        s.ended.cancelled().await;
+        let mut all = crate::platform::sync::lock(&ep2.stateless);
+        if all.get(&key).is_some_and(|x| Arc::ptr_eq(x, &s)) {
+            all.remove(&key);
+        }
+    });
+    Ok(session)
 }
 
 /// A request of a live session: its result, or a JSON-RPC error (code, message).
@@ -462,33 +651,7 @@ fn get_stream(ep: &Endpoint, h: &HeaderMap) -> Response<Body> {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let (rx, guard) = session.open_stream();
-    let ended = session.ended.clone();
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The guard lives as long as the body: hyper drops it when the client's connection goes.
-    let state = (rx, ended, tick, guard);
-    let stream =
-        futures_util::stream::unfold(state, |(mut rx, ended, mut tick, guard)| async move {
-            let bytes = tokio::select! {
-                biased;
-                m = rx.recv() => Bytes::from(format!("event: message\ndata: {}\n\n", m?)),
-                _ = ended.cancelled() => return None,
-                _ = tick.tick() => Bytes::from_static(b": keep-alive\n\n"),
-            };
-            Some((
-                Ok::<_, Infallible>(hyper::body::Frame::data(bytes)),
-                (rx, ended, tick, guard),
-            ))
-        });
-    let mut r = Response::new(StreamBody::new(stream).boxed());
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+    session.stream()
 }
 
 #[cfg(test)]

@@ -13,42 +13,38 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 /// What the lockfile of one editor says, besides what the registry knows of the editor.
-pub struct Published<'a> {
+pub(super) struct Published<'a> {
     /// The socket Copilot CLI dials.
     pub socket: &'a Path,
     /// The nonce it must present (`Authorization: Nonce <nonce>`).
     pub nonce: &'a Token,
     /// When the entry was first written (ms since the epoch; unchanged on rewrites).
     pub timestamp: u64,
+    /// Folders listed besides the editor's own: the cwds of Copilot CLIs in subfolders
+    /// (`subfolders`).
+    pub extra: &'a [String],
 }
 
 /// A fresh lockfile name, `<uuid>.lock` (a random version-4 UUID, as Copilot Chat names its).
-pub fn fresh_name() -> std::io::Result<String> {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).map_err(std::io::Error::other)?;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!(
-        "{}-{}-{}-{}-{}.lock",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    ))
+pub(super) fn fresh_name() -> std::io::Result<String> {
+    Ok(format!("{}.lock", super::editor::uuid()?))
 }
 
 /// True for a name Copilot CLI reads as a lockfile.
-pub fn is_lock_name(name: &str) -> bool {
+pub(super) fn is_lock_name(name: &str) -> bool {
     name.ends_with(".lock")
 }
 
 /// The lockfile's JSON for editor `id` as it is now, or `None` when the editor is gone.
-pub fn body(reg: &Registry, id: &str, p: &Published) -> Option<Value> {
+pub(super) fn body(reg: &Registry, id: &str, p: &Published) -> Option<Value> {
     let editor = reg.editor(id)?;
     let lock = editor.lockfile();
-    let folders = per_editor::folders(&editor, &lock);
+    let mut folders = per_editor::folders(&editor, &lock);
+    for f in p.extra {
+        if !folders.contains(f) {
+            folders.push(f.clone());
+        }
+    }
     let name = if lock.ide_name.is_empty() {
         "Editor"
     } else {
@@ -72,13 +68,13 @@ fn shape(p: &Published, folders: &[String], ide_name: &str, id: &str, family: Va
 }
 
 /// Writes `body` to `path` in place (created 0600 when missing; never through a symlink).
-pub fn write_in_place(path: &Path, body: &Value) -> std::io::Result<()> {
+pub(super) fn write_in_place(path: &Path, body: &Value) -> std::io::Result<()> {
     crate::platform::user::write_private_in_place(path, body.to_string().as_bytes())
 }
 
 /// Removes the lockfiles in `dir` a broker that died left (ours by marker, its pid dead), and
 /// their sockets.
-pub fn clean_leftovers(dir: &Path) {
+pub(super) fn clean_leftovers(dir: &Path) {
     let sockets: Vec<PathBuf> = list(dir)
         .into_iter()
         .filter_map(|(_, v)| v)
@@ -91,7 +87,8 @@ pub fn clean_leftovers(dir: &Path) {
     }
 }
 
-fn broker_pid(v: &Value) -> u32 {
+/// The pid of the broker that wrote `v` (its marker's; 0 when it names none).
+pub(super) fn broker_pid(v: &Value) -> u32 {
     let pid = v[MARKER].get("pid").and_then(Value::as_u64).unwrap_or(0);
     u32::try_from(pid).unwrap_or(0)
 }
@@ -103,7 +100,7 @@ fn alive(v: &Value) -> bool {
 
 /// The lockfiles in `dir` (for `status` and `doctor`): name, and the JSON when it carries our
 /// marker (`None` for a file some other program wrote).
-pub fn list(dir: &Path) -> Vec<(String, Option<Value>)> {
+pub(super) fn list(dir: &Path) -> Vec<(String, Option<Value>)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -136,6 +133,7 @@ mod tests {
             socket: Path::new("/run/x/copilot/a.sock"),
             nonce: &nonce,
             timestamp: 1234,
+            extra: &[],
         };
         let v = shape(&p, &["/w/one".into()], "Neovim", "e1", json!("pi"));
         assert_eq!(v["socketPath"], "/run/x/copilot/a.sock");

@@ -1,5 +1,5 @@
 //! One Copilot CLI MCP session as a broker session: `session::run` (door `copilot`, pinned to
-//! its editor, pi dialect) on one end of an in-process WebSocket, this adapter on the other.
+//! its editor, pi family) on one end of an in-process WebSocket, this adapter on the other.
 //!
 //! A tool call of the HTTP side is one `tools/call` to the session (`openDiff`,
 //! `getDiagnostics`, `close_tab`), its answer handed back; the editor's `selection_changed`
@@ -8,31 +8,42 @@
 //! cancels it.
 
 use super::tools;
-use crate::frontdoor::plugin::SessionLink;
+use crate::frontdoor::mcp_http::events::{Backlog, Events};
+use crate::frontdoor::mcp_http::Body;
+use crate::frontdoor::plugin::{SessionAdapter, SessionLink};
 use crate::platform::sync::lock;
 use crate::protocol::family::Family;
 use crate::protocol::handshake::{InitializeParams, INITIALIZE};
 use crate::protocol::jsonrpc;
 use crate::registry::Registry;
 use crate::session::Intro;
-use crate::wire::wsframe::{Frame, Out};
-use futures_util::SinkExt;
+use hyper::Response;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
-/// Notifications held for a session whose event stream is not open (only the last
-/// selection matters: older ones are dropped).
-const MAX_BACKLOG: usize = 64;
+/// Notifications held for a session whose event stream is not open: only the last selection
+/// matters (the only notification Copilot CLI is sent).
+const BACKLOG: Backlog = Backlog {
+    max: 64,
+    latest_only: &[SELECTION_CHANGED],
+};
 
-/// A session with no event stream open this long is over: Copilot CLI sends no `DELETE`
-/// when it dies or loses the lockfile, its stream closing is the only sign.
-pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+/// The editor's selection, pushed to Copilot CLI under its own name.
+const SELECTION_CHANGED: &str = "selection_changed";
+
+/// A stateless (2026-07-28) session, which has no event stream and no `DELETE`, ends after
+/// this long with no request in flight.
+pub(super) const STATELESS_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The id of the `ping` the adapter sends once attached: its answer comes behind the
+/// editor's selection replayed at attach, so the session is [`McpSession::ready`] then.
+const READY_ID: &str = "ready";
 
 /// How the editor answered a call made for the HTTP side.
-pub enum Answer {
+pub(super) enum Answer {
     /// The editor's JSON-RPC answer (`result` or `error`).
     Editor(Value),
     /// `close_diff` closed the diff before the editor answered.
@@ -40,7 +51,7 @@ pub enum Answer {
 }
 
 /// What the HTTP side asks of a session.
-pub enum Command {
+pub(super) enum Command {
     /// Call the editor's `tool` with `args`; `tab` names a diff `close_diff` may close.
     Call {
         tool: &'static str,
@@ -55,64 +66,66 @@ pub enum Command {
     },
 }
 
-#[derive(Default)]
-struct Notices {
-    stream: Option<mpsc::Sender<String>>,
-    backlog: Vec<String>,
-    generation: u64,
-}
-
 /// A live Copilot MCP session, as the HTTP side holds it.
-pub struct McpSession {
+pub(super) struct McpSession {
     /// The `mcp-session-id`.
     pub id: String,
     cmds: mpsc::UnboundedSender<Command>,
-    notices: Mutex<Notices>,
+    events: Arc<Events>,
     selection: Mutex<Option<Value>>,
     /// Fires when the session is over (DELETE, stream gone, editor gone, broker stopping).
     pub ended: CancellationToken,
+    /// Fires once attached to its editor with the editor's selection replayed.
+    pub ready: CancellationToken,
+    /// Requests in flight, and when the last one ended (a stateless session's idle clock).
+    uses: Mutex<(usize, std::time::Instant)>,
     tracker: tokio_util::task::TaskTracker,
 }
 
-/// Held by an open event stream's body: its drop starts the [`ABANDONED_AFTER`] clock.
-pub struct StreamGuard {
-    session: Arc<McpSession>,
-    generation: u64,
-}
+/// A request in flight on a session (see [`McpSession::hold`]).
+pub(super) struct InUse(Arc<McpSession>);
 
-impl Drop for StreamGuard {
+impl Drop for InUse {
     fn drop(&mut self) {
-        let mut n = lock(&self.session.notices);
-        if n.generation == self.generation {
-            n.stream = None;
-            drop(n);
-            self.session.end_if_abandoned();
-        }
+        let mut u = lock(&self.0.uses);
+        u.0 = u.0.saturating_sub(1);
+        u.1 = std::time::Instant::now();
     }
 }
 
 impl McpSession {
-    /// Starts a broker session pinned to `editor` (its cwd `cwd`) and its adapter; `place`
-    /// (the session cap) is held for its life; `stop` (the endpoint's) ends it.
-    pub fn start(
+    /// Starts a broker session pinned to `editor` (its cwd and, for an agent, its realm:
+    /// `who`) and its adapter; `place` (the session cap) is held for its life; `stop` (the
+    /// endpoint's) ends it. A 2025-era session ends when it has no event stream for
+    /// `events::ABANDONED_AFTER`; a `stateless` one (2026-07-28: no stream) after [`STATELESS_IDLE`]
+    /// with no request in flight.
+    pub(super) fn start(
         reg: &Arc<Registry>,
         editor: &str,
-        cwd: String,
+        who: (String, Option<String>),
         place: OwnedSemaphorePermit,
-        stop: &CancellationToken,
+        (stop, stateless): (&CancellationToken, bool),
     ) -> std::io::Result<Arc<McpSession>> {
         let id = crate::sys::secret::Token::generate()?.expose().to_string();
         let (cmds, cmd_rx) = mpsc::unbounded_channel();
+        let ended = stop.child_token();
+        let events = Events::new("Copilot CLI", BACKLOG, ended.clone(), reg.tracker.clone());
         let session = Arc::new(McpSession {
             id,
             cmds,
-            notices: Mutex::new(Notices::default()),
+            events,
             selection: Mutex::new(None),
-            ended: stop.child_token(),
+            ended,
+            ready: CancellationToken::new(),
+            uses: Mutex::new((0, std::time::Instant::now())),
             tracker: reg.tracker.clone(),
         });
-        session.end_if_abandoned();
-        let link = crate::frontdoor::plugin::open_session(reg, intro(editor, cwd));
+        if stateless {
+            session.end_when_idle();
+        } else {
+            session.events.end_if_abandoned();
+        }
+        let link = crate::frontdoor::plugin::open_session(reg, intro(editor, who));
         let adapter = Adapter {
             session: session.clone(),
             pending: HashMap::new(),
@@ -123,84 +136,56 @@ impl McpSession {
     }
 
     /// Hands a command to the adapter; false when the session is over.
-    pub fn command(&self, c: Command) -> bool {
+    pub(super) fn command(&self, c: Command) -> bool {
         self.cmds.send(c).is_ok()
     }
 
     /// The editor's last selection, in Copilot's shape.
-    pub fn selection(&self) -> Option<Value> {
+    pub(super) fn selection(&self) -> Option<Value> {
         lock(&self.selection).clone()
     }
 
-    /// Opens the event stream (replacing an older one): what was held comes first.
-    pub fn open_stream(self: &Arc<Self>) -> (mpsc::Receiver<String>, StreamGuard) {
-        let (tx, rx) = mpsc::channel(MAX_BACKLOG * 4);
-        let mut n = lock(&self.notices);
-        for text in n.backlog.drain(..) {
-            let _ = tx.try_send(text);
-        }
-        n.stream = Some(tx);
-        n.generation += 1;
-        let guard = StreamGuard {
-            session: self.clone(),
-            generation: n.generation,
-        };
-        (rx, guard)
+    /// `GET /mcp`: the event stream (replacing an older one), what was held first.
+    pub(super) fn stream(&self) -> Response<Body> {
+        self.events.stream()
     }
 
-    /// Ends the session [`ABANDONED_AFTER`] from now unless an event stream is open by then.
-    fn end_if_abandoned(self: &Arc<Self>) {
+    /// Counts a request in flight until the guard drops (a stateless session never ends under
+    /// one: an `open_diff` may wait for the user for long).
+    pub(super) fn hold(self: &Arc<Self>) -> InUse {
+        lock(&self.uses).0 += 1;
+        InUse(self.clone())
+    }
+
+    /// Ends the session once it has had no request in flight for [`STATELESS_IDLE`].
+    fn end_when_idle(self: &Arc<Self>) {
         let session = self.clone();
-        let generation = lock(&self.notices).generation;
         self.tracker.spawn(async move {
-            tokio::select! {
-                _ = session.ended.cancelled() => return,
-                _ = tokio::time::sleep(ABANDONED_AFTER) => {}
-            }
-            let n = lock(&session.notices);
-            if n.stream.is_none() && n.generation == generation {
-                drop(n);
-                tracing::info!("a Copilot CLI session has had no event stream for {ABANDONED_AFTER:?} (the CLI exited?); ending it");
-                session.ended.cancel();
+            loop {
+                let wait = {
+                    let u = lock(&session.uses);
+                    match u.0 {
+                        0 => STATELESS_IDLE.saturating_sub(u.1.elapsed()),
+                        _ => STATELESS_IDLE,
+                    }
+                };
+                if wait.is_zero() {
+                    tracing::info!("a stateless Copilot CLI session has been idle for {STATELESS_IDLE:?}; ending it");
+                    session.ended.cancel();
+                    return;
+                }
+                tokio::select! {
+                    _ = session.ended.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => {}
+                }
             }
         });
     }
-
-    /// Sends a notification on the event stream (held while none is open).
-    fn notify(&self, method: &str, params: Value) {
-        let text = json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string();
-        let mut n = lock(&self.notices);
-        if let Some(tx) = &n.stream {
-            match tx.try_send(text) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracing::warn!(
-                        "a Copilot CLI session stopped reading its event stream; ending it"
-                    );
-                    self.ended.cancel();
-                    return;
-                }
-                Err(mpsc::error::TrySendError::Closed(text)) => {
-                    n.stream = None;
-                    hold(&mut n.backlog, text);
-                    return;
-                }
-            }
-        }
-        hold(&mut n.backlog, text);
-    }
 }
 
-fn hold(backlog: &mut Vec<String>, text: String) {
-    if backlog.len() >= MAX_BACKLOG {
-        backlog.remove(0);
-    }
-    backlog.push(text);
-}
-
-/// Pinned to `editor`, speaking the pi dialect (the bridge translates for Claude-family
-/// editors).
-fn intro(editor: &str, cwd: String) -> Intro {
+/// Pinned to `editor`, speaking the pi family (the bridge translates for Claude-family
+/// editors); an agent's session carries its realm (`status` shows it as its origin).
+fn intro(editor: &str, (cwd, realm): (String, Option<String>)) -> Intro {
     Intro {
         door: super::DOOR_ID,
         cwd,
@@ -209,9 +194,9 @@ fn intro(editor: &str, cwd: String) -> Intro {
         inherit: None,
         pinned: true,
         remote: None,
-        dialect: Family::Pi,
+        family: Family::Pi,
         client: None,
-        realm: None,
+        realm,
     }
 }
 
@@ -230,45 +215,15 @@ struct Adapter {
 impl Adapter {
     async fn run(
         mut self,
-        mut link: SessionLink,
-        mut cmds: mpsc::UnboundedReceiver<Command>,
+        link: SessionLink,
+        cmds: mpsc::UnboundedReceiver<Command>,
         place: OwnedSemaphorePermit,
     ) {
         let hello =
             InitializeParams::broker("copilot-cli (pi-ide-broker copilot door)", "2025-03-26");
-        let mut out = vec![jsonrpc::request(
-            &json!("init"),
-            INITIALIZE,
-            hello.to_value(),
-        )];
-        let mut pong: Option<Vec<u8>> = None;
+        let hello = jsonrpc::request(&json!("init"), INITIALIZE, hello.to_value());
         let ended = self.session.ended.clone();
-        loop {
-            let frames = pong
-                .take()
-                .map(Out::Pong)
-                .into_iter()
-                .chain(out.drain(..).map(Out::Text));
-            for frame in frames.collect::<Vec<_>>() {
-                if link.writer.send(frame).await.is_err() {
-                    return self.finish(place);
-                }
-            }
-            tokio::select! {
-                biased;
-                _ = ended.cancelled() => break,
-                frame = link.reader.next() => match frame {
-                    Ok(Some(Frame::Text(t))) => match serde_json::from_str::<Value>(t) {
-                        Ok(v) => self.on_broker(v, &mut out),
-                        Err(e) => tracing::warn!(error = %e, "copilot door: unreadable frame from its session"),
-                    },
-                    Ok(Some(Frame::Ping(p))) => pong = Some(p.to_vec()),
-                    Ok(Some(Frame::Binary(_) | Frame::Pong(_))) => {}
-                    Ok(Some(Frame::Close(_)) | None) | Err(_) => break,
-                },
-                Some(cmd) = cmds.recv() => self.on_command(cmd, &mut out),
-            }
-        }
+        link.drive(&mut self, hello, cmds, &ended, "copilot").await;
         self.finish(place)
     }
 
@@ -285,6 +240,10 @@ impl Adapter {
             "params": {"name": tool, "arguments": args}});
         (id, msg.to_string())
     }
+}
+
+impl SessionAdapter for Adapter {
+    type Command = Command;
 
     fn on_command(&mut self, cmd: Command, out: &mut Vec<String>) {
         match cmd {
@@ -316,20 +275,24 @@ impl Adapter {
     }
 
     /// A frame from the broker session: an answer, a notification, or an editor's request.
-    fn on_broker(&mut self, v: Value, out: &mut Vec<String>) {
+    fn on_session(&mut self, v: Value, out: &mut Vec<String>) {
         let method = v.get("method").and_then(Value::as_str);
         match (method, v.get("id")) {
+            (None, Some(id)) if id == READY_ID => self.session.ready.cancel(),
+            (Some(jsonrpc::broker::ATTACHED), None) => {
+                out.push(jsonrpc::request(&json!(READY_ID), "ping", json!({})));
+            }
             (None, Some(id)) => {
                 if let Some(p) = id.as_str().and_then(|id| self.pending.remove(id)) {
                     let _ = p.reply.send(Answer::Editor(v));
                 }
             }
-            (Some("selection_changed"), None) => {
+            (Some(SELECTION_CHANGED), None) => {
                 let Some(s) = v.get("params").and_then(tools::selection) else {
                     return;
                 };
                 *lock(&self.session.selection) = Some(s.clone());
-                self.session.notify("selection_changed", s);
+                self.session.events.notify(SELECTION_CHANGED, s);
             }
             (Some(m), Some(id)) => {
                 // Never routed here (the registry skips this door's sessions); answered if it comes.

@@ -1,4 +1,4 @@
-//! Copilot CLI's IDE tools and notifications mapped onto the editor's (pi dialect) and back.
+//! Copilot CLI's IDE tools and notifications mapped onto the editor's (pi family) and back.
 //!
 //! Results are MCP text content holding JSON, as Copilot CLI parses them: `get_selection` the
 //! editor's last `selection_changed` (`{text, filePath, fileUrl, selection, current}` or
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 /// The tools the door lists (Copilot CLI shows the model `get_selection` and
 /// `get_diagnostics`; it calls the others itself).
-pub fn list() -> Value {
+pub(super) fn list() -> Value {
     let none = json!({"type": "object", "properties": {}});
     json!([
         {"name": "get_selection", "description": "The text selected in the editor now (or last), with its file and range; null when nothing was ever selected.", "inputSchema": none},
@@ -27,19 +27,19 @@ pub fn list() -> Value {
 }
 
 /// A tool result whose one text content is `v` as JSON.
-pub fn text(v: &Value) -> Value {
+pub(super) fn text(v: &Value) -> Value {
     let t = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
     json!({"content": [{"type": "text", "text": t}]})
 }
 
 /// A tool error (the CLI keeps its own prompt when an `open_diff` answers one).
-pub fn error(message: &str) -> Value {
+pub(super) fn error(message: &str) -> Value {
     json!({"isError": true, "content": [{"type": "text", "text": message}]})
 }
 
 /// Copilot's `selection_changed` params for the editor's, or `None` for a virtual buffer
 /// (a diff's proposed side) or a shape that is not a selection.
-pub fn selection(p: &Value) -> Option<Value> {
+pub(super) fn selection(p: &Value) -> Option<Value> {
     let path = p.get("filePath").and_then(Value::as_str)?;
     if !crate::protocol::winpath::is_absolute(path)
         || path.ends_with(" (proposed)")
@@ -81,7 +81,7 @@ fn file_url(path: &str) -> String {
 }
 
 /// The answer to `get_selection`: the last selection, marked `current`, or `null`.
-pub fn get_selection(last: Option<&Value>) -> Value {
+pub(super) fn get_selection(last: Option<&Value>) -> Value {
     match last {
         Some(s) => {
             let mut s = s.clone();
@@ -92,9 +92,9 @@ pub fn get_selection(last: Option<&Value>) -> Value {
     }
 }
 
-/// `get_diagnostics`' answer from the editor's `getDiagnostics` result (pi dialect: text
+/// `get_diagnostics`' answer from the editor's `getDiagnostics` result (pi family: text
 /// JSON `{uri: [diagnostic]}`); files without diagnostics are left out.
-pub fn diagnostics(result: &Value) -> Value {
+pub(super) fn diagnostics(result: &Value) -> Value {
     let parsed = result
         .pointer("/content/0/text")
         .and_then(Value::as_str)
@@ -132,7 +132,7 @@ fn diagnostic(d: &Value) -> Value {
 
 /// `open_diff`'s answer from the editor's `openDiff` result: `FILE_SAVED` is `SAVED`,
 /// anything else `REJECTED`.
-pub fn verdict(result: &Value, path: &str, tab: &str) -> Value {
+pub(super) fn verdict(result: &Value, path: &str, tab: &str) -> Value {
     let saved = result.pointer("/content/0/text").and_then(Value::as_str) == Some("FILE_SAVED");
     let (word, trigger, how) = if saved {
         ("SAVED", "accepted_via_button", "accepted")
@@ -146,7 +146,7 @@ pub fn verdict(result: &Value, path: &str, tab: &str) -> Value {
 }
 
 /// `open_diff`'s answer when `close_diff` closed it first.
-pub fn closed(path: &str, tab: &str) -> Value {
+pub(super) fn closed(path: &str, tab: &str) -> Value {
     text(
         &json!({"success": true, "result": "REJECTED", "trigger": "closed_via_tool",
         "tab_name": tab, "message": format!("User rejected changes for {path}")}),
@@ -154,7 +154,7 @@ pub fn closed(path: &str, tab: &str) -> Value {
 }
 
 /// `close_diff`'s answer.
-pub fn close_answer(tab: &str, already_closed: bool) -> Value {
+pub(super) fn close_answer(tab: &str, already_closed: bool) -> Value {
     let message = if already_closed {
         format!("Diff {tab} was already closed")
     } else {

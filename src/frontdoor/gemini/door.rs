@@ -22,7 +22,7 @@ pub struct GeminiDoor;
 
 /// A discovery file the gemini door published (`gemini_files` in the status document).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GeminiFile {
+pub(super) struct GeminiFile {
     /// The file.
     pub path: PathBuf,
     /// The editor it stands for.
@@ -37,17 +37,22 @@ impl AgentDoor for GeminiDoor {
         "gemini"
     }
 
+    fn section(&self) -> Option<crate::sys::config::SectionCheck> {
+        Some(crate::sys::config::SectionCheck::of::<super::GeminiConfig>())
+    }
+
     fn enabled(&self, config: &Config) -> bool {
-        config.gemini.enabled
+        super::GeminiConfig::of(config).enabled
     }
 
     fn run(&self, reg: Arc<Registry>) -> DoorTask {
-        let (dir, qwen) = (reg.config().gemini_dir(), reg.config().qwen_dir());
+        let section = super::GeminiConfig::of(&reg.config());
+        let (dir, qwen) = (section.dir(), section.qwen_dir());
         Box::pin(super::run(reg, dir, qwen))
     }
 
     fn status(&self, reg: &Registry) -> Map<String, Value> {
-        let dir = reg.config().gemini_dir();
+        let dir = super::GeminiConfig::of(&reg.config()).dir();
         let files: Vec<GeminiFile> = super::list_files(&dir)
             .into_iter()
             .filter_map(|(name, editor)| {
@@ -78,11 +83,12 @@ impl AgentDoor for GeminiDoor {
     }
 
     fn doctor(&self, config: &Config, _doors: Option<&Map<String, Value>>) -> Vec<Check> {
-        if !config.gemini.enabled {
+        let section = super::GeminiConfig::of(config);
+        if !section.enabled {
             let off = "the gemini door is off ([gemini] enabled = false)";
             return vec![Check::new("gemini", Level::Ok, off)];
         }
-        let dir = config.gemini_dir();
+        let dir = section.dir();
         let files = super::list_files(&dir);
         let ours = files.iter().filter(|(_, e)| e.is_some()).count();
         let mut checks = vec![Check::new(

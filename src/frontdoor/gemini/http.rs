@@ -16,8 +16,7 @@ use crate::protocol::handshake::{self, InitializeResult};
 use crate::registry::limits::HandshakeSlot;
 use crate::registry::Registry;
 use crate::sys::secret::Token;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
@@ -29,14 +28,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 /// The session header of Streamable HTTP.
-pub const SESSION_HEADER: &str = "mcp-session-id";
-/// A comment on an idle event stream this often, so no client or proxy times it out.
-const KEEP_ALIVE: Duration = Duration::from_secs(20);
+pub(super) const SESSION_HEADER: &str = "mcp-session-id";
 /// `closeDiff` waits at most this long for its session's adapter.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// One editor's endpoint: its port, token and live MCP sessions.
-pub struct Endpoint {
+pub(super) struct Endpoint {
     reg: Arc<Registry>,
     editor: String,
     port: u16,
@@ -47,7 +44,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// An endpoint for `editor` on `port`, serving until `stop`.
-    pub fn new(
+    pub(super) fn new(
         reg: Arc<Registry>,
         editor: String,
         port: u16,
@@ -88,7 +85,7 @@ impl Endpoint {
 }
 
 /// Accepts connections until the endpoint stops.
-pub async fn accept_loop(ep: Arc<Endpoint>, listener: TcpListener) {
+pub(super) async fn accept_loop(ep: Arc<Endpoint>, listener: TcpListener) {
     loop {
         let accepted = tokio::select! {
             _ = ep.stop.cancelled() => return,
@@ -494,33 +491,7 @@ fn get_stream(ep: &Endpoint, req: &Request<Incoming>) -> Response<Body> {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let (rx, guard) = session.open_stream();
-    let ended = session.ended.clone();
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The guard lives as long as the body: hyper drops it when the client's connection goes.
-    let state = (rx, ended, tick, guard);
-    let stream =
-        futures_util::stream::unfold(state, |(mut rx, ended, mut tick, guard)| async move {
-            let bytes = tokio::select! {
-                biased;
-                m = rx.recv() => Bytes::from(format!("event: message\ndata: {}\n\n", m?)),
-                _ = ended.cancelled() => return None,
-                _ = tick.tick() => Bytes::from_static(b": keep-alive\n\n"),
-            };
-            Some((
-                Ok::<_, Infallible>(hyper::body::Frame::data(bytes)),
-                (rx, ended, tick, guard),
-            ))
-        });
-    let mut r = Response::new(StreamBody::new(stream).boxed());
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+    session.stream()
 }
 
 fn rpc_error_response(id: &Value, code: i64, message: &str) -> Response<Body> {

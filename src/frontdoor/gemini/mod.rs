@@ -14,11 +14,13 @@
 //! every entry is removed on shutdown, and a dead broker's leftovers (marked) are cleaned at
 //! start. Files without the marker are never touched.
 
+mod config;
 mod door;
 mod http;
 mod qwen;
 mod session;
 
+pub use config::GeminiConfig;
 pub use door::{GeminiDoor, DOOR_ID};
 
 use super::per_editor::{self, Entry, PerEditor};
@@ -145,40 +147,10 @@ fn secure_dirs(dir: &Path) -> Result<(), String> {
                 crate::platform::local::secure_dir(parent).map_err(|e| e.to_string())?;
             }
             Err(e) => return Err(format!("cannot stat {}: {e}", parent.display())),
-            Ok(meta) => check_parent(parent, &meta)?,
+            Ok(meta) => per_editor::check_private_dir(parent, &meta)?,
         }
     }
     crate::platform::local::secure_dir(dir).map_err(|e| e.to_string())
-}
-
-/// An existing parent of the discovery dir: a directory of ours that others cannot write to.
-fn check_parent(parent: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
-    let me = crate::platform::user::uid();
-    if !meta.is_dir() {
-        return Err(format!(
-            "{} is not a directory; remove it",
-            parent.display()
-        ));
-    }
-    // Windows has no owner or mode bits here: a parent in the profile is the user's.
-    let Some((uid, mode)) = crate::platform::user::owner_and_mode(meta) else {
-        return Ok(());
-    };
-    if uid != me {
-        return Err(format!(
-            "{} belongs to uid {uid}, not to you (uid {me}); remove it or set [gemini] dir",
-            parent.display(),
-        ));
-    }
-    let mode = mode & 0o777;
-    if mode & 0o022 != 0 {
-        return Err(format!(
-            "{} is writable by others (mode {mode:04o}); run chmod 700 {}",
-            parent.display(),
-            parent.display()
-        ));
-    }
-    Ok(())
 }
 
 /// `gemini-ide-server-<pid>-<port>.json`.

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// `<port>.lock` for the endpoint on `port`, with the same fields the gemini file has.
-pub fn write(dir: &Path, port: u16, gemini_body: &Value) -> std::io::Result<PathBuf> {
+pub(super) fn write(dir: &Path, port: u16, gemini_body: &Value) -> std::io::Result<PathBuf> {
     let path = dir.join(format!("{port}.lock"));
     let mut body = gemini_body.clone();
     let info = &gemini_body["ideInfo"];
@@ -19,7 +19,7 @@ pub fn write(dir: &Path, port: u16, gemini_body: &Value) -> std::io::Result<Path
 }
 
 /// True for a name Qwen Code reads as a lock file (`<digits>.lock`).
-pub fn is_lock_name(name: &str) -> bool {
+pub(super) fn is_lock_name(name: &str) -> bool {
     name.strip_suffix(".lock")
         .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }

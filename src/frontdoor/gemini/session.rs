@@ -1,5 +1,5 @@
 //! One Gemini CLI MCP session as a broker session: a `session::run` (door `gemini`, pinned to
-//! its editor, pi dialect) on one end of an in-process WebSocket, and this adapter on the
+//! its editor, pi family) on one end of an in-process WebSocket, and this adapter on the
 //! other, translating Gemini's companion protocol to the broker's and back:
 //! `openDiff` → the editor's blocking `openDiff` under the session's own tab name, its verdict
 //! → `ide/diffAccepted`/`ide/diffRejected` (to this session only); `closeDiff` → `close_tab`;
@@ -9,30 +9,34 @@
 //! is followed, a diff whose editor goes is answered `DIFF_REJECTED` at once, the selection is
 //! replayed when the session starts, editor-initiated requests are never routed here.
 
-use crate::frontdoor::plugin::SessionLink;
-use crate::platform::sync::lock;
+use crate::frontdoor::mcp_http::events::{Backlog, Events};
+use crate::frontdoor::mcp_http::Body;
+use crate::frontdoor::plugin::{SessionAdapter, SessionLink};
 use crate::protocol::family::Family;
 use crate::protocol::handshake::{InitializeParams, INITIALIZE};
 use crate::protocol::jsonrpc;
 use crate::registry::Registry;
 use crate::session::Intro;
-use crate::wire::wsframe::{Frame, Out};
-use futures_util::SinkExt;
+use hyper::Response;
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 /// Gemini CLI keeps 16 KiB of a selection; more is never sent.
-pub const MAX_SELECTED_TEXT: usize = 16 * 1024;
+pub(super) const MAX_SELECTED_TEXT: usize = 16 * 1024;
 /// Gemini CLI keeps 10 open files.
 const MAX_OPEN_FILES: usize = 10;
-/// Notifications held for a session whose event stream is not open (yet, or again).
-const MAX_BACKLOG: usize = 1024;
+/// Notifications held for a session whose event stream is not open (yet, or again): only the
+/// newest context update matters, every verdict is kept.
+const BACKLOG: Backlog = Backlog {
+    max: 1024,
+    latest_only: &[CONTEXT_UPDATE],
+};
 
 /// What the HTTP side asks of a session.
-pub enum Command {
+pub(super) enum Command {
     /// Open a diff of `path` with `content` proposed (the verdict comes as a notification).
     OpenDiff { path: String, content: String },
     /// Close the diff of `path`; answered with the text proposed for it, if one was open.
@@ -43,66 +47,36 @@ pub enum Command {
     },
 }
 
-/// Server-to-client messages: streamed on the open `GET /mcp`, else held.
-#[derive(Default)]
-struct Notices {
-    stream: Option<mpsc::Sender<String>>,
-    backlog: VecDeque<String>,
-    /// Counts the streams opened, so a closed stream's guard knows whether it was the last.
-    generation: u64,
-}
-
-/// A session with no event stream open this long is over. Gemini CLI does not end its session
-/// (`DELETE`) when it exits: its event stream's connection closing is the only sign.
-pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Held by an open event stream's body; its drop (the client's connection closed) starts the
-/// [`ABANDONED_AFTER`] clock.
-pub struct StreamGuard {
-    session: Arc<McpSession>,
-    generation: u64,
-}
-
-impl Drop for StreamGuard {
-    fn drop(&mut self) {
-        let mut n = lock(&self.session.notices);
-        if n.generation == self.generation {
-            n.stream = None;
-            drop(n);
-            self.session.end_if_abandoned();
-        }
-    }
-}
-
 /// A live Gemini MCP session, as the HTTP side holds it.
-pub struct McpSession {
+pub(super) struct McpSession {
     /// The `Mcp-Session-Id`.
     pub id: String,
     cmds: mpsc::UnboundedSender<Command>,
-    notices: Mutex<Notices>,
-    /// Fires when the session is over (client's DELETE, editor gone, broker stopping).
+    events: Arc<Events>,
+    /// Fires when the session is over (client's DELETE, editor gone, broker stopping; its event
+    /// stream gone for `events::ABANDONED_AFTER`: Gemini CLI sends no `DELETE` when it exits).
     pub ended: CancellationToken,
-    tracker: tokio_util::task::TaskTracker,
 }
 
 impl McpSession {
     /// Starts a broker session pinned to `editor` and its adapter; `place` (the session cap)
     /// is held for its life.
-    pub fn start(
+    pub(super) fn start(
         reg: &Arc<Registry>,
         editor: &str,
         place: OwnedSemaphorePermit,
     ) -> std::io::Result<Arc<McpSession>> {
         let id = crate::sys::secret::Token::generate()?.expose().to_string();
         let (cmds, cmd_rx) = mpsc::unbounded_channel();
+        let ended = reg.cancel.child_token();
+        let events = Events::new("Gemini CLI", BACKLOG, ended.clone(), reg.tracker.clone());
+        events.end_if_abandoned();
         let session = Arc::new(McpSession {
             id,
             cmds,
-            notices: Mutex::new(Notices::default()),
-            ended: reg.cancel.child_token(),
-            tracker: reg.tracker.clone(),
+            events,
+            ended,
         });
-        session.end_if_abandoned();
         let link = crate::frontdoor::plugin::open_session(reg, intro(reg, editor));
         let adapter = Adapter {
             session: session.clone(),
@@ -115,85 +89,20 @@ impl McpSession {
     }
 
     /// Hands a command to the adapter; false when the session is over.
-    pub fn command(&self, c: Command) -> bool {
+    pub(super) fn command(&self, c: Command) -> bool {
         self.cmds.send(c).is_ok()
     }
 
-    /// Opens the event stream (replacing an older one): what was held comes first.
-    pub fn open_stream(self: &Arc<Self>) -> (mpsc::Receiver<String>, StreamGuard) {
-        let (tx, rx) = mpsc::channel(MAX_BACKLOG);
-        let mut n = lock(&self.notices);
-        for text in n.backlog.drain(..) {
-            let _ = tx.try_send(text);
-        }
-        n.stream = Some(tx);
-        n.generation += 1;
-        let guard = StreamGuard {
-            session: self.clone(),
-            generation: n.generation,
-        };
-        (rx, guard)
-    }
-
-    /// Ends the session [`ABANDONED_AFTER`] from now unless an event stream is open by then.
-    fn end_if_abandoned(self: &Arc<Self>) {
-        let session = self.clone();
-        let generation = lock(&self.notices).generation;
-        self.tracker.spawn(async move {
-            tokio::select! {
-                _ = session.ended.cancelled() => return,
-                _ = tokio::time::sleep(ABANDONED_AFTER) => {}
-            }
-            let n = lock(&session.notices);
-            if n.stream.is_none() && n.generation == generation {
-                drop(n);
-                tracing::info!("a Gemini CLI session has had no event stream for {ABANDONED_AFTER:?} (the CLI exited?); ending it");
-                session.ended.cancel();
-            }
-        });
-    }
-
-    /// Sends a notification to this session's client (held while no stream is open).
-    fn notify(&self, method: &str, params: Value) {
-        let text = json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string();
-        let mut n = lock(&self.notices);
-        if let Some(tx) = &n.stream {
-            match tx.try_send(text) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracing::warn!(
-                        "a Gemini CLI session stopped reading its event stream; ending it"
-                    );
-                    self.ended.cancel();
-                    return;
-                }
-                Err(mpsc::error::TrySendError::Closed(text)) => {
-                    n.stream = None;
-                    hold(&mut n.backlog, text, method);
-                    return;
-                }
-            }
-        }
-        hold(&mut n.backlog, text, method);
+    /// `GET /mcp`: the event stream (replacing an older one), what was held first.
+    pub(super) fn stream(&self) -> Response<Body> {
+        self.events.stream()
     }
 }
 
-/// Holds `text`: an older context update is superseded by a newer one; the oldest goes when
-/// the backlog is full.
-fn hold(backlog: &mut VecDeque<String>, text: String, method: &str) {
-    if method == CONTEXT_UPDATE {
-        backlog.retain(|t| !t.contains(CONTEXT_UPDATE_TAG));
-    }
-    if backlog.len() >= MAX_BACKLOG {
-        backlog.pop_front();
-    }
-    backlog.push_back(text);
-}
-
+/// The editor's selection and open files, as Gemini CLI takes them.
 const CONTEXT_UPDATE: &str = "ide/contextUpdate";
-const CONTEXT_UPDATE_TAG: &str = "\"method\":\"ide/contextUpdate\"";
 
-/// What the session starts with: pinned to `editor`, speaking the pi dialect (the bridge
+/// What the session starts with: pinned to `editor`, speaking the pi family (the bridge
 /// translates for Claude-family editors), its cwd the editor's first folder.
 fn intro(reg: &Registry, editor: &str) -> Intro {
     let cwd = reg
@@ -208,7 +117,7 @@ fn intro(reg: &Registry, editor: &str) -> Intro {
         inherit: None,
         pinned: true,
         remote: None,
-        dialect: Family::Pi,
+        family: Family::Pi,
         client: None,
         realm: None,
     }
@@ -234,42 +143,15 @@ struct Adapter {
 impl Adapter {
     async fn run(
         mut self,
-        mut link: SessionLink,
-        mut cmds: mpsc::UnboundedReceiver<Command>,
+        link: SessionLink,
+        cmds: mpsc::UnboundedReceiver<Command>,
         place: OwnedSemaphorePermit,
     ) {
         let hello =
             InitializeParams::broker("gemini-cli (pi-ide-broker gemini door)", "2025-03-26");
-        let init = jsonrpc::request(&json!("init"), INITIALIZE, hello.to_value());
-        let mut out = vec![init];
-        let mut pong: Option<Vec<u8>> = None;
+        let hello = jsonrpc::request(&json!("init"), INITIALIZE, hello.to_value());
         let ended = self.session.ended.clone();
-        loop {
-            let frames = pong
-                .take()
-                .map(Out::Pong)
-                .into_iter()
-                .chain(out.drain(..).map(Out::Text));
-            for frame in frames.collect::<Vec<_>>() {
-                if link.writer.send(frame).await.is_err() {
-                    return self.finish(place);
-                }
-            }
-            tokio::select! {
-                biased;
-                _ = ended.cancelled() => break,
-                frame = link.reader.next() => match frame {
-                    Ok(Some(Frame::Text(t))) => match serde_json::from_str::<Value>(t) {
-                        Ok(v) => self.on_broker(v, &mut out),
-                        Err(e) => tracing::warn!(error = %e, "gemini door: unreadable frame from its session"),
-                    },
-                    Ok(Some(Frame::Ping(p))) => pong = Some(p.to_vec()),
-                    Ok(Some(Frame::Binary(_) | Frame::Pong(_))) => {}
-                    Ok(Some(Frame::Close(_)) | None) | Err(_) => break,
-                },
-                Some(cmd) = cmds.recv() => self.on_command(cmd, &mut out),
-            }
-        }
+        link.drive(&mut self, hello, cmds, &ended, "gemini").await;
         self.finish(place)
     }
 
@@ -283,6 +165,87 @@ impl Adapter {
         self.next += 1;
         format!("{kind}{}", self.next)
     }
+
+    fn live_diff(&mut self, path: &str) -> Option<&mut Diff> {
+        self.diffs
+            .values_mut()
+            .find(|d| d.path == path && !d.suppress)
+    }
+
+    fn close_tab(&mut self, tab: &str) -> String {
+        let call = self.mint("close-");
+        tool_call(&call, "close_tab", json!({"tab_name": tab}))
+    }
+
+    fn on_verdict(&mut self, diff: Diff, answer: &Value, out: &mut Vec<String>) {
+        let content = answer.pointer("/result/content");
+        let saved = content
+            .and_then(|c| c.get(0))
+            .and_then(|c| c.get("text"))
+            .and_then(Value::as_str)
+            == Some("FILE_SAVED");
+        let text = content
+            .and_then(|c| c.get(1))
+            .and_then(|c| c.get("text"))
+            .and_then(Value::as_str);
+        out.push(self.close_tab(&diff.tab));
+        if diff.suppress {
+            return;
+        }
+        match (saved, text) {
+            (true, Some(text)) => self.session.events.notify(
+                "ide/diffAccepted",
+                json!({"filePath": diff.path, "content": text}),
+            ),
+            _ => self
+                .session
+                .events
+                .notify("ide/diffRejected", json!({"filePath": diff.path})),
+        }
+    }
+
+    /// `ide/contextUpdate` params for a `selection_changed`, or `None` for a virtual buffer
+    /// (a diff's proposed side, an unnamed buffer).
+    fn context_update(&mut self, params: Option<&Value>) -> Option<Value> {
+        let p = params?;
+        let path = p.get("filePath").and_then(Value::as_str)?;
+        if !crate::protocol::winpath::is_absolute(path)
+            || path.ends_with(" (proposed)")
+            || path.ends_with(" [pi-proposed]")
+        {
+            return None;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        self.files.retain(|(f, _)| f != path);
+        self.files.push((path.to_string(), now));
+        if self.files.len() > MAX_OPEN_FILES {
+            self.files.remove(0);
+        }
+        let at = |k: &str| {
+            p.pointer(&format!("/selection/end/{k}"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                + 1
+        };
+        let mut active = json!({"path": path, "timestamp": now, "isActive": true,
+            "cursor": {"line": at("line"), "character": at("character")}});
+        let text = p.get("text").and_then(Value::as_str).unwrap_or("");
+        if !text.is_empty() {
+            active["selectedText"] = Value::String(cap(text, MAX_SELECTED_TEXT).to_string());
+        }
+        let mut open: Vec<Value> = vec![active];
+        for (f, ts) in self.files.iter().rev().skip(1) {
+            open.push(json!({"path": f, "timestamp": ts}));
+        }
+        Some(json!({"workspaceState": {"openFiles": open}}))
+    }
+}
+
+impl SessionAdapter for Adapter {
+    type Command = Command;
 
     fn on_command(&mut self, cmd: Command, out: &mut Vec<String>) {
         match cmd {
@@ -331,19 +294,8 @@ impl Adapter {
         }
     }
 
-    fn live_diff(&mut self, path: &str) -> Option<&mut Diff> {
-        self.diffs
-            .values_mut()
-            .find(|d| d.path == path && !d.suppress)
-    }
-
-    fn close_tab(&mut self, tab: &str) -> String {
-        let call = self.mint("close-");
-        tool_call(&call, "close_tab", json!({"tab_name": tab}))
-    }
-
     /// A frame from the broker session: an answer, a notification, or an editor's request.
-    fn on_broker(&mut self, v: Value, out: &mut Vec<String>) {
+    fn on_session(&mut self, v: Value, out: &mut Vec<String>) {
         let method = v.get("method").and_then(Value::as_str);
         match (method, v.get("id")) {
             (None, Some(id)) => {
@@ -354,7 +306,7 @@ impl Adapter {
             }
             (Some("selection_changed"), None) => {
                 if let Some(params) = self.context_update(v.get("params")) {
-                    self.session.notify(CONTEXT_UPDATE, params);
+                    self.session.events.notify(CONTEXT_UPDATE, params);
                 }
             }
             (Some(m), Some(id)) => {
@@ -364,71 +316,6 @@ impl Adapter {
             }
             _ => {} // broker/attached, broker/detached, progress
         }
-    }
-
-    fn on_verdict(&mut self, diff: Diff, answer: &Value, out: &mut Vec<String>) {
-        let content = answer.pointer("/result/content");
-        let saved = content
-            .and_then(|c| c.get(0))
-            .and_then(|c| c.get("text"))
-            .and_then(Value::as_str)
-            == Some("FILE_SAVED");
-        let text = content
-            .and_then(|c| c.get(1))
-            .and_then(|c| c.get("text"))
-            .and_then(Value::as_str);
-        out.push(self.close_tab(&diff.tab));
-        if diff.suppress {
-            return;
-        }
-        match (saved, text) {
-            (true, Some(text)) => self.session.notify(
-                "ide/diffAccepted",
-                json!({"filePath": diff.path, "content": text}),
-            ),
-            _ => self
-                .session
-                .notify("ide/diffRejected", json!({"filePath": diff.path})),
-        }
-    }
-
-    /// `ide/contextUpdate` params for a `selection_changed`, or `None` for a virtual buffer
-    /// (a diff's proposed side, an unnamed buffer).
-    fn context_update(&mut self, params: Option<&Value>) -> Option<Value> {
-        let p = params?;
-        let path = p.get("filePath").and_then(Value::as_str)?;
-        if !crate::protocol::winpath::is_absolute(path)
-            || path.ends_with(" (proposed)")
-            || path.ends_with(" [pi-proposed]")
-        {
-            return None;
-        }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-        self.files.retain(|(f, _)| f != path);
-        self.files.push((path.to_string(), now));
-        if self.files.len() > MAX_OPEN_FILES {
-            self.files.remove(0);
-        }
-        let at = |k: &str| {
-            p.pointer(&format!("/selection/end/{k}"))
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-                + 1
-        };
-        let mut active = json!({"path": path, "timestamp": now, "isActive": true,
-            "cursor": {"line": at("line"), "character": at("character")}});
-        let text = p.get("text").and_then(Value::as_str).unwrap_or("");
-        if !text.is_empty() {
-            active["selectedText"] = Value::String(cap(text, MAX_SELECTED_TEXT).to_string());
-        }
-        let mut open: Vec<Value> = vec![active];
-        for (f, ts) in self.files.iter().rev().skip(1) {
-            open.push(json!({"path": f, "timestamp": ts}));
-        }
-        Some(json!({"workspaceState": {"openFiles": open}}))
     }
 }
 
@@ -442,7 +329,7 @@ fn basename(path: &str) -> &str {
 }
 
 /// The longest prefix of `text` within `max` bytes that ends on a character boundary.
-pub fn cap(text: &str, max: usize) -> &str {
+pub(super) fn cap(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }
@@ -462,30 +349,5 @@ mod tests {
         assert_eq!(cap("abc", 16), "abc");
         let s = "é".repeat(10); // 2 bytes each
         assert_eq!(cap(&s, 5), "éé");
-    }
-
-    #[test]
-    fn a_newer_context_update_replaces_a_held_one_and_verdicts_are_kept() {
-        let mut b = VecDeque::new();
-        let note =
-            |m: &str, p: Value| json!({"jsonrpc": "2.0", "method": m, "params": p}).to_string();
-        hold(
-            &mut b,
-            note(CONTEXT_UPDATE, json!({"n": 1})),
-            CONTEXT_UPDATE,
-        );
-        hold(
-            &mut b,
-            note("ide/diffRejected", json!({"filePath": "/a"})),
-            "ide/diffRejected",
-        );
-        hold(
-            &mut b,
-            note(CONTEXT_UPDATE, json!({"n": 2})),
-            CONTEXT_UPDATE,
-        );
-        assert_eq!(b.len(), 2);
-        assert!(b[0].contains("diffRejected"));
-        assert!(b[1].contains("\"n\":2"));
     }
 }

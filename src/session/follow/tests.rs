@@ -167,7 +167,7 @@ impl Harness {
             remote: None,
             pinned: false,
             inherit: None,
-            dialect: crate::protocol::family::Family::Pi,
+            family: crate::protocol::family::Family::Pi,
             client: None,
             realm: realm.map(String::from),
         };
@@ -383,7 +383,7 @@ fn listed_in(
         remote: None,
         pinned: false,
         inherit: None,
-        dialect: crate::protocol::family::Family::Pi,
+        family: crate::protocol::family::Family::Pi,
         client: Some(crate::protocol::version::ClientInfo {
             name: "pi-ide-broker-pi".into(),
             version: None,

@@ -10,14 +10,11 @@ use crate::acp_nvim::{lua_str, Nvim};
 use crate::common::broker::TestBroker;
 use crate::common::nvim_editor::{NvimEditor, Plugin};
 use crate::common::scripted_http::{Reply, Scripted, Seen};
+use crate::common::tui::{Tui, Typing};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
 
 /// The pinned Codex's native binary, or `None` (said) to skip.
 fn find_codex() -> Option<PathBuf> {
@@ -71,142 +68,18 @@ fn user_text(body: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// One interactive Codex in a pty; what it drew is kept, and its terminal queries answered.
-struct CodexTui {
-    child: tokio::process::Child,
-    keys: mpsc::UnboundedSender<Vec<u8>>,
-    screen: Arc<Mutex<String>>,
-}
-
-impl CodexTui {
-    fn start(codex: &Path, home: &Path, tmp: &Path, cwd: &Path) -> CodexTui {
-        let line = format!("stty cols 160 rows 50; exec {}", codex.display());
-        let mut cmd = tokio::process::Command::new("script");
-        cmd.args(["-qfec", &line, "/dev/null"])
-            .current_dir(cwd)
-            .env("CODEX_HOME", home)
+/// One interactive Codex in a pty: its home `home`, its temp dir (where its hub socket is)
+/// `tmp`.
+fn start_codex(codex: &Path, home: &Path, tmp: &Path, cwd: &Path) -> Tui {
+    let typing = Typing::KeyByKey {
+        gap: Duration::from_millis(15),
+        settle: Duration::from_millis(300),
+    };
+    Tui::start("Codex", codex, &[], cwd, typing, |cmd| {
+        cmd.env("CODEX_HOME", home)
             .env("TMPDIR", tmp)
-            .env("TERM", "xterm-256color")
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("OPENAI_API_KEY")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn script");
-        let mut stdin = child.stdin.take().expect("stdin");
-        let (keys, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        tokio::spawn(async move {
-            while let Some(k) = rx.recv().await {
-                if stdin.write_all(&k).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let screen = Arc::new(Mutex::new(String::new()));
-        for mut out in [
-            Box::new(child.stdout.take().expect("stdout"))
-                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-            Box::new(child.stderr.take().expect("stderr")),
-        ] {
-            let (screen, keys) = (screen.clone(), keys.clone());
-            tokio::spawn(async move {
-                let mut buf = [0u8; 8192];
-                while let Ok(n) = out.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    // The TUI asks where the cursor is; a terminal answers.
-                    if text.contains("\x1b[6n") {
-                        let _ = keys.send(b"\x1b[1;1R".to_vec());
-                    }
-                    screen.lock().expect("screen").push_str(&text);
-                }
-            });
-        }
-        CodexTui {
-            child,
-            keys,
-            screen,
-        }
-    }
-
-    /// Whether the screen has shown `text` (escape sequences and spaces left out: the TUI
-    /// moves the cursor between words).
-    fn shown(&self, text: &str) -> bool {
-        let plain: String = strip_escapes(&self.screen.lock().expect("screen"))
-            .chars()
-            .filter(|c| !c.is_whitespace())
-            .collect();
-        plain.contains(&text.replace(' ', ""))
-    }
-
-    /// Waits (60 s at most) until the screen has shown `text` (the screen is a byte stream
-    /// with no event to await: it is read every 50 ms).
-    async fn wait_for(&self, text: &str) {
-        let shown = tokio::time::timeout(Duration::from_secs(60), async {
-            while !self.shown(text) {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await;
-        if shown.is_err() {
-            let s = self.screen.lock().expect("screen").clone();
-            panic!(
-                "Codex never showed {text:?}; its screen ends:\n{}",
-                &s[s.len().saturating_sub(4000)..]
-            );
-        }
-    }
-
-    /// Types `text` a key at a time (a burst would be read as a paste, whose Enter is a new
-    /// line), waits until the composer shows it, then presses Enter.
-    async fn type_line(&self, text: &str) {
-        for c in text.chars() {
-            let _ = self.keys.send(c.to_string().into_bytes());
-            tokio::time::sleep(Duration::from_millis(15)).await;
-        }
-        self.wait_for(text).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let _ = self.keys.send(b"\r".to_vec());
-    }
-
-    async fn quit(mut self) {
-        let _ = self.child.kill().await;
-    }
-}
-
-/// `s` without its CSI (`ESC [ … final`) and OSC (`ESC ] … BEL|ST`) sequences.
-pub(crate) fn strip_escapes(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\x1b' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('[') => {
-                for d in chars.by_ref() {
-                    if ('@'..='~').contains(&d) {
-                        break;
-                    }
-                }
-            }
-            Some(']') => {
-                while let Some(d) = chars.next() {
-                    if d == '\x07' || (d == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
-                        break;
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    out
+            .env_remove("OPENAI_API_KEY");
+    })
 }
 
 /// The next turn request carrying `said` (Codex also asks the model for a thread title).
@@ -244,8 +117,11 @@ async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = hub_in(dir.path());
-    let tweak =
-        move |c: &mut pi_ide_broker::sys::config::Config| c.codex.socket = Some(socket.clone());
+    let tweak = move |c: &mut pi_ide_broker::sys::config::Config| {
+        c.edit_section(|s: &mut pi_ide_broker::frontdoor::codex::CodexConfig| {
+            s.socket = Some(socket.clone())
+        })
+    };
     let b = TestBroker::start_in(dir, tweak.clone()).await;
     std::fs::create_dir_all(tmp_of(&b)).expect("mkdir tmp");
     let proj = project(&b, "a.rs", "fn one() {}\nfn two() {}\nfn three() {}\n");
@@ -254,7 +130,7 @@ async fn the_real_codex_gets_the_routed_editors_selection_through_the_broker() {
     std::fs::create_dir_all(&proj_b).expect("mkdir proj-b");
     let proj_b = std::fs::canonicalize(proj_b).expect("canonical proj-b");
     let home = codex_home(&b, model.port, &[&proj, &proj_b]);
-    let tui = CodexTui::start(&codex, &home, &tmp_of(&b), &proj);
+    let tui = start_codex(&codex, &home, &tmp_of(&b), &proj);
     tui.wait_for("Ask Codex to do anything").await;
     tui.type_line("/ide on").await;
     tui.wait_for("IDE context is on").await;
@@ -326,7 +202,7 @@ async fn other_folder(
             .then_some(())
     })
     .await;
-    let tui = CodexTui::start(codex, home, &b.dir.path().join("tmp"), proj_b);
+    let tui = start_codex(codex, home, &b.dir.path().join("tmp"), proj_b);
     tui.wait_for("Ask Codex to do anything").await;
     tui.type_line("/ide on").await;
     tui.wait_for("IDE context is on").await;
@@ -476,7 +352,9 @@ async fn the_real_codex_gets_vs_codes_active_file_and_selection() {
         .join(format!("ipc-{uid}.sock"));
     let lock_dir = vsc.lock_dir.clone();
     let b = TestBroker::start_in(dir, |c| {
-        c.codex.socket = Some(socket);
+        c.edit_section(|s: &mut pi_ide_broker::frontdoor::codex::CodexConfig| {
+            s.socket = Some(socket)
+        });
         c.lock_dirs = Some(vec![LockDirConfig {
             path: lock_dir,
             family: Family::Claude,
@@ -491,7 +369,7 @@ async fn the_real_codex_gets_vs_codes_active_file_and_selection() {
 
     let mut model = Scripted::start(responses).await;
     let home = codex_home(&b, model.port, &[&workspace]);
-    let tui = CodexTui::start(&codex, &home, &b.dir.path().join("tmp"), &workspace);
+    let tui = start_codex(&codex, &home, &b.dir.path().join("tmp"), &workspace);
     tui.wait_for("Ask Codex to do anything").await;
     tui.type_line("/ide on").await;
     tui.wait_for("IDE context is on").await;

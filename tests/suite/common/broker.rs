@@ -2,7 +2,7 @@
 //! read back, and the waits on it.
 
 use super::{FakeEditor, Options};
-use pi_ide_broker::daemon::Handle;
+use pi_ide_broker::broker::Handle;
 use pi_ide_broker::protocol::family::Family;
 use pi_ide_broker::sys::config::{Config, LockDirConfig};
 use pi_ide_broker::testkit::within;
@@ -41,15 +41,29 @@ pub fn test_config(root: &std::path::Path) -> Config {
     };
     // The broker's notion of the user's home: never the real one.
     c.home = Some(root.join("home"));
-    c.compat.lock_dir = Some(root.join("compat"));
-    c.gemini.dir = Some(root.join("gemini"));
-    c.gemini.qwen_dir = Some(root.join("qwen-ide"));
-    c.codex.socket = Some(root.join("codex-ipc").join("ipc.sock"));
-    c.copilot.dir = Some(root.join("copilot-ide"));
+    c.edit_section(|s: &mut pi_ide_broker::frontdoor::compat::CompatConfig| {
+        s.lock_dir = Some(root.join("compat"))
+    });
+    c.edit_section(|s: &mut pi_ide_broker::frontdoor::gemini::GeminiConfig| {
+        s.dir = Some(root.join("gemini"))
+    });
+    c.edit_section(|s: &mut pi_ide_broker::frontdoor::gemini::GeminiConfig| {
+        s.qwen_dir = Some(root.join("qwen-ide"))
+    });
+    c.edit_section(|s: &mut pi_ide_broker::frontdoor::codex::CodexConfig| {
+        s.socket = Some(root.join("codex-ipc").join("ipc.sock"))
+    });
+    c.edit_section(|s: &mut pi_ide_broker::frontdoor::copilot::CopilotConfig| {
+        s.dir = Some(root.join("copilot-ide"));
+        s.editor_dirs = Some(vec![root.join("copilot-ide")]);
+    });
     c.backoff.initial_ms = 50;
     c.backoff.max_ms = 1000;
     c
 }
+
+/// How long a claim of this process's may stay held by a child forked before it execs.
+const CLAIM_HELD_BY_A_FORK: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl TestBroker {
     pub async fn start() -> TestBroker {
@@ -73,12 +87,27 @@ impl TestBroker {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let stop = shutdown.clone();
         let join = tokio::spawn(async move {
-            let r = pi_ide_broker::serve(config, stop, move |_ready, handle| {
-                let _ = tx.send(handle);
-            })
-            .await;
-            if let Err(e) = r {
-                panic!("serve failed: {e}");
+            let tx = std::sync::Mutex::new(Some(tx));
+            let t0 = std::time::Instant::now();
+            loop {
+                let r = pi_ide_broker::serve(config.clone(), stop.clone(), |_ready, handle| {
+                    if let Some(tx) = tx.lock().expect("ready").take() {
+                        let _ = tx.send(handle);
+                    }
+                })
+                .await;
+                match r {
+                    Ok(()) => return,
+                    // A broker started on the dir of one just stopped in this process: a child
+                    // another test forks at that moment holds the stopped one's claim (its lock
+                    // file's description) until it execs, a millisecond or so.
+                    Err(pi_ide_broker::broker::Error::Socket(
+                        pi_ide_broker::platform::Error::AlreadyRunning { pid, .. },
+                    )) if pid == std::process::id() && t0.elapsed() < CLAIM_HELD_BY_A_FORK => {
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                    Err(e) => panic!("serve failed: {e}"),
+                }
             }
         });
         let handle = within("broker ready", rx)
@@ -100,16 +129,29 @@ impl TestBroker {
     pub async fn status(&self) -> Value {
         within(
             "status",
-            pi_ide_broker::cli::client::get_json(&self.socket, "/v1/status"),
+            pi_ide_broker::frontdoor::client::get_json(&self.socket, "/v1/status"),
         )
         .await
         .expect("status request failed")
     }
 
     /// Waits (on change notifications, bounded) until `pred` holds for the status JSON.
-    pub async fn wait_status(&self, what: &str, mut pred: impl FnMut(&Value) -> bool) -> Value {
+    pub async fn wait_status(&self, what: &str, pred: impl FnMut(&Value) -> bool) -> Value {
+        self.wait_status_for(pi_ide_broker::testkit::WAIT, what, pred)
+            .await
+    }
+
+    /// [`TestBroker::wait_status`] with its own bound: for a change that waits on a real
+    /// program's own timing (an old VS Code extension host going after a reload), where the
+    /// bound of one step is wrong.
+    pub async fn wait_status_for(
+        &self,
+        bound: std::time::Duration,
+        what: &str,
+        mut pred: impl FnMut(&Value) -> bool,
+    ) -> Value {
         let mut changes = self.handle.registry().subscribe_changes();
-        within(what, async {
+        pi_ide_broker::testkit::within_for(bound, what, async {
             loop {
                 let st = serde_json::to_value(pi_ide_broker::frontdoor::status::status(
                     self.handle.registry(),

@@ -55,6 +55,27 @@ impl FakeAnthropic {
     }
 }
 
+/// Every text block of a message request's `system` and `messages` (any role), in order:
+/// what the model read. Claude Code 2.1.332 sends its per-turn context (an IDE selection's
+/// "The user selected the lines …" among it) as a `system`-role message after the user's.
+pub fn prompt_text(body: &Value) -> String {
+    let blocks = |v: &Value| -> Vec<String> {
+        match v {
+            Value::String(t) => vec![t.clone()],
+            Value::Array(a) => a
+                .iter()
+                .filter_map(|b| b["text"].as_str().map(String::from))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let mut out = blocks(&body["system"]);
+    for m in body["messages"].as_array().into_iter().flatten() {
+        out.extend(blocks(&m["content"]));
+    }
+    out.join("\n")
+}
+
 /// The Messages dialect: a request offering no tools (a title, a summary) gets text, and a
 /// scripted tool use waits for one that does.
 fn answer(seen: &Seen, script: &mut VecDeque<Reply>) -> (&'static str, String) {

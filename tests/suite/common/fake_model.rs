@@ -59,6 +59,19 @@ impl FakeModel {
         }
     }
 
+    /// Waits for the request that carries a tool's outcome (its last message the tool's): a
+    /// turn goes on with an edit's outcome, and a later scripted reply must not answer an
+    /// earlier request of that turn.
+    pub async fn next_tool_outcome(&mut self) -> Value {
+        loop {
+            let body = self.next_request().await;
+            let last = body["messages"].as_array().and_then(|m| m.last());
+            if last.is_some_and(|m| m["role"] == "tool") {
+                return body;
+            }
+        }
+    }
+
     /// `models.json` content naming this server as provider `fake`, model `fake-model`.
     pub fn models_json(&self) -> String {
         json!({"providers": {"fake": {

@@ -1,6 +1,7 @@
 //! Helpers shared by the suite, one module per concern: the daemon under test (`broker`),
 //! skips and turn-taking (`skips`), held ports (`ports`), the real programs the suite drives
-//! (`pi`, `pi_web`, `vscode`, `gemini`, `process`, `git_serve`) and the model APIs they talk
+//! (`pi`, `pi_web`, `vscode`, `gemini`, `process`, `git_serve`; `tui` for a terminal program in a
+//! pty) and the model APIs they talk
 //! to (`scripted_http`, with its dialects `fake_model` and `fake_gemini`).
 #![allow(dead_code)]
 
@@ -19,6 +20,7 @@ pub mod ports;
 pub mod process;
 pub mod scripted_http;
 pub mod skips;
+pub mod tui;
 pub mod vscode;
 
 pub use broker::{compat_entry, editor_by_id, editor_by_port, test_config, TestBroker};

@@ -186,6 +186,17 @@ impl NvimEditor {
         assert_eq!(self.nv.call(&call).await, "ok", "{call}");
     }
 
+    /// Opens `file` and selects the first word of its line `line` (1-based, charwise): the
+    /// plugin tells its clients, the word as the selection's text (pi-ide.nvim sends only the
+    /// first character of a linewise `V` line: [`NvimEditor::select`]).
+    pub async fn select_word(&self, file: &Path, line: u32) {
+        let call = format!(
+            "select_word({}, {line})",
+            lua_str(&file.display().to_string())
+        );
+        assert_eq!(self.nv.call(&call).await, "ok", "{call}");
+    }
+
     /// Opens `file` with the cursor on line `line` (1-based), nothing selected; the plugin
     /// tells where the cursor is.
     pub async fn cursor(&self, file: &Path, line: u32) {

@@ -121,8 +121,17 @@ impl Proc {
 /// Writes a config file pointing every path into `root`.
 pub fn write_config(root: &Path, extra: &str) -> PathBuf {
     let cfg = root.join("config.toml");
+    // The copilot door is on by default: never the real ~/.copilot.
+    let copilot = if extra.contains("[copilot]") {
+        String::new()
+    } else {
+        format!(
+            "[copilot]\ndir = \"{r}/copilot-ide\"\neditor_dirs = [\"{r}/copilot-ide\"]\n",
+            r = root.display()
+        )
+    };
     let text = format!(
-        "socket = \"{r}/run/sock\"\nstate_dir = \"{r}/state\"\n{extra}\n[compat]\nlock_dir = \"{r}/compat\"\n[gemini]\ndir = \"{r}/gemini\"\nqwen_dir = \"{r}/qwen-ide\"\n[codex]\nsocket = \"{r}/codex-ipc/ipc.sock\"\n[[lock_dirs]]\npath = \"{r}/pi-ide\"\nfamily = \"pi\"\n\n[[lock_dirs]]\npath = \"{r}/claude-ide\"\nfamily = \"claude\"\n",
+        "socket = \"{r}/run/sock\"\nstate_dir = \"{r}/state\"\n{extra}\n{copilot}[compat]\nlock_dir = \"{r}/compat\"\n[gemini]\ndir = \"{r}/gemini\"\nqwen_dir = \"{r}/qwen-ide\"\n[codex]\nsocket = \"{r}/codex-ipc/ipc.sock\"\n[[lock_dirs]]\npath = \"{r}/pi-ide\"\nfamily = \"pi\"\n\n[[lock_dirs]]\npath = \"{r}/claude-ide\"\nfamily = \"claude\"\n",
         r = root.display()
     );
     std::fs::write(&cfg, text).expect("write config");
@@ -142,6 +151,7 @@ pub fn isolate<'c>(cmd: &'c mut Command, root: &Path) -> &'c mut Command {
         .env_remove("WATCHDOG_USEC")
         .env_remove("WATCHDOG_PID")
         .env_remove("PI_IDE_LOCK_DIR")
+        .env_remove("COPILOT_HOME")
 }
 
 /// Kills, when dropped, the daemon recorded as running in `state_dir` (`running.json`): an

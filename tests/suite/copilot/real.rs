@@ -5,19 +5,16 @@
 
 use crate::common::broker::TestBroker;
 use crate::common::fake_model::{FakeModel, Reply};
+use crate::common::tui::{tail, Tui, Typing};
 use crate::common::FakeEditor;
 use pi_ide_broker::sys::config::Config;
 use pi_ide_broker::testkit::eventually;
 use pi_ide_broker::testkit::fake_editor::Options;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
 
 /// The pinned Copilot CLI's native binary, or `None` (said) to skip.
-fn find_copilot() -> Option<PathBuf> {
+pub(super) fn find_copilot() -> Option<PathBuf> {
     match std::env::var_os("PI_IDE_BROKER_COPILOT").filter(|p| !p.is_empty()) {
         Some(p) => {
             let p = PathBuf::from(p);
@@ -37,158 +34,55 @@ fn find_copilot() -> Option<PathBuf> {
     }
 }
 
-/// One interactive Copilot CLI in a pty; what it drew is kept, its cursor queries answered.
-struct CopilotTui {
-    /// Where Copilot CLI writes its logs (`$COPILOT_HOME/logs`), shown when a wait fails.
-    logs: PathBuf,
-    child: tokio::process::Child,
-    keys: mpsc::UnboundedSender<Vec<u8>>,
-    screen: Arc<Mutex<String>>,
+/// What a real-Copilot test starts from: the CLI; the machine's heavy turn (Copilot CLI's
+/// start loads the machine, a 200 MB binary unpacking its JavaScript: taken so the flood
+/// tests' bounds measure the broker); a broker with the copilot door on, its config also
+/// `tweak`ed; its project folder ([`project`]). `None` (said) to skip without the CLI.
+pub(super) async fn real(
+    tweak: impl FnOnce(&mut Config),
+) -> Option<(
+    PathBuf,
+    tokio::sync::MutexGuard<'static, ()>,
+    TestBroker,
+    PathBuf,
+)> {
+    let copilot = find_copilot()?;
+    let heavy = crate::common::machine_heavy().await;
+    let b = TestBroker::start_with(|c| {
+        copilot_on(c);
+        tweak(c);
+    })
+    .await;
+    let proj = project(b.dir.path());
+    Some((copilot, heavy, b, proj))
 }
 
-impl CopilotTui {
-    fn start(copilot: &Path, env: &[(&str, String)], cwd: &Path, logs: PathBuf) -> CopilotTui {
-        let line = format!("stty cols 160 rows 50; exec {}", copilot.display());
-        let mut cmd = tokio::process::Command::new("script");
-        cmd.args(["-qfec", &line, "/dev/null"])
-            .current_dir(cwd)
-            .env("TERM", "xterm-256color")
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("GH_TOKEN")
-            .env_remove("GITHUB_TOKEN")
-            .env_remove("COPILOT_GITHUB_TOKEN")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn script");
-        let mut stdin = child.stdin.take().expect("stdin");
-        let (keys, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        tokio::spawn(async move {
-            while let Some(k) = rx.recv().await {
-                if stdin.write_all(&k).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let screen = Arc::new(Mutex::new(String::new()));
-        for mut out in [
-            Box::new(child.stdout.take().expect("stdout"))
-                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-            Box::new(child.stderr.take().expect("stderr")),
-        ] {
-            let (screen, keys) = (screen.clone(), keys.clone());
-            tokio::spawn(async move {
-                let mut buf = [0u8; 8192];
-                while let Ok(n) = out.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    if text.contains("\x1b[6n") {
-                        let _ = keys.send(b"\x1b[1;1R".to_vec());
-                    }
-                    screen.lock().expect("screen").push_str(&text);
-                }
-            });
-        }
-        CopilotTui {
-            logs,
-            child,
-            keys,
-            screen,
-        }
-    }
-
-    /// Forgets what was drawn so far: a later [`CopilotTui::wait_for`] sees only what comes
-    /// after (a line such as "Connected to" shown again).
-    fn forget(&self) {
-        self.screen.lock().expect("screen").clear();
-    }
-
-    /// Whether the screen has shown `text` (escapes and spaces left out).
-    fn shown(&self, text: &str) -> bool {
-        let plain: String = crate::codex::real::strip_escapes(&self.screen.lock().expect("screen"))
-            .chars()
-            .filter(|c| !c.is_whitespace())
-            .collect();
-        plain.contains(&text.replace(' ', ""))
-    }
-
-    /// Waits (60 s at most) until the screen has shown `text` (a byte stream with no event to
-    /// await: read every 50 ms).
-    async fn wait_for(&self, text: &str) {
-        let shown = tokio::time::timeout(Duration::from_secs(60), async {
-            while !self.shown(text) {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await;
-        if shown.is_err() {
-            let s = crate::codex::real::strip_escapes(&self.screen.lock().expect("screen"));
-            let log = self.log();
-            panic!(
-                "Copilot CLI never showed {text:?}; its screen ends:\n{}\nits log ends:\n{}",
-                tail(&s, 4000),
-                tail(&log, 6000)
-            );
-        }
-    }
-
-    /// What Copilot CLI logged so far.
-    fn log(&self) -> String {
-        std::fs::read_dir(&self.logs)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-            .collect()
-    }
-
-    /// Waits (60 s at most) until Copilot CLI has logged `text` `n` times (what it does not
-    /// draw, such as its first connect to the IDE; its log file read every 50 ms).
-    async fn wait_log(&self, text: &str, n: usize) {
-        let logged = tokio::time::timeout(Duration::from_secs(60), async {
-            while self.log().matches(text).count() < n {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await;
-        if logged.is_err() {
-            let s = crate::codex::real::strip_escapes(&self.screen.lock().expect("screen"));
-            panic!(
-                "Copilot CLI never logged {text:?} {n} times; its screen ends:\n{}\nits log ends:\n{}",
-                tail(&s, 4000),
-                tail(&self.log(), 6000)
-            );
-        }
-    }
-
-    /// Types `text`, waits until it shows, then presses Enter.
-    async fn type_line(&self, text: &str) {
-        // One write: drawn at once, so no hint line lands between its characters.
-        let _ = self.keys.send(text.as_bytes().to_vec());
-        self.wait_for(text).await;
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        let _ = self.keys.send(b"\r".to_vec());
-    }
-
-    async fn quit(mut self) {
-        let _ = self.child.kill().await;
-    }
+/// [`start_copilot`] in `cwd`, waited for until it is connected for good to the IDE (logged:
+/// not only the selection pushed while its handshake goes on, so that a lockfile removed
+/// after is a lost connection, not a failed connect) and broker `b` has its session.
+pub(super) async fn start_connected(
+    copilot: &Path,
+    b: &TestBroker,
+    cwd: &Path,
+    model: &FakeModel,
+) -> Tui {
+    let tui = start_copilot(copilot, b.dir.path(), cwd, model).await;
+    tui.wait_log("Connected to IDE MCP server", 1).await;
+    copilot_session(b, &cwd.display().to_string()).await;
+    tui
 }
 
-fn tail(s: &str, n: usize) -> &str {
-    let mut at = s.len().saturating_sub(n);
-    while !s.is_char_boundary(at) {
-        at += 1;
+/// Types `/ide` and waits until its list shows IDE `ide` (through the broker) on each of
+/// `others`, then on `current`, the connected one.
+pub(super) async fn ide_list_shows(tui: &Tui, ide: &str, others: &[&str], current: &str) {
+    tui.type_line("/ide").await;
+    tui.wait_for("Select an IDE workspace to connect to:").await;
+    for folder in others {
+        tui.wait_for(&format!("{ide} (via pi-ide-broker): {folder}"))
+            .await;
     }
-    &s[at..]
+    tui.wait_for(&format!("{ide} (via pi-ide-broker): {current} (current)"))
+        .await;
 }
 
 /// Issue 65's first acceptance steps with the real Copilot CLI: started in the folder of an
@@ -197,60 +91,15 @@ fn tail(s: &str, n: usize) -> &str {
 /// there is not (and the turn is cancelled); `/ide` lists the editor through the broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_copilot_cli_sees_the_selection_reviews_edits_in_the_editor_and_lists_it_in_ide() {
-    let Some(copilot) = find_copilot() else {
+    let Some((copilot, _heavy, b, proj)) = real(|_| {}).await else {
         return;
     };
-    // Copilot CLI's start loads the machine (a 200 MB binary unpacking its JavaScript): its
-    // turn among the heavy tests, so the flood tests' bounds measure the broker.
-    let _heavy = crate::common::machine_heavy().await;
-    let b = TestBroker::start_with(|c| {
-        c.copilot.enabled = true;
-        let root = c
-            .copilot
-            .dir
-            .as_ref()
-            .and_then(|d| d.parent())
-            .map(Path::to_path_buf);
-        c.copilot.dir = root.map(|r| r.join("copilot-home").join("ide"));
-    })
-    .await;
-    let proj = b.dir.path().join("proj");
-    std::fs::create_dir_all(&proj).expect("mkdir proj");
-    let proj = std::fs::canonicalize(&proj).expect("canonical proj");
-    std::fs::write(proj.join("a.rs"), "fn one() {}\nfn two() {}\n").expect("write a.rs");
     let folder = proj.display().to_string();
     let (fe, _): (FakeEditor, String) = b.editor(&[&folder]).await;
-
-    let copilot_home = b.dir.path().join("copilot-home");
-    std::fs::create_dir_all(&copilot_home).expect("mkdir copilot home");
-    let trusted = serde_json::json!({"trustedFolders": [folder]}).to_string();
-    std::fs::write(copilot_home.join("config.json"), trusted).expect("config.json");
-    let settings = r#"{"showTipsOnStartup": false}"#;
-    std::fs::write(copilot_home.join("settings.json"), settings).expect("settings.json");
     let mut model = FakeModel::start().await;
-    let cache = std::env::temp_dir().join("pi-ide-broker-copilot-cache");
-    let env = [
-        ("HOME", b.dir.path().join("home").display().to_string()),
-        ("COPILOT_HOME", copilot_home.display().to_string()),
-        ("COPILOT_CACHE_HOME", cache.display().to_string()),
-        ("COPILOT_OFFLINE", "true".into()),
-        (
-            "COPILOT_PROVIDER_BASE_URL",
-            format!("http://127.0.0.1:{}", model.port),
-        ),
-        ("COPILOT_MODEL", "fake-model".into()),
-    ];
-    let tui = CopilotTui::start(&copilot, &env, &proj, copilot_home.join("logs"));
-    tui.wait_for("❯").await;
+    let tui = start_copilot(&copilot, b.dir.path(), &proj, &model).await;
     // Its session came through the copilot door, its cwd the CLI's own (the socket peer's).
-    b.wait_status("a copilot session in the project", |st| {
-        st["sessions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| s["door"] == "copilot" && s["cwd"] == folder.as_str())
-    })
-    .await;
+    copilot_session(&b, &folder).await;
 
     // The editor's selection, pushed on the session's event stream, is in the footer.
     fe.select(&proj.join("a.rs").display().to_string(), "fn two() {}", 1);
@@ -287,13 +136,7 @@ async fn the_real_copilot_cli_sees_the_selection_reviews_edits_in_the_editor_and
             .await;
             // The turn goes on with the edit's outcome (answered "ok"): the next edit waits
             // for that request, so no request of this turn takes the next scripted call.
-            loop {
-                let body = model.next_request().await;
-                let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
-                if last.is_some_and(|m| m["role"] == "tool") {
-                    break;
-                }
-            }
+            model.next_tool_outcome().await;
         } else {
             assert!(fe.reject_diff(&tab));
             tui.wait_for("The user rejected this tool call").await;
@@ -302,34 +145,39 @@ async fn the_real_copilot_cli_sees_the_selection_reviews_edits_in_the_editor_and
     }
 
     // `/ide` lists the editor, through the broker, on its folder, as the current one.
-    tui.type_line("/ide").await;
-    tui.wait_for("Select an IDE workspace to connect to:").await;
-    tui.wait_for(&format!("Neovim (via pi-ide-broker): {folder} (current)"))
-        .await;
+    ide_list_shows(&tui, "Neovim", &[], &folder).await;
     if std::env::var_os("COPILOT_TEST_DUMP").is_some() {
-        let s = crate::codex::real::strip_escapes(&tui.screen.lock().expect("screen"));
-        eprintln!("{}", tail(&s, 6000));
+        eprintln!("{}", tail(&tui.screen(), 6000));
     }
     tui.quit().await;
     b.stop().await;
 }
 
 /// The copilot door on, its dir `copilot-home/ide` beside the broker's dirs (the CLI's
-/// `COPILOT_HOME` below).
-fn copilot_on(c: &mut Config) {
-    c.copilot.enabled = true;
-    let root = c
-        .copilot
-        .dir
-        .as_ref()
-        .and_then(|d| d.parent())
-        .map(Path::to_path_buf);
-    c.copilot.dir = root.map(|r| r.join("copilot-home").join("ide"));
+/// `COPILOT_HOME` below), that home made as a Copilot CLI that ran before made it (the door
+/// publishes nothing without it).
+pub(super) fn copilot_on(c: &mut Config) {
+    c.edit_section(|s: &mut pi_ide_broker::frontdoor::copilot::CopilotConfig| {
+        s.enabled = true;
+        s.dir = s
+            .dir
+            .as_ref()
+            .and_then(|d| d.parent())
+            .map(|r| r.join("copilot-home").join("ide"));
+        if let Some(home) = s.dir.as_ref().and_then(|d| d.parent()) {
+            std::fs::create_dir_all(home).expect("mkdir copilot home");
+        }
+    });
 }
 
 /// A Copilot CLI in `proj` (the editor's folder) of broker dir `root`, offline against `model`,
 /// `COPILOT_HOME` the door's, the folder trusted. Waits for its prompt.
-async fn start_copilot(copilot: &Path, root: &Path, proj: &Path, model: &FakeModel) -> CopilotTui {
+pub(super) async fn start_copilot(
+    copilot: &Path,
+    root: &Path,
+    proj: &Path,
+    model: &FakeModel,
+) -> Tui {
     let copilot_home = root.join("copilot-home");
     std::fs::create_dir_all(&copilot_home).expect("mkdir copilot home");
     let trusted = serde_json::json!({"trustedFolders": [proj.display().to_string()]}).to_string();
@@ -337,24 +185,31 @@ async fn start_copilot(copilot: &Path, root: &Path, proj: &Path, model: &FakeMod
     let settings = r#"{"showTipsOnStartup": false}"#;
     std::fs::write(copilot_home.join("settings.json"), settings).expect("settings.json");
     let cache = std::env::temp_dir().join("pi-ide-broker-copilot-cache");
-    let env = [
-        ("HOME", root.join("home").display().to_string()),
-        ("COPILOT_HOME", copilot_home.display().to_string()),
-        ("COPILOT_CACHE_HOME", cache.display().to_string()),
-        ("COPILOT_OFFLINE", "true".into()),
-        (
-            "COPILOT_PROVIDER_BASE_URL",
-            format!("http://127.0.0.1:{}", model.port),
-        ),
-        ("COPILOT_MODEL", "fake-model".into()),
-    ];
-    let tui = CopilotTui::start(copilot, &env, proj, copilot_home.join("logs"));
+    // One write: drawn at once, so no hint line lands between its characters.
+    let typing = Typing::Burst {
+        settle: Duration::from_millis(1000),
+    };
+    let tui = Tui::start("Copilot CLI", copilot, &[], proj, typing, |cmd| {
+        cmd.env_remove("GH_TOKEN")
+            .env_remove("GITHUB_TOKEN")
+            .env_remove("COPILOT_GITHUB_TOKEN")
+            .env("HOME", root.join("home"))
+            .env("COPILOT_HOME", &copilot_home)
+            .env("COPILOT_CACHE_HOME", cache)
+            .env("COPILOT_OFFLINE", "true")
+            .env(
+                "COPILOT_PROVIDER_BASE_URL",
+                format!("http://127.0.0.1:{}", model.port),
+            )
+            .env("COPILOT_MODEL", "fake-model");
+    })
+    .with_logs(copilot_home.join("logs"));
     tui.wait_for("❯").await;
     tui
 }
 
 /// The project folder `proj` (canonical) of broker dir `root`, with `a.rs` of two lines.
-fn project(root: &Path) -> PathBuf {
+pub(super) fn project(root: &Path) -> PathBuf {
     let proj = root.join("proj");
     std::fs::create_dir_all(&proj).expect("mkdir proj");
     let proj = std::fs::canonicalize(&proj).expect("canonical proj");
@@ -363,7 +218,7 @@ fn project(root: &Path) -> PathBuf {
 }
 
 /// The lockfiles in the door's dir (the names).
-fn lockfiles(root: &Path) -> Vec<String> {
+pub(super) fn lockfiles(root: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(root.join("copilot-home").join("ide"))
         .into_iter()
         .flatten()
@@ -376,7 +231,7 @@ fn lockfiles(root: &Path) -> Vec<String> {
 }
 
 /// Waits until the door's dir holds exactly one lockfile, other than `old` if named; its name.
-async fn one_lockfile(root: &Path, old: Option<&str>) -> String {
+pub(super) async fn one_lockfile(root: &Path, old: Option<&str>) -> String {
     eventually("one copilot lockfile", || {
         let l = lockfiles(root);
         (l.len() == 1 && Some(l[0].as_str()) != old).then(|| l[0].clone())
@@ -385,7 +240,7 @@ async fn one_lockfile(root: &Path, old: Option<&str>) -> String {
 }
 
 /// Waits until broker `b` has a copilot session whose cwd is `folder`.
-async fn copilot_session(b: &TestBroker, folder: &str) {
+pub(super) async fn copilot_session(b: &TestBroker, folder: &str) {
     b.wait_status("a copilot session in the project", |st| {
         st["sessions"]
             .as_array()
@@ -402,30 +257,17 @@ async fn copilot_session(b: &TestBroker, folder: &str) {
 /// the CLI connects to it again by itself and shows its selection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_copilot_cli_loses_a_dead_editor_and_reconnects_to_its_restart() {
-    let Some(copilot) = find_copilot() else {
-        return;
-    };
-    // Copilot CLI's start loads the machine (a 200 MB binary unpacking its JavaScript): its
-    // turn among the heavy tests, so the flood tests' bounds measure the broker.
-    let _heavy = crate::common::machine_heavy().await;
     // A grace period longer than any wait here: the CLI must learn at once that the editor
     // went, not when the broker gives up on it, and the restart comes within it.
-    let b = TestBroker::start_with(|c| {
-        copilot_on(c);
-        c.editor_grace_ms = 600_000;
-    })
-    .await;
-    let proj = project(b.dir.path());
+    let Some((copilot, _heavy, b, proj)) = real(|c| c.editor_grace_ms = 600_000).await else {
+        return;
+    };
     let folder = proj.display().to_string();
     let file = proj.join("a.rs").display().to_string();
     let (fe, id) = b.editor(&[&folder]).await;
     let first = one_lockfile(b.dir.path(), None).await;
     let model = FakeModel::start().await;
-    let tui = start_copilot(&copilot, b.dir.path(), &proj, &model).await;
-    // Connected for good (not only the selection pushed while its handshake goes on): a lockfile
-    // removed before then is a failed connect, not a lost connection.
-    tui.wait_log("Connected to IDE MCP server", 1).await;
-    copilot_session(&b, &folder).await;
+    let tui = start_connected(&copilot, &b, &proj, &model).await;
     fe.select(&file, "fn two() {}", 1);
     tui.wait_for("@a.rs:2").await;
 
@@ -458,24 +300,15 @@ async fn the_real_copilot_cli_loses_a_dead_editor_and_reconnects_to_its_restart(
 /// publishes a fresh lockfile, the CLI connects to it by itself and the selection comes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_copilot_cli_reconnects_after_a_broker_restart() {
-    let Some(copilot) = find_copilot() else {
+    let Some((copilot, _heavy, b, proj)) = real(|_| {}).await else {
         return;
     };
-    // Copilot CLI's start loads the machine (a 200 MB binary unpacking its JavaScript): its
-    // turn among the heavy tests, so the flood tests' bounds measure the broker.
-    let _heavy = crate::common::machine_heavy().await;
-    let b = TestBroker::start_with(copilot_on).await;
-    let proj = project(b.dir.path());
     let folder = proj.display().to_string();
     let file = proj.join("a.rs").display().to_string();
     let (fe, id) = b.editor(&[&folder]).await;
     let first = one_lockfile(b.dir.path(), None).await;
     let model = FakeModel::start().await;
-    let tui = start_copilot(&copilot, b.dir.path(), &proj, &model).await;
-    // Connected for good (not only the selection pushed while its handshake goes on): a lockfile
-    // removed before then is a failed connect, not a lost connection.
-    tui.wait_log("Connected to IDE MCP server", 1).await;
-    copilot_session(&b, &folder).await;
+    let tui = start_connected(&copilot, &b, &proj, &model).await;
     fe.select(&file, "fn two() {}", 1);
     tui.wait_for("@a.rs:2").await;
 
@@ -511,15 +344,9 @@ async fn the_real_copilot_cli_reconnects_after_a_broker_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_copilot_cli_with_a_real_neovim_shows_its_selection_and_writes_an_accepted_edit() {
     use crate::common::nvim_editor::{NvimEditor, Plugin};
-    let Some(copilot) = find_copilot() else {
+    let Some((copilot, _heavy, b, proj)) = real(|_| {}).await else {
         return;
     };
-    // Copilot CLI's start loads the machine (a 200 MB binary unpacking its JavaScript): its
-    // turn among the heavy tests, so the flood tests' bounds measure the broker.
-    let _heavy = crate::common::machine_heavy().await;
-    let b = TestBroker::start_with(copilot_on).await;
-    let proj = project(b.dir.path());
-    let folder = proj.display().to_string();
     let file = proj.join("a.rs");
     let Some(ed) = NvimEditor::start(&b, Plugin::PiIde, &proj, "nvim").await else {
         return;
@@ -527,9 +354,7 @@ async fn the_real_copilot_cli_with_a_real_neovim_shows_its_selection_and_writes_
     b.wait_editor(ed.port, "ready").await;
     one_lockfile(b.dir.path(), None).await;
     let model = FakeModel::start().await;
-    let tui = start_copilot(&copilot, b.dir.path(), &proj, &model).await;
-    tui.wait_log("Connected to IDE MCP server", 1).await;
-    copilot_session(&b, &folder).await;
+    let tui = start_connected(&copilot, &b, &proj, &model).await;
     ed.select(&file, 2).await;
     tui.wait_for("@a.rs:2").await;
 
@@ -552,5 +377,82 @@ async fn the_real_copilot_cli_with_a_real_neovim_shows_its_selection_and_writes_
     })
     .await;
     tui.quit().await;
+    b.stop().await;
+}
+
+/// The door's one lockfile in broker dir `root`: its JSON `workspaceFolders`, read once whole
+/// (a read opens the file, which the door takes as a Copilot CLI looking: call it only to
+/// check). The door rewrites it in place, as Copilot CLI needs (truncated, then written): a
+/// read between the two finds it empty or cut, and is made again once it has changed.
+async fn listed_folders(root: &Path) -> Vec<String> {
+    let name = lockfiles(root).into_iter().next().expect("a lockfile");
+    let path = root.join("copilot-home").join("ide").join(name);
+    let t0 = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&path).expect("read the lockfile");
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(v) => {
+                return serde_json::from_value(v["workspaceFolders"].clone())
+                    .expect("workspaceFolders")
+            }
+            Err(e) => {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "the lockfile is not whole JSON 10 s on ({e}): {text:?}"
+                );
+                let len = text.len() as u64;
+                while std::fs::metadata(&path).map_or(len, |m| m.len()) == len
+                    && t0.elapsed() < Duration::from_secs(10)
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The size of the door's one lockfile in broker dir `root` (a `stat`, which opens nothing).
+fn lockfile_len(root: &Path) -> u64 {
+    lockfiles(root)
+        .into_iter()
+        .next()
+        .and_then(|n| std::fs::metadata(root.join("copilot-home").join("ide").join(n)).ok())
+        .map_or(0, |m| m.len())
+}
+
+/// Issue 65: a Copilot CLI started in a subfolder of the editor's folder connects by itself
+/// (Copilot CLI matches only a folder equal to its cwd: the door lists that cwd in the
+/// editor's lockfile once it sees the CLI reading it), sees the selection, and `/ide` shows
+/// both rows, the subfolder's current. When the CLI exits, the subfolder is taken off again
+/// (its exit, not a read of the file, makes the door look).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_copilot_cli_in_a_subfolder_connects_by_itself_and_sees_the_selection() {
+    let Some((copilot, _heavy, b, proj)) = real(|_| {}).await else {
+        return;
+    };
+    let sub = proj.join("src").join("deep");
+    std::fs::create_dir_all(&sub).expect("mkdir sub");
+    let (folder, subdir) = (proj.display().to_string(), sub.display().to_string());
+    let file = proj.join("a.rs").display().to_string();
+    let (fe, _) = b.editor(&[&folder]).await;
+    one_lockfile(b.dir.path(), None).await;
+    let model = FakeModel::start().await;
+    let tui = start_connected(&copilot, &b, &sub, &model).await;
+    fe.select(&file, "fn two() {}", 1);
+    tui.wait_for("@a.rs:2").await;
+    let len = lockfile_len(b.dir.path());
+    assert_eq!(
+        listed_folders(b.dir.path()).await,
+        vec![folder.clone(), subdir.clone()]
+    );
+
+    // `/ide`: the editor on its folder, and on the subfolder, where the CLI is connected.
+    ide_list_shows(&tui, "Neovim", &[&folder], &subdir).await;
+    tui.quit().await;
+    eventually("the subfolder taken off the lockfile", || {
+        (lockfile_len(b.dir.path()) < len).then_some(())
+    })
+    .await;
+    assert_eq!(listed_folders(b.dir.path()).await, vec![folder]);
     b.stop().await;
 }

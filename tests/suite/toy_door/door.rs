@@ -92,7 +92,7 @@ async fn serve(reg: Arc<Registry>, stream: TcpStream) {
         remote: None,
         pinned: false,
         inherit: None,
-        dialect: Family::Pi,
+        family: Family::Pi,
         client: None,
         realm: None,
     };

@@ -67,8 +67,8 @@ impl Agent {
 async fn a_door_plugged_in_from_outside_routes_its_agents_like_any_other() {
     let root = tempfile::tempdir().expect("tempdir");
     let mut config = test_config(root.path());
-    config.gemini.enabled = false;
-    config.codex.enabled = false;
+    config.edit_section(|s: &mut pi_ide_broker::frontdoor::gemini::GeminiConfig| s.enabled = false);
+    config.edit_section(|s: &mut pi_ide_broker::frontdoor::codex::CodexConfig| s.enabled = false);
     let pi_dir = root.path().join("pi-ide");
     std::fs::create_dir_all(&pi_dir).expect("mkdir");
     let folder = root.path().join("proj");
@@ -81,7 +81,7 @@ async fn a_door_plugged_in_from_outside_routes_its_agents_like_any_other() {
     let (ready_tx, ready) = tokio::sync::oneshot::channel();
     let stop = shutdown.clone();
     let daemon = tokio::spawn(async move {
-        pi_ide_broker::daemon::serve_with(config, &doors, stop, move |_, handle| {
+        pi_ide_broker::broker::serve_with(config, &doors, stop, move |_, handle| {
             let _ = ready_tx.send(handle);
         })
         .await

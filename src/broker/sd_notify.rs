@@ -1,4 +1,4 @@
-//! sd-notify for the `daemon` command: READY, STATUS, WATCHDOG, RELOADING, STOPPING.
+//! The broker under a service manager: sd-notify READY, STATUS, WATCHDOG, RELOADING, STOPPING.
 //!
 //! The daemon under a service manager, at run time: sd-notify (READY, STATUS, WATCHDOG,
 //! RELOADING, STOPPING), told by the `daemon` command alone ([`crate::cli::daemon`]).
@@ -11,19 +11,19 @@ use std::time::Duration;
 /// Tells the service manager the daemon is ready, and keeps it told (see [`run`]). Only the
 /// `daemon` command does, never a broker a library user runs (such as a test's, which may
 /// inherit a manager's `NOTIFY_SOCKET`).
-pub fn announce_ready(reg: &Arc<Registry>) {
+pub(crate) fn announce_ready(reg: &Arc<Registry>) {
     let line = status_line(reg);
     notify::send(&[Notice::Ready, Notice::Status(&line)]);
     reg.tracker.spawn(run(reg.clone()));
 }
 
 /// Tells the service manager the daemon is stopping.
-pub fn announce_stopping() {
+pub(crate) fn announce_stopping() {
     notify::send(&[Notice::Stopping, Notice::Status("stopping")]);
 }
 
 /// "4 editors ready, 9 sessions"
-pub fn status_line(reg: &Registry) -> String {
+pub(crate) fn status_line(reg: &Registry) -> String {
     let editors = reg.editors();
     let ready = editors
         .iter()
@@ -44,7 +44,7 @@ pub fn status_line(reg: &Registry) -> String {
 
 /// Keeps `STATUS=` current (at most one update every 500 ms) and pings the watchdog from the
 /// runtime when `WATCHDOG_USEC` asks for it: a stuck runtime stops the pings.
-pub async fn run(reg: Arc<Registry>) {
+pub(crate) async fn run(reg: Arc<Registry>) {
     if !notify::listening() {
         return;
     }
@@ -87,12 +87,12 @@ fn watchdog_interval() -> Option<Duration> {
 }
 
 /// Tells the service manager the daemon is reloading its config.
-pub fn notify_reloading() {
+pub(crate) fn notify_reloading() {
     notify::send(&[Notice::Reloading]);
 }
 
 /// Tells the service manager the reload is done, with the status line.
-pub fn announce_reloaded(reg: &Registry) {
+pub(crate) fn announce_reloaded(reg: &Registry) {
     let line = status_line(reg);
     notify::send(&[Notice::Ready, Notice::Status(&line)]);
 }

@@ -15,7 +15,8 @@
 //!   is never watched: FSEvents streams are recursive, so watching `$HOME` would wake the
 //!   daemon on every change under it.
 
-use crate::editor::lockfile::{self, Lockfile};
+use super::lockfile;
+use crate::editor::lockfile::Lockfile;
 use crate::editor::Error;
 use crate::sys::config::LockDirConfig;
 use notify::event::{AccessKind, AccessMode, EventKind};
@@ -49,7 +50,7 @@ pub enum LockDirCommand {
 
 /// The watcher task, for the caller to run on its tracker. `ready` fires once every dir has
 /// been listed for the first time; the task ends when `cancel` fires, dropping `events`.
-pub fn watch(
+pub(crate) fn watch(
     dirs: Vec<LockDirConfig>,
     events: mpsc::UnboundedSender<LockEvent>,
     commands: mpsc::UnboundedReceiver<LockDirCommand>,
@@ -380,7 +381,7 @@ fn stale_partial(path: &Path) -> bool {
 }
 
 /// How often a lock dir that could not be created is looked for.
-pub const MISSING_DIR_POLL: Duration = Duration::from_secs(1);
+pub(crate) const MISSING_DIR_POLL: Duration = Duration::from_secs(1);
 
 /// The (device, inode) of the directory at `dir`, if it is one.
 fn dir_identity(dir: &Path) -> Option<(u64, u64)> {

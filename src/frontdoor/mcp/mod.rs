@@ -1,4 +1,4 @@
-//! `mcp`: the stdio MCP door, which dials the daemon's socket like any agent.
+//! The stdio MCP door: MCP on a process's stdin/stdout, dialling the daemon's socket like any agent.
 //!
 //! The stdio door, `pi-ide-broker mcp`: MCP over stdin/stdout (newline-delimited JSON-RPC)
 //! for any MCP client. It dials the native socket as a session (so it ends in the same session
@@ -7,12 +7,11 @@
 
 mod door;
 
-use crate::cli::client::ClientError;
-use crate::cli::lines::{CappedLines, Line};
+use crate::frontdoor::client::ClientError;
+use crate::frontdoor::lines::{CappedLines, Line};
 use crate::platform::local::Stream;
 use crate::protocol::percent::encode_query;
 use crate::protocol::{handshake, jsonrpc};
-use crate::sys::{config::Config, logging};
 use door::{from_broker, from_client, is_response, Door, Intercept, Out};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
@@ -86,7 +85,7 @@ pub async fn connect(opts: &Options, spawn: bool) -> Result<WebSocketStream<Stre
     let mut delay = Duration::from_millis(25);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     loop {
-        match crate::cli::client::upgrade(&opts.socket, &path).await {
+        match crate::frontdoor::client::upgrade(&opts.socket, &path).await {
             Ok(ws) => return Ok(ws),
             Err(
                 ClientError::Refused(why)
@@ -519,41 +518,4 @@ pub fn default_key() -> String {
         "ppid-{}",
         crate::platform::process::parent_id().unwrap_or(0)
     )
-}
-
-/// `mcp`: the stdio door for MCP clients (Claude Code, Codex, pi's MCP adapter), with the
-/// command line's options; exit status 1 when no daemon could be reached.
-pub async fn command(
-    config: Config,
-    config_path: Option<PathBuf>,
-    cwd: Option<PathBuf>,
-    session: Option<String>,
-    dialect: String,
-    remote: Option<String>,
-    no_spawn: bool,
-) -> anyhow::Result<std::process::ExitCode> {
-    // stdout is the protocol: logs go to stderr, quiet by default.
-    let mut quiet = config.clone();
-    if std::env::var_os("RUST_LOG").is_none() {
-        quiet.log = "warn".into();
-    }
-    logging::init(&quiet);
-    let cwd = super::cwd_or_current(cwd)?;
-    let opts = Options {
-        socket: config.socket_to_dial(),
-        cwd: cwd.display().to_string(),
-        key: Some(session.unwrap_or_else(default_key)),
-        dialect,
-        spawn: !no_spawn,
-        config: config_path.filter(|p| p.exists()),
-        log_dir: config.state_dir(),
-        max_line: config.max_frame_bytes,
-        remote,
-    };
-    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
-    match run(opts, stdin, tokio::io::stdout()).await {
-        Ok(()) => Ok(std::process::ExitCode::SUCCESS),
-        Err(StdioError::Reported) => Ok(std::process::ExitCode::FAILURE),
-        Err(e) => Err(e.into()),
-    }
 }

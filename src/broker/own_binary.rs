@@ -16,7 +16,7 @@
 //! file there within [`REMOVED_GRACE`]: it stops, and the next client starts whatever binary
 //! is installed then.
 
-use crate::daemon::Handle;
+use crate::broker::Handle;
 use notify::Watcher as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 /// How long a removed binary's path is given to hold a new file (an install that deletes
 /// first, then writes) before the daemon stops for good.
-pub const REMOVED_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const REMOVED_GRACE: Duration = Duration::from_secs(3);
 /// While calls are pending after a change, how often they are counted again.
 const PENDING_RECHECK: Duration = Duration::from_millis(500);
 /// A change is acted on once the path has been quiet this long (an installer still writing
@@ -37,19 +37,19 @@ const SETTLE_AT_MOST: Duration = Duration::from_secs(5);
 /// The exit status of a daemon that stopped because its binary went (EX_TEMPFAIL): not a
 /// success, so a service manager that restarts on failure (the systemd unit's
 /// `Restart=on-failure`) starts the binary installed now.
-pub const EXIT_REPLACED: u8 = 75;
+pub(crate) const EXIT_REPLACED: u8 = 75;
 
 /// Set once this process stops because its binary went.
 static GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// True when this process stopped (or is stopping) because its binary went.
-pub fn stopped_for_it() -> bool {
+pub(crate) fn stopped_for_it() -> bool {
     GONE.load(std::sync::atomic::Ordering::Acquire)
 }
 
 /// What happened to the binary's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// Nothing is there.
     Removed,
     /// Another file is there.
@@ -58,7 +58,7 @@ pub enum Change {
 
 /// The binary this process runs, as it was on disk at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnBinary {
+pub(crate) struct OwnBinary {
     /// Its path.
     pub path: PathBuf,
     /// (device, inode) of the file the daemon runs.
@@ -85,7 +85,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
 impl OwnBinary {
     /// This process's binary, if its path can be known and read; `None` on Windows, which
     /// removes or replaces no running `.exe` (an uninstall or upgrade must stop it first).
-    pub fn current() -> Option<OwnBinary> {
+    pub(crate) fn current() -> Option<OwnBinary> {
         if cfg!(windows) {
             return None;
         }
@@ -99,7 +99,7 @@ impl OwnBinary {
     }
 
     /// What happened to the path since, if it no longer holds the running binary.
-    pub fn gone(&self) -> Option<Change> {
+    pub(crate) fn gone(&self) -> Option<Change> {
         match identity(&self.path) {
             None => Some(Change::Removed),
             Some(id) if id == self.id => None,
@@ -129,7 +129,7 @@ type FsEvents = mpsc::UnboundedReceiver<notify::Result<notify::Event>>;
 
 /// Watches the binary until it changes, then hands over or stops the daemon (`shutdown`) once
 /// no call is pending. Ends with the broker (`reg.cancel`).
-pub async fn watch(handle: Handle, mut own: OwnBinary, shutdown: CancellationToken) {
+pub(crate) async fn watch(handle: Handle, mut own: OwnBinary, shutdown: CancellationToken) {
     let reg = handle.registry().clone();
     let (tx, mut events) = mpsc::unbounded_channel();
     let mut watcher = match notify::recommended_watcher(move |res| {

@@ -1,4 +1,4 @@
-//! The CLI's one client of the daemon's socket (`status`, `stop`, `doctor`, `acp`, `mcp`).
+//! The one client of the daemon's native socket: the CLI's commands and the stdio doors.
 //!
 //! The client side of the native socket, for every command that dials it: a JSON `GET`
 //! (`/v1/status`, `/v1/pi-sessions`), the `/v1/events` stream, and a WebSocket upgrade

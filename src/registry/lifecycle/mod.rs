@@ -1,22 +1,34 @@
-//! Editors coming and going: admission in batches, successors, grace periods, retirement.
+//! An editor's lifecycle: its lockfile seen, validated, admitted, dialled, ready, routable.
 //!
-//! The lock dir watcher's events (`watch_lock_dirs`) admitted in batches, ids from
-//! `identity`, successors inheriting their predecessor's id and sessions, grace periods,
-//! retirement. An admitted editor's link (`editor::link`) tells its state back through
-//! `LinkHost` (`link_host`), where waiting sessions are placed.
+//! Read top to bottom:
+//!
+//! 1. **seen**: `watch` turns the lock dirs' `notify` events (and a rescan) into `LockEvent`s;
+//! 2. **validated**: `lockfile::read` proves a file the user's editor's, or says why not;
+//! 3. **admitted**: [`Registry::apply_batch`] gives each new editor its id (`identity`), makes
+//!    a successor inherit its predecessor's id and sessions, and starts its link;
+//! 4. **dialled**: the link task (`editor::link`, one per editor) dials and redials it;
+//! 5. **ready**: the link tells its host (`link_host`), where waiting sessions are placed;
+//! 6. **routable**: from then on `router` may choose it; gone, it keeps its id for a grace
+//!    period, then is retired.
+//!
+//! Only step 4 runs outside this folder: the link is the editor layer's.
 
-use super::identity::{Arrival, Assigned, Lineage, Process, Verdict};
-use super::router;
-use crate::editor::lockdir::{self, LockDirCommand, LockEvent};
+mod link_host;
+pub mod lockfile;
+pub(crate) mod watch;
+
 use crate::editor::lockfile::Lockfile;
 use crate::editor::{self, Editor, LinkHost};
 use crate::platform::sync::lock;
+use crate::registry::identity::{Arrival, Assigned, Lineage, Process, Verdict};
+use crate::registry::router;
 use crate::registry::session::{Control, Session};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+use watch::{LockDirCommand, LockEvent};
 
-use super::{EditorEvent, Registry, MAX_LOST_EDITORS};
+use crate::registry::{EditorEvent, Registry, MAX_LOST_EDITORS};
 
 /// The lineage of a lockfile's editor: what a restart of it keeps.
 fn lineage_of(l: &Lockfile) -> Lineage {
@@ -39,7 +51,7 @@ impl Registry {
         let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (scanned_tx, scanned_rx) = oneshot::channel();
-        self.tracker.spawn(lockdir::watch(
+        self.tracker.spawn(watch::watch(
             config.lock_dirs(),
             ev_tx,
             cmd_rx,

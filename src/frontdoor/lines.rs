@@ -4,7 +4,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 /// One line of stdin, or the news that one was too long.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Line {
+pub(crate) enum Line {
     /// A complete line (without its newline).
     Text(String),
     /// A line over the cap was discarded (up to and including its newline).
@@ -13,7 +13,7 @@ pub enum Line {
 
 /// Reads lines of at most `max` bytes; its buffer never grows past `max` whatever the input
 /// (peak: that buffer and the half-size one it grew from).
-pub struct CappedLines<R> {
+pub(crate) struct CappedLines<R> {
     reader: R,
     max: usize,
     buf: Vec<u8>,
@@ -22,7 +22,7 @@ pub struct CappedLines<R> {
 
 impl<R: AsyncBufRead + Unpin> CappedLines<R> {
     /// Wraps `reader`.
-    pub fn new(reader: R, max: usize) -> Self {
+    pub(crate) fn new(reader: R, max: usize) -> Self {
         CappedLines {
             reader,
             max,
@@ -32,7 +32,7 @@ impl<R: AsyncBufRead + Unpin> CappedLines<R> {
     }
 
     /// The next line; `None` at end of input.
-    pub async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
+    pub(crate) async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
         loop {
             let avail = self.reader.fill_buf().await?;
             if avail.is_empty() {

@@ -405,7 +405,7 @@ fn a_relink_withdraws_the_old_brokers_permissions() {
 /// readiness to replay.
 #[test]
 fn a_method_name_quoted_in_a_frame_is_not_that_notification() {
-    use crate::cli::acp::is_notification;
+    use crate::frontdoor::acp::is_notification;
     let quoted = json!({"jsonrpc": "2.0", "method": follow::UPDATE, "params": {"update": {"content": {"text": "follow/ended"}}}}).to_string();
     assert!(!is_notification(&quoted, follow::ENDED));
     let ended =
@@ -698,13 +698,13 @@ fn session_list_filters_by_the_exact_cwd_and_dates_each_session() {
 /// ACP's "resource not found", not an internal error quoting HTTP.
 #[test]
 fn resuming_an_unknown_session_is_resource_not_found() {
-    use crate::cli::client::ClientError;
+    use crate::frontdoor::client::ClientError;
     let mut a = Agent::default();
     let out = a.on_client_line(&line(
         json!({"jsonrpc": "2.0", "id": 2, "method": "session/resume", "params": {"sessionId": "nobody", "cwd": "/p"}}),
     ));
     assert!(matches!(&out[..], [Out::Connect { .. }]));
-    let why = crate::cli::acp::unfollowed(ClientError::Refused(
+    let why = crate::frontdoor::acp::unfollowed(ClientError::Refused(
         "HTTP 404 Not Found: no pi session \"nobody\" runs".into(),
     ));
     assert_eq!(
@@ -714,7 +714,7 @@ fn resuming_an_unknown_session_is_resource_not_found() {
     let err = &to_client(&a.connected("nobody", json!(2), false, Err(why)))[0]["error"];
     assert_eq!(err["code"], RESOURCE_NOT_FOUND, "{err}");
     let refused =
-        crate::cli::acp::unfollowed(ClientError::Refused("HTTP 403 Forbidden: no".into()));
+        crate::frontdoor::acp::unfollowed(ClientError::Refused("HTTP 403 Forbidden: no".into()));
     assert_eq!(refused, Unfollowed::Failed("HTTP 403 Forbidden: no".into()));
     let err = &to_client(&a.connected("x", json!(3), false, Err(refused)))[0]["error"];
     assert_eq!(err["code"], INTERNAL_ERROR);

@@ -1,4 +1,4 @@
-//! `acp`: an ACP agent on stdio that lets an ACP editor follow a running pi session.
+//! The ACP door: an ACP agent on stdio that lets an ACP editor follow a running pi session.
 //!
 //! The editor (Zed, CodeCompanion.nvim, agentic.nvim…) spawns `pi-ide-broker acp` and speaks
 //! the Agent Client Protocol v1 on its stdin/stdout (newline-delimited JSON-RPC). Each ACP
@@ -13,8 +13,8 @@ mod prompt;
 
 pub use agent::{Agent, Out, Purpose, Unfollowed};
 
-use crate::cli::client::ClientError;
-use crate::cli::lines::{CappedLines, Line};
+use crate::frontdoor::client::ClientError;
+use crate::frontdoor::lines::{CappedLines, Line};
 use crate::platform::local::Stream;
 use crate::protocol::follow::{PiSession, PiSessions};
 use crate::protocol::jsonrpc::{self, follow};
@@ -185,7 +185,7 @@ fn on_event(agent: &mut Agent, conns: &mut HashMap<String, Conn>, ev: Event) -> 
 /// `GET /v1/pi-sessions?cwd=`: the pi sessions an editor in `cwd` can follow, best first.
 async fn list(socket: &std::path::Path, cwd: &str) -> Result<Vec<PiSession>, String> {
     let path = format!("/v1/pi-sessions?cwd={}", encode_query(cwd));
-    use crate::cli::client::{get, ClientError};
+    use crate::frontdoor::client::{get, ClientError};
     match get::<PiSessions>(socket, &path).await {
         Ok(list) => Ok(list.sessions),
         Err(ClientError::Refused(why)) => Err(why),
@@ -232,7 +232,7 @@ async fn dial(
         if buffers { "&buffers=1" } else { "" }
     );
     let open = async {
-        let mut ws = crate::cli::client::upgrade(socket, &path)
+        let mut ws = crate::frontdoor::client::upgrade(socket, &path)
             .await
             .map_err(unfollowed)?;
         while let Some(frame) = ws.next().await {
@@ -405,20 +405,4 @@ async fn pump(
             },
         }
     }
-}
-
-/// `acp`: the ACP agent on stdio; logs go to stderr (warnings only unless `RUST_LOG`).
-pub async fn command(config: crate::sys::config::Config) -> anyhow::Result<std::process::ExitCode> {
-    let mut quiet = config.clone();
-    if std::env::var_os("RUST_LOG").is_none() {
-        quiet.log = "warn".into();
-    }
-    crate::sys::logging::init(&quiet);
-    let opts = Options {
-        socket: config.socket_to_dial(),
-        max_line: config.max_frame_bytes,
-    };
-    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
-    run(opts, stdin, tokio::io::stdout()).await?;
-    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -2,7 +2,8 @@
 //!
 //! The gemini and copilot doors each serve MCP over HTTP (hyper) to their agents; what their
 //! answers look like (JSON-RPC bodies, plain refusals) and how a request body is read within
-//! `max_frame_bytes` and the budget for messages in flight (`wire::budget`) is shared here.
+//! `max_frame_bytes` and the budget for messages in flight (`wire::budget`) is shared here,
+//! with a session's event stream (`events`).
 
 use crate::wire::budget::{Claim, FREE};
 use http_body_util::combinators::BoxBody;
@@ -13,10 +14,12 @@ use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 
+pub(crate) mod events;
+
 /// A response body of a door's answers.
-pub type Body = BoxBody<Bytes, Infallible>;
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
 /// A JSON body with `status`.
-pub fn json_text(status: StatusCode, text: String) -> Response<Body> {
+pub(crate) fn json_text(status: StatusCode, text: String) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -26,7 +29,7 @@ pub fn json_text(status: StatusCode, text: String) -> Response<Body> {
     r
 }
 /// A JSON-RPC answer to `id`: its result, or an error (code, message).
-pub fn rpc_response(id: &Value, outcome: Result<Value, (i64, String)>) -> Response<Body> {
+pub(crate) fn rpc_response(id: &Value, outcome: Result<Value, (i64, String)>) -> Response<Body> {
     let body = match outcome {
         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
         Err((code, message)) => {
@@ -41,7 +44,7 @@ pub fn rpc_response(id: &Value, outcome: Result<Value, (i64, String)>) -> Respon
     r
 }
 /// Why a request body was not read.
-pub enum Unread {
+pub(crate) enum Unread {
     /// Over `max_frame_bytes`, or cut short.
     TooLarge,
     /// Over the budget for messages in flight.
@@ -52,7 +55,7 @@ pub enum Unread {
 /// body that fits [`FREE`] costs nothing): one `announced` in `Content-Length` is claimed
 /// whole before any of it is read, so a body the budget cannot take is never read; the buffer
 /// itself grows with the bytes that come, not with the announced size.
-pub async fn read_body(
+pub(crate) async fn read_body(
     body: Incoming,
     max: usize,
     announced: Option<u64>,
@@ -92,7 +95,7 @@ pub async fn read_body(
 /// The answer to a body the budget for messages in flight could not take: a JSON-RPC "busy"
 /// error (its id unknown: the body was not read), and the connection closed rather than the
 /// body read past.
-pub fn busy() -> Response<Body> {
+pub(crate) fn busy() -> Response<Body> {
     let mut r = rpc_response(
         &Value::Null,
         Err((
@@ -107,7 +110,7 @@ pub fn busy() -> Response<Body> {
 }
 
 /// The answer to a body over `max` bytes; the connection is closed.
-pub fn too_large(max: usize) -> Response<Body> {
+pub(crate) fn too_large(max: usize) -> Response<Body> {
     let mut r = plain(
         StatusCode::PAYLOAD_TOO_LARGE,
         &format!("a message may be at most {max} bytes (max_frame_bytes)"),
@@ -118,7 +121,7 @@ pub fn too_large(max: usize) -> Response<Body> {
 }
 
 /// A plain-text answer with `status`.
-pub fn plain(status: StatusCode, text: &str) -> Response<Body> {
+pub(crate) fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(format!("{text}\n"))).boxed());
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -129,7 +132,7 @@ pub fn plain(status: StatusCode, text: &str) -> Response<Body> {
 }
 
 /// An answer with `status` and no body.
-pub fn empty(status: StatusCode) -> Response<Body> {
+pub(crate) fn empty(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::new()).boxed());
     *r.status_mut() = status;
     r

@@ -1,22 +1,22 @@
-//! Where no service manager can run the daemon, setup starts one in the background (as the pi
+//! Where no service manager can run the broker, setup starts one in the background (as the pi
 //! extension and `pi-ide-broker mcp` would), and `--undo` stops that one, and no other.
 
 use super::Env;
 use std::time::{Duration, Instant};
 
 /// Whether a daemon answers on the socket.
-pub fn answering(env: &Env) -> bool {
+pub(super) fn answering(env: &Env) -> bool {
     crate::platform::local::connect_blocking(&env.socket).is_ok()
 }
 
 /// The daemon's log when setup starts it.
-pub fn log_path(env: &Env) -> std::path::PathBuf {
+pub(super) fn log_path(env: &Env) -> std::path::PathBuf {
     env.state_dir.join("daemon.log")
 }
 
 /// Starts `pi-ide-broker daemon` detached (its own process group, output to its log) and
 /// waits until it answers; its pid.
-pub fn start(env: &Env) -> Result<u32, String> {
+pub(super) fn start(env: &Env) -> Result<u32, String> {
     std::fs::create_dir_all(&env.state_dir)
         .map_err(|e| format!("cannot create {}: {e}", env.state_dir.display()))?;
     let log_path = log_path(env);
@@ -73,7 +73,7 @@ fn is_our_daemon(pid: u32) -> bool {
 }
 
 /// Stops the daemon setup started, if it still runs; whether it did.
-pub fn stop(pid: u32) -> Result<bool, String> {
+pub(super) fn stop(pid: u32) -> Result<bool, String> {
     if !is_our_daemon(pid) {
         return Ok(false);
     }

@@ -1,14 +1,14 @@
-//! The daemon's wiring: `serve` starts every task and holds the one stop order.
+//! The broker's wiring: `serve` starts every task and holds the one stop order.
 //!
 //! [`serve`] binds the socket, loads state, scans the lock dirs, runs every task, and stops
-//! gracefully (no diff left unanswered) when the shutdown token fires; `supervisor` is what
+//! gracefully (no diff left unanswered) when the shutdown token fires; `sd_notify` is what
 //! the `daemon` command tells a service manager. Uses every layer below the commands.
 
 pub(crate) mod own_binary;
-pub(crate) mod supervisor;
+pub(crate) mod sd_notify;
 
-use crate::editor::lockdir::LockDirCommand;
 use crate::frontdoor;
+use crate::registry::lifecycle::watch::LockDirCommand;
 use crate::registry::state::StateStore;
 use crate::registry::Registry;
 use crate::session::Control;
@@ -64,6 +64,7 @@ const STOPPING: &str = "broker is shutting down";
 impl Handle {
     /// Applies a new config: lock dirs, health and timeout settings (sessions stay connected).
     pub async fn reload(&self, config: Config) {
+        let config = frontdoor::with_door_lock_dirs(config);
         let dirs = config.lock_dirs();
         self.reg.set_config(Arc::new(config));
         let (tx, rx) = oneshot::channel();
@@ -114,7 +115,7 @@ pub async fn serve_with(
     shutdown: CancellationToken,
     on_ready: impl FnOnce(Ready, Handle),
 ) -> Result<(), Error> {
-    let config = Arc::new(config);
+    let config = Arc::new(frontdoor::with_door_lock_dirs(config));
     let socket = config.socket_path();
     let record = config.running_record();
     // One daemon per user, and one per socket: both claims held until we return.
@@ -164,22 +165,52 @@ pub async fn serve_with(
     );
     shutdown.cancelled().await;
     let handing_over = handed_over.load(Ordering::Acquire);
-    let why = if handing_over {
-        format!("{STOPPING}: handing over to its upgraded binary")
+    let leaving = if handing_over {
+        Leaving::ToSuccessor
     } else {
-        STOPPING.to_string()
+        Leaving::Alone {
+            // A socket the service manager passed is its own.
+            socket: claim.is_some().then_some(socket.as_path()),
+            record: &record,
+        }
     };
-    stop(&reg, &config, &why).await;
-    // Last, the sockets and the running record go (unless a successor listens on the socket
-    // and writes the record), then the claims (on return), which the successor waits for.
-    remove_remote_sockets(&reg, &config);
-    if !handing_over {
-        let _ = std::fs::remove_file(&socket);
-        let _ = std::fs::remove_file(&record);
-    }
+    step_down(&reg, &config, leaving).await;
     drop(claim);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How a daemon stops: for a successor that took over its socket, or leaving no one.
+enum Leaving<'a> {
+    /// Its upgraded binary serves on the socket and writes the running record.
+    ToSuccessor,
+    /// No successor: the running record goes, and the socket too when it is ours (one the
+    /// service manager passed is left listening for the next start).
+    Alone {
+        socket: Option<&'a std::path::Path>,
+        record: &'a std::path::Path,
+    },
+}
+
+/// The daemon's last steps, before its claims go (which a successor waits for). Leaving no
+/// one, the socket and the running record go first: the listening socket stays open to the
+/// end (its duplicate is kept for a handover), and a client dialling it while the stop runs
+/// would wait in its backlog for nobody; with the path gone it is told at once that no
+/// daemon runs. A daemon it starts before this one let go of its claim exits ("already
+/// running"), and the pi extension starts it again once that one did.
+async fn step_down(reg: &Arc<Registry>, config: &Config, leaving: Leaving<'_>) {
+    let why = match leaving {
+        Leaving::ToSuccessor => format!("{STOPPING}: handing over to its upgraded binary"),
+        Leaving::Alone { socket, record } => {
+            if let Some(socket) = socket {
+                let _ = std::fs::remove_file(socket);
+            }
+            let _ = std::fs::remove_file(record);
+            STOPPING.to_string()
+        }
+    };
+    stop(reg, config, &why).await;
+    remove_remote_sockets(reg, config);
 }
 
 /// The per-user claim, the listening socket and the socket's claim (none for a socket the

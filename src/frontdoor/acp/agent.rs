@@ -17,9 +17,9 @@ use std::collections::HashMap;
 
 /// ACP's "internal error": -32000 is ACP's "authentication required", which a client answers
 /// with an auth flow, so the broker's own -32000 is never used here.
-pub const INTERNAL_ERROR: i64 = -32603;
+pub(super) const INTERNAL_ERROR: i64 = -32603;
 /// ACP's "resource not found": no pi session to follow.
-pub const RESOURCE_NOT_FOUND: i64 = -32002;
+pub(super) const RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// Why a follow connection did not open.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub enum Unfollowed {
 /// The prompt that opens a turn only to watch: it is not sent to pi, and ends on
 /// `session/cancel`. A client that shows updates only inside a turn (CodeCompanion,
 /// agent-shell, JetBrains) shows pi's terminal activity and asks its reviews in it.
-pub const FOLLOW_WORDS: [&str; 2] = ["follow", "/follow"];
+pub(super) const FOLLOW_WORDS: [&str; 2] = ["follow", "/follow"];
 
 /// A turn the client has open (its `session/prompt` is not answered yet).
 #[derive(Debug)]

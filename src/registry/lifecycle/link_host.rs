@@ -3,9 +3,10 @@
 //! What an editor's link task tells the broker (ready, gone, notifications, editor-initiated
 //! requests) and where it runs.
 
-use crate::editor::lockdir::LockEvent;
-use crate::editor::lockfile::{self};
-use crate::editor::{Delegation, Editor, LinkHost};
+use super::lockfile;
+use super::watch::LockEvent;
+use crate::editor::lockfile::Lockfile;
+use crate::editor::{Delegation, Editor, Error, LinkHost};
 use crate::platform::sync::lock;
 use crate::registry::session::Session;
 use crate::sys::config::Config;
@@ -14,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::task::TaskTracker;
 
-use super::{EditorEvent, Registry};
+use crate::registry::{EditorEvent, Registry};
 
 impl Registry {
     /// `editor` is the live handle of its id (not one replaced meanwhile).
@@ -28,6 +29,10 @@ impl Registry {
 impl LinkHost for Registry {
     fn config(&self) -> Arc<Config> {
         Registry::config(self)
+    }
+
+    fn read_lockfile(&self, editor: &Editor) -> Result<Lockfile, Error> {
+        lockfile::read(&editor.lockfile().path, editor.family)
     }
 
     fn tracker(&self) -> &TaskTracker {
