@@ -10,6 +10,7 @@
 use std::num::NonZeroU16;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,6 +48,10 @@ pub struct Tui {
     typing: Typing,
     /// Where it writes its logs, if it does: shown when a wait fails, and [`Tui::wait_log`]'s.
     logs: Option<PathBuf>,
+    /// Set when the pty's output ended: the program exited (a failed wait says so).
+    ended: Arc<AtomicBool>,
+    /// The screen (as [`Tui::rendered_plain`] gives it) at the last [`Tui::forget`].
+    forgotten: Mutex<String>,
 }
 
 /// `s` as one shell word.
@@ -97,6 +102,7 @@ impl Tui {
         });
         let screen = Arc::new(Mutex::new(String::new()));
         let term = Arc::new(Mutex::new(vt100::Parser::new(ROWS, COLS, 0)));
+        let ended = Arc::new(AtomicBool::new(false));
         // The pty's output is `script`'s stdout; its stderr (its own errors) is not rendered.
         for (mut out, render) in [
             (
@@ -106,11 +112,15 @@ impl Tui {
             ),
             (Box::new(child.stderr.take().expect("stderr")), None),
         ] {
-            let (screen, keys) = (screen.clone(), keys.clone());
+            let (screen, keys, ended) = (screen.clone(), keys.clone(), ended.clone());
             tokio::spawn(async move {
                 let mut buf = [0u8; 8192];
-                while let Ok(n) = out.read(&mut buf).await {
+                loop {
+                    let n = out.read(&mut buf).await.unwrap_or(0);
                     if n == 0 {
+                        if render.is_some() {
+                            ended.store(true, Ordering::Relaxed);
+                        }
                         break;
                     }
                     let text = String::from_utf8_lossy(&buf[..n]);
@@ -133,6 +143,8 @@ impl Tui {
             term,
             typing,
             logs: None,
+            ended,
+            forgotten: Mutex::new(String::new()),
         }
     }
 
@@ -148,20 +160,39 @@ impl Tui {
     }
 
     /// Forgets what was drawn so far: a later wait sees only what comes after (a line such as
-    /// "Connected to" shown again).
+    /// "Connected to" shown again). What the terminal shows now is noted: it counts again only
+    /// once drawn anew.
     pub fn forget(&self) {
         self.screen.lock().expect("screen").clear();
+        *self.forgotten.lock().expect("forgotten") = self.rendered_plain();
     }
 
-    /// Whether the screen has shown `text` (escapes and spaces left out: the program moves the
-    /// cursor between words).
+    /// Whether `text` has been drawn, or is on its screen now (escapes and spaces left out:
+    /// the program moves the cursor between words). Both are looked at: a line shown for a
+    /// moment is only in the stream, and a line drawn over an older one is only on the screen,
+    /// since Ink and ratatui redraw only the cells that change (`via` drawn over a row that had
+    /// an `i` in that column is `va` in the stream).
     pub fn shown(&self, text: &str) -> bool {
-        let plain: String = self
+        let needle = text.replace(' ', "");
+        let drawn: String = self
             .screen()
             .chars()
             .filter(|c| !c.is_whitespace())
             .collect();
-        plain.contains(&text.replace(' ', ""))
+        if drawn.contains(&needle) {
+            return true;
+        }
+        self.rendered_plain().contains(&needle)
+            && !self.forgotten.lock().expect("forgotten").contains(&needle)
+    }
+
+    /// The screen as [`Tui::rendered`] gives it, in one string without whitespace.
+    fn rendered_plain(&self) -> String {
+        self.rendered()
+            .concat()
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect()
     }
 
     /// The rows of its screen as a terminal shows them now (trailing spaces left out); unlike
@@ -242,19 +273,33 @@ impl Tui {
         .await;
     }
 
-    /// What it shows now, the end of what it drew, and the end of its log if it has one: what
-    /// a failed wait shows.
+    /// Whether it still runs, what it shows now (runs of empty rows folded), the end of what
+    /// it drew, and the end of its log if it has one: what a failed wait shows, the most
+    /// telling first (CI keeps a panic's first lines).
     pub fn ends(&self) -> String {
-        let rows = self.rendered();
-        let shown = rows
-            .iter()
-            .rposition(|r| !r.is_empty())
-            .map_or(0, |i| i + 1);
-        let mut s = format!(
-            "it shows:\n{}\nits drawing ends:\n{}",
-            rows[..shown].join("\n"),
+        let mut s = String::from(if self.ended.load(Ordering::Relaxed) {
+            "it has exited; "
+        } else {
+            ""
+        });
+        s.push_str("it shows:\n");
+        let mut empty = 0;
+        for row in self.rendered() {
+            if row.is_empty() {
+                empty += 1;
+                continue;
+            }
+            if empty > 0 {
+                s.push_str(&format!("[{empty} empty rows]\n"));
+                empty = 0;
+            }
+            s.push_str(&row);
+            s.push('\n');
+        }
+        s.push_str(&format!(
+            "its drawing ends:\n{}",
             tail(&self.screen(), 4000)
-        );
+        ));
         if self.logs.is_some() {
             s.push_str(&format!("\nits log ends:\n{}", tail(&self.log(), 6000)));
         }
@@ -329,4 +374,45 @@ pub fn strip_escapes(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Tui, Typing};
+    use std::path::Path;
+    use std::time::Duration;
+
+    /// `sh -c script` at the test terminal.
+    fn sh(script: &str) -> Tui {
+        let typing = Typing::Burst {
+            settle: Duration::ZERO,
+        };
+        Tui::start(
+            "sh",
+            Path::new("sh"),
+            &["-c", script],
+            Path::new("/"),
+            typing,
+            |_| {},
+        )
+    }
+
+    /// Text finished over an older row (only the changed cell drawn, as Ink does) is seen on
+    /// the screen though the stream never holds it whole; after a forget, a line still on the
+    /// screen counts again only once drawn anew.
+    #[tokio::test]
+    async fn text_drawn_cell_by_cell_is_seen_and_a_forget_needs_it_drawn_anew() {
+        let line = "Neovim (via pi-ide-broker)";
+        let tui = sh(
+            r#"printf 'Neovim (vXa pi-ide-broker)\033[1;10Hi'; read x; printf '\033[1;1HNeovim (via pi-ide-broker)'; sleep 30"#,
+        );
+        tui.wait_for(line).await;
+        let drawn: String = tui.screen().split_whitespace().collect();
+        assert!(!drawn.contains("Neovim(viapi"), "{drawn}");
+        tui.forget();
+        assert!(!tui.shown(line), "on the screen before the forget");
+        tui.keys(b"x\r");
+        tui.wait_for(line).await;
+        tui.quit().await;
+    }
 }
