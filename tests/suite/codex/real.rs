@@ -223,8 +223,49 @@ async fn other_folder(
     ed.kill().await;
 }
 
+/// A test's `CODEX_HOME`. Codex installs a managed app-server daemon into it (`packages/`),
+/// which outlives Codex with an update loop of its own: dropped, this ends every process
+/// running from there.
+struct CodexHome(PathBuf);
+
+impl std::ops::Deref for CodexHome {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for CodexHome {
+    fn drop(&mut self) {
+        for pid in running_from(&self.0.join("packages")) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+}
+
+/// The processes whose program is under `dir` (its path as their command line names it,
+/// which stays when the file is gone).
+fn running_from(dir: &Path) -> Vec<i32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let program = cmdline.split(|b| *b == 0).next()?;
+            Path::new(std::str::from_utf8(program).ok()?)
+                .starts_with(dir)
+                .then_some(pid)
+        })
+        .collect()
+}
+
 /// A `CODEX_HOME` whose model provider is the fake API, with the projects trusted.
-fn codex_home(b: &TestBroker, port: u16, projects: &[&Path]) -> PathBuf {
+fn codex_home(b: &TestBroker, port: u16, projects: &[&Path]) -> CodexHome {
     let home = b.dir.path().join("codex-home");
     std::fs::create_dir_all(&home).expect("mkdir codex home");
     let mut config = format!(
@@ -239,7 +280,7 @@ fn codex_home(b: &TestBroker, port: u16, projects: &[&Path]) -> PathBuf {
         ));
     }
     std::fs::write(home.join("config.toml"), config).expect("write config.toml");
-    home
+    CodexHome(home)
 }
 
 /// Neovim and claudecode.nvim (pi-ide.nvim, the second folder's, checked there too), or
