@@ -256,6 +256,15 @@ function wire(pi: ExtensionAPI, limits: Limits) {
 					spawnFailed = spawnFailure(command, code, { installed: platformBinary() !== null });
 					notify(spawnFailed, "error");
 				},
+				onSpawnExited: (command, how, said) => {
+					const log = paths.log ? ` (log: ${paths.log})` : "";
+					// Without a log (its config broken, the binary could not say where), what it
+					// said when asked for its paths.
+					const reason = said ?? paths.problem;
+					const why = reason ? `: ${reason}` : `. \`${command} doctor\` says what is wrong`;
+					spawnFailed = `The pi-ide-broker daemon exits as it starts (\`${command} daemon\`, ${how})${log}${why}. Starting it again now and then.`;
+					notify(spawnFailed, "error");
+				},
 				onNotice: (message) => tellOnce(message, "warning"),
 			},
 			options.spawn ? options.command : undefined,

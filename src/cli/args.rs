@@ -55,7 +55,10 @@ pub enum Command {
     ///
     /// Watches the lock dirs (~/.pi/ide, ~/.claude/ide by default), links to every editor,
     /// and serves agent sessions on the Unix socket (a named pipe on Windows). SIGTERM/SIGINT
-    /// stop it gracefully (`stop`); SIGHUP reloads the config (`reload`).
+    /// stop it gracefully (`stop`); SIGHUP reloads the config (`reload`). Exit status 4 when
+    /// another daemon holds the socket (running, or still stopping), 75 when it stopped
+    /// because its binary was replaced (the service manager starts the new one), 1 on any
+    /// other failure.
     Daemon,
     /// Serve MCP over stdin/stdout for any MCP client (pi, Claude Code, Codex, OpenCode).
     ///

@@ -12,6 +12,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
+/// The exit status of a daemon that found another one holding the claim (running, or still
+/// stopping): a start that lost a race, not a broken setup (the pi extension tells the user
+/// of starts that fail otherwise).
+pub(super) const EXIT_ALREADY_RUNNING: u8 = 4;
+
 /// Where the service manager writes the log to a file (launchd), nothing else rotates it: cut
 /// it back every 10 min, until the stop (on the registry's tracker, as every task of the daemon).
 async fn trim_log_until(stop: CancellationToken) {
@@ -55,7 +60,7 @@ pub(super) async fn run(config: Config, config_path: Option<PathBuf>) -> anyhow:
                     Ok(Ok(())) => Ok(ExitCode::SUCCESS),
                     Ok(Err(crate::broker::Error::Socket(e @ crate::platform::Error::AlreadyRunning { .. }))) => {
                         eprintln!("error: {e}");
-                        Ok(ExitCode::FAILURE)
+                        Ok(ExitCode::from(EXIT_ALREADY_RUNNING))
                     }
                     Ok(Err(e)) => Err(e.into()),
                     Err(e) => Err(anyhow::anyhow!("the daemon task failed: {e}")),

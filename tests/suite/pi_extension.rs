@@ -611,6 +611,58 @@ async fn a_daemon_that_cannot_start_is_reported_with_what_to_do_and_never_starte
     pi.quit().await;
 }
 
+/// A daemon that exits at every start (its config file broken): after two such starts the
+/// extension says so once, with the binary's own error (the config broken, it has no log to
+/// read: its `paths` said it), and `/ide` repeats it. (Read from the log, and a start that
+/// lost a race not told: `extensions/pi/test/reattach.test.ts`.)
+#[tokio::test]
+async fn a_daemon_that_exits_at_every_start_is_told_with_its_own_error() {
+    let Some(install) = find_pi() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(dir.path()).expect("canonical");
+    let proj = root.join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir");
+    let model = FakeModel::start().await;
+    let home = pi_home(&root, &model.models_json());
+    let config = root.join("broken.toml");
+    std::fs::write(&config, "socket = [\n").expect("write the broken config");
+    let mut pi = Pi::start_with(
+        &install,
+        &home,
+        &proj,
+        &[
+            ("PI_IDE_BROKER_SOCKET", root.join("run/sock").as_os_str()),
+            ("PI_IDE_BROKER_NO_SPAWN", std::ffi::OsStr::new("0")),
+            ("PI_IDE_BROKER_BIN", process::broker_bin().as_os_str()),
+            ("PI_IDE_BROKER_CONFIG", config.as_os_str()),
+            ("XDG_STATE_HOME", home.join("state").as_os_str()),
+        ],
+        &[],
+    )
+    .await;
+    let t = pi.toast(0, "daemon exits as it starts").await;
+    let said = t["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        said.contains("exit code 1")
+            && said.contains("error: fix the config file")
+            && said.contains("unclosed array"),
+        "{said}"
+    );
+    let from = pi.mark();
+    pi.send_raw(json!({"type": "prompt", "id": "ide-broken", "message": "/ide"}))
+        .await;
+    let t = pi.toast(from, "exits as it starts").await;
+    assert!(
+        t["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("unclosed array")),
+        "{t}"
+    );
+    pi.quit().await;
+}
+
 /// Stops a daemon started by the extension (found through its socket), even when the test
 /// fails half-way: it runs detached and would outlive the test otherwise.
 struct StopDaemonOnDrop(PathBuf);

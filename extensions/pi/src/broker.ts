@@ -9,7 +9,7 @@
 
 import { spawn } from "node:child_process";
 import { Broker, Mcp } from "./methods.ts";
-import { appendFileSync, mkdirSync, openSync } from "node:fs";
+import { appendFileSync, closeSync, fstatSync, mkdirSync, openSync, readSync } from "node:fs";
 import { dirname } from "node:path";
 import { socketTrust } from "./socket_trust.ts";
 import { CLIENT_NAME, CLIENT_VERSION, olderDaemonNotice, PROTOCOL } from "./version.ts";
@@ -80,7 +80,36 @@ export type LinkEvents = {
 	onSpawned?: (log: string | undefined, again: boolean) => void;
 	/** The daemon could not be started with `command` (its errno name, when there is one). */
 	onSpawnFailed?: (command: string, code: string | undefined) => void;
+	/** Daemons the link started exited before it opened on them, {@link EXITS_TOLD_AFTER} in a
+	 * row (a broken config, an unsafe socket dir): told once an outage, while starts go on.
+	 * `how` is "exit code 2" or "signal SIGKILL"; `said` the last line of its log (the daemon's
+	 * own error, which says what to do), when it logs. */
+	onSpawnExited?: (command: string, how: string, said: string | undefined) => void;
 };
+
+/** The last line of the log at `path` (its last 4 KiB read; escapes left out), if any. */
+export function lastLine(path: string | undefined): string | undefined {
+	if (!path) return undefined;
+	try {
+		const fd = openSync(path, "r");
+		try {
+			const size = fstatSync(fd).size;
+			const buf = Buffer.alloc(Math.min(size, 4096));
+			readSync(fd, buf, 0, buf.length, size - buf.length);
+			const lines = buf
+				.toString("utf8")
+				.replace(/\x1b\[[0-9;]*m/g, "")
+				.split("\n")
+				.map((l) => l.trim())
+				.filter(Boolean);
+			return lines.at(-1);
+		} finally {
+			closeSync(fd);
+		}
+	} catch {
+		return undefined;
+	}
+}
 
 /** Answers an editor-initiated request; throw to answer with an error. */
 export type RequestHandler = (params: unknown, signal: AbortSignal) => Promise<unknown>;
@@ -117,6 +146,12 @@ export const RESPAWN_AFTER_MS = 1500;
 export const SPAWN_AGAIN_MS = 1000;
 /** The longest wait before a daemon is started again after one that exited at its start. */
 export const SPAWN_AGAIN_CAP_MS = 16_000;
+/** After this many daemons in a row failed at their start, the user is told (one such exit may
+ * be a fluke; a broken config fails every time). */
+export const EXITS_TOLD_AFTER = 2;
+/** The exit status of a daemon that found another holding the socket (running, or still
+ * stopping): a start that lost a race, never counted as failed. */
+export const EXIT_ALREADY_RUNNING = 4;
 
 type Pending = { resolve: (v: any) => void; reject: (e: Error) => void };
 
@@ -144,12 +179,16 @@ export class BrokerLink {
 	private spawnGen = 0;
 	/** Daemons started in this outage that exited before the link opened. */
 	private earlyExits = 0;
+	/** Of those, the ones in a row that failed otherwise than "already running". */
+	private failedStarts = 0;
 	/** When a daemon may be started again after one exited at its start (0: at once). */
 	private spawnAgainAt = 0;
 	/** When the open link was last lost (0: never open). */
 	private lostAt = 0;
 	/** See {@link RESPAWN_AFTER_MS} (tests shorten it). */
 	respawnAfterMs = RESPAWN_AFTER_MS;
+	/** See {@link SPAWN_AGAIN_MS} (tests shorten it). */
+	spawnAgainMs = SPAWN_AGAIN_MS;
 	private attempt = 0;
 	private timer: ReturnType<typeof setTimeout> | null = null;
 	private nextId = 1;
@@ -273,6 +312,7 @@ export class BrokerLink {
 			if (this.spawned) this.events.onSpawned?.(this.logPath, reconnected);
 			this.spawned = false;
 			this.earlyExits = 0;
+			this.failedStarts = 0;
 			this.spawnAgainAt = 0;
 			this.everOpen = true;
 			// A proper MCP client: initialize first (answered by the broker, which also holds
@@ -352,19 +392,25 @@ export class BrokerLink {
 			// Not installed, not executable: said once, with what to do (the reconnect loop
 			// keeps trying, for a daemon started another way).
 			child.on("error", (err: NodeJS.ErrnoException) => this.events.onSpawnFailed?.(command, err.code));
-			child.on("exit", () => this.spawnExited(gen));
+			child.on("exit", (code, signal) => this.spawnExited(gen, command, code, signal));
 			child.unref();
 		} catch (err) {
 			this.events.onSpawnFailed?.(command, (err as NodeJS.ErrnoException).code);
 		}
 	}
 
-	/** Start `gen` exited: if the link never opened on it, another may be started later. */
-	private spawnExited(gen: number): void {
+	/** Start `gen` (of `command`) exited with `code` or `signal`: if the link never opened on
+	 * it, another may be started later; the {@link EXITS_TOLD_AFTER}th failure in a row that
+	 * is not "already running" is told. */
+	private spawnExited(gen: number, command: string, code: number | null, signal: NodeJS.Signals | null): void {
 		if (gen !== this.spawnGen || !this.spawned || this.closed) return;
 		this.spawned = false;
-		const wait = Math.min(SPAWN_AGAIN_CAP_MS, SPAWN_AGAIN_MS * 2 ** this.earlyExits++);
+		const wait = Math.min(SPAWN_AGAIN_CAP_MS, this.spawnAgainMs * 2 ** this.earlyExits++);
 		this.spawnAgainAt = Date.now() + wait;
+		if (code === EXIT_ALREADY_RUNNING) return;
+		if (++this.failedStarts !== EXITS_TOLD_AFTER) return;
+		const how = code !== null ? `exit code ${code}` : `signal ${signal}`;
+		this.events.onSpawnExited?.(command, how, lastLine(this.logPath));
 	}
 
 	private onMessage(text: string): void {

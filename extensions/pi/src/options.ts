@@ -51,8 +51,9 @@ export function readOptions(
 
 /** Where the broker keeps its socket and log, as the broker itself resolves them; `named` when
  * the user named the socket (`PI_IDE_BROKER_SOCKET`, the `socket` setting) rather than taking
- * the daemon's (the trust check differs: src/socket_trust.ts). */
-export type BrokerPaths = { socket: string; log: string | undefined; named: boolean };
+ * the daemon's (the trust check differs: src/socket_trust.ts); `problem`, the last line the
+ * binary wrote when it could not say (a broken config file, which stops its daemon too). */
+export type BrokerPaths = { socket: string; log: string | undefined; named: boolean; problem?: string };
 
 /** True when `dir` is a directory owned by `uid`. */
 function ownDir(dir: string, uid: number): boolean {
@@ -89,8 +90,11 @@ export function resolvePaths(opts: Options, env: NodeJS.ProcessEnv): Promise<Bro
 		named: opts.socket !== undefined,
 	};
 	return new Promise((done) => {
-		execFile(opts.command, ["paths", "--json"], { timeout: 3000, env }, (err, stdout) => {
-			if (err) return done(fallback);
+		execFile(opts.command, ["paths", "--json"], { timeout: 3000, env }, (err, stdout, stderr) => {
+			if (err) {
+				const problem = String(stderr).trim().split("\n").at(-1)?.trim();
+				return done({ ...fallback, problem: problem || undefined });
+			}
 			try {
 				const p = JSON.parse(stdout) as { socket?: string; log?: string };
 				done({ socket: opts.socket ?? p.socket ?? fallback.socket, log: p.log, named: fallback.named });

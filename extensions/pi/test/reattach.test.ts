@@ -2,8 +2,9 @@
 // started again, once per outage, and the link opens on it; before the first connection the
 // link starts one as it always did; a daemon it started that exits at once (the old one still
 // stopping held the lock) is started again; a link without a command waits for a daemon started
-// another way. The "daemon" is a real process the link spawns (`<command> daemon`): a node
-// script serving WebSocket upgrades on the link's Unix socket, counting its starts.
+// another way; starts that fail otherwise (a broken config) are told once, with the daemon's own
+// error. The "daemon" is a real process the link spawns (`<command> daemon`): a node script
+// serving WebSocket upgrades on the link's Unix socket, counting its starts.
 
 import assert from "node:assert/strict";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -11,13 +12,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { pathToFileURL } from "node:url";
-import { BrokerLink } from "../src/broker.ts";
+import { BrokerLink, EXIT_ALREADY_RUNNING } from "../src/broker.ts";
 
 /** What the link told, and a bounded wait for it: `until` checks its condition at each event
  * the link reports (no polling), failing after `ms`. */
 function recorder() {
 	const opens: boolean[] = [];
 	const spawned: boolean[] = [];
+	const exited: { how: string; said: string | undefined }[] = [];
 	let wake = () => {};
 	const told = () => wake();
 	const events = {
@@ -27,6 +29,10 @@ function recorder() {
 		},
 		onSpawned: (_log: string | undefined, again: boolean) => {
 			spawned.push(again);
+			told();
+		},
+		onSpawnExited: (_command: string, how: string, said: string | undefined) => {
+			exited.push({ how, said });
 			told();
 		},
 	};
@@ -44,7 +50,7 @@ function recorder() {
 			});
 		}
 	};
-	return { opens, spawned, events, until };
+	return { opens, spawned, exited, events, until };
 }
 
 /** A dir (0700) with the socket path, and a fake daemon command that serves it. */
@@ -53,22 +59,29 @@ function world() {
 	const socket = join(dir, "sock");
 	const starts = join(dir, "starts");
 	const pidFile = join(dir, "pid");
-	// While this file is there, the next start fails at once (and removes it), as a daemon does
+	// While this file says n > 0, a start fails at once (and counts n down), as a daemon does
 	// whose lock another, still stopping, holds.
 	const failNext = join(dir, "fail-next");
+	// While this file is there, every start fails as a daemon with a broken config does.
+	const broken = join(dir, "broken");
 	const ws = pathToFileURL(join(import.meta.dirname, "..", "node_modules", "ws", "wrapper.mjs")).href;
 	const script = join(dir, "fake-daemon.mjs");
 	writeFileSync(
 		script,
 		`#!${process.execPath}
-import { appendFileSync, existsSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { WebSocketServer } from ${JSON.stringify(ws)};
 appendFileSync(${JSON.stringify(starts)}, "start\\n");
-if (existsSync(${JSON.stringify(failNext)})) {
-	rmSync(${JSON.stringify(failNext)});
-	console.error("error: pi-ide-broker is already running");
+if (existsSync(${JSON.stringify(broken)})) {
+	console.error("error: fix the config file, or pass --config with another one: config x.toml is invalid");
 	process.exit(1);
+}
+const left = existsSync(${JSON.stringify(failNext)}) ? Number(readFileSync(${JSON.stringify(failNext)}, "utf8")) : 0;
+if (left > 0) {
+	writeFileSync(${JSON.stringify(failNext)}, String(left - 1));
+	console.error("error: pi-ide-broker is already running");
+	process.exit(${EXIT_ALREADY_RUNNING});
 }
 rmSync(${JSON.stringify(socket)}, { force: true });
 const server = createServer();
@@ -97,24 +110,25 @@ server.listen(${JSON.stringify(socket)}, () => writeFileSync(${JSON.stringify(pi
 		}
 		rmSync(dir, { recursive: true, force: true });
 	};
-	const failNextStart = () => writeFileSync(failNext, "");
-	return { dir, socket, script, startCount, kill, failNextStart, cleanup };
+	const failNextStarts = (n: number) => writeFileSync(failNext, String(n));
+	const breakStarts = (on: boolean) => (on ? writeFileSync(broken, "") : rmSync(broken, { force: true }));
+	return { dir, socket, script, startCount, kill, failNextStarts, breakStarts, cleanup };
 }
 
 /** A link with a command on a fresh world, started and connected once; `body` runs, then the
  * link is closed and the world cleaned up. */
 async function connected(
 	respawnAfterMs: number,
-	body: (w: ReturnType<typeof world>, r: ReturnType<typeof recorder>) => Promise<void>,
+	body: (w: ReturnType<typeof world>, r: ReturnType<typeof recorder>, link: BrokerLink) => Promise<void>,
 ) {
 	const w = world();
 	const r = recorder();
-	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, r.events, w.script);
+	const link = new BrokerLink(w.socket, { cwd: "/p", session: "s" }, r.events, w.script, join(w.dir, "daemon.log"));
 	link.respawnAfterMs = respawnAfterMs;
 	try {
 		link.start();
 		await r.until("the first connection", () => r.opens.length === 1);
-		await body(w, r);
+		await body(w, r, link);
 	} finally {
 		link.close();
 		w.cleanup();
@@ -136,15 +150,36 @@ test("a daemon that crashes is started again once and the link reopens on it", a
 	});
 });
 
-test("a daemon started while the old one still stops, which exits at once, is started again", async () => {
-	await connected(300, async (w, { opens, spawned, until }) => {
-		w.failNextStart();
+test("daemons started while the old one still stops, which exit at once, are started again", async () => {
+	await connected(300, async (w, { opens, spawned, exited, until }, link) => {
+		link.spawnAgainMs = 100;
+		w.failNextStarts(2);
 		const t0 = Date.now();
 		w.kill();
-		await until("reopened on the daemon started after the one that exited", () => opens.length === 2);
-		console.log(`reopened ${Date.now() - t0} ms after the crash, past a start that failed`);
-		assert.equal(w.startCount(), 3, "the first start, the one that exited, the one that serves");
+		await until("reopened on the daemon started after the ones that exited", () => opens.length === 2);
+		console.log(`reopened ${Date.now() - t0} ms after the crash, past two starts that lost the race`);
+		assert.equal(w.startCount(), 4, "the first start, the two that exited, the one that serves");
 		assert.deepEqual(spawned, [false, true], "the restart told once");
+		assert.deepEqual(exited, [], "a start that lost the race is not a failure to tell");
+	});
+});
+
+test("daemons that fail at their start are told once, with their own error, and started until one serves", async () => {
+	await connected(0, async (w, { opens, exited, until }, link) => {
+		link.spawnAgainMs = 50;
+		w.breakStarts(true);
+		w.kill();
+		await until("the failed starts told", () => exited.length === 1);
+		assert.equal(exited[0].how, "exit code 1");
+		assert.match(exited[0].said ?? "", /^error: fix the config file, .* is invalid$/);
+		const deadline = Date.now() + 10_000;
+		while (w.startCount() < 5) {
+			assert.ok(Date.now() < deadline, `started ${w.startCount()} times`);
+			await new Promise((r) => setTimeout(r, 20));
+		}
+		w.breakStarts(false);
+		await until("reopened once the config is mended", () => opens.length === 2);
+		assert.equal(exited.length, 1, "told once an outage");
 	});
 });
 
