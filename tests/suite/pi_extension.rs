@@ -499,6 +499,34 @@ async fn extension_unit_tests_pass() {
     assert!(text.contains("# fail 0"), "{text}");
 }
 
+/// A canonical temp root with a project folder `proj` in it and pi's HOME on the fake model:
+/// for pi runs with no broker of the test's own (the extension's starts are under test).
+struct NoBroker {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    proj: PathBuf,
+    model: FakeModel,
+    home: PathBuf,
+}
+
+impl NoBroker {
+    async fn start() -> NoBroker {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        let proj = root.join("proj");
+        std::fs::create_dir_all(&proj).expect("mkdir");
+        let model = FakeModel::start().await;
+        let home = pi_home(&root, &model.models_json());
+        NoBroker {
+            _dir: dir,
+            root,
+            proj,
+            model,
+            home,
+        }
+    }
+}
+
 /// With no broker running, the extension starts one (detached), says where it logs, and
 /// attaches through it.
 #[tokio::test]
@@ -506,12 +534,13 @@ async fn the_extension_starts_a_daemon_when_none_runs() {
     let Some(install) = find_pi() else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root = std::fs::canonicalize(dir.path()).expect("canonical");
-    let proj = root.join("proj");
-    std::fs::create_dir_all(&proj).expect("mkdir");
-    let model = FakeModel::start().await;
-    let home = pi_home(&root, &model.models_json());
+    let NoBroker {
+        _dir,
+        root,
+        proj,
+        model: _model,
+        home,
+    } = NoBroker::start().await;
     // The daemon runs on its defaults under this HOME: lock dir ~/.pi/ide, state ~/.local/state.
     let lock_dir = home.join(".pi").join("ide");
     std::fs::create_dir_all(&lock_dir).expect("mkdir lock dir");
@@ -561,12 +590,13 @@ async fn a_daemon_that_cannot_start_is_reported_with_what_to_do_and_never_starte
     let Some(install) = find_pi() else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root = std::fs::canonicalize(dir.path()).expect("canonical");
-    let proj = root.join("proj");
-    std::fs::create_dir_all(&proj).expect("mkdir");
-    let model = FakeModel::start().await;
-    let home = pi_home(&root, &model.models_json());
+    let NoBroker {
+        _dir,
+        root,
+        proj,
+        model: _model,
+        home,
+    } = NoBroker::start().await;
     let socket = root.join("run").join("sock");
     let missing = root.join("nowhere").join("pi-ide-broker");
     let mut pi = Pi::start_with(
@@ -620,12 +650,13 @@ async fn a_daemon_that_exits_at_every_start_is_told_with_its_own_error() {
     let Some(install) = find_pi() else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root = std::fs::canonicalize(dir.path()).expect("canonical");
-    let proj = root.join("proj");
-    std::fs::create_dir_all(&proj).expect("mkdir");
-    let model = FakeModel::start().await;
-    let home = pi_home(&root, &model.models_json());
+    let NoBroker {
+        _dir,
+        root,
+        proj,
+        model: _model,
+        home,
+    } = NoBroker::start().await;
     let config = root.join("broken.toml");
     std::fs::write(&config, "socket = [\n").expect("write the broken config");
     let mut pi = Pi::start_with(
