@@ -201,27 +201,18 @@ mod tests {
     #[test]
     fn port_comes_from_the_name() {
         assert_eq!(port_from_name(&p("12345.lock")).unwrap(), 12345);
-        assert!(matches!(port_from_name(&p("0.lock")), Err(Error::BadPort)));
-        assert!(matches!(
-            port_from_name(&p("70000.lock")),
-            Err(Error::BadPort)
-        ));
-        assert!(matches!(
-            port_from_name(&p("abc.lock")),
-            Err(Error::BadPort)
-        ));
-        assert!(matches!(
-            port_from_name(&p("+80.lock")),
-            Err(Error::BadPort)
-        ));
-        assert!(matches!(
-            port_from_name(&p("80.txt")),
-            Err(Error::NotALockfile)
-        ));
-        assert!(matches!(
-            port_from_name(&p("80.lock.tmp.1.2")),
-            Err(Error::NotALockfile)
-        ));
+        for bad in ["0.lock", "70000.lock", "abc.lock", "+80.lock"] {
+            assert!(
+                matches!(port_from_name(&p(bad)), Err(Error::BadPort)),
+                "{bad}"
+            );
+        }
+        for other in ["80.txt", "80.lock.tmp.1.2"] {
+            assert!(
+                matches!(port_from_name(&p(other)), Err(Error::NotALockfile)),
+                "{other}"
+            );
+        }
     }
 
     #[test]
