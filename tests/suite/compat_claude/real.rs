@@ -65,6 +65,37 @@ async fn point_at(tui: &Tui, item: &str, other: &str) {
     tokio::time::sleep(SETTLE).await;
 }
 
+/// What the lockfiles in `dir` say, their tokens left out: "1234.lock: pid 42, \"Neovim (via
+/// pi-ide-broker)\", [\"/p\"]", or why one cannot be read.
+fn lockfiles(dir: &Path) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return format!("nothing: {} cannot be read", dir.display());
+    };
+    let mut said: Vec<String> = entries
+        .flatten()
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let what = match std::fs::read_to_string(e.path())
+                .map(|t| serde_json::from_str::<serde_json::Value>(&t))
+            {
+                Ok(Ok(v)) => format!(
+                    "pid {}, {}, {}",
+                    v["pid"], v["ideName"], v["workspaceFolders"]
+                ),
+                Ok(Err(err)) => format!("not JSON ({err})"),
+                Err(err) => format!("unreadable ({err})"),
+            };
+            format!("{name}: {what}")
+        })
+        .collect();
+    said.sort();
+    if said.is_empty() {
+        "no file".into()
+    } else {
+        said.join("; ")
+    }
+}
+
 /// How long a picker takes at most to redraw its pointer after a key it took.
 const REDRAWN: Duration = Duration::from_secs(5);
 
@@ -144,7 +175,19 @@ async fn the_real_claude_code_lists_a_pi_ide_neovim_and_its_edit_is_accepted_the
 
     tui.type_line("/ide").await;
     tui.wait_for("Connect to an IDE").await;
-    tui.wait_for("Neovim (via pi-ide-broker)").await;
+    // Claude Code lists the lockfiles it finds when `/ide` opens; if the Neovim never shows,
+    // what the dir held says whether the broker's lockfile was there to find.
+    let listed = tokio::time::timeout(
+        Duration::from_secs(30),
+        tui.wait_for("Neovim (via pi-ide-broker)"),
+    )
+    .await;
+    assert!(
+        listed.is_ok(),
+        "Claude Code's /ide never listed the Neovim; the Claude lock dir holds {}; {}",
+        lockfiles(&b.claude_dir),
+        tui.ends()
+    );
     point_at(&tui, "Neovim (via pi-ide-broker)", "None").await;
     tui.keys(b"\r");
     // Asked once per HOME: "No, connect with /ide" (the highlighted answer) keeps this choice.
