@@ -499,31 +499,54 @@ async fn extension_unit_tests_pass() {
     assert!(text.contains("# fail 0"), "{text}");
 }
 
-/// A canonical temp root with a project folder `proj` in it and pi's HOME on the fake model:
-/// for pi runs with no broker of the test's own (the extension's starts are under test).
+/// pi with a project folder `proj` and its HOME on the fake model, under a canonical temp
+/// root, and no broker of the test's own: the extension's starts of the daemon are under test.
 struct NoBroker {
+    install: PiInstall,
     _dir: tempfile::TempDir,
     root: PathBuf,
     proj: PathBuf,
-    model: FakeModel,
+    _model: FakeModel,
     home: PathBuf,
 }
 
 impl NoBroker {
-    async fn start() -> NoBroker {
+    /// `None` where pi is not installed (said by `find_pi`).
+    async fn start() -> Option<NoBroker> {
+        let install = find_pi()?;
         let dir = tempfile::tempdir().expect("tempdir");
         let root = std::fs::canonicalize(dir.path()).expect("canonical");
         let proj = root.join("proj");
         std::fs::create_dir_all(&proj).expect("mkdir");
         let model = FakeModel::start().await;
         let home = pi_home(&root, &model.models_json());
-        NoBroker {
+        Some(NoBroker {
+            install,
             _dir: dir,
             root,
             proj,
-            model,
+            _model: model,
             home,
-        }
+        })
+    }
+
+    /// The socket the extension is pointed at (`PI_IDE_BROKER_SOCKET`).
+    fn socket(&self) -> PathBuf {
+        self.root.join("run").join("sock")
+    }
+
+    /// pi in `proj`, its extension starting daemons as `bin` at [`NoBroker::socket`], its
+    /// state under HOME; `env` adds to that.
+    async fn pi(&self, bin: &Path, env: &[(&str, &std::ffi::OsStr)]) -> Pi {
+        let (socket, state) = (self.socket(), self.home.join("state"));
+        let mut all: Vec<(&str, &std::ffi::OsStr)> = vec![
+            ("PI_IDE_BROKER_SOCKET", socket.as_os_str()),
+            ("PI_IDE_BROKER_NO_SPAWN", std::ffi::OsStr::new("0")),
+            ("PI_IDE_BROKER_BIN", bin.as_os_str()),
+            ("XDG_STATE_HOME", state.as_os_str()),
+        ];
+        all.extend_from_slice(env);
+        Pi::start_with(&self.install, &self.home, &self.proj, &all, &[]).await
     }
 }
 
@@ -531,38 +554,25 @@ impl NoBroker {
 /// attaches through it.
 #[tokio::test]
 async fn the_extension_starts_a_daemon_when_none_runs() {
-    let Some(install) = find_pi() else {
+    let Some(w) = NoBroker::start().await else {
         return;
     };
-    let NoBroker {
-        _dir,
-        root,
-        proj,
-        model: _model,
-        home,
-    } = NoBroker::start().await;
+    let home = &w.home;
     // The daemon runs on its defaults under this HOME: lock dir ~/.pi/ide, state ~/.local/state.
     let lock_dir = home.join(".pi").join("ide");
     std::fs::create_dir_all(&lock_dir).expect("mkdir lock dir");
-    let ed = FakeEditor::start_in(&lock_dir, Options::pi(&[&proj.display().to_string()]))
+    let ed = FakeEditor::start_in(&lock_dir, Options::pi(&[&w.proj.display().to_string()]))
         .await
         .expect("editor");
-    let socket = root.join("run").join("sock");
+    let socket = w.socket();
     let _daemon = StopDaemonOnDrop(socket.clone());
-    let mut pi = Pi::start_with(
-        &install,
-        &home,
-        &proj,
-        &[
-            ("PI_IDE_BROKER_SOCKET", socket.as_os_str()),
-            ("PI_IDE_BROKER_NO_SPAWN", std::ffi::OsStr::new("0")),
-            ("PI_IDE_BROKER_BIN", process::broker_bin().as_os_str()),
-            ("XDG_STATE_HOME", home.join("state").as_os_str()),
-            ("XDG_CONFIG_HOME", home.join("config").as_os_str()),
-        ],
-        &[],
-    )
-    .await;
+    let config = home.join("config");
+    let mut pi = w
+        .pi(
+            &process::broker_bin(),
+            &[("XDG_CONFIG_HOME", config.as_os_str())],
+        )
+        .await;
     pi.toast(0, "Started pi-ide-broker (log: ").await;
     pi.toast(0, "Auto-connected to Neovim").await;
     let st = pi_ide_broker::testkit::within(
@@ -587,31 +597,11 @@ async fn the_extension_starts_a_daemon_when_none_runs() {
 /// repeats the reason instead of naming a command that is not there (issue 52).
 #[tokio::test]
 async fn a_daemon_that_cannot_start_is_reported_with_what_to_do_and_never_started() {
-    let Some(install) = find_pi() else {
+    let Some(w) = NoBroker::start().await else {
         return;
     };
-    let NoBroker {
-        _dir,
-        root,
-        proj,
-        model: _model,
-        home,
-    } = NoBroker::start().await;
-    let socket = root.join("run").join("sock");
-    let missing = root.join("nowhere").join("pi-ide-broker");
-    let mut pi = Pi::start_with(
-        &install,
-        &home,
-        &proj,
-        &[
-            ("PI_IDE_BROKER_SOCKET", socket.as_os_str()),
-            ("PI_IDE_BROKER_NO_SPAWN", std::ffi::OsStr::new("0")),
-            ("PI_IDE_BROKER_BIN", missing.as_os_str()),
-            ("XDG_STATE_HOME", home.join("state").as_os_str()),
-        ],
-        &[],
-    )
-    .await;
+    let missing = w.root.join("nowhere").join("pi-ide-broker");
+    let mut pi = w.pi(&missing, &[]).await;
     let t = pi
         .toast(0, "Could not start the pi-ide-broker daemon")
         .await;
@@ -647,32 +637,17 @@ async fn a_daemon_that_cannot_start_is_reported_with_what_to_do_and_never_starte
 /// lost a race not told: `extensions/pi/test/reattach.test.ts`.)
 #[tokio::test]
 async fn a_daemon_that_exits_at_every_start_is_told_with_its_own_error() {
-    let Some(install) = find_pi() else {
+    let Some(w) = NoBroker::start().await else {
         return;
     };
-    let NoBroker {
-        _dir,
-        root,
-        proj,
-        model: _model,
-        home,
-    } = NoBroker::start().await;
-    let config = root.join("broken.toml");
+    let config = w.root.join("broken.toml");
     std::fs::write(&config, "socket = [\n").expect("write the broken config");
-    let mut pi = Pi::start_with(
-        &install,
-        &home,
-        &proj,
-        &[
-            ("PI_IDE_BROKER_SOCKET", root.join("run/sock").as_os_str()),
-            ("PI_IDE_BROKER_NO_SPAWN", std::ffi::OsStr::new("0")),
-            ("PI_IDE_BROKER_BIN", process::broker_bin().as_os_str()),
-            ("PI_IDE_BROKER_CONFIG", config.as_os_str()),
-            ("XDG_STATE_HOME", home.join("state").as_os_str()),
-        ],
-        &[],
-    )
-    .await;
+    let mut pi = w
+        .pi(
+            &process::broker_bin(),
+            &[("PI_IDE_BROKER_CONFIG", config.as_os_str())],
+        )
+        .await;
     let t = pi.toast(0, "daemon exits as it starts").await;
     let said = t["message"].as_str().unwrap_or_default().to_string();
     assert!(
