@@ -88,21 +88,6 @@ fn has_file(dir: &Path, name: &str) -> bool {
         })
 }
 
-/// Counts the sockets process `pid` has open (its other descriptors, watchers and pollers,
-/// come as its tasks start).
-fn socket_count(pid: u32) -> impl Fn() -> usize {
-    move || {
-        std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| std::fs::read_link(e.path()).ok())
-                    .filter(|t| t.to_string_lossy().starts_with("socket:"))
-                    .count()
-            })
-            .unwrap_or(usize::MAX)
-    }
-}
-
 /// `key=<n>` out of a line such as `flood held=64 refused=336`.
 fn field(line: &str, key: &str) -> u64 {
     line.split_whitespace()
@@ -138,7 +123,10 @@ async fn a_flood_and_a_recycled_pid_leave_a_container_an_agent_and_the_owner_ser
     daemon.wait_line(&["pi-ide-broker ready"]).await;
     let socket = root.join("run/sock");
     let sock = socket.display().to_string();
-    let daemon_sockets = socket_count(daemon.child.id().expect("the daemon's pid"));
+    // The daemon's sockets (its other descriptors, watchers and pollers, come as its tasks
+    // start).
+    let pid = daemon.child.id().expect("the daemon's pid").to_string();
+    let daemon_sockets = || crate::common::process::socket_inodes(&pid).len();
     // Its listeners: the socket, then Codex's hub, bound by its door after "ready".
     daemon.wait_line(&["codex hub: serving"]).await;
     let baseline = daemon_sockets();

@@ -734,18 +734,10 @@ fn door_fds(pid: &str, port: u16, socket: &std::path::Path) -> usize {
             inodes.extend(cols.get(6).map(|i| i.to_string()));
         }
     }
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| std::fs::read_link(e.path()).ok())
-                .filter(|t| {
-                    t.to_str()
-                        .and_then(|s| s.strip_prefix("socket:[")?.strip_suffix(']'))
-                        .is_some_and(|i| inodes.contains(i))
-                })
-                .count()
-        })
-        .expect("/proc/PID/fd")
+    crate::common::process::socket_inodes(pid)
+        .iter()
+        .filter(|i| inodes.contains(*i))
+        .count()
 }
 
 /// 5,000 idle TCP connections to a compat port and 5,000 idle connections to the socket: the

@@ -7,6 +7,21 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+/// The inodes of the sockets process `pid` (a number, or "self") has open, as its
+/// `/proc/PID/fd` links name them (`socket:[123]`). Linux only: a missing `/proc` fails the
+/// test instead of reading as none.
+pub fn socket_inodes(pid: &str) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd")
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|t| {
+            let t = t.to_str()?;
+            Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect()
+}
+
 /// The broker binary under test.
 pub fn broker_bin() -> PathBuf {
     // PI_IDE_BROKER_TEST_BIN points the suite at another build of the same commit (the static
