@@ -174,12 +174,7 @@ impl Tui {
     /// an `i` in that column is `va` in the stream).
     pub fn shown(&self, text: &str) -> bool {
         let needle = text.replace(' ', "");
-        let drawn: String = self
-            .screen()
-            .chars()
-            .filter(|c| !c.is_whitespace())
-            .collect();
-        if drawn.contains(&needle) {
+        if unspaced(&self.screen()).contains(&needle) {
             return true;
         }
         self.rendered_plain().contains(&needle)
@@ -188,11 +183,7 @@ impl Tui {
 
     /// The screen as [`Tui::rendered`] gives it, in one string without whitespace.
     fn rendered_plain(&self) -> String {
-        self.rendered()
-            .concat()
-            .chars()
-            .filter(|c| !c.is_whitespace())
-            .collect()
+        unspaced(&self.rendered().concat())
     }
 
     /// The rows of its screen as a terminal shows them now (trailing spaces left out); unlike
@@ -337,6 +328,11 @@ impl Tui {
     }
 }
 
+/// `s` without its whitespace.
+fn unspaced(s: &str) -> String {
+    s.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
 /// The last `n` bytes of `s` at most (from a character's start).
 pub fn tail(s: &str, n: usize) -> &str {
     let mut at = s.len().saturating_sub(n);
@@ -407,7 +403,7 @@ mod tests {
             r#"printf 'Neovim (vXa pi-ide-broker)\033[1;10Hi'; read x; printf '\033[1;1HNeovim (via pi-ide-broker)'; sleep 30"#,
         );
         tui.wait_for(line).await;
-        let drawn: String = tui.screen().split_whitespace().collect();
+        let drawn = super::unspaced(&tui.screen());
         assert!(!drawn.contains("Neovim(viapi"), "{drawn}");
         tui.forget();
         assert!(!tui.shown(line), "on the screen before the forget");
