@@ -87,7 +87,18 @@ export type LinkEvents = {
 	onSpawnExited?: (command: string, how: string, said: string | undefined) => void;
 };
 
-/** The last line of the log at `path` (its last 4 KiB read; escapes left out), if any. */
+/** The last line of `text` that is not blank (colour escapes left out), if any: what a
+ * program said last. */
+export function lastLineOf(text: string): string | undefined {
+	return text
+		.replace(/\x1b\[[0-9;]*m/g, "")
+		.split("\n")
+		.map((l) => l.trim())
+		.filter(Boolean)
+		.at(-1);
+}
+
+/** The last line of the log at `path` (its last 4 KiB read), as {@link lastLineOf} says. */
 export function lastLine(path: string | undefined): string | undefined {
 	if (!path) return undefined;
 	try {
@@ -96,13 +107,7 @@ export function lastLine(path: string | undefined): string | undefined {
 			const size = fstatSync(fd).size;
 			const buf = Buffer.alloc(Math.min(size, 4096));
 			readSync(fd, buf, 0, buf.length, size - buf.length);
-			const lines = buf
-				.toString("utf8")
-				.replace(/\x1b\[[0-9;]*m/g, "")
-				.split("\n")
-				.map((l) => l.trim())
-				.filter(Boolean);
-			return lines.at(-1);
+			return lastLineOf(buf.toString("utf8"));
 		} finally {
 			closeSync(fd);
 		}

@@ -14,6 +14,7 @@ import { execFile } from "node:child_process";
 import { statSync } from "node:fs";
 import { join } from "node:path";
 import { platformBinary } from "./binary.js";
+import { lastLineOf } from "./broker.ts";
 
 /** What the extension was configured to do. */
 export type Options = {
@@ -91,10 +92,7 @@ export function resolvePaths(opts: Options, env: NodeJS.ProcessEnv): Promise<Bro
 	};
 	return new Promise((done) => {
 		execFile(opts.command, ["paths", "--json"], { timeout: 3000, env }, (err, stdout, stderr) => {
-			if (err) {
-				const problem = String(stderr).trim().split("\n").at(-1)?.trim();
-				return done({ ...fallback, problem: problem || undefined });
-			}
+			if (err) return done({ ...fallback, problem: lastLineOf(String(stderr)) });
 			try {
 				const p = JSON.parse(stdout) as { socket?: string; log?: string };
 				done({ socket: opts.socket ?? p.socket ?? fallback.socket, log: p.log, named: fallback.named });
