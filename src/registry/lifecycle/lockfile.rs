@@ -494,6 +494,21 @@ mod tests {
         path
     }
 
+    /// The lockfile at `path` (for `port`) as parsed, and a connection to its port with the
+    /// local port it is from: what the dial's own look at the listener gets.
+    fn dialled(path: &Path, port: u16) -> (Lockfile, std::net::TcpStream, u16) {
+        let lock = parse(
+            &std::fs::read_to_string(path).unwrap(),
+            path,
+            Family::Pi,
+            port,
+        )
+        .unwrap();
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let from = client.local_addr().unwrap().port();
+        (lock, client, from)
+    }
+
     /// A lockfile that others, or a group not the user's own, may write is refused, with its
     /// mode and the fix; one only we may write (whoever may read it) is taken, and so is one
     /// only our own primary group may also write (`umask 002`: Node writes 0664 there).
@@ -604,15 +619,7 @@ mod tests {
             "{said}"
         );
         // The dial's own look: the end of a connection to it is theirs.
-        let lock = parse(
-            &std::fs::read_to_string(&path).unwrap(),
-            &path,
-            Family::Pi,
-            port,
-        )
-        .unwrap();
-        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let from = client.local_addr().unwrap().port();
+        let (lock, _client, from) = dialled(&path, port);
         assert!(matches!(
             check_port(&lock, Some(from)),
             Err(Error::ForeignListener { uid: 65534, .. })
@@ -631,15 +638,7 @@ mod tests {
         };
         let dir = tempfile::tempdir().unwrap();
         let path = write_lockfile(dir.path(), port, std::process::id());
-        let lock = parse(
-            &std::fs::read_to_string(&path).unwrap(),
-            &path,
-            Family::Pi,
-            port,
-        )
-        .unwrap();
-        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let from = client.local_addr().unwrap().port();
+        let (lock, client, from) = dialled(&path, port);
         assert_eq!(theirs.next_line().as_deref(), Some("accepted"));
         assert!(check_port(&lock, None).is_ok(), "no listener is left");
         let r = check_port(&lock, Some(from));

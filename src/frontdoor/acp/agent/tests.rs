@@ -57,6 +57,11 @@ fn prompt(a: &mut Agent, id: u64, blocks: Value) -> Vec<Out> {
     a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {"sessionId": "k", "prompt": blocks}})))
 }
 
+/// The client's answer to permission request `permission`: the option `option_id` chosen.
+fn choose(a: &mut Agent, permission: &Value, option_id: &str) -> Vec<Out> {
+    a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": option_id}}})))
+}
+
 fn text(t: &str) -> Value {
     json!({"type": "text", "text": t})
 }
@@ -134,7 +139,7 @@ fn a_cancel_withdraws_an_unanswered_permission_and_rejects_the_diff() {
     let told = to_client(&out);
     assert_eq!(told[0]["method"], "$/cancel_request");
     assert_eq!(told[0]["params"]["requestId"], permission);
-    let late = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    let late = choose(&mut a, &permission, "allow");
     assert!(late.is_empty(), "a late Allow reached the broker: {late:?}");
 }
 
@@ -158,7 +163,7 @@ fn a_review_the_broker_takes_back_is_withdrawn_from_the_client() {
     assert_eq!(told.len(), 1);
     assert_eq!(told[0]["method"], "$/cancel_request");
     assert_eq!(told[0]["params"]["requestId"], permission);
-    let late = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    let late = choose(&mut a, &permission, "allow");
     assert!(late.is_empty(), "{late:?}");
 }
 
@@ -167,7 +172,7 @@ fn an_answered_permission_is_the_diffs_verdict() {
     let mut a = followed();
     prompt(&mut a, 3, json!([text("follow")]));
     let permission = reviewed(&mut a, "review-1");
-    let out = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    let out = choose(&mut a, &permission, "allow");
     let frames = to_broker(&out, "k");
     assert_eq!(frames[0]["id"], "review-1");
     assert_eq!(frames[0]["result"]["content"][0]["text"], "FILE_SAVED");
@@ -181,7 +186,7 @@ fn an_answered_permission_is_the_diffs_verdict() {
         "DIFF_REJECTED"
     );
     let permission = reviewed(&mut a, "review-3");
-    let out = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})));
+    let out = choose(&mut a, &permission, "reject");
     assert_eq!(
         to_broker(&out, "k")[0]["result"]["content"][0]["text"],
         "DIFF_REJECTED",
@@ -396,7 +401,7 @@ fn a_relink_withdraws_the_old_brokers_permissions() {
     let told = to_client(&out);
     assert_eq!(told[0]["method"], "$/cancel_request", "{told:?}");
     assert_eq!(told[0]["params"]["requestId"], permission);
-    let late = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": permission, "result": {"outcome": {"outcome": "selected", "optionId": "reject"}}})));
+    let late = choose(&mut a, &permission, "reject");
     assert!(late.is_empty(), "{late:?}");
 }
 
@@ -796,7 +801,7 @@ fn two_pending_permissions_are_asked_and_withdrawn_apart() {
     let first = reviewed(&mut a, "review-1");
     let second = reviewed(&mut a, "review-2");
     assert_ne!(first, second);
-    let out = a.on_client_line(&line(json!({"jsonrpc": "2.0", "id": first, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})));
+    let out = choose(&mut a, &first, "allow");
     assert_eq!(to_broker(&out, "k")[0]["id"], "review-1");
     let out = cancel(&mut a);
     let verdicts: Vec<Value> = to_broker(&out, "k")
