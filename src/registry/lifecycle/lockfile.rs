@@ -496,6 +496,7 @@ mod tests {
 
     /// The lockfile at `path` (for `port`) as parsed, and a connection to its port with the
     /// local port it is from: what the dial's own look at the listener gets.
+    #[cfg(target_os = "linux")]
     fn dialled(path: &Path, port: u16) -> (Lockfile, std::net::TcpStream, u16) {
         let lock = parse(
             &std::fs::read_to_string(path).unwrap(),
