@@ -316,32 +316,53 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn a_process_named_copilot_is_found_in_its_cwd_and_its_exit_wakes() {
+        use std::io::BufRead as _;
         use std::os::unix::process::CommandExt;
+        use std::process::Stdio;
         assert!(!is_copilot(std::process::id()));
         let dir = tempfile::tempdir().unwrap();
         let ws = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir_all(ws.join("sub")).unwrap();
-        let mut child = std::process::Command::new("sleep")
+        // A shell named `copilot` that says it runs, then waits: `spawn` returns once exec
+        // began, before the kernel has set the new argv (`/proc/<pid>/cmdline` reads empty
+        // meanwhile), so the line is what says the process is what it will be looked up as.
+        let mut child = std::process::Command::new("sh")
             .arg0("copilot")
-            .arg("30")
+            .args(["-c", "echo up; read _"])
             .current_dir(ws.join("sub"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
             .spawn()
             .unwrap();
+        let mut up = String::new();
+        let out = child.stdout.take().unwrap();
+        std::io::BufReader::new(out).read_line(&mut up).unwrap();
+        assert_eq!(up, "up\n");
         let mut f = Finder::start(&ws, CancellationToken::new());
         let editors = vec![("e".to_string(), vec![ws.display().to_string()])];
         let found = f.look(&editors);
-        assert_eq!(found["e"], vec![ws.join("sub").display().to_string()]);
+        assert_eq!(
+            found.get("e"),
+            Some(&vec![ws.join("sub").display().to_string()]),
+            "{found:?}"
+        );
         child.kill().unwrap();
         child.wait().unwrap();
-        let wakes = tokio::time::timeout(std::time::Duration::from_secs(10), f.next())
+        let pid = child.id();
+        let exited = async {
+            loop {
+                let wakes = f.next().await;
+                if wakes
+                    .iter()
+                    .any(|w| matches!(w, Wake::Exited(p) if *p == pid))
+                {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), exited)
             .await
             .expect("the exit wakes the finder");
-        assert!(
-            wakes
-                .iter()
-                .any(|w| matches!(w, Wake::Exited(p) if *p == child.id())),
-            "{wakes:?}"
-        );
         assert!(f.look(&editors).is_empty(), "gone: pruned");
     }
 }
