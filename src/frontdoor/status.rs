@@ -361,10 +361,7 @@ fn editor_status(e: &Editor, sessions: &[Arc<Session>]) -> EditorStatus {
         previous_port: e.previous_port,
         previous_pid: e.previous_pid,
         tools: e.tool_names().unwrap_or_default(),
-        sessions: sessions
-            .iter()
-            .filter(|s| s.editor_id().as_deref() == Some(e.id.as_str()))
-            .count(),
+        sessions: sessions.iter().filter(|s| s.is_on(&e.id)).count(),
         no_token: l.auth_token.is_none(),
         state_reason: matches!(link.state, LinkState::Taken | LinkState::Ready)
             .then_some(link.reason)

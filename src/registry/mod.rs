@@ -193,6 +193,15 @@ impl Registry {
         self.sessions.iter().map(|s| s.clone()).collect()
     }
 
+    /// The live sessions attached to editor `id` (a snapshot).
+    fn sessions_on(&self, id: &str) -> Vec<Arc<Session>> {
+        self.sessions
+            .iter()
+            .filter(|s| s.is_on(id))
+            .map(|s| s.clone())
+            .collect()
+    }
+
     /// Calls that still wait for an answer: editors' pending calls and diffs that followers
     /// review. A daemon that means to stop cleanly waits until this is 0.
     pub fn calls_pending(&self) -> usize {

@@ -306,6 +306,11 @@ impl Session {
         lock(&self.editor).clone()
     }
 
+    /// Whether the session is attached to editor `id`.
+    pub fn is_on(&self, id: &str) -> bool {
+        lock(&self.editor).as_deref() == Some(id)
+    }
+
     /// Records activity for "most recently active session on this editor".
     pub fn touch(&self, stamp: u64) {
         self.last_active.store(stamp, Ordering::Relaxed);

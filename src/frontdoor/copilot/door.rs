@@ -64,7 +64,7 @@ fn published(reg: &Registry, dir: &Path) -> Vec<CopilotLockfile> {
             let (folders, subfolders) = listed.into_iter().partition(|f| own.contains(f));
             let sessions = sessions
                 .iter()
-                .filter(|s| s.door == DOOR_ID && s.editor_id().as_deref() == Some(&*editor))
+                .filter(|s| s.door == DOOR_ID && s.is_on(&editor))
                 .map(|s| s.id)
                 .collect();
             CopilotLockfile {

@@ -99,7 +99,7 @@ impl LinkHost for Registry {
 
     fn broadcast(&self, editor: &Arc<Editor>, text: &str) {
         for s in self.sessions.iter() {
-            if s.editor_id().as_deref() == Some(editor.id.as_str()) {
+            if s.is_on(&editor.id) {
                 s.notify(s.to_agent(text));
             }
         }
@@ -109,7 +109,7 @@ impl LinkHost for Registry {
         let target = self
             .sessions
             .iter()
-            .filter(|s| s.editor_id().as_deref() == Some(editor.id.as_str()))
+            .filter(|s| s.is_on(&editor.id))
             // Some doors' agents cannot answer editor-initiated requests (`getSuggestions`).
             .filter(|s| s.door.answers_editor_requests())
             // Nor can a session whose handshake is not done yet.

@@ -22,7 +22,7 @@ use crate::editor::{self, Editor, LinkHost};
 use crate::platform::sync::lock;
 use crate::registry::identity::{Arrival, Assigned, Lineage, Process, Verdict};
 use crate::registry::router;
-use crate::registry::session::{Control, Session};
+use crate::registry::session::Control;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -201,13 +201,7 @@ impl Registry {
             tracing::debug!(editor = %id, "forgetting a long-gone editor");
         }
         self.state.remove_editor(id);
-        let waiting: Vec<Arc<Session>> = self
-            .sessions
-            .iter()
-            .filter(|s| s.editor_id().as_deref() == Some(id))
-            .map(|s| s.clone())
-            .collect();
-        for s in waiting {
+        for s in self.sessions_on(id) {
             self.detach(&s, &format!("editor {id} is gone"), false);
             self.place(&s);
         }
@@ -267,7 +261,7 @@ impl Registry {
         self.changed();
         // Sessions still attached to this id (a restart) follow it without reconnecting.
         for s in self.sessions.iter() {
-            if s.editor_id().as_deref() == Some(id.as_str()) {
+            if s.is_on(&id) {
                 let _ = s.control.send(Control::Rebind);
             }
         }
@@ -321,13 +315,7 @@ impl Registry {
         // inherits the id and with it every session key that chose it.
         tracing::info!(editor = %id, "editor gone; its sessions are routed again");
         self.publish(EditorEvent::Gone(id.to_string()));
-        let orphans: Vec<Arc<Session>> = self
-            .sessions
-            .iter()
-            .filter(|s| s.editor_id().as_deref() == Some(id))
-            .map(|s| s.clone())
-            .collect();
-        for s in orphans {
+        for s in self.sessions_on(id) {
             if s.pinned {
                 // Its virtual lockfile is withdrawn: close it, as the editor itself would.
                 s.close();
