@@ -74,6 +74,28 @@ fn sent_text(out: &[Out]) -> Option<String> {
         .and_then(|f| f["params"]["text"].as_str().map(str::to_owned))
 }
 
+/// The requests the client is told to drop in `out` (`$/cancel_request`): their ids.
+fn withdrawn(out: &[Out]) -> Vec<Value> {
+    to_client(out)
+        .into_iter()
+        .filter(|m| m["method"] == "$/cancel_request")
+        .map(|m| m["params"]["requestId"].clone())
+        .collect()
+}
+
+/// `out` first tells the client to drop `permission`, whose late answer `option_id` then
+/// reaches no broker.
+fn withdrawn_first_and_for_good(a: &mut Agent, out: &[Out], permission: &Value, option_id: &str) {
+    let told = to_client(out);
+    assert_eq!(told[0]["method"], "$/cancel_request", "{told:?}");
+    assert_eq!(told[0]["params"]["requestId"], *permission);
+    let late = choose(a, permission, option_id);
+    assert!(
+        late.is_empty(),
+        "a late answer reached the broker: {late:?}"
+    );
+}
+
 /// The broker's `pi/review` on `k`, answered by the agent with a permission request: its id.
 fn reviewed(a: &mut Agent, broker_id: &str) -> Value {
     let out = a.on_broker_frame(
@@ -136,11 +158,7 @@ fn a_cancel_withdraws_an_unanswered_permission_and_rejects_the_diff() {
         follow::CANCEL,
         "pi is stopped after the verdict"
     );
-    let told = to_client(&out);
-    assert_eq!(told[0]["method"], "$/cancel_request");
-    assert_eq!(told[0]["params"]["requestId"], permission);
-    let late = choose(&mut a, &permission, "allow");
-    assert!(late.is_empty(), "a late Allow reached the broker: {late:?}");
+    withdrawn_first_and_for_good(&mut a, &out, &permission, "allow");
 }
 
 /// F3: the broker takes a review back (pi aborted): the client's permission is withdrawn and
@@ -159,12 +177,8 @@ fn a_review_the_broker_takes_back_is_withdrawn_from_the_client() {
         "k",
         &line(json!({"jsonrpc": "2.0", "method": jsonrpc::CANCELLED, "params": {"requestId": "review-4"}})),
     );
-    let told = to_client(&out);
-    assert_eq!(told.len(), 1);
-    assert_eq!(told[0]["method"], "$/cancel_request");
-    assert_eq!(told[0]["params"]["requestId"], permission);
-    let late = choose(&mut a, &permission, "allow");
-    assert!(late.is_empty(), "{late:?}");
+    assert_eq!(to_client(&out).len(), 1);
+    withdrawn_first_and_for_good(&mut a, &out, &permission, "allow");
 }
 
 #[test]
@@ -398,11 +412,7 @@ fn a_relink_withdraws_the_old_brokers_permissions() {
     prompt(&mut a, 3, json!([text("follow")]));
     let permission = reviewed(&mut a, "review-1");
     let out = a.relinked("k");
-    let told = to_client(&out);
-    assert_eq!(told[0]["method"], "$/cancel_request", "{told:?}");
-    assert_eq!(told[0]["params"]["requestId"], permission);
-    let late = choose(&mut a, &permission, "reject");
-    assert!(late.is_empty(), "{late:?}");
+    withdrawn_first_and_for_good(&mut a, &out, &permission, "reject");
 }
 
 /// The I/O loop reads the follow notifications as JSON-RPC, not as substrings: a transcript
@@ -463,12 +473,8 @@ fn a_cancel_in_a_watching_turn_withdraws_its_permissions() {
         frames.iter().all(|f| f["method"] != follow::CANCEL),
         "a watching turn stops nothing in pi: {frames:?}"
     );
+    assert!(withdrawn(&out).contains(&permission), "{out:?}");
     let told = to_client(&out);
-    assert!(
-        told.iter()
-            .any(|m| m["method"] == "$/cancel_request" && m["params"]["requestId"] == permission),
-        "{told:?}"
-    );
     assert!(told
         .iter()
         .any(|m| m["id"] == 3 && m["result"]["stopReason"] == "cancelled"));
@@ -810,12 +816,7 @@ fn two_pending_permissions_are_asked_and_withdrawn_apart() {
         .map(|f| f["id"].clone())
         .collect();
     assert_eq!(verdicts, vec![json!("review-2")]);
-    let withdrawn: Vec<Value> = to_client(&out)
-        .into_iter()
-        .filter(|m| m["method"] == "$/cancel_request")
-        .map(|m| m["params"]["requestId"].clone())
-        .collect();
-    assert_eq!(withdrawn, vec![second]);
+    assert_eq!(withdrawn(&out), vec![second]);
 }
 
 /// The broker ends the follow (`follow/ended`): an open turn is answered, saying the pi
@@ -831,12 +832,8 @@ fn the_pi_session_ending_ends_the_turn_saying_so() {
             json!({"jsonrpc": "2.0", "method": follow::ENDED, "params": {"reason": "pi exited"}}),
         ),
     );
+    assert!(withdrawn(&out).contains(&permission), "{out:?}");
     let told = to_client(&out);
-    assert!(
-        told.iter()
-            .any(|m| m["method"] == "$/cancel_request" && m["params"]["requestId"] == permission),
-        "{told:?}"
-    );
     assert!(told.iter().any(|m| m["params"]["update"]["content"]["text"]
         .as_str()
         .is_some_and(|t| t.contains("gone: pi exited"))));
@@ -920,10 +917,5 @@ fn a_pending_buffer_read_goes_with_the_follow() {
     );
     let asked = read(&mut a);
     let out = close(&mut a, 9);
-    let withdrawn: Vec<Value> = to_client(&out)
-        .into_iter()
-        .filter(|m| m["method"] == "$/cancel_request")
-        .map(|m| m["params"]["requestId"].clone())
-        .collect();
-    assert_eq!(withdrawn, vec![asked]);
+    assert_eq!(withdrawn(&out), vec![asked]);
 }
