@@ -414,14 +414,26 @@ mod tests {
         (w, rx)
     }
 
-    #[test]
-    fn a_refused_file_that_a_rescan_misses_is_cleared_with_its_event() {
+    /// A watcher of a lock dir holding one malformed lockfile (the dir, that file), after
+    /// the rescan that refused it with its event.
+    fn watching_a_refused_file() -> (
+        tempfile::TempDir,
+        PathBuf,
+        LockDirWatcher,
+        mpsc::UnboundedReceiver<LockEvent>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("1234.lock");
         std::fs::write(&bad, "not json at all").unwrap();
         let (mut w, mut rx) = watcher(dir.path());
         w.rescan_all();
         assert!(matches!(rx.try_recv(), Ok(LockEvent::Rejected(p, _)) if p == bad));
+        (dir, bad, w, rx)
+    }
+
+    #[test]
+    fn a_refused_file_that_a_rescan_misses_is_cleared_with_its_event() {
+        let (_dir, bad, mut w, mut rx) = watching_a_refused_file();
         std::fs::remove_file(&bad).unwrap();
         w.rescan_all();
         assert!(matches!(rx.try_recv(), Ok(LockEvent::Cleared(p)) if p == bad));
@@ -518,12 +530,7 @@ mod tests {
 
     #[test]
     fn a_dropped_dir_forgets_its_refused_files_with_their_events() {
-        let dir = tempfile::tempdir().unwrap();
-        let bad = dir.path().join("1234.lock");
-        std::fs::write(&bad, "not json at all").unwrap();
-        let (mut w, mut rx) = watcher(dir.path());
-        w.rescan_all();
-        assert!(matches!(rx.try_recv(), Ok(LockEvent::Rejected(..))));
+        let (_dir, bad, mut w, mut rx) = watching_a_refused_file();
         w.set_dirs(Vec::new());
         assert!(matches!(rx.try_recv(), Ok(LockEvent::Cleared(p)) if p == bad));
         assert!(rx.try_recv().is_err(), "nothing else");
