@@ -5,7 +5,7 @@
 //! I/O: it reads lines, performs the [`Out`]s and feeds the results back.
 
 use super::messages::{
-    cancel_request, initialize_result, invalid, ready, say, session_update, turn_ended,
+    cancel_request, initialize_result, invalid, ready, say, session_update, to_pi, turn_ended,
 };
 pub use super::messages::{Out, Purpose};
 use super::prompt::{fresh_blocks, prompt_parts};
@@ -297,13 +297,7 @@ impl Agent {
         if let Some(f) = self.sessions.get_mut(key) {
             f.waits.insert(ours.clone(), BrokerWait::History(request));
         }
-        vec![
-            info,
-            Out::Broker(
-                key.to_string(),
-                jsonrpc::request(&Value::String(ours), follow::HISTORY, json!({})),
-            ),
-        ]
+        vec![info, to_pi(key, ours, follow::HISTORY, json!({}))]
     }
 
     fn prompt(&mut self, id: Value, request: acp::PromptRequest) -> Vec<Out> {
@@ -353,13 +347,11 @@ impl Agent {
             f.echo = Some(text.clone());
             f.waits.insert(ours.clone(), BrokerWait::Prompt);
             let asked = crate::protocol::follow::PromptParams { text, prompt: None };
-            out.push(Out::Broker(
-                key.clone(),
-                jsonrpc::request(
-                    &Value::String(ours),
-                    follow::PROMPT,
-                    crate::protocol::follow::to_params(&asked),
-                ),
+            out.push(to_pi(
+                &key,
+                ours,
+                follow::PROMPT,
+                crate::protocol::follow::to_params(&asked),
             ));
         }
         out
@@ -402,13 +394,11 @@ impl Agent {
                 let cancel = crate::protocol::follow::CancelParams {
                     prompt: Some(asked),
                 };
-                out.push(Out::Broker(
-                    key.to_string(),
-                    jsonrpc::request(
-                        &Value::String(ours),
-                        follow::CANCEL,
-                        crate::protocol::follow::to_params(&cancel),
-                    ),
+                out.push(to_pi(
+                    key,
+                    ours,
+                    follow::CANCEL,
+                    crate::protocol::follow::to_params(&cancel),
                 ));
             }
         }

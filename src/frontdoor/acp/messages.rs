@@ -122,6 +122,15 @@ pub(super) fn cancel_request(ours: &str) -> Out {
     ))
 }
 
+/// The door's own request `ours` (`method`, `params`) to the pi session that `key`'s
+/// connection follows.
+pub(super) fn to_pi(key: &str, ours: String, method: &str, params: Value) -> Out {
+    Out::Broker(
+        key.to_string(),
+        jsonrpc::request(&Value::String(ours), method, params),
+    )
+}
+
 /// `follow/review {ready}` on `key`'s connection.
 pub(super) fn ready(key: &str, ready: bool) -> Out {
     Out::Broker(
