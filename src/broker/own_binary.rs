@@ -17,10 +17,10 @@
 //! is installed then.
 
 use crate::broker::Handle;
+use crate::sys::fswatch::FsEvents;
 use notify::Watcher as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// How long a removed binary's path is given to hold a new file (an install that deletes
@@ -125,16 +125,11 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
     crate::platform::user::file_identity(&m)
 }
 
-type FsEvents = mpsc::UnboundedReceiver<notify::Result<notify::Event>>;
-
 /// Watches the binary until it changes, then hands over or stops the daemon (`shutdown`) once
 /// no call is pending. Ends with the broker (`reg.cancel`).
 pub(crate) async fn watch(handle: Handle, mut own: OwnBinary, shutdown: CancellationToken) {
     let reg = handle.registry().clone();
-    let (tx, mut events) = mpsc::unbounded_channel();
-    let mut watcher = match notify::recommended_watcher(move |res| {
-        let _ = tx.send(res);
-    }) {
+    let (mut watcher, mut events) = match crate::sys::fswatch::watcher() {
         Ok(w) => w,
         Err(e) => {
             tracing::warn!(error = %e, "cannot watch the daemon's own binary: after an upgrade, stop it (`pi-ide-broker stop`) so the new one starts");

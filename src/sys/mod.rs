@@ -1,12 +1,13 @@
 //! What the layers above it stand on: config, logging, the lock helper, secrets, WSL facts.
 //!
-//! Configuration and paths, logging, the one lock helper, secrets, and the
-//! facts of a WSL distro facing Windows. Uses `protocol` (the config's editor families,
+//! Configuration and paths, logging, the one lock helper, secrets, a file system watcher,
+//! and the facts of a WSL distro facing Windows. Uses `protocol` (the config's editor families,
 //! `[[remote]]` path maps, Windows paths) and `platform` (who we are, process facts).
 
 use std::path::PathBuf;
 
 pub mod config;
+pub(crate) mod fswatch;
 pub(crate) mod logging;
 pub(crate) mod secret;
 pub(crate) mod time;

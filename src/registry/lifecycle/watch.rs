@@ -19,6 +19,7 @@ use super::lockfile;
 use crate::editor::lockfile::Lockfile;
 use crate::editor::Error;
 use crate::sys::config::LockDirConfig;
+use crate::sys::fswatch::FsEvents;
 use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecursiveMode, Watcher as _};
 use std::collections::{HashMap, HashSet};
@@ -58,10 +59,7 @@ pub(crate) fn watch(
     ready: oneshot::Sender<()>,
     cancel: CancellationToken,
 ) -> Result<impl std::future::Future<Output = ()> + Send + 'static, notify::Error> {
-    let (fs_tx, fs_rx) = mpsc::unbounded_channel();
-    let watcher = notify::recommended_watcher(move |res| {
-        let _ = fs_tx.send(res);
-    })?;
+    let (watcher, fs_rx) = crate::sys::fswatch::watcher()?;
     let mut w = LockDirWatcher {
         dirs,
         watcher,
@@ -99,7 +97,7 @@ struct LockDirWatcher {
 impl LockDirWatcher {
     async fn run(
         &mut self,
-        mut fs_rx: mpsc::UnboundedReceiver<notify::Result<notify::Event>>,
+        mut fs_rx: FsEvents,
         mut commands: mpsc::UnboundedReceiver<LockDirCommand>,
         rescan_interval: Duration,
         ready: oneshot::Sender<()>,

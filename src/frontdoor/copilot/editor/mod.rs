@@ -223,10 +223,7 @@ pub async fn run(reg: Arc<Registry>) {
         return;
     }
     sweep(&lock_dir);
-    let (fs_tx, mut fs_rx) = mpsc::unbounded_channel();
-    let mut watcher = match notify::recommended_watcher(move |res| {
-        let _ = fs_tx.send(res);
-    }) {
+    let (mut watcher, mut fs_rx) = match crate::sys::fswatch::watcher() {
         Ok(w) => w,
         Err(e) => {
             tracing::error!(error = %e, "Copilot Chat editors disabled: cannot watch");
