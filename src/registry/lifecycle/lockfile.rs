@@ -140,11 +140,7 @@ pub fn parse(text: &str, path: &Path, family: Family, port: u16) -> Result<Lockf
         // A broker's compat entry (ours or another's): dialling it would loop back to a broker.
         return Err(Error::NotALockfile);
     }
-    let pid = raw
-        .pid
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
-        .filter(|p| *p > 0 && i32::try_from(*p).is_ok())
+    let pid = pid_of(&raw.pid)
         .ok_or_else(|| Error::Malformed("\"pid\" must be a positive integer".into()))?;
     let auth_token = match raw.auth_token {
         serde_json::Value::Null => None,
@@ -187,6 +183,13 @@ pub fn parse(text: &str, path: &Path, family: Family, port: u16) -> Result<Lockf
         auth_token,
         wsl,
     })
+}
+
+/// A lockfile's `"pid"`: a positive integer that names a process (it fits `pid_t`).
+pub(crate) fn pid_of(v: &serde_json::Value) -> Option<u32> {
+    v.as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p > 0 && i32::try_from(*p).is_ok())
 }
 
 #[cfg(test)]

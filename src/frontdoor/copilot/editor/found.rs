@@ -137,11 +137,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Found, Skip> {
     if !socket.is_absolute() {
         return Err(Skip::Bad("socketPath must be an absolute path".into()));
     }
-    let pid = raw
-        .pid
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
-        .filter(|p| *p > 0 && i32::try_from(*p).is_ok())
+    let pid = crate::registry::lifecycle::lockfile::pid_of(&raw.pid)
         .ok_or_else(|| Skip::Bad("\"pid\" must be a positive integer".into()))?;
     Ok(Found {
         path: path.to_path_buf(),
