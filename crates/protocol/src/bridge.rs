@@ -284,7 +284,7 @@ fn severity_to_claude(s: &Value) -> Value {
 }
 
 /// A diagnostics list (anything else is an empty one) with each severity renamed.
-fn with_severities(diags: Option<&Value>, rename: fn(&Value) -> Value) -> Vec<Value> {
+pub fn with_severities(diags: Option<&Value>, rename: fn(&Value) -> Value) -> Vec<Value> {
     let Some(list) = diags.and_then(Value::as_array) else {
         return Vec::new();
     };

@@ -2,6 +2,7 @@
 //! tools it lists, selection, diagnostics, a diff's verdict, the workspace folders, and the
 //! refusal of what it cannot do. Pure functions (the I/O is `adapter`'s).
 
+use crate::protocol::bridge::with_severities;
 use crate::protocol::family::KNOWN_TOOLS;
 use serde_json::{json, Value};
 
@@ -125,20 +126,7 @@ pub(super) fn diagnostics(result: &Value) -> Result<Value, String> {
     let out: Vec<Value> = files
         .iter()
         .map(|f| {
-            let diags: Vec<Value> = f["diagnostics"]
-                .as_array()
-                .map(|ds| {
-                    ds.iter()
-                        .map(|d| {
-                            let mut d = d.clone();
-                            if let Some(s) = d.get("severity").cloned() {
-                                d["severity"] = severity(&s);
-                            }
-                            d
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let diags = with_severities(f.get("diagnostics"), severity);
             json!({"uri": f["uri"], "diagnostics": diags})
         })
         .collect();
